@@ -1,0 +1,1 @@
+"""Device side: the wire protocol, emulated devices and attached phones."""

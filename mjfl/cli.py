@@ -1,0 +1,59 @@
+"""The `mjfl` command line.
+
+Heavy imports (torch, executorch) happen inside the commands, so `mjfl --help`
+stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from mjfl.errors import UserError
+
+app = typer.Typer(
+    name="mjfl",
+    help="A testbed for multi-job federated learning on real and emulated phones.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print a table and write JSON figures.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+console = Console(stderr=True)
+
+
+@bench_app.command("schedulers")
+def bench_schedulers(
+    devices: Annotated[list[int], typer.Option(help="Fleet sizes to measure (repeatable or space-separated).")] = [100, 1000],
+    jobs: Annotated[int, typer.Option(help="Jobs planned concurrently.")] = 3,
+    rounds: Annotated[int, typer.Option(help="Plan calls per job and method.")] = 30,
+    fraction: Annotated[float, typer.Option(help="C_m: fraction of the fleet per plan.")] = 0.1,
+    methods: Annotated[Optional[str], typer.Option(help="Comma-separated methods (default: all).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic fleet and schedulers.")] = 0,
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """Plan latency and cost of every scheduler on a synthetic heterogeneous fleet."""
+    from mjfl.schedulers.bench import run_scheduler_bench
+
+    method_list = methods.split(",") if methods else None
+    run_scheduler_bench(
+        devices=devices, jobs=jobs, rounds=rounds, fraction=fraction,
+        methods=method_list, seed=seed, json_path=json_path, console=console,
+    )
+
+
+def main() -> None:
+    """Console-script entry point: user errors print one clear line, exit 2."""
+    try:
+        app()
+    except UserError as exc:
+        console.print(f"[bold red]error:[/] {exc}")
+        raise SystemExit(2) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Coordinator: the multi-job engine, clocks, fleets, FedAvg, storage and the WebSocket server."""

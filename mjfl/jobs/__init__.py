@@ -1,0 +1,1 @@
+"""Jobs: model zoo, data sets, partitioning, ExecuTorch export and trainers."""

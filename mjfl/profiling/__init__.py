@@ -1,0 +1,1 @@
+"""Device profiling: shifted-exponential fitting and profiling sessions."""

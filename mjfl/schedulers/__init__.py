@@ -1,0 +1,1 @@
+"""Device scheduling: the cost model, the schedulers and Meta-Greedy."""

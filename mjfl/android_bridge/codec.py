@@ -1,0 +1,571 @@
+"""Protocol v1 codec: whole WebSocket messages <-> message dataclasses (docs/protocol.md).
+
+Pure functions, no state, no I/O. A text message is one UTF-8 JSON object; a
+binary message is a 24-byte fixed header, a JSON header and a tensor section:
+
+    offset  size  field
+    0       4     magic b"MJFL"
+    4       2     u16 protocol version
+    6       2     u16 flags, 0
+    8       4     u32 header_len: bytes of JSON header
+    12      4     u32 payload_offset = align64(24 + header_len)
+    16      8     u64 payload_len; the message ends at payload_offset + payload_len
+    24      ...   JSON header, then zero padding up to payload_offset
+    ...           payload (see tensors.py)
+
+All integers little-endian. Decoding raises ProtocolError and nothing else,
+whatever the input; encoding raises ValueError for a message the other side
+would refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
+
+import numpy as np
+import numpy.typing as npt
+
+from mjfl.android_bridge.messages import (
+    RUNTIMES,
+    Bye,
+    Cancel,
+    Error,
+    Heartbeat,
+    HeartbeatAck,
+    Hello,
+    Message,
+    ModelSpec,
+    Program,
+    Provision,
+    Result,
+    Settings,
+    Shard,
+    Task,
+    TaskId,
+    Timing,
+    Welcome,
+)
+from mjfl.android_bridge.tensors import Buffer, TensorPack, _show, align, layout, read_table
+from mjfl.errors import ProtocolError
+from mjfl.ids import DeviceId, JobId
+
+PROTOCOL_VERSIONS: tuple[int, ...] = (1,)
+"""Versions this implementation speaks, oldest first."""
+
+MAGIC = b"MJFL"
+FIXED_HEADER = struct.Struct("<4sHHIIQ")
+
+DEFAULT_MAX_MESSAGE_BYTES = 256 * 2**20
+DEFAULT_MAX_CONTROL_BYTES = 64 * 2**10
+
+MAX_ID_CHARS = 256
+MAX_REASON_CHARS = 1024
+MAX_TOKEN_CHARS = 4096
+MAX_LIST = 4096
+INT64_MAX = 2**63 - 1
+_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+# -- decoding -----------------------------------------------------------------
+
+
+def decode_text(text: str, *, max_size: int | None = DEFAULT_MAX_CONTROL_BYTES) -> Message:
+    """Decode one text message; ProtocolError if it is not a valid v1 control message."""
+    if max_size is not None and len(text) > max_size:
+        raise _too_big("text message", len(text), max_size)
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _bad("the text message is not valid UTF-8") from None
+    if max_size is not None and size > max_size:
+        raise _too_big("text message", size, max_size)
+    obj = _load_json(text)
+    kind = _type_of(obj)
+    if kind in _BINARY_PARSERS:
+        raise _bad(f"'{kind}' must travel as a binary message")
+    parser = _TEXT_PARSERS.get(kind)
+    if parser is None:
+        raise ProtocolError(f"unknown message type {_show(kind)}", code="unknown_type")
+    return parser(_Fields(obj, kind))
+
+
+def decode_bytes(
+    data: Buffer,
+    *,
+    version: int = PROTOCOL_VERSIONS[-1],
+    max_size: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+    max_header_size: int | None = DEFAULT_MAX_CONTROL_BYTES,
+) -> Message:
+    """Decode one binary message of protocol ``version``.
+
+    Tensors in the result are read-only views of ``data``: no copy is made, so
+    ``data`` must not be modified while they are in use.
+    """
+    view = memoryview(data).cast("B")
+    size = view.nbytes
+    if max_size is not None and size > max_size:
+        raise _too_big("binary message", size, max_size)
+    if size < FIXED_HEADER.size:
+        raise _frame(f"a binary message needs {FIXED_HEADER.size} header bytes, got {size}")
+    magic, got_version, flags, header_len, payload_offset, payload_len = FIXED_HEADER.unpack_from(view)
+    if magic != MAGIC:
+        raise _frame(f"bad magic {magic!r}, expected {MAGIC!r}")
+    if got_version != version:
+        raise _frame(f"binary message of version {got_version} in a version {version} session")
+    if flags != 0:
+        raise _frame(f"unknown flags {flags:#06x}")
+    if max_header_size is not None and header_len > max_header_size:
+        raise _too_big("JSON header", header_len, max_header_size)
+    if payload_offset != align(FIXED_HEADER.size + header_len):
+        raise _frame(f"payload offset {payload_offset}, expected {align(FIXED_HEADER.size + header_len)}")
+    if payload_offset + payload_len != size:
+        raise _frame(f"header says {payload_offset + payload_len} bytes, the message has {size}")
+    try:
+        header_text = str(view[FIXED_HEADER.size : FIXED_HEADER.size + header_len], "utf-8")
+    except UnicodeDecodeError:
+        raise _bad("the JSON header is not valid UTF-8") from None
+    obj = _load_json(header_text)
+    kind = _type_of(obj)
+    parser = _BINARY_PARSERS.get(kind)
+    if parser is None:
+        if kind in _TEXT_PARSERS:
+            raise _bad(f"'{kind}' must travel as a text message")
+        raise ProtocolError(f"unknown message type {_show(kind)}", code="unknown_type")
+    payload = view[payload_offset:]
+    pack = TensorPack(read_table(obj.get("tensors"), payload_len), payload)
+    return parser(_Fields(obj, kind), pack, True)
+
+
+def decode(
+    data: str | Buffer,
+    *,
+    version: int = PROTOCOL_VERSIONS[-1],
+    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+    max_control_bytes: int | None = DEFAULT_MAX_CONTROL_BYTES,
+) -> Message:
+    """Decode a text (str) or binary (bytes-like) message."""
+    if isinstance(data, str):
+        return decode_text(data, max_size=max_control_bytes)
+    return decode_bytes(
+        data, version=version, max_size=max_message_bytes, max_header_size=max_control_bytes
+    )
+
+
+class _Fields:
+    """Typed access to a decoded JSON object; every failure is a ProtocolError."""
+
+    def __init__(self, obj: dict[str, Any], where: str) -> None:
+        self.obj = obj
+        self.where = where
+
+    def fail(self, key: str, problem: str) -> NoReturn:
+        raise _bad(f"{self.where}: '{key}' {problem}")
+
+    def get(self, key: str) -> Any:
+        if key not in self.obj:
+            self.fail(key, "is missing")
+        return self.obj[key]
+
+    def text(self, key: str, *, max_chars: int, min_chars: int = 0) -> str:
+        value = self.get(key)
+        if not isinstance(value, str) or not min_chars <= len(value) <= max_chars:
+            self.fail(key, f"must be a string of {min_chars} to {max_chars} chars")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            self.fail(key, "is not valid UTF-8")
+        return value
+
+    def ident(self, key: str) -> str:
+        return self.text(key, min_chars=1, max_chars=MAX_ID_CHARS)
+
+    def opt_ident(self, key: str) -> str | None:
+        return None if self.obj.get(key) is None else self.ident(key)
+
+    def code(self, key: str) -> str:
+        value = self.get(key)
+        if not isinstance(value, str) or not _CODE.fullmatch(value):
+            self.fail(key, "must match [a-z][a-z0-9_]{0,63}")
+        return value
+
+    def digest(self, key: str) -> str:
+        value = self.get(key)
+        if not isinstance(value, str) or not _SHA256.fullmatch(value):
+            self.fail(key, "must be 64 lowercase hex digits (sha256)")
+        return value
+
+    def integer(self, key: str, *, low: int = 0, high: int = INT64_MAX) -> int:
+        value = self.get(key)
+        if type(value) is not int or not low <= value <= high:
+            self.fail(key, f"must be an integer in [{low}, {high}]")
+        return value
+
+    def opt_integer(self, key: str, *, low: int = 0) -> int | None:
+        return None if self.obj.get(key) is None else self.integer(key, low=low)
+
+    def number(self, key: str, *, low: float | None = None, positive: bool = False) -> float:
+        value = self.get(key)
+        if type(value) not in (int, float) or not math.isfinite(value):
+            self.fail(key, "must be a finite number")
+        if low is not None and value < low:
+            self.fail(key, f"must be >= {low}")
+        if positive and value <= 0:
+            self.fail(key, "must be > 0")
+        return float(value)
+
+    def opt_number(self, key: str, *, low: float | None = None, positive: bool = False) -> float | None:
+        if self.obj.get(key) is None:
+            return None
+        return self.number(key, low=low, positive=positive)
+
+    def fields(self, key: str) -> _Fields:
+        value = self.get(key)
+        if not isinstance(value, dict):
+            self.fail(key, "must be an object")
+        return _Fields(value, f"{self.where}.{key}")
+
+    def array(self, key: str, *, max_len: int = MAX_LIST) -> list[Any]:
+        value = self.get(key)
+        if not isinstance(value, list) or len(value) > max_len:
+            self.fail(key, f"must be a list of at most {max_len} items")
+        return value
+
+
+def _hello(f: _Fields) -> Hello:
+    versions = f.array("versions", max_len=64)
+    if not versions or not all(type(v) is int and 1 <= v <= 0xFFFF for v in versions):
+        f.fail("versions", "must be a non-empty list of ints in [1, 65535]")
+    cached = f.array("cached")
+    if not all(isinstance(c, str) and _SHA256.fullmatch(c) for c in cached):
+        f.fail("cached", "must list sha256 digests (64 lowercase hex digits)")
+    runtime = f.get("runtime")
+    if runtime not in RUNTIMES:
+        f.fail("runtime", f"must be one of {', '.join(RUNTIMES)}")
+    return Hello(
+        device_id=DeviceId(f.ident("device_id")),
+        token=f.text("token", max_chars=MAX_TOKEN_CHARS),
+        runtime=runtime,
+        versions=tuple(versions),
+        hardware=f.fields("hardware").obj,
+        cached=tuple(cached),
+        max_message_bytes=f.opt_integer("max_message_bytes", low=1),
+    )
+
+
+def _welcome(f: _Fields) -> Welcome:
+    s = f.fields("settings")
+    return Welcome(
+        version=f.integer("version", low=1, high=0xFFFF),
+        coordinator_id=f.ident("coordinator_id"),
+        settings=Settings(
+            heartbeat_interval_s=s.opt_number("heartbeat_interval_s", positive=True),
+            heartbeat_timeout_s=s.opt_number("heartbeat_timeout_s", positive=True),
+            max_message_bytes=s.opt_integer("max_message_bytes", low=1),
+            max_control_bytes=s.opt_integer("max_control_bytes", low=1),
+        ),
+    )
+
+
+def _cancel(f: _Fields) -> Cancel:
+    return Cancel(TaskId(f.ident("task_id")), f.text("reason", max_chars=MAX_REASON_CHARS))
+
+
+def _heartbeat(f: _Fields) -> Heartbeat:
+    return Heartbeat(f.integer("seq", low=1), f.number("sent_at"))
+
+
+def _heartbeat_ack(f: _Fields) -> HeartbeatAck:
+    return HeartbeatAck(f.integer("seq", low=1), f.number("echo"))
+
+
+def _error(f: _Fields) -> Error:
+    task_id = f.opt_ident("task_id")
+    return Error(
+        f.code("code"),
+        f.text("reason", max_chars=MAX_REASON_CHARS),
+        None if task_id is None else TaskId(task_id),
+    )
+
+
+def _bye(f: _Fields) -> Bye:
+    return Bye(f.code("code"), f.text("reason", max_chars=MAX_REASON_CHARS))
+
+
+def _model(f: _Fields) -> ModelSpec:
+    shape = f.array("input_shape", max_len=8)
+    if not shape or not all(type(d) is int and 1 <= d <= INT64_MAX for d in shape):
+        f.fail("input_shape", "must be a list of 1 to 8 ints >= 1")
+    return ModelSpec(f.ident("name"), tuple(shape), f.integer("num_classes", low=1))
+
+
+def _provision(f: _Fields, pack: TensorPack, verify: bool) -> Provision:
+    """A provision; with verify False (an outgoing message) only the metadata is checked."""
+    model = _model(f.fields("model"))
+    program_sha256, shard_sha256 = f.digest("program_sha256"), f.digest("shard_sha256")
+    info = {t.name: t for t in pack.table}
+    if not info.keys() <= {"program", "x", "y"}:
+        raise _bad(f"provision: unexpected tensors {sorted(info.keys() - {'program', 'x', 'y'})}")
+    program = shard = None
+    if "program" in info:
+        t = info["program"]
+        if t.dtype != "uint8" or len(t.shape) != 1:
+            raise _bad(f"provision: 'program' must be 1-d uint8, got {t.dtype} {list(t.shape)}")
+        if verify:
+            program = Program(pack.payload[t.offset : t.offset + t.nbytes])
+            if program.sha256 != program_sha256:
+                raise ProtocolError("provision: the program does not match program_sha256", code="bad_artifact")
+    if ("x" in info) != ("y" in info):
+        raise _bad("provision: a shard needs both 'x' and 'y'")
+    if "x" in info:
+        x, y = info["x"], info["y"]
+        if x.dtype != "float32" or len(x.shape) < 1 or x.shape[1:] != model.input_shape:
+            raise _bad(f"provision: 'x' must be float32 (n, {', '.join(map(str, model.input_shape))})")
+        if y.dtype != "int64" or y.shape != x.shape[:1]:
+            raise _bad(f"provision: 'y' must be int64 ({x.shape[0]},)")
+        if verify:
+            labels = pack["y"]
+            if labels.size and (labels.min() < 0 or labels.max() >= model.num_classes):
+                raise _bad(f"provision: labels must lie in [0, {model.num_classes})")
+            shard = Shard(pack["x"], labels)
+            if shard.sha256 != shard_sha256:
+                raise ProtocolError("provision: the shard does not match shard_sha256", code="bad_artifact")
+    return Provision(JobId(f.ident("job_id")), model, program_sha256, shard_sha256, program, shard)
+
+
+def _weights(pack: TensorPack, verify: bool, where: str) -> TensorPack:
+    if verify and not pack.all_finite():
+        raise ProtocolError(f"{where}: the weights hold NaN or infinite values", code="bad_weights")
+    return pack
+
+
+def _task(f: _Fields, pack: TensorPack, verify: bool) -> Task:
+    return Task(
+        task_id=TaskId(f.ident("task_id")),
+        job_id=JobId(f.ident("job_id")),
+        round=f.integer("round"),
+        weights=_weights(pack, verify, "task"),
+        epochs=f.integer("epochs", low=1),
+        batch_size=f.integer("batch_size", low=1),
+        lr=f.number("lr", low=0.0),
+        momentum=f.number("momentum", low=0.0),
+        weight_decay=f.number("weight_decay", low=0.0),
+        deadline_s=f.opt_number("deadline_s", positive=True),
+        program_sha256=f.digest("program_sha256"),
+        shard_sha256=f.digest("shard_sha256"),
+    )
+
+
+def _result(f: _Fields, pack: TensorPack, verify: bool) -> Result:
+    t = f.fields("timing")
+    return Result(
+        task_id=TaskId(f.ident("task_id")),
+        job_id=JobId(f.ident("job_id")),
+        round=f.integer("round"),
+        weights=_weights(pack, verify, "result"),
+        samples=f.integer("samples"),
+        mean_loss=f.number("mean_loss"),
+        timing=Timing(
+            download_s=t.number("download_s", low=0.0),
+            compute_s=t.number("compute_s", low=0.0),
+            upload_s=t.opt_number("upload_s", low=0.0),
+        ),
+    )
+
+
+_TEXT_PARSERS: dict[str, Callable[[_Fields], Message]] = {
+    "hello": _hello,
+    "welcome": _welcome,
+    "cancel": _cancel,
+    "heartbeat": _heartbeat,
+    "heartbeat_ack": _heartbeat_ack,
+    "error": _error,
+    "bye": _bye,
+}
+_BINARY_PARSERS: dict[str, Callable[[_Fields, TensorPack, bool], Message]] = {
+    "provision": _provision,
+    "task": _task,
+    "result": _result,
+}
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _load_json(text: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        # JSONDecodeError says where parsing stopped, never what the text held.
+        raise _bad(f"malformed JSON: {str(exc)[:100]}") from None
+    if not isinstance(obj, dict):
+        raise _bad("a message must be a JSON object")
+    return obj
+
+
+def _type_of(obj: dict[str, Any]) -> str:
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise _bad("a message needs a string field 'type'")
+    return kind
+
+
+def _bad(reason: str) -> ProtocolError:
+    return ProtocolError(reason, code="bad_message")
+
+
+def _frame(reason: str) -> ProtocolError:
+    return ProtocolError(reason, code="bad_frame")
+
+
+def _too_big(what: str, size: int, limit: int) -> ProtocolError:
+    return ProtocolError(f"{what} of {size} bytes exceeds the limit of {limit}", code="message_too_big")
+
+
+# -- encoding -----------------------------------------------------------------
+
+
+def encode(message: Message, *, version: int = PROTOCOL_VERSIONS[-1]) -> str | bytes:
+    """Encode one message: a str for a text message, bytes for a binary one.
+
+    Raises ValueError when the message breaks a rule the receiver checks (the
+    same rules as decoding, so whatever encodes also decodes). Tensors are
+    copied once, into the returned bytes; a TensorPack's payload is reused as is.
+    """
+    if isinstance(message, (Provision, Task, Result)):
+        return _encode_binary(message, version)
+    obj = _text_json(message)
+    text = _dumps(obj)
+    try:
+        _TEXT_PARSERS[obj["type"]](_Fields(json.loads(text), obj["type"]))
+    except ProtocolError as exc:
+        raise ValueError(f"cannot encode {obj['type']}: {exc.reason}") from None
+    return text
+
+
+def _dumps(obj: dict[str, Any]) -> str:
+    try:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cannot encode {obj.get('type')}: {exc}") from None
+
+
+def _text_json(m: Message) -> dict[str, Any]:
+    match m:
+        case Hello():
+            return {
+                "type": "hello",
+                "device_id": m.device_id,
+                "token": m.token,
+                "runtime": m.runtime,
+                "versions": list(m.versions),
+                "hardware": dict(m.hardware),
+                "cached": list(m.cached),
+                "max_message_bytes": m.max_message_bytes,
+            }
+        case Welcome():
+            s = m.settings
+            return {
+                "type": "welcome",
+                "version": m.version,
+                "coordinator_id": m.coordinator_id,
+                "settings": {
+                    "heartbeat_interval_s": s.heartbeat_interval_s,
+                    "heartbeat_timeout_s": s.heartbeat_timeout_s,
+                    "max_message_bytes": s.max_message_bytes,
+                    "max_control_bytes": s.max_control_bytes,
+                },
+            }
+        case Cancel():
+            return {"type": "cancel", "task_id": m.task_id, "reason": m.reason}
+        case Heartbeat():
+            return {"type": "heartbeat", "seq": m.seq, "sent_at": m.sent_at}
+        case HeartbeatAck():
+            return {"type": "heartbeat_ack", "seq": m.seq, "echo": m.echo}
+        case Error():
+            return {"type": "error", "code": m.code, "reason": m.reason, "task_id": m.task_id}
+        case Bye():
+            return {"type": "bye", "code": m.code, "reason": m.reason}
+    raise TypeError(f"not a protocol message: {m!r}")
+
+
+def _binary_json(m: Provision | Task | Result) -> tuple[dict[str, Any], Mapping[str, npt.ArrayLike]]:
+    match m:
+        case Provision():
+            tensors: dict[str, npt.ArrayLike] = {}
+            if m.program is not None:
+                if m.program.sha256 != m.program_sha256:
+                    raise ValueError("cannot encode provision: program_sha256 is not the program's")
+                tensors["program"] = np.frombuffer(m.program.data, dtype=np.uint8)
+            if m.shard is not None:
+                if m.shard.sha256 != m.shard_sha256:
+                    raise ValueError("cannot encode provision: shard_sha256 is not the shard's")
+                tensors["x"], tensors["y"] = m.shard.x, m.shard.y
+            header = {
+                "type": "provision",
+                "job_id": m.job_id,
+                "model": {
+                    "name": m.model.name,
+                    "input_shape": list(m.model.input_shape),
+                    "num_classes": m.model.num_classes,
+                },
+                "program_sha256": m.program_sha256,
+                "shard_sha256": m.shard_sha256,
+            }
+            return header, tensors
+        case Task():
+            header = {
+                "type": "task",
+                "task_id": m.task_id,
+                "job_id": m.job_id,
+                "round": m.round,
+                "epochs": m.epochs,
+                "batch_size": m.batch_size,
+                "lr": m.lr,
+                "momentum": m.momentum,
+                "weight_decay": m.weight_decay,
+                "deadline_s": m.deadline_s,
+                "program_sha256": m.program_sha256,
+                "shard_sha256": m.shard_sha256,
+            }
+            return header, m.weights
+        case Result():
+            t = m.timing
+            header = {
+                "type": "result",
+                "task_id": m.task_id,
+                "job_id": m.job_id,
+                "round": m.round,
+                "samples": m.samples,
+                "mean_loss": m.mean_loss,
+                "timing": {"download_s": t.download_s, "compute_s": t.compute_s, "upload_s": t.upload_s},
+            }
+            return header, m.weights
+
+
+def _encode_binary(m: Provision | Task | Result, version: int) -> bytes:
+    header, tensors = _binary_json(m)
+    if isinstance(tensors, TensorPack):
+        table, parts = tensors.table, [tensors.payload]
+    else:
+        table, parts = layout(tensors)
+    header["tensors"] = [info.to_json() for info in table]
+    header_bytes = _dumps(header).encode("ascii")
+    payload_len = table[-1].offset + table[-1].nbytes if table else 0
+    kind = header["type"]
+    try:
+        # The JSON rules, checked on the header as the peer will read it; the
+        # tensor values are ours and are not re-read (verify=False).
+        _BINARY_PARSERS[kind](_Fields(json.loads(header_bytes), kind), TensorPack(table, b""), False)
+    except ProtocolError as exc:
+        raise ValueError(f"cannot encode {kind}: {exc.reason}") from None
+    payload_offset = align(FIXED_HEADER.size + len(header_bytes))
+    fixed = FIXED_HEADER.pack(MAGIC, version, 0, len(header_bytes), payload_offset, payload_len)
+    padding = bytes(payload_offset - FIXED_HEADER.size - len(header_bytes))
+    return b"".join([fixed, header_bytes, padding, *parts])

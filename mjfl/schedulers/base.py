@@ -1,0 +1,190 @@
+"""What a scheduler sees and returns: plans, planning contexts, round outcomes.
+
+Devices are addressed by their index in the fleet (``FleetModel.ids[i]``), jobs
+by their index in ``PlanContext.jobs``; a plan is a sorted tuple of device
+indices (Formula 9's V_m^r). Schedulers never see weights, sockets or clocks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mjfl.ids import DeviceId, JobId
+from mjfl.schedulers import round_time
+
+if TYPE_CHECKING:
+    from mjfl.schedulers.cost import CostModel
+
+Plan = tuple[int, ...]
+Omega = Literal["sqrt", "linear", "log"]
+
+
+@dataclass(frozen=True, eq=False)
+class FleetModel:
+    """Every device's round-time parameters (Formula 4): ``a`` and ``mu`` per device."""
+
+    ids: tuple[DeviceId, ...]
+    a: NDArray[np.float64]
+    mu: NDArray[np.float64]
+
+    def __post_init__(self) -> None:
+        if not (len(self.ids) == self.a.shape[0] == self.mu.shape[0]):
+            raise ValueError("ids, a and mu must have one entry per device")
+        if np.any(self.a <= 0) or np.any(self.mu <= 0):
+            raise ValueError("a and mu must be positive (Formula 4)")
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True, eq=False)
+class JobModel:
+    """What the cost model needs of a job: tau_m, D_k^m for every device, C_m."""
+
+    name: JobId
+    epochs: int
+    samples: NDArray[np.int64]
+    fraction: float
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ValueError("epochs must be >= 1")
+        if np.any(self.samples < 1):
+            raise ValueError("every device needs at least one sample of the job")
+        if not 0 < self.fraction <= 1:
+            raise ValueError("fraction C_m must lie in (0, 1]")
+
+
+@dataclass(frozen=True)
+class CostWeights:
+    """alpha and beta of Formula 2 and Omega of Formula 13.
+
+    Both terms are normalised (see ``mjfl.schedulers.cost``) so the defaults
+    mean the same on any fleet.
+    """
+
+    alpha: float = 1.0
+    beta: float = 0.2
+    omega: Omega = "sqrt"
+
+    def __post_init__(self) -> None:
+        if self.alpha < 0 or self.beta < 0:
+            raise ValueError("alpha and beta must be >= 0")
+        if self.omega not in ("sqrt", "linear", "log"):
+            raise ValueError("omega must be one of sqrt, linear, log")
+
+
+def plan_size(fraction: float, fleet_size: int, free: int, minimum: int = 1) -> int:
+    """``ceil(C_m * |K|)`` devices, capped by the free ones; 0 if fewer than ``minimum`` are free."""
+    wanted = max(minimum, math.ceil(fraction * fleet_size - 1e-9))
+    size = min(wanted, free)
+    return size if size >= minimum else 0
+
+
+@dataclass(frozen=True, eq=False)
+class PlanContext:
+    """Everything one plan call may use (the inputs of Algorithms 1-4).
+
+    ``frequencies[m, k]`` is s_{k,m} of Formula 6 counting every plan already
+    issued to job m, in-flight ones included; ``current_plans[m]`` is job m's
+    plan in flight (None when it is between rounds). ``free`` excludes every
+    device in any in-flight plan, so any plan over ``free`` keeps devices
+    exclusive across jobs.
+    """
+
+    job: int
+    round: int
+    fleet: FleetModel
+    jobs: tuple[JobModel, ...]
+    free: NDArray[np.bool_]
+    frequencies: NDArray[np.int64]
+    current_plans: tuple[Plan | None, ...]
+    size: int
+    weights: CostWeights = field(default_factory=CostWeights)
+
+    def __post_init__(self) -> None:
+        K, M = self.fleet.size, len(self.jobs)
+        if self.free.shape != (K,) or self.frequencies.shape != (M, K):
+            raise ValueError("free must be (K,) and frequencies (M, K)")
+        if len(self.current_plans) != M or not 0 <= self.job < M:
+            raise ValueError("one current plan per job, and a valid job index")
+        if not 1 <= self.size <= int(self.free.sum()):
+            raise ValueError(f"plan size {self.size} needs 1..{int(self.free.sum())} free devices")
+        if self.round < 1:
+            raise ValueError("rounds count from 1")
+
+    @property
+    def job_model(self) -> JobModel:
+        return self.jobs[self.job]
+
+    @cached_property
+    def free_indices(self) -> NDArray[np.intp]:
+        return np.flatnonzero(self.free)
+
+    def timer(self, job: int) -> round_time.PlanTimer:
+        """The plan timer of one job over the whole fleet, built once per context."""
+        timers: dict[int, round_time.PlanTimer] = self.__dict__.setdefault("_timers", {})
+        if job not in timers:
+            timers[job] = round_time.PlanTimer(*self.shift_rate(job), max_plan_size=self.fleet.size)
+        return timers[job]
+
+    @cached_property
+    def costs(self) -> CostModel:
+        """The cost model of this context, shared by every scheduler asked to plan it."""
+        from mjfl.schedulers.cost import CostModel
+
+        return CostModel(self)
+
+    def shift_rate(self, job: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+        spec = self.jobs[job]
+        return round_time.shift_and_rate(self.fleet.a, self.fleet.mu, spec.epochs, spec.samples)
+
+    @cached_property
+    def device_times(self) -> NDArray[np.float64]:
+        """Expected round time of each device for this job: tau*D*(a + 1/mu)."""
+        return round_time.mean(*self.shift_rate(self.job))
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What happened to a planned round (failures are data, STYLE 5).
+
+    ``durations`` holds the round time of each device that returned a valid
+    update; ``failed`` the devices that did not return or were rejected;
+    ``round_time`` is when the round closed (Formula 3 as observed: the slowest
+    returned device, or the deadline when one failed).
+    """
+
+    job: int
+    round: int
+    plan: Plan
+    durations: Mapping[int, float]
+    failed: frozenset[int]
+    round_time: float
+
+
+class Scheduler(Protocol):
+    """Plans one job's rounds and learns from their outcomes."""
+
+    name: str
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        """A plan of exactly ``ctx.size`` free devices for ``ctx.job`` in ``ctx.round``."""
+        ...
+
+    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        """The outcome of the round planned from ``ctx`` (by this or another scheduler)."""
+        ...
+
+
+def as_plan(devices: NDArray[np.integer] | list[int]) -> Plan:
+    """A plan in canonical form: sorted, unique device indices."""
+    return tuple(sorted(int(d) for d in set(np.asarray(devices).tolist())))

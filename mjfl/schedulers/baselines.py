@@ -1,0 +1,102 @@
+"""The simple baselines: Random (FedAvg), Greedy and FedCS."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mjfl.schedulers import round_time
+from mjfl.schedulers.base import Plan, PlanContext, RoundOutcome, as_plan
+
+Seed = int | np.random.Generator
+
+
+def as_generator(seed: Seed) -> np.random.Generator:
+    """A numpy Generator from a seed, or the Generator itself."""
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
+class RandomScheduler:
+    """FedAvg's selection (McMahan et al. 2017): a uniform sample of free devices."""
+
+    name = "random"
+
+    def __init__(self, seed: Seed = 0) -> None:
+        self.rng = as_generator(seed)
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        return as_plan(self.rng.choice(ctx.free_indices, size=ctx.size, replace=False))
+
+    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        pass
+
+
+class GreedyScheduler:
+    """The free devices with the shortest expected round time (Shi et al. 2020).
+
+    Deterministic: ties go to the lower device index.
+    """
+
+    name = "greedy"
+
+    def __init__(self, seed: Seed = 0) -> None:
+        del seed  # nothing random; the argument keeps every scheduler's signature alike
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        free = ctx.free_indices
+        order = np.argsort(ctx.device_times[free], kind="stable")
+        return as_plan(free[order[: ctx.size]])
+
+    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        pass
+
+
+class FedCSScheduler:
+    """Deadline-based client selection (FedCS, Nishio & Yonetani 2019).
+
+    FedCS asks a random subset of clients for their resources ("resource
+    request"), then selects greedily by estimated completion time as many as
+    fit a round deadline. Here the request goes to ``pool_factor * size`` random
+    free devices; a device fits when the ``confidence`` quantile of its round
+    time (Formula 4) is within the deadline. FedCS's objective is the *number* of
+    devices under the deadline, not their speed, so with the plan size fixed it
+    takes ``size`` of the fitting devices at random; when too few fit it adds
+    the next ones in order of estimated completion time.
+
+    The deadline defaults to the median, over the free devices, of that quantile.
+    """
+
+    name = "fedcs"
+
+    def __init__(
+        self,
+        seed: Seed = 0,
+        *,
+        deadline_s: float | None = None,
+        pool_factor: float = 2.0,
+        confidence: float = 0.9,
+    ) -> None:
+        if pool_factor < 1:
+            raise ValueError("pool_factor must be >= 1")
+        self.rng = as_generator(seed)
+        self.deadline_s = deadline_s
+        self.pool_factor = pool_factor
+        self.confidence = confidence
+
+    def plan(self, ctx: PlanContext) -> Plan:
+        free = ctx.free_indices
+        shift, rate = ctx.shift_rate(ctx.job)
+        completion = round_time.quantile(self.confidence, shift[free], rate[free])
+        deadline = self.deadline_s if self.deadline_s is not None else float(np.median(completion))
+        pool_size = min(free.size, max(ctx.size, int(np.ceil(self.pool_factor * ctx.size))))
+        pool = self.rng.choice(free.size, size=pool_size, replace=False)
+        fits = pool[completion[pool] <= deadline]
+        if fits.size >= ctx.size:
+            chosen = self.rng.choice(fits, size=ctx.size, replace=False)
+        else:
+            late = pool[completion[pool] > deadline]
+            late = late[np.argsort(completion[late], kind="stable")]
+            chosen = np.concatenate([fits, late[: ctx.size - fits.size]])
+        return as_plan(free[chosen])
+
+    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        pass

@@ -1,0 +1,91 @@
+"""`mjfl bench schedulers`: plan latency and plan cost of every scheduler.
+
+For each fleet size, a synthetic heterogeneous fleet (``synthetic.py``) with
+``jobs`` jobs is driven for ``rounds`` rounds on the cost model, one scheduler
+instance per job, and every ``plan`` call is timed: one call plans one job's
+round while the other jobs' plans are in flight. ``mean_cost`` is the mean
+TotalCost (Formula 8, expected round time) of the plans a method chose, so
+methods can be compared on quality as well as speed. Learning methods pay for
+their first call (RLDS pre-trains on it) inside these figures.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from mjfl.schedulers.base import Plan, PlanContext
+from mjfl.schedulers.registry import METHODS, make_scheduler
+from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
+
+
+def measure(method: str, devices: int, jobs: int, rounds: int, fraction: float, seed: int) -> dict[str, float | int | str]:
+    """One method on one fleet size: latency percentiles and mean TotalCost."""
+    rng = np.random.default_rng(seed)
+    fleet = synthetic_fleet(devices, rng)
+    job_models = synthetic_jobs(jobs, devices, rng, fraction=fraction)
+    schedulers = [make_scheduler(method, seed=seed * 1000 + m) for m in range(jobs)]
+    latencies: list[float] = []
+    costs: list[float] = []
+
+    def record(ctx: PlanContext, plan: Plan, seconds: float) -> None:
+        latencies.append(seconds)
+        costs.append(float(ctx.costs.total(np.asarray(plan))))
+
+    drive(schedulers, fleet, job_models, rounds, rng, timer=time.perf_counter, on_plan=record)
+    ms = np.asarray(latencies) * 1e3
+    return {
+        "method": method,
+        "devices": devices,
+        "jobs": jobs,
+        "median_ms": round(float(np.median(ms)), 3),
+        "p95_ms": round(float(np.percentile(ms, 95)), 3),
+        "mean_cost": round(float(np.mean(costs)), 4),
+    }
+
+
+def run_scheduler_bench(
+    *,
+    devices: Sequence[int],
+    jobs: int,
+    rounds: int,
+    fraction: float = 0.1,
+    methods: Sequence[str] | None = None,
+    seed: int = 0,
+    json_path: Path | None = None,
+    console: Console | None = None,
+) -> dict[str, list[dict[str, float | int | str]]]:
+    """Measure every method on every fleet size; print a table, optionally write JSON."""
+    from mjfl.errors import UserError
+
+    methods = list(methods or METHODS)
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise UserError(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
+    if jobs < 1 or rounds < 1 or any(d < 2 for d in devices):
+        raise UserError("--jobs and --rounds must be >= 1 and every --devices >= 2")
+    console = console or Console(stderr=True)
+    results = []
+    with console.status("") as status:
+        for size in devices:
+            for method in methods:
+                status.update(f"{method} on {size} devices ...")
+                results.append(measure(method, size, jobs, rounds, fraction, seed))
+    table = Table(title=f"Plan latency ({jobs} jobs, {rounds} rounds, C={fraction})")
+    for column in ("method", "devices", "median ms", "p95 ms", "mean TotalCost"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for row in results:
+        table.add_row(row["method"], str(row["devices"]), f"{row['median_ms']:.2f}", f"{row['p95_ms']:.2f}", f"{row['mean_cost']:.3f}")
+    console.print(table)
+    report = {"results": results}
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"wrote {json_path}")
+    return report

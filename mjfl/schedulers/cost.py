@@ -1,0 +1,147 @@
+"""The paper's cost model: data fairness, Cost, TotalCost and ReCost.
+
+Scales. Round time is in seconds and fairness in squared counts, so raw
+alpha/beta would mean different things on every fleet. Both terms are
+therefore made dimensionless:
+
+* time: a plan's expected round time divided by the job's *reference time*,
+  the mean expected round time of one device over the whole fleet
+  (``mean_k tau_m D_k^m (a_k + 1/mu_k)``). A plan of typical devices scores a
+  little above 1 (it waits for its slowest member), one of fast devices below 1.
+* fairness: Formula 5 divided by ``p(1 - p)`` with ``p = |V| / |K|``, the
+  variance one round adds to the frequency vector. A uniformly random scheduler
+  scores about r after r rounds, and choosing a device that has been
+  scheduled d times more than average adds about ``2d / (1 - p)``.
+
+With these scales alpha = 1, beta = 0.2 (the defaults) weigh "one plan twice as
+slow as typical" against "its devices were picked ~0.4 rounds more often than
+average"; Meta-Greedy's Omega(r) = sqrt(r) then lets fairness grow in weight as
+the job goes on (Formula 13). See docs/cost-model.md.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from mjfl.schedulers import round_time
+from mjfl.schedulers.base import Omega, PlanContext, RoundOutcome
+
+FloatArray = NDArray[np.float64]
+
+
+def update_frequencies(frequencies: ArrayLike, plan: ArrayLike) -> NDArray[np.int64]:
+    """Formula 6: ``s_k += 1`` for every device k of the plan."""
+    out = np.array(frequencies, dtype=np.int64, copy=True)
+    out[np.asarray(plan, dtype=np.intp)] += 1
+    return out
+
+
+def fairness(frequencies: ArrayLike, plans: ArrayLike) -> FloatArray:
+    """Formula 5 after Formula 6: variance over all devices of ``s + 1_V``.
+
+    ``plans`` has shape (..., n). Expanding the variance gives
+    ``Var(s) + (2/K) sum_{k in V} (s_k - mean(s)) + p(1 - p)``, p = n/K, which
+    costs O(n) per plan instead of O(K).
+    """
+    s = np.asarray(frequencies, dtype=np.float64)
+    plans = np.asarray(plans, dtype=np.intp)
+    K, n = s.size, plans.shape[-1]
+    p = n / K
+    excess = (s[plans] - s.mean()).sum(axis=-1)
+    return s.var() + 2.0 * excess / K + p * (1.0 - p)
+
+
+def fairness_scale(plan_size: int, fleet_size: int) -> float:
+    """``p(1 - p)``: the variance one round of ``plan_size`` devices adds (1 if it adds none)."""
+    p = plan_size / fleet_size
+    return p * (1.0 - p) if 0 < p < 1 else 1.0
+
+
+def omega(round_: int, kind: Omega) -> float:
+    """Omega(r) of Formula 13: sqrt(r) (the paper's choice), r, or log r."""
+    if round_ < 1:
+        raise ValueError("rounds count from 1")
+    if kind == "sqrt":
+        return float(np.sqrt(round_))
+    if kind == "linear":
+        return float(round_)
+    return float(np.log(round_))
+
+
+class CostModel:
+    """Formulas 2, 8, 12-13 evaluated for plans of the context's job."""
+
+    def __init__(self, ctx: PlanContext) -> None:
+        self.ctx = ctx
+        self.alpha = ctx.weights.alpha
+        self.beta = ctx.weights.beta
+
+    @cached_property
+    def reference_time(self) -> float:
+        """Mean expected round time of one device of the fleet for this job."""
+        return float(self.ctx.device_times.mean())
+
+    def time(self, plans: ArrayLike) -> FloatArray:
+        """Expected round time (Formula 3 under Formula 4) over the reference time."""
+        return self.ctx.timer(self.ctx.job).expected_max(plans) / self.reference_time
+
+    @cached_property
+    def _frequencies(self) -> tuple[FloatArray, float, float]:
+        """The job's frequency vector, its mean and its variance before the plan."""
+        freq = self.ctx.frequencies[self.ctx.job].astype(np.float64)
+        return freq, float(freq.mean()), float(freq.var())
+
+    def fairness(self, plans: ArrayLike) -> FloatArray:
+        """Formula 5 (with the plan counted, Formula 6) over ``p(1 - p)``.
+
+        Same expansion as :func:`fairness`, with the frequency statistics
+        computed once per context.
+        """
+        plans = np.asarray(plans, dtype=np.intp)
+        freq, freq_mean, freq_var = self._frequencies
+        K, n = freq.size, plans.shape[-1]
+        p = n / K
+        spread = freq_var + 2.0 * (freq[plans].sum(axis=-1) - n * freq_mean) / K + p * (1.0 - p)
+        return spread / fairness_scale(n, K)
+
+    def cost(self, plans: ArrayLike) -> FloatArray:
+        """Formula 2: ``alpha * T + beta * F`` for this job."""
+        return self.alpha * self.time(plans) + self.beta * self.fairness(plans)
+
+    @cached_property
+    def others(self) -> float:
+        """Formula 8's other terms: every other job's Cost under its plan in flight."""
+        total = 0.0
+        ctx = self.ctx
+        for m, plan in enumerate(ctx.current_plans):
+            if m == ctx.job or not plan:
+                continue
+            times = round_time.expected_max(*(x[list(plan)] for x in ctx.shift_rate(m)))
+            reference = float(round_time.mean(*ctx.shift_rate(m)).mean())
+            freq = ctx.frequencies[m].astype(np.float64)  # already counts the plan in flight
+            spread = freq.var() / fairness_scale(len(plan), freq.size)
+            total += self.alpha * float(times) / reference + self.beta * spread
+        return total
+
+    def total(self, plans: ArrayLike) -> FloatArray:
+        """Formula 8: this job's Cost plus the other jobs', their plans held fixed."""
+        return self.cost(plans) + self.others
+
+    def recost(self, plans: ArrayLike) -> FloatArray:
+        """Formulas 12-13: ``alpha * T + beta * Omega(r) * F`` (Meta-Greedy's selector)."""
+        weight = self.beta * omega(self.ctx.round, self.ctx.weights.omega)
+        return self.alpha * self.time(plans) + weight * self.fairness(plans)
+
+    def observed_cost(self, outcome: RoundOutcome) -> float:
+        """Formula 8 with the round time that was observed instead of the expected one.
+
+        Failed devices are charged through ``outcome.round_time``: the round
+        waited for them until its deadline.
+        """
+        plan = np.asarray(outcome.plan, dtype=np.intp)
+        time = outcome.round_time / self.reference_time
+        return float(self.alpha * time + self.beta * self.fairness(plan) + self.others)
+

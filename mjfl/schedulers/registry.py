@@ -1,0 +1,52 @@
+"""Schedulers by name, as the config file and the command line spell them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mjfl.errors import ConfigError
+from mjfl.schedulers.base import Scheduler
+from mjfl.schedulers.baselines import FedCSScheduler, GreedyScheduler, RandomScheduler, Seed, as_generator
+from mjfl.schedulers.bods import BODSScheduler
+from mjfl.schedulers.genetic import AnnealingScheduler, GeneticScheduler
+from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
+from mjfl.schedulers.rlds import RLDSScheduler
+
+SINGLE: dict[str, Callable[..., Scheduler]] = {
+    "random": RandomScheduler,
+    "fedcs": FedCSScheduler,
+    "greedy": GreedyScheduler,
+    "genetic": GeneticScheduler,
+    "bods": BODSScheduler,
+    "rlds": RLDSScheduler,
+    "sa": AnnealingScheduler,
+}
+# Algorithm 4's six members, in the paper's order.
+META_MEMBERS = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
+METHODS = (*SINGLE, "meta-greedy")
+
+
+def make_scheduler(
+    method: str,
+    seed: Seed = 0,
+    *,
+    options: dict[str, dict[str, Any]] | None = None,
+    members: Sequence[str] = META_MEMBERS,
+) -> Scheduler:
+    """A scheduler by name; ``options[name]`` holds keyword arguments for that method.
+
+    Meta-Greedy's members each get their own generator spawned from ``seed``,
+    so adding a member does not change the others' draws.
+    """
+    options = options or {}
+    if method == "meta-greedy":
+        unknown = [m for m in members if m not in SINGLE]
+        if unknown:
+            raise ConfigError("scheduler.members", f"unknown method(s) {unknown}; choose from {list(SINGLE)}")
+        rngs = as_generator(seed).spawn(len(members))
+        return MetaGreedyScheduler([SINGLE[m](rng, **options.get(m, {})) for m, rng in zip(members, rngs)])
+    if method not in SINGLE:
+        raise ConfigError("scheduler.method", f"unknown method {method!r}; choose from {list(METHODS)}")
+    return SINGLE[method](seed, **options.get(method, {}))
+

@@ -228,7 +228,7 @@ def _dirichlet(
                 parts[device].append(chunk)
     out = [np.concatenate(p) if p else np.empty(0, dtype=np.int64) for p in parts]
     for device in range(num_devices):
-        if False:
+        if out[device].size == 0:
             donor = int(np.argmax([p.size for p in out]))
             pick = int(rng.integers(out[donor].size))
             out[device] = out[donor][pick : pick + 1]

@@ -46,10 +46,34 @@ def bench_schedulers(
     )
 
 
+# Options that take several values after one flag (`--devices 100 1000`);
+# click wants the flag repeated, so main() spells it out.
+MULTI_VALUE_OPTIONS = frozenset({"--devices"})
+
+
+def expand_multi_value_options(argv: list[str]) -> list[str]:
+    """Rewrite ``--devices 100 1000`` as ``--devices 100 --devices 1000``."""
+    out: list[str] = []
+    current: str | None = None
+    for token in argv:
+        if token in MULTI_VALUE_OPTIONS:
+            current = token
+            out.append(token)
+            continue
+        if token.startswith("-"):
+            current = None
+        elif current is not None and out[-1] != current:
+            out.append(current)
+        out.append(token)
+    return out
+
+
 def main() -> None:
     """Console-script entry point: user errors print one clear line, exit 2."""
+    import sys
+
     try:
-        app()
+        app(args=expand_multi_value_options(sys.argv[1:]))
     except UserError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         raise SystemExit(2) from None

@@ -6,14 +6,16 @@ binary message is a 24-byte fixed header, a JSON header and a tensor section:
     offset  size  field
     0       4     magic b"MJFL"
     4       2     u16 protocol version
-    6       2     u16 flags, 0
+    6       2     u16 flags: 0, or FLAG_MORE on the first part of a split message
     8       4     u32 header_len: bytes of JSON header
     12      4     u32 payload_offset = align64(24 + header_len)
     16      8     u64 payload_len; the message ends at payload_offset + payload_len
     24      ...   JSON header, then zero padding up to payload_offset
     ...           payload (see tensors.py)
 
-All integers little-endian. Decoding raises ProtocolError and nothing else,
+All integers little-endian. A message too large for the sender's WebSocket
+library (OkHttp queues at most 16 MiB) may travel split into parts
+(split_message, Assembly). Decoding raises ProtocolError and nothing else,
 whatever the input; encoding raises ValueError for a message the other side
 would refuse.
 """
@@ -24,7 +26,9 @@ import json
 import math
 import re
 import struct
+import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import numpy as np
@@ -50,7 +54,15 @@ from mjfl.android_bridge.messages import (
     Timing,
     Welcome,
 )
-from mjfl.android_bridge.tensors import Buffer, TensorPack, _show, align, layout, read_table
+from mjfl.android_bridge.tensors import (
+    Buffer,
+    TensorInfo,
+    TensorPack,
+    _show,
+    align,
+    layout,
+    read_table,
+)
 from mjfl.errors import ProtocolError
 from mjfl.ids import DeviceId, JobId
 
@@ -59,6 +71,11 @@ PROTOCOL_VERSIONS: tuple[int, ...] = (1,)
 
 MAGIC = b"MJFL"
 FIXED_HEADER = struct.Struct("<4sHHIIQ")
+FLAG_MORE = 0x0001
+"""Fixed-header flag: the payload continues in continuation parts."""
+PART_MAGIC = b"MJFC"
+PART_HEADER = struct.Struct("<4sI")
+"""A continuation part: magic b"MJFC", u32 part number (1, 2, ...), then payload bytes."""
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 2**20
 DEFAULT_MAX_CONTROL_BYTES = 64 * 2**10
@@ -102,44 +119,121 @@ def decode_bytes(
     max_size: int | None = DEFAULT_MAX_MESSAGE_BYTES,
     max_header_size: int | None = DEFAULT_MAX_CONTROL_BYTES,
 ) -> Message:
-    """Decode one binary message of protocol ``version``.
+    """Decode one whole (unsplit) binary message of protocol ``version``.
 
     Tensors in the result are read-only views of ``data``: no copy is made, so
-    ``data`` must not be modified while they are in use.
+    ``data`` must not be modified while they are in use. Split messages need
+    :func:`begin_binary`, which sessions use.
     """
+    result = begin_binary(data, version=version, max_size=max_size, max_header_size=max_header_size)
+    if isinstance(result, Assembly):
+        raise _frame("the first part of a split message, whose other parts are not here")
+    return result
+
+
+def begin_binary(
+    data: Buffer,
+    *,
+    version: int = PROTOCOL_VERSIONS[-1],
+    max_size: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+    max_header_size: int | None = DEFAULT_MAX_CONTROL_BYTES,
+) -> Message | Assembly:
+    """Decode a whole binary message, or start an Assembly from the first part of a split one."""
     view = memoryview(data).cast("B")
     size = view.nbytes
+    if bytes(view[:4]) == PART_MAGIC:
+        raise _frame("a continuation part with no split message pending")
     if max_size is not None and size > max_size:
         raise _too_big("binary message", size, max_size)
     if size < FIXED_HEADER.size:
         raise _frame(f"a binary message needs {FIXED_HEADER.size} header bytes, got {size}")
-    magic, got_version, flags, header_len, payload_offset, payload_len = FIXED_HEADER.unpack_from(view)
+    magic, got_version, flags, header_len, payload_offset, payload_len = FIXED_HEADER.unpack_from(
+        view
+    )
     if magic != MAGIC:
         raise _frame(f"bad magic {magic!r}, expected {MAGIC!r}")
     if got_version != version:
         raise _frame(f"binary message of version {got_version} in a version {version} session")
-    if flags != 0:
+    if flags & ~FLAG_MORE:
         raise _frame(f"unknown flags {flags:#06x}")
     if max_header_size is not None and header_len > max_header_size:
         raise _too_big("JSON header", header_len, max_header_size)
     if payload_offset != align(FIXED_HEADER.size + header_len):
-        raise _frame(f"payload offset {payload_offset}, expected {align(FIXED_HEADER.size + header_len)}")
-    if payload_offset + payload_len != size:
-        raise _frame(f"header says {payload_offset + payload_len} bytes, the message has {size}")
+        raise _frame(
+            f"payload offset {payload_offset}, expected {align(FIXED_HEADER.size + header_len)}"
+        )
+    total = payload_offset + payload_len
+    if total > (sys.maxsize if max_size is None else max_size):
+        raise _too_big("binary message", total, sys.maxsize if max_size is None else max_size)
+    more = bool(flags & FLAG_MORE)
+    if more and not payload_offset <= size < total:
+        raise _frame(
+            f"a first part must hold the {payload_offset}-byte header and less than {total} bytes"
+        )
+    if not more and total != size:
+        raise _frame(f"header says {total} bytes, the message has {size}")
     try:
         header_text = str(view[FIXED_HEADER.size : FIXED_HEADER.size + header_len], "utf-8")
     except UnicodeDecodeError:
         raise _bad("the JSON header is not valid UTF-8") from None
     obj = _load_json(header_text)
     kind = _type_of(obj)
-    parser = _BINARY_PARSERS.get(kind)
-    if parser is None:
+    if kind not in _BINARY_PARSERS:
         if kind in _TEXT_PARSERS:
             raise _bad(f"'{kind}' must travel as a text message")
         raise ProtocolError(f"unknown message type {_show(kind)}", code="unknown_type")
-    payload = view[payload_offset:]
-    pack = TensorPack(read_table(obj.get("tensors"), payload_len), payload)
-    return parser(_Fields(obj, kind), pack, True)
+    head = _Head(kind, obj, read_table(obj.get("tensors"), payload_len))
+    if more:
+        return Assembly(head, payload_len, view[payload_offset:])
+    return head.finish(view[payload_offset:])
+
+
+@dataclass(frozen=True)
+class _Head:
+    """The checked JSON header of a binary message whose payload may still be arriving."""
+
+    kind: str
+    obj: dict[str, Any]
+    table: tuple[TensorInfo, ...]
+
+    def finish(self, payload: Buffer) -> Message:
+        return _BINARY_PARSERS[self.kind](
+            _Fields(self.obj, self.kind), TensorPack(self.table, payload), True
+        )
+
+
+class Assembly:
+    """A split binary message being received part by part (docs/protocol.md, "Parts").
+
+    The payload is copied once into a buffer of its announced length; the
+    decoded tensors are views of that buffer.
+    """
+
+    def __init__(self, head: _Head, payload_len: int, first: memoryview) -> None:
+        self._head = head
+        self._buffer = bytearray(payload_len)
+        self._buffer[: first.nbytes] = first
+        self._filled = first.nbytes
+        self._next = 1
+
+    def add(self, data: Buffer) -> Message | None:
+        """Take the next continuation part; the message once it is complete, else None."""
+        view = memoryview(data).cast("B")
+        if view.nbytes < PART_HEADER.size or bytes(view[:4]) != PART_MAGIC:
+            raise _frame(f"expected continuation part {self._next} of a split message")
+        _, seq = PART_HEADER.unpack_from(view)
+        if seq != self._next:
+            raise _frame(f"continuation part {seq}, expected {self._next}")
+        chunk = view[PART_HEADER.size :]
+        end = self._filled + chunk.nbytes
+        if chunk.nbytes == 0 or end > len(self._buffer):
+            raise _frame(f"continuation part {seq} is empty or runs past the payload's end")
+        self._buffer[self._filled : end] = chunk
+        self._filled = end
+        self._next += 1
+        if end < len(self._buffer):
+            return None
+        return self._head.finish(self._buffer)
 
 
 def decode(
@@ -211,7 +305,8 @@ class _Fields:
 
     def number(self, key: str, *, low: float | None = None, positive: bool = False) -> float:
         value = self.get(key)
-        if type(value) not in (int, float) or not math.isfinite(value):
+        # abs(int) bound first: math.isfinite(10**400) raises OverflowError.
+        if type(value) not in (int, float) or abs(value) > 1e300 or not math.isfinite(value):
             self.fail(key, "must be a finite number")
         if low is not None and value < low:
             self.fail(key, f"must be >= {low}")
@@ -219,7 +314,9 @@ class _Fields:
             self.fail(key, "must be > 0")
         return float(value)
 
-    def opt_number(self, key: str, *, low: float | None = None, positive: bool = False) -> float | None:
+    def opt_number(
+        self, key: str, *, low: float | None = None, positive: bool = False
+    ) -> float | None:
         if self.obj.get(key) is None:
             return None
         return self.number(key, low=low, positive=positive)
@@ -319,13 +416,17 @@ def _provision(f: _Fields, pack: TensorPack, verify: bool) -> Provision:
         if verify:
             program = Program(pack.payload[t.offset : t.offset + t.nbytes])
             if program.sha256 != program_sha256:
-                raise ProtocolError("provision: the program does not match program_sha256", code="bad_artifact")
+                raise ProtocolError(
+                    "provision: the program does not match program_sha256", code="bad_artifact"
+                )
     if ("x" in info) != ("y" in info):
         raise _bad("provision: a shard needs both 'x' and 'y'")
     if "x" in info:
         x, y = info["x"], info["y"]
         if x.dtype != "float32" or len(x.shape) < 1 or x.shape[1:] != model.input_shape:
-            raise _bad(f"provision: 'x' must be float32 (n, {', '.join(map(str, model.input_shape))})")
+            raise _bad(
+                f"provision: 'x' must be float32 (n, {', '.join(map(str, model.input_shape))})"
+            )
         if y.dtype != "int64" or y.shape != x.shape[:1]:
             raise _bad(f"provision: 'y' must be int64 ({x.shape[0]},)")
         if verify:
@@ -334,7 +435,9 @@ def _provision(f: _Fields, pack: TensorPack, verify: bool) -> Provision:
                 raise _bad(f"provision: labels must lie in [0, {model.num_classes})")
             shard = Shard(pack["x"], labels)
             if shard.sha256 != shard_sha256:
-                raise ProtocolError("provision: the shard does not match shard_sha256", code="bad_artifact")
+                raise ProtocolError(
+                    "provision: the shard does not match shard_sha256", code="bad_artifact"
+                )
     return Provision(JobId(f.ident("job_id")), model, program_sha256, shard_sha256, program, shard)
 
 
@@ -425,7 +528,9 @@ def _frame(reason: str) -> ProtocolError:
 
 
 def _too_big(what: str, size: int, limit: int) -> ProtocolError:
-    return ProtocolError(f"{what} of {size} bytes exceeds the limit of {limit}", code="message_too_big")
+    return ProtocolError(
+        f"{what} of {size} bytes exceeds the limit of {limit}", code="message_too_big"
+    )
 
 
 # -- encoding -----------------------------------------------------------------
@@ -495,7 +600,10 @@ def _text_json(m: Message) -> dict[str, Any]:
     raise TypeError(f"not a protocol message: {m!r}")
 
 
-def _binary_json(m: Provision | Task | Result) -> tuple[dict[str, Any], Mapping[str, npt.ArrayLike]]:
+def _binary_json(
+    m: Provision | Task | Result,
+) -> tuple[dict[str, Any], Mapping[str, npt.ArrayLike]]:
+    header: dict[str, Any]
     match m:
         case Provision():
             tensors: dict[str, npt.ArrayLike] = {}
@@ -544,7 +652,11 @@ def _binary_json(m: Provision | Task | Result) -> tuple[dict[str, Any], Mapping[
                 "round": m.round,
                 "samples": m.samples,
                 "mean_loss": m.mean_loss,
-                "timing": {"download_s": t.download_s, "compute_s": t.compute_s, "upload_s": t.upload_s},
+                "timing": {
+                    "download_s": t.download_s,
+                    "compute_s": t.compute_s,
+                    "upload_s": t.upload_s,
+                },
             }
             return header, m.weights
 
@@ -562,10 +674,36 @@ def _encode_binary(m: Provision | Task | Result, version: int) -> bytes:
     try:
         # The JSON rules, checked on the header as the peer will read it; the
         # tensor values are ours and are not re-read (verify=False).
-        _BINARY_PARSERS[kind](_Fields(json.loads(header_bytes), kind), TensorPack(table, b""), False)
+        _BINARY_PARSERS[kind](
+            _Fields(json.loads(header_bytes), kind), TensorPack(table, b""), False
+        )
     except ProtocolError as exc:
         raise ValueError(f"cannot encode {kind}: {exc.reason}") from None
     payload_offset = align(FIXED_HEADER.size + len(header_bytes))
     fixed = FIXED_HEADER.pack(MAGIC, version, 0, len(header_bytes), payload_offset, payload_len)
     padding = bytes(payload_offset - FIXED_HEADER.size - len(header_bytes))
     return b"".join([fixed, header_bytes, padding, *parts])
+
+
+def split_message(data: bytes, max_part_bytes: int) -> list[bytes]:
+    """Split an encoded binary message into WebSocket messages of at most ``max_part_bytes``.
+
+    The first part is the message itself, cut short, with FLAG_MORE set; each
+    continuation part is PART_HEADER followed by the next payload bytes. A
+    message that fits is returned whole.
+    """
+    if len(data) <= max_part_bytes:
+        return [data]
+    _, _, flags, _, payload_offset, _ = FIXED_HEADER.unpack_from(data)
+    if max_part_bytes <= max(payload_offset, PART_HEADER.size):
+        raise ValueError(
+            f"parts of {max_part_bytes} bytes cannot hold a {payload_offset}-byte header"
+        )
+    view = memoryview(data)
+    first = bytearray(view[:max_part_bytes])
+    struct.pack_into("<H", first, 6, flags | FLAG_MORE)
+    parts = [bytes(first)]
+    step = max_part_bytes - PART_HEADER.size
+    for seq, start in enumerate(range(max_part_bytes, len(data), step), start=1):
+        parts.append(b"".join([PART_HEADER.pack(PART_MAGIC, seq), view[start : start + step]]))
+    return parts

@@ -14,6 +14,7 @@ from typing import Any, Literal, NewType
 
 import numpy as np
 
+from mjfl.android_bridge.tensors import Buffer
 from mjfl.ids import DeviceId, JobId
 
 TaskId = NewType("TaskId", str)
@@ -35,7 +36,7 @@ class ModelSpec:
 class Program:
     """An exported ExecuTorch training program (.pte bytes), addressed by its sha256."""
 
-    data: bytes | memoryview
+    data: Buffer
     sha256: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -58,9 +59,11 @@ class Shard:
         x = np.require(self.x, dtype="<f4", requirements="C")
         y = np.require(self.y, dtype="<i8", requirements="C")
         if x.ndim < 1 or y.ndim != 1 or x.shape[0] != y.shape[0]:
-            raise ValueError(f"shard x {x.shape} and y {y.shape} must have shapes (n, ...) and (n,)")
-        digest = hashlib.sha256(x.reshape(-1).view(np.uint8))
-        digest.update(y.view(np.uint8))
+            raise ValueError(
+                f"shard x {x.shape} and y {y.shape} must have shapes (n, ...) and (n,)"
+            )
+        digest = hashlib.sha256(x.reshape(-1).view(np.uint8).data)
+        digest.update(y.view(np.uint8).data)
         object.__setattr__(self, "x", x)
         object.__setattr__(self, "y", y)
         object.__setattr__(self, "sha256", digest.hexdigest())
@@ -192,4 +195,6 @@ class Bye:
     reason: str
 
 
-Message = Hello | Welcome | Provision | Task | Result | Cancel | Heartbeat | HeartbeatAck | Error | Bye
+Message = (
+    Hello | Welcome | Provision | Task | Result | Cancel | Heartbeat | HeartbeatAck | Error | Bye
+)

@@ -33,9 +33,11 @@ from mjfl.android_bridge.codec import (
     DEFAULT_MAX_MESSAGE_BYTES,
     MAX_REASON_CHARS,
     PROTOCOL_VERSIONS,
-    decode_bytes,
+    Assembly,
+    begin_binary,
     decode_text,
     encode,
+    split_message,
 )
 from mjfl.android_bridge.messages import (
     Bye,
@@ -121,15 +123,21 @@ class _Session:
         versions: Collection[int],
         max_message_bytes: int | None,
         max_control_bytes: int | None,
+        max_part_bytes: int | None,
     ) -> None:
         if not versions or not set(versions) <= set(PROTOCOL_VERSIONS):
             raise ValueError(f"versions must be a non-empty subset of {PROTOCOL_VERSIONS}")
-        for name, limit in (("max_message_bytes", max_message_bytes), ("max_control_bytes", max_control_bytes)):
-            if limit is not None and limit < 1:
-                raise ValueError(f"{name} must be >= 1 or None")
+        for name, limit, low in (
+            ("max_message_bytes", max_message_bytes, 1),
+            ("max_control_bytes", max_control_bytes, 1),
+            ("max_part_bytes", max_part_bytes, 2**16 + 64),  # a part holds a whole JSON header
+        ):
+            if limit is not None and limit < low:
+                raise ValueError(f"{name} must be >= {low} or None")
         self.versions = tuple(sorted(set(versions)))
         self.max_message_bytes = max_message_bytes
         self.max_control_bytes = max_control_bytes
+        self.max_part_bytes = max_part_bytes
         self.heartbeat_interval: float | None = None
         self.heartbeat_timeout: float | None = None
         self.state = State.START
@@ -142,6 +150,7 @@ class _Session:
         self._out: list[str | bytes] = []
         self._tasks: dict[TaskId, _Pending] = {}
         self._inventory: set[str] = set()
+        self._assembly: Assembly | None = None  # a split binary message being received
         self._seq = 0  # last heartbeat seq sent
         self._acked = 0  # last seq the peer acknowledged
         self._peer_seq = 0  # last seq the peer sent
@@ -240,18 +249,31 @@ class _Session:
         if self.state is State.CLOSED:
             return  # like a closing WebSocket: whatever still arrives is dropped
         try:
+            message: Message | Assembly | None
             if isinstance(data, str):
                 message = decode_text(data, max_size=self.max_control_bytes)
             elif self.state is not State.OPEN or self.version is None:
-                raise _unexpected(f"a binary message before the session is open ({self.state.value})")
+                raise _unexpected(
+                    f"a binary message before the session is open ({self.state.value})"
+                )
+            elif self._assembly is not None:
+                # Text messages may come between the parts of a split message,
+                # binary ones may not (docs/protocol.md, "Parts").
+                message = self._assembly.add(data)
+                if message is not None:
+                    self._assembly = None
             else:
-                message = decode_bytes(
+                message = begin_binary(
                     data,
                     version=self.version,
                     max_size=self.max_message_bytes,
                     max_header_size=self.max_control_bytes,
                 )
+                if isinstance(message, Assembly):
+                    self._assembly, message = message, None
             self._unanswered_since = None
+            if message is None:
+                return
             if isinstance(message, Bye):
                 self._close(message.code, message.reason)
                 self._events.append(Closed(message.code, message.reason, by_peer=True))
@@ -288,14 +310,21 @@ class _Session:
 
     def _queue(self, message: Message) -> None:
         data = encode(message, version=self.version or self.versions[-1])
-        limit = self._peer_max_message_bytes
-        if limit is not None and len(data) > limit:
-            raise ValueError(f"a {len(data)}-byte {type(message).__name__} exceeds the peer's limit of {limit}")
-        self._out.append(data)
+        limit = self._peer_max_message_bytes  # binary messages only (docs/protocol.md, section 9)
+        if isinstance(data, bytes) and limit is not None and len(data) > limit:
+            raise ValueError(
+                f"a {len(data)}-byte {type(message).__name__} exceeds the peer's limit of {limit}"
+            )
+        if isinstance(data, bytes) and self.max_part_bytes is not None:
+            self._out.extend(split_message(data, self.max_part_bytes))
+        else:
+            self._out.append(data)
 
     def _on_heartbeat(self, message: Heartbeat) -> None:
         if message.seq <= self._peer_seq:
-            raise ProtocolError(f"heartbeat seq {message.seq} after {self._peer_seq}", code="bad_message")
+            raise ProtocolError(
+                f"heartbeat seq {message.seq} after {self._peer_seq}", code="bad_message"
+            )
         self._peer_seq = message.seq
         self._queue(HeartbeatAck(message.seq, message.sent_at))
 
@@ -315,6 +344,13 @@ class CoordinatorSession(_Session):
     provision, task, cancel, heartbeat(_ack), error and bye. It checks every
     result against the task it answers and remembers which artifacts the
     device holds, so a program or shard crosses the wire once per device.
+
+    Keyword-only settings, None turns one off: ``max_message_bytes`` (largest
+    binary message accepted, parts reassembled), ``max_control_bytes``
+    (largest text message or JSON header), ``max_part_bytes`` (split outgoing
+    binary messages into WebSocket messages of at most this size; off by
+    default), ``heartbeat_interval`` and ``heartbeat_timeout`` in seconds. The
+    welcome announces all but the part size to the device.
     """
 
     def __init__(
@@ -324,13 +360,20 @@ class CoordinatorSession(_Session):
         versions: Collection[int] = PROTOCOL_VERSIONS,
         max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         max_control_bytes: int | None = DEFAULT_MAX_CONTROL_BYTES,
+        max_part_bytes: int | None = None,
         heartbeat_interval: float | None = 10.0,
         heartbeat_timeout: float | None = 60.0,
     ) -> None:
         super().__init__(
-            versions=versions, max_message_bytes=max_message_bytes, max_control_bytes=max_control_bytes
+            versions=versions,
+            max_message_bytes=max_message_bytes,
+            max_control_bytes=max_control_bytes,
+            max_part_bytes=max_part_bytes,
         )
-        for name, value in (("heartbeat_interval", heartbeat_interval), ("heartbeat_timeout", heartbeat_timeout)):
+        for name, value in (
+            ("heartbeat_interval", heartbeat_interval),
+            ("heartbeat_timeout", heartbeat_timeout),
+        ):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be > 0 or None")
         self.coordinator_id = coordinator_id
@@ -365,10 +408,16 @@ class CoordinatorSession(_Session):
         """Bind ``job_id`` to its program, shard and model; artifacts the device holds are not resent."""
         self._require(State.OPEN)
         if shard.x.shape[1:] != tuple(model.input_shape):
-            raise ValueError(f"shard x {shard.x.shape} does not match input shape {model.input_shape}")
+            raise ValueError(
+                f"shard x {shard.x.shape} does not match input shape {model.input_shape}"
+            )
         send_program = program.sha256 not in self._inventory
         send_shard = shard.sha256 not in self._inventory
-        if send_shard and shard.samples and (shard.y.min() < 0 or shard.y.max() >= model.num_classes):
+        if (
+            send_shard
+            and shard.samples
+            and (shard.y.min() < 0 or shard.y.max() >= model.num_classes)
+        ):
             raise ValueError(f"shard labels must lie in [0, {model.num_classes})")
         self._queue(
             Provision(
@@ -413,8 +462,17 @@ class CoordinatorSession(_Session):
             raise ValueError("the weights hold NaN or infinite values")
         self._queue(
             Task(
-                TaskId(task_id), JobId(job_id), round, arrays,
-                epochs, batch_size, lr, momentum, weight_decay, deadline_s, *binding,
+                TaskId(task_id),
+                JobId(job_id),
+                round,
+                arrays,
+                epochs,
+                batch_size,
+                lr,
+                momentum,
+                weight_decay,
+                deadline_s,
+                *binding,
             )
         )
         self._tasks[TaskId(task_id)] = _Pending(JobId(job_id), round, signature(weights))
@@ -455,7 +513,9 @@ class CoordinatorSession(_Session):
             self._on_heartbeat_ack(message)
         elif isinstance(message, Error):
             if message.task_id is not None and self._tasks.pop(message.task_id, None) is None:
-                raise ProtocolError(f"error for unknown task {_show(message.task_id)}", code="unknown_task")
+                raise ProtocolError(
+                    f"error for unknown task {_show(message.task_id)}", code="unknown_task"
+                )
         else:
             raise _unexpected(f"a device may not send {kind}")
         self._events.append(message)
@@ -463,7 +523,9 @@ class CoordinatorSession(_Session):
     def _on_result(self, result: Result) -> None:
         pending = self._tasks.get(result.task_id)
         if pending is None:
-            raise ProtocolError(f"result for unknown task {_show(result.task_id)}", code="unknown_task")
+            raise ProtocolError(
+                f"result for unknown task {_show(result.task_id)}", code="unknown_task"
+            )
         if (result.job_id, result.round) != (pending.job_id, pending.round):
             raise ProtocolError(
                 f"result for task {_show(result.task_id)} names job {_show(result.job_id)} round"
@@ -473,7 +535,9 @@ class CoordinatorSession(_Session):
         assert isinstance(result.weights, TensorPack)
         problem = _mismatch(result.weights.signature, pending.signature)
         if problem:
-            raise ProtocolError(f"result weights differ from the task's: {problem}", code="bad_weights")
+            raise ProtocolError(
+                f"result weights differ from the task's: {problem}", code="bad_weights"
+            )
         del self._tasks[result.task_id]
 
 
@@ -483,6 +547,11 @@ class DeviceSession(_Session):
     Sends hello, result, heartbeat(_ack), error and bye; receives welcome,
     provision, task, cancel, heartbeat(_ack), error and bye. Heartbeat settings
     and the coordinator's size limit come from the welcome.
+
+    Keyword-only settings, None turns one off: ``max_message_bytes`` (largest
+    binary message accepted; announced in the hello), ``max_control_bytes``
+    (largest text message or JSON header) and ``max_part_bytes`` (split
+    outgoing binary messages; off by default, an OkHttp client needs it).
     """
 
     def __init__(
@@ -491,9 +560,13 @@ class DeviceSession(_Session):
         versions: Collection[int] = PROTOCOL_VERSIONS,
         max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         max_control_bytes: int | None = DEFAULT_MAX_CONTROL_BYTES,
+        max_part_bytes: int | None = None,
     ) -> None:
         super().__init__(
-            versions=versions, max_message_bytes=max_message_bytes, max_control_bytes=max_control_bytes
+            versions=versions,
+            max_message_bytes=max_message_bytes,
+            max_control_bytes=max_control_bytes,
+            max_part_bytes=max_part_bytes,
         )
         self.welcome: Welcome | None = None
         self._jobs: dict[JobId, Provision] = {}
@@ -521,8 +594,15 @@ class DeviceSession(_Session):
         self._require(State.START)
         cached = tuple(cached)
         self._queue(
-            Hello(DeviceId(device_id), token, runtime, self.versions, dict(hardware or {}), cached,
-                  self.max_message_bytes)
+            Hello(
+                DeviceId(device_id),
+                token,
+                runtime,
+                self.versions,
+                dict(hardware or {}),
+                cached,
+                self.max_message_bytes,
+            )
         )
         self._inventory = set(cached)
         self.state = State.HELLO
@@ -550,9 +630,13 @@ class DeviceSession(_Session):
         if problem:
             raise ValueError(f"weights differ from the task's: {problem}")
         if not _all_finite(arrays):
-            raise ValueError("the weights hold NaN or infinite values; report send_error(..., task_id=)")
+            raise ValueError(
+                "the weights hold NaN or infinite values; report send_error(..., task_id=)"
+            )
         self._queue(
-            Result(TaskId(task_id), pending.job_id, pending.round, arrays, samples, mean_loss, timing)
+            Result(
+                TaskId(task_id), pending.job_id, pending.round, arrays, samples, mean_loss, timing
+            )
         )
         del self._tasks[TaskId(task_id)]
 
@@ -615,28 +699,43 @@ class DeviceSession(_Session):
     def _on_task(self, task: Task) -> None:
         provision = self._jobs.get(task.job_id)
         if provision is None:
-            raise ProtocolError(f"task for job {_show(task.job_id)}, never provisioned", code="unknown_job")
+            raise ProtocolError(
+                f"task for job {_show(task.job_id)}, never provisioned", code="unknown_job"
+            )
         for sha256 in (task.program_sha256, task.shard_sha256):
             if sha256 not in self._inventory:
                 raise ProtocolError(
                     f"task {_show(task.task_id)} needs {sha256[:16]}..., which was never provisioned",
                     code="missing_artifact",
                 )
-        if (task.program_sha256, task.shard_sha256) != (provision.program_sha256, provision.shard_sha256):
+        if (task.program_sha256, task.shard_sha256) != (
+            provision.program_sha256,
+            provision.shard_sha256,
+        ):
             raise ProtocolError(
                 f"task {_show(task.task_id)} names artifacts other than job {_show(task.job_id)}'s provision",
                 code="bad_message",
             )
         if task.task_id in self._tasks:
-            raise ProtocolError(f"task {_show(task.task_id)} is already pending", code="bad_message")
+            raise ProtocolError(
+                f"task {_show(task.task_id)} is already pending", code="bad_message"
+            )
         assert isinstance(task.weights, TensorPack)
         self._tasks[task.task_id] = _Pending(task.job_id, task.round, task.weights.signature)
 
 
 def _kind(message: Message) -> str:
     return {
-        Hello: "hello", Welcome: "welcome", Provision: "provision", Task: "task", Result: "result",
-        Cancel: "cancel", Heartbeat: "heartbeat", HeartbeatAck: "heartbeat_ack", Error: "error", Bye: "bye",
+        Hello: "hello",
+        Welcome: "welcome",
+        Provision: "provision",
+        Task: "task",
+        Result: "result",
+        Cancel: "cancel",
+        Heartbeat: "heartbeat",
+        HeartbeatAck: "heartbeat_ack",
+        Error: "error",
+        Bye: "bye",
     }[type(message)]
 
 
@@ -670,5 +769,7 @@ def _mismatch(got: Signature, expected: Signature) -> str | None:
         return "the tensors come in a different order"
     for (name, dtype, shape), (_, want_dtype, want_shape) in zip(got, expected):
         if (dtype, shape) != (want_dtype, want_shape):
-            return f"{_show(name)} is {dtype} {list(shape)}, expected {want_dtype} {list(want_shape)}"
+            return (
+                f"{_show(name)} is {dtype} {list(shape)}, expected {want_dtype} {list(want_shape)}"
+            )
     raise AssertionError("signatures differ but no difference found")

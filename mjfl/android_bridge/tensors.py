@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import numpy.typing as npt
@@ -57,7 +57,9 @@ def dtype_name(dtype: npt.DTypeLike) -> str:
     dt = np.dtype(dtype)
     name = _NAME_OF.get((dt.kind, dt.itemsize))
     if name is None:
-        raise ValueError(f"dtype {dt} is not supported on the wire (supported: {', '.join(DTYPES)})")
+        raise ValueError(
+            f"dtype {dt} is not supported on the wire (supported: {', '.join(DTYPES)})"
+        )
     return name
 
 
@@ -94,7 +96,7 @@ class TensorPack(Mapping[str, np.ndarray]):
     messages hand out packs whose arrays are views of the received bytes.
     """
 
-    __slots__ = ("table", "payload", "_index", "_finite")
+    __slots__ = ("_finite", "_index", "payload", "table")
 
     def __init__(self, table: tuple[TensorInfo, ...], payload: Buffer) -> None:
         # Trusted: callers pass a table checked by read_table or built by layout.
@@ -169,8 +171,10 @@ def layout(arrays: Mapping[str, npt.ArrayLike]) -> tuple[tuple[TensorInfo, ...],
     parts: list[Buffer] = []
     cursor = 0
     for name, value in arrays.items():
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
-            raise ValueError(f"tensor name {name!r} must be a string of 1 to {MAX_NAME_CHARS} chars")
+        if not _valid_name(name):
+            raise ValueError(
+                f"tensor name {name!r} must be a UTF-8 string of 1 to {MAX_NAME_CHARS} chars"
+            )
         a = np.asarray(value)
         wire = dtype_name(a.dtype)
         if a.ndim > MAX_NDIM:
@@ -202,8 +206,8 @@ def read_table(entries: Any, payload_len: int) -> tuple[TensorInfo, ...]:
         if not isinstance(entry, dict):
             raise _bad(f"tensor #{i} must be an object")
         name = entry.get("name")
-        if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
-            raise _bad(f"tensor #{i}: 'name' must be a string of 1 to {MAX_NAME_CHARS} chars")
+        if not _valid_name(name):
+            raise _bad(f"tensor #{i}: 'name' must be a UTF-8 string of 1 to {MAX_NAME_CHARS} chars")
         if name in seen:
             raise _bad(f"tensor name {_show(name)} appears twice")
         seen.add(name)
@@ -216,22 +220,38 @@ def read_table(entries: Any, payload_len: int) -> tuple[TensorInfo, ...]:
             or len(shape) > MAX_NDIM
             or not all(type(d) is int and d >= 0 for d in shape)
         ):
-            raise _bad(f"tensor {_show(name)}: 'shape' must be a list of at most {MAX_NDIM} ints >= 0")
+            raise _bad(
+                f"tensor {_show(name)}: 'shape' must be a list of at most {MAX_NDIM} ints >= 0"
+            )
         offset, nbytes = entry.get("offset"), entry.get("nbytes")
         if type(offset) is not int or type(nbytes) is not int:
             raise _bad(f"tensor {_show(name)}: 'offset' and 'nbytes' must be ints")
         expected_nbytes = math.prod(shape) * DTYPES[dtype].itemsize
         if nbytes != expected_nbytes:
-            raise _bad(f"tensor {_show(name)}: nbytes {nbytes} != {expected_nbytes} for {dtype} {shape}")
+            raise _bad(
+                f"tensor {_show(name)}: nbytes {nbytes} != {expected_nbytes} for {dtype} {shape}"
+            )
         if offset != align(cursor):
             raise _bad(f"tensor {_show(name)}: offset {offset}, expected {align(cursor)}")
         cursor = offset + nbytes
         if cursor > payload_len:
-            raise _bad(f"tensor {_show(name)} ends at byte {cursor} of a {payload_len}-byte payload")
+            raise _bad(
+                f"tensor {_show(name)} ends at byte {cursor} of a {payload_len}-byte payload"
+            )
         table.append(TensorInfo(name, dtype, tuple(shape), offset, nbytes))
     if cursor != payload_len:
         raise _bad(f"the tensors end at byte {cursor} but the payload has {payload_len}")
     return tuple(table)
+
+
+def _valid_name(name: object) -> TypeGuard[str]:
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
+        return False
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate, which no other language could hold
+        return False
+    return True
 
 
 def _bad(reason: str) -> ProtocolError:

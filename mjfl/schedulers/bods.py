@@ -9,15 +9,16 @@ returns the best; the observed cost of the executed round is added to the
 observations (Algorithm 1 lines 5-7).
 
 Encoding. A plan is encoded by what determines its cost, so the GP generalises
-across rounds whose free devices differ: its expected round time, its
-fairness increment, the mean speed floor (a) and fluctuation (1/mu) of its
-devices relative to the fleet, its slowest device's floor, and the share of its
+across rounds whose free devices differ: its expected round time under the
+profiles, the same under profiles stretched by how much slower than profiled
+each device has run so far, its fairness increment, and the share of its
 devices that failed recently.
 
-Targets. The GP models the plan-dependent part of TotalCost: the other jobs'
-terms of Formula 8 and the fairness already accumulated are the same for every
-candidate of a round (they shift, never reorder, its costs) but drift from round
-to round, where they would only be noise for the GP.
+Targets. The GP models the plan-dependent part of TotalCost
+(``CostModel.marginal``): the other jobs' terms of Formula 8 and the unfairness
+already accumulated are the same for every candidate of a round (they shift,
+never reorder, its costs) but drift from round to round, where they would only
+be noise for the GP.
 
 Speed. Hyperparameters (ARD length scales, noise) are refitted by marginal
 likelihood every ``refit_every`` observations, in ``observe``; in between the
@@ -35,31 +36,66 @@ from skopt.acquisition import gaussian_ei
 from skopt.learning import GaussianProcessRegressor
 from skopt.learning.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
+from mjfl.schedulers import round_time
 from mjfl.schedulers.base import Plan, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
 from mjfl.schedulers.cost import fairness_scale
 from mjfl.schedulers.genetic import top_members
 
-FEATURES = 6
+FEATURES = 4
 
 
-def encode(ctx: PlanContext, plans: NDArray[np.intp], failure_rate: NDArray[np.float64]) -> NDArray[np.float64]:
+def encode(ctx: PlanContext, plans: NDArray[np.intp], history: DeviceHistory) -> NDArray[np.float64]:
     """Plan encodings, shape (B, FEATURES), for plans of device indices (B, n)."""
     costs = ctx.costs
     shift, rate = ctx.shift_rate(ctx.job)
-    reference = costs.reference_time
+    # Formula 4 with every device stretched by the slowdown observed on it.
+    learned = round_time.PlanTimer(shift * history.slowdown, rate / history.slowdown, ctx.fleet.size)
     freq = ctx.frequencies[ctx.job].astype(np.float64)
     excess = freq[plans] - freq.mean()
     return np.column_stack(
         [
             costs.time(plans),
+            learned.expected_max(plans) / costs.reference_time,
             2.0 * excess.sum(axis=1) / freq.size / fairness_scale(plans.shape[1], freq.size),
-            shift[plans].mean(axis=1) / reference,
-            (1.0 / rate[plans]).mean(axis=1) / reference,
-            shift[plans].max(axis=1) / reference,
-            failure_rate[plans].mean(axis=1),
+            history.failure_rate[plans].mean(axis=1),
         ]
     )
+
+
+class DeviceHistory:
+    """What rounds revealed about each device, decayed so that old news fades.
+
+    ``slowdown`` is the mean ratio of observed to expected round time over a
+    device's rounds, shrunk toward 1 (as profiled) by one pseudo-observation;
+    ``failure_rate`` the share of its rounds it did not return. Both forget
+    with ``decay`` per observed round of the device.
+    """
+
+    def __init__(self, devices: int, decay: float = 0.9) -> None:
+        self.decay = decay
+        self._ratio_sum = np.zeros(devices)
+        self._returned = np.zeros(devices)
+        self._failed = np.zeros(devices)
+        self._scheduled = np.zeros(devices)
+
+    @property
+    def slowdown(self) -> NDArray[np.float64]:
+        return (1.0 + self._ratio_sum) / (1.0 + self._returned)
+
+    @property
+    def failure_rate(self) -> NDArray[np.float64]:
+        return self._failed / (self._scheduled + 1.0)
+
+    def record(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        plan, failed = list(outcome.plan), list(outcome.failed)
+        for counts in (self._ratio_sum, self._returned, self._failed, self._scheduled):
+            counts[plan] *= self.decay
+        for device, seconds in outcome.durations.items():
+            self._ratio_sum[device] += seconds / ctx.device_times[device]
+            self._returned[device] += 1
+        self._scheduled[plan] += 1
+        self._failed[failed] += 1
 
 
 class BODSScheduler:
@@ -90,39 +126,35 @@ class BODSScheduler:
         self.gp: GaussianProcessRegressor | None = None
         self._kernel = ConstantKernel(1.0, (1e-3, 1e3)) * Matern(
             length_scale=np.ones(FEATURES), length_scale_bounds=(1e-2, 1e3), nu=nu
-        ) + WhiteKernel(1e-2, (1e-6, 1e1))
+        ) + WhiteKernel(0.1, (1e-2, 1e1))
         self._since_refit = 0
-        self._failures: NDArray[np.float64] | None = None
+        self._history: DeviceHistory | None = None
+        self._incumbent = 0.0
 
     def plan(self, ctx: PlanContext) -> Plan:
-        failure_rate = self._failure_rate(ctx)
+        history = self._history_for(ctx)
         if self.gp is None:
             # Algorithm 1 line 1: random observation points scored by the cost model.
             plans = ctx.free_indices[self._sample(ctx, self.initial_points, uniform=True)]
-            self._add(encode(ctx, plans, failure_rate), self._target(ctx, plans, ctx.costs.time(plans)))
+            self._add(encode(ctx, plans, history), ctx.costs.marginal(plans))
             self._fit(optimise=True)
         # Line 3: candidate plans over the free devices; line 4: the largest EI.
         plans = ctx.free_indices[self._sample(ctx, self.candidates, uniform=False)]
-        X = encode(ctx, plans, failure_rate)
+        X = encode(ctx, plans, history)
         assert self.gp is not None
-        ei = gaussian_ei(X, self.gp, y_opt=float(np.min(self.y)), xi=self.xi)
+        ei = gaussian_ei(X, self.gp, y_opt=self._incumbent, xi=self.xi)
         return as_plan(plans[int(np.argmax(ei))])
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         """Lines 6-7: the observed cost of the executed round joins the observations."""
-        failure_rate = self._failure_rate(ctx)
-        self._record_failures(outcome)
+        history = self._history_for(ctx)
         plan = np.asarray([outcome.plan], dtype=np.intp)
         observed_time = np.array([outcome.round_time / ctx.costs.reference_time])
-        self._add(encode(ctx, plan, failure_rate), self._target(ctx, plan, observed_time))
+        # Encode with what was known when the plan was made, then learn from it.
+        self._add(encode(ctx, plan, history), ctx.costs.marginal(plan, time=observed_time))
+        history.record(ctx, outcome)
         self._since_refit += 1
         self._fit(optimise=self._since_refit >= self.refit_every)
-
-    def _target(self, ctx: PlanContext, plans: NDArray[np.intp], time: NDArray[np.float64]) -> NDArray[np.float64]:
-        """The plan-dependent part of TotalCost: alpha*T + beta*(F(V) - F before the round)."""
-        freq = ctx.frequencies[ctx.job].astype(np.float64)
-        before = freq.var() / fairness_scale(plans.shape[1], freq.size)
-        return ctx.weights.alpha * time + ctx.weights.beta * (ctx.costs.fairness(plans) - before)
 
     def _sample(self, ctx: PlanContext, count: int, *, uniform: bool) -> NDArray[np.intp]:
         """Feasible plans (positions in the free set) from uniform to strongly cost-biased.
@@ -136,7 +168,7 @@ class BODSScheduler:
         if uniform:
             return top_members(gumbel, ctx.size)
         freq = ctx.frequencies[ctx.job][free].astype(np.float64)
-        times = ctx.device_times[free]
+        times = (ctx.device_times * self._history_for(ctx).slowdown)[free]
         score = (
             ctx.weights.alpha * (times - times.mean()) / (times.std() + 1e-12)
             + ctx.weights.beta * np.sqrt(ctx.round) * (freq - freq.mean()) / (freq.std() + 1.0)
@@ -161,16 +193,11 @@ class BODSScheduler:
             warnings.simplefilter("ignore")  # convergence chatter on tiny data sets
             gp.fit(X, y)
         self.gp = gp
+        # Round times are noisy, so the incumbent C+ of Formula 15 is the best
+        # *predicted* cost of an observed plan, not the luckiest observation.
+        self._incumbent = float(gp.predict(X).min())
 
-    def _failure_rate(self, ctx: PlanContext) -> NDArray[np.float64]:
-        if self._failures is None or self._failures.shape[0] != ctx.fleet.size:
-            self._failures = np.zeros((ctx.fleet.size, 2))  # per device: (failed, scheduled)
-        failed, scheduled = self._failures.T
-        return (failed + 0.0) / (scheduled + 1.0)
-
-    def _record_failures(self, outcome: RoundOutcome) -> None:
-        assert self._failures is not None
-        # Decay so that a device that recovers is trusted again.
-        self._failures *= 0.9
-        self._failures[list(outcome.plan), 1] += 1
-        self._failures[list(outcome.failed), 0] += 1
+    def _history_for(self, ctx: PlanContext) -> DeviceHistory:
+        if self._history is None or self._history.slowdown.size != ctx.fleet.size:
+            self._history = DeviceHistory(ctx.fleet.size)
+        return self._history

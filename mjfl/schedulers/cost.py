@@ -135,6 +135,25 @@ class CostModel:
         weight = self.beta * omega(self.ctx.round, self.ctx.weights.omega)
         return self.alpha * self.time(plans) + weight * self.fairness(plans)
 
+    @cached_property
+    def fairness_before(self) -> float:
+        """The job's normalised fairness before the plan (Formula 5 without V)."""
+        freq, _, freq_var = self._frequencies
+        return freq_var / fairness_scale(self.ctx.size, freq.size)
+
+    def marginal(self, plans: ArrayLike, time: ArrayLike | None = None) -> FloatArray:
+        """The part of TotalCost that depends on the plan: ``alpha*T + beta*(F(V) - F(no plan))``.
+
+        TotalCost minus it is the same for every plan of a round (the other
+        jobs' terms and the unfairness already accumulated), so both have the
+        same argmin; but that remainder drifts from round to round, so learners
+        (BODS's GP, RLDS's rewards) fit this part. ``time`` replaces the
+        expected normalised round time by an observed one.
+        """
+        plans = np.asarray(plans, dtype=np.intp)
+        t = self.time(plans) if time is None else np.asarray(time, dtype=np.float64)
+        return self.alpha * t + self.beta * (self.fairness(plans) - self.fairness_before)
+
     def observed_cost(self, outcome: RoundOutcome) -> float:
         """Formula 8 with the round time that was observed instead of the expected one.
 

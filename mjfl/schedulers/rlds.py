@@ -9,7 +9,11 @@ devices with probability 1 - epsilon, and is uniform with probability epsilon
 (epsilon-greedy). The log-probability of a plan under this mixture is exact and
 differentiable, which is what Formula 14's REINFORCE update needs.
 
-Reward: -TotalCost (Formula 8), with a moving baseline b_m (Algorithm 2 line 7).
+Reward: -TotalCost (Formula 8), with a moving baseline b_m (Algorithm 2 line 7),
+counting only TotalCost's plan-dependent part (``CostModel.marginal``): the rest
+is the same for every plan of a round, so the rewards rank plans exactly as
+TotalCost does, but it grows from round to round with the unfairness already
+accumulated, which a moving baseline cannot follow.
 Pre-training (Algorithm 2) runs on the cost model with N > 1 plans a round over
 a simulated run of the job; online (Algorithm 3) each executed round updates the
 policy once with N = 1 and the observed cost. The baseline starts from the first
@@ -167,13 +171,14 @@ class RLDSScheduler:
                 logits = self.policy(torch.from_numpy(features)).numpy()
             plan = np.asarray(outcome.plan)
             decision = _Decision(features, ctx.free.copy(), tuple(plan[np.argsort(-logits[plan])]))
-        reward = -ctx.costs.observed_cost(outcome)
-        self._update(decision.features, decision.free, [decision.order], np.array([reward]))
+        observed_time = outcome.round_time / ctx.costs.reference_time
+        reward = -ctx.costs.marginal(np.asarray(outcome.plan), time=observed_time)
+        self._update(decision.features, decision.free, [decision.order], np.atleast_1d(reward))
 
     # -- Algorithm 2: pre-training on the cost model --
 
     def pretrain(self, ctx: PlanContext, rounds: int | None = None) -> list[float]:
-        """Pre-train on a simulated run of ``ctx``'s job; returns each round's mean TotalCost.
+        """Pre-train on a simulated run of ``ctx``'s job; returns each round's mean plan cost.
 
         Each round draws N plans from the policy, rewards them with -TotalCost,
         updates the policy and the baseline, then plays the best plan: its
@@ -201,7 +206,7 @@ class RLDSScheduler:
             with torch.no_grad():
                 logits = self.policy(torch.from_numpy(features)).numpy().astype(np.float64)
             orders = [self._draw(logits, free, ctx.size) for _ in range(self.pretrain_plans)]
-            costs = sim.costs.total(np.asarray(orders))
+            costs = sim.costs.marginal(np.asarray(orders))
             self._update(features, free, orders, -costs)
             history.append(float(costs.mean()))
             best = orders[int(np.argmin(costs))]

@@ -67,6 +67,7 @@ def drive(
     weights: CostWeights = CostWeights(),
     timer: Callable[[], float] | None = None,
     on_plan: PlanHook | None = None,
+    truth: FleetModel | None = None,
 ) -> list[list[RoundOutcome]]:
     """Play ``rounds`` rounds of every job on the cost model; returns each job's outcomes.
 
@@ -94,7 +95,8 @@ def drive(
             elapsed = timer() - start if timer else 0.0
             if on_plan:
                 on_plan(ctx, plan, elapsed)
-            shift, rate = ctx.shift_rate(m)
+            actual = truth or fleet
+            shift, rate = round_time.shift_and_rate(actual.a, actual.mu, jobs[m].epochs, jobs[m].samples)
             times = round_time.sample(rng, shift[list(plan)], rate[list(plan)])
             outcome = RoundOutcome(m, r, plan, dict(zip(plan, map(float, times))), frozenset(), float(times.max()))
             scheduler.observe(ctx, outcome)

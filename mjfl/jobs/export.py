@@ -1,0 +1,189 @@
+"""Export a zoo model as an ExecuTorch training program (.pte).
+
+The program computes forward + cross-entropy loss + backward in one method,
+`forward(x, y)`, with a dynamic batch dimension (1..max_batch), so a shard's
+last short batch runs on the same program. Its outputs are, in order:
+
+    loss, logits, [bn mean, bn unbiased var for each batch norm layer],
+    gradients (one per parameter), parameters (the runtime's own tensors)
+
+which is the layout ExecuTorch's `TrainingModule` expects (user outputs,
+then gradients, then parameters; index methods `__et_training_*` say where
+each part starts and which parameter it is).
+
+Pipeline: `torch.export.export` -> `_export_forward_backward` (joint graph)
+-> `to_edge` -> the graph passes below -> `to_executorch`. Nothing is
+delegated: XNNPACK-delegated training programs train on their initial
+weights in executorch 1.5.1.
+
+`cached_program` exports once per (spec, max_batch, tool versions) and keeps
+the bytes on disk under their content hash, so an engine exports a job's
+program once and every device gets the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from mjfl.jobs.models import ModelSpec
+
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "PARAM_PREFIX",
+    "export_training_program",
+    "cached_program",
+    "program_key",
+]
+
+DEFAULT_MAX_BATCH = 256
+# The exported wrapper holds the zoo model as `model`; the runtime names
+# parameters "model.<state_dict key>".
+PARAM_PREFIX = "model."
+# Bump when the export form or the passes change what a program computes.
+EXPORT_FORMAT = 1
+
+
+def _spec_of(
+    model: str | ModelSpec,
+    input_shape: tuple[int, int, int] | None,
+    num_classes: int | None,
+    dropout: float | None,
+) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    if input_shape is None or num_classes is None:
+        raise TypeError("export needs a ModelSpec or (name, input_shape, num_classes)")
+    return ModelSpec(model, tuple(input_shape), num_classes, dropout)  # type: ignore[arg-type]
+
+
+def _training_wrapper(spec: ModelSpec) -> Any:
+    """The nn.Module that is exported: zoo model + export ops + loss."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    from mjfl.jobs.layers import ExportOps
+    from mjfl.jobs.models import build_model
+
+    class TrainingProgram(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = build_model(spec)
+            self.model.train()
+            self.ops = ExportOps()
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            ops = self.ops
+            ops.stats = type(ops.stats)()  # fresh collector per forward
+            logits = self.model.run(ops, x)
+            loss = F.cross_entropy(logits, y)
+            return (loss, logits.detach(), *ops.stats.ordered(self.model))
+
+    return TrainingProgram()
+
+
+def export_training_program(
+    model: str | ModelSpec,
+    input_shape: tuple[int, int, int] | None = None,
+    num_classes: int | None = None,
+    *,
+    dropout: float | None = None,
+    max_batch: int = DEFAULT_MAX_BATCH,
+) -> bytes:
+    """The .pte bytes of `model`'s training program (see the module docstring).
+
+    The weights baked into the program are an arbitrary initialisation: the
+    trainers always write the global weights into the runtime before training.
+    """
+    import warnings
+
+    import torch
+    from executorch.exir import EdgeCompileConfig, to_edge
+    from torch.export import Dim, export
+    from torch.export.experimental import _export_forward_backward
+
+    from mjfl.jobs import passes
+
+    spec = _spec_of(model, input_shape, num_classes, dropout)
+    if not 1 <= max_batch <= 65536:
+        raise ValueError(f"max_batch must be in [1, 65536], got {max_batch}")
+    wrapper = _training_wrapper(spec)
+    c, h, w = spec.input_shape
+    example_n = min(max(2, max_batch // 2), max_batch) if max_batch > 1 else 1
+    x = torch.zeros(example_n, c, h, w)
+    y = torch.zeros(example_n, dtype=torch.long)
+    with torch.no_grad():
+        wrapper(x, y)  # untraced: creates the export form's constant tensors
+    dynamic = None
+    if max_batch > 1:
+        batch = Dim("batch", min=1, max=max_batch)
+        dynamic = {"x": {0: batch}, "y": {0: batch}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep = export(wrapper, (x, y), dynamic_shapes=dynamic, strict=False)
+        ep = _export_forward_backward(ep, joint_loss_index=0)
+        edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
+        edge = edge.transform(passes.TRAINING_PASSES)
+        program = edge.to_executorch()
+    return bytes(program.buffer)
+
+
+def _versions() -> dict[str, str]:
+    import executorch  # noqa: F401
+    import torch
+
+    import mjfl
+
+    try:
+        from importlib.metadata import version
+
+        et = version("executorch")
+    except Exception:  # pragma: no cover - metadata missing in odd installs
+        et = "unknown"
+    return {"torch": torch.__version__, "executorch": et, "mjfl": mjfl.__version__}
+
+
+def program_key(spec: ModelSpec, *, max_batch: int = DEFAULT_MAX_BATCH) -> str:
+    """Content hash naming a program: spec, batch bound, export format, tool versions."""
+    blob = json.dumps(
+        {
+            "spec": asdict(spec),
+            "max_batch": max_batch,
+            "format": EXPORT_FORMAT,
+            "versions": _versions(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def cached_program(
+    spec: ModelSpec, cache_dir: str | os.PathLike[str], *, max_batch: int = DEFAULT_MAX_BATCH
+) -> tuple[Path, str]:
+    """Path and sha256 of `spec`'s program, exporting it only on a cache miss.
+
+    The file is named by `program_key` (so a new torch/executorch/mjfl
+    version re-exports) and written atomically; the sha256 is of the bytes,
+    for devices to check what they received.
+    """
+    cache = Path(cache_dir)
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"{spec.name}-{program_key(spec, max_batch=max_batch)}.pte"
+    if not path.exists():
+        data = export_training_program(spec, max_batch=max_batch)
+        fd, tmp = tempfile.mkstemp(dir=cache, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return path, digest

@@ -1,0 +1,397 @@
+"""Export-form layers: the zoo's layers re-expressed for the ExecuTorch runtime.
+
+A zoo model is written once against the small `Ops` vocabulary below and
+runs two ways:
+
+- `EagerOps` is plain PyTorch (`F.conv2d`, `F.max_pool2d`, batch norm in
+  train mode, ...) on NCHW tensors. It is the reference, the GPU/CPU fallback
+  trainer and the coordinator's evaluator.
+- `ExportOps` computes the same function with the same parameters, but only
+  from operators that the ExecuTorch 1.5.1 runtime differentiates correctly
+  and fast. It is what `mjfl.jobs.export` traces.
+
+Why a second spelling is needed (all measured on executorch 1.5.1, see
+docs/models.md):
+
+- `max_pool2d_with_indices_backward` returns wrong gradients (upstream issue
+  21686); `avg_pool2d` has no backward kernel; train-mode batch norm does not
+  export; `F.pad` fails at run time when its input needs a gradient.
+- The runtime registers one kernel per operator. `mm`, `linear`, `bmm`,
+  `sum.dim_IntList` and same-shape or 2-D-broadcast `add`/`sub`/`mul` use the
+  optimized, BLAS-backed kernels (about 0.6 ns an element); `convolution`
+  and `convolution_backward` are naive portable loops (a LeNet-5 step took
+  75 ms), `permute_copy` costs 7-10 ns an element, `where` 12 ns, a
+  bool->float copy 16 ns, `amax`/`argmax` 40-60 ns an output, and a strided
+  slice along the innermost dimension 6 ns.
+
+So the export form keeps every large tensor in a *feature-major* layout
+(feature maps are (C, N, H, W), the batch and pixels last), computes a
+convolution as one `mm` of the weight with an im2col matrix built from
+contiguous slices, max pooling as a two-stage tournament of optimized
+elementwise operators, and writes ReLU and max as "value times a detached
+0/1 mask" so their backward passes are a single optimized `mul`.
+The graph passes in `mjfl.jobs.export` then turn the transposes that
+autograd emits for `mm` into `linear` calls (which transpose inside BLAS).
+
+Fully connected layers run batch-major, (N, F), like eager PyTorch.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = [
+    "Ops",
+    "EagerOps",
+    "ExportOps",
+    "BatchStats",
+]
+
+
+class Ops(Protocol):
+    """The layer vocabulary every zoo model is written in.
+
+    Activations are opaque to the model: `image` turns the NCHW input into
+    the implementation's layout for feature maps and `flatten` turns a
+    feature map into a batch-major (N, F) matrix whose feature order is
+    PyTorch's `flatten(1)` order (C, H, W).
+    """
+
+    def image(self, x: Tensor) -> Tensor:
+        """Take an (N, C, H, W) batch into this implementation's map layout."""
+        ...
+
+    def conv(
+        self,
+        x: Tensor,
+        conv: nn.Conv2d,
+        *,
+        bn: nn.BatchNorm2d | None = None,
+        relu: bool = False,
+        pool: bool = False,
+    ) -> Tensor:
+        """`conv`, then optionally batch norm (train mode), ReLU, 2x2 max pooling."""
+        ...
+
+    def max_pool(self, x: Tensor) -> Tensor:
+        """2x2, stride-2 max pooling with floor semantics (odd edges dropped)."""
+        ...
+
+    def relu(self, x: Tensor) -> Tensor:
+        """ReLU of a map or matrix."""
+        ...
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        """Elementwise sum of two maps (residual connections)."""
+        ...
+
+    def global_avg_pool(self, x: Tensor) -> Tensor:
+        """Mean over the pixels of a map: (N, C) batch-major."""
+        ...
+
+    def flatten(self, x: Tensor) -> Tensor:
+        """A map as an (N, C*H*W) matrix in PyTorch's flatten order."""
+        ...
+
+    def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
+        """`fc` on an (N, F) matrix, optionally followed by ReLU."""
+        ...
+
+    def dropout(self, x: Tensor, p: float) -> Tensor:
+        """Training-mode dropout with probability `p` (identity for p == 0)."""
+        ...
+
+
+class EagerOps:
+    """Plain PyTorch on NCHW tensors: the reference semantics.
+
+    `training` switches dropout (batch norm follows its module's own mode).
+    """
+
+    def __init__(self, training: bool = True) -> None:
+        self.training = training
+
+    def image(self, x: Tensor) -> Tensor:
+        return x
+
+    def conv(
+        self,
+        x: Tensor,
+        conv: nn.Conv2d,
+        *,
+        bn: nn.BatchNorm2d | None = None,
+        relu: bool = False,
+        pool: bool = False,
+    ) -> Tensor:
+        x = conv(x)
+        if bn is not None:
+            x = bn(x)
+        if relu:
+            x = F.relu(x)
+        if pool:
+            x = F.max_pool2d(x, 2)
+        return x
+
+    def max_pool(self, x: Tensor) -> Tensor:
+        return F.max_pool2d(x, 2)
+
+    def relu(self, x: Tensor) -> Tensor:
+        return F.relu(x)
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return a + b
+
+    def global_avg_pool(self, x: Tensor) -> Tensor:
+        return x.mean(dim=(2, 3))
+
+    def flatten(self, x: Tensor) -> Tensor:
+        return x.flatten(1)
+
+    def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
+        x = fc(x)
+        return F.relu(x) if relu else x
+
+    def dropout(self, x: Tensor, p: float) -> Tensor:
+        return F.dropout(x, p, training=self.training) if p > 0 else x
+
+
+class BatchStats:
+    """Per-step batch statistics of the batch norm layers, in module order.
+
+    The export form normalises with the batch statistics (train mode) but
+    cannot update the running averages inside the program, so it returns
+    each layer's batch mean and unbiased variance as extra outputs and the
+    trainer folds them into `running_mean`/`running_var` exactly as
+    `nn.BatchNorm2d` does.
+    """
+
+    def __init__(self) -> None:
+        self.by_module: dict[int, tuple[Tensor, Tensor]] = {}
+
+    def record(self, bn: nn.BatchNorm2d, mean: Tensor, var_unbiased: Tensor) -> None:
+        assert id(bn) not in self.by_module, "a batch norm layer may be used once per forward"
+        self.by_module[id(bn)] = (mean, var_unbiased)
+
+    def ordered(self, model: nn.Module) -> list[Tensor]:
+        """Flat [mean0, var0, mean1, var1, ...] in `model.modules()` order."""
+        out: list[Tensor] = []
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                mean, var = self.by_module[id(m)]
+                out += [mean, var]
+        return out
+
+
+def _masked(x: Tensor, mask: Tensor) -> Tensor:
+    """`x * mask` with a 0/1 mask that carries no gradient.
+
+    Autograd turns this into a single optimized `mul` for the backward pass,
+    where `relu`/`where` would cost a comparison plus a 12 ns/element `where`.
+    """
+    return x * mask.detach()
+
+
+def relu_masked(x: Tensor) -> Tensor:
+    """ReLU whose backward is `grad * sign(relu(x))` (one optimized mul)."""
+    return _masked(x, torch.sign(torch.relu(x)))
+
+
+def max2(a: Tensor, b: Tensor) -> Tensor:
+    """Elementwise max with first-wins ties, from optimized elementwise ops.
+
+    `t` is 1 where b > a strictly, else 0, so ties go to `a` as in PyTorch's
+    max pooling scan; the value `a + t * (b - a)` equals max(a, b) up to one
+    rounding. Gradients flow to the winner only.
+    """
+    d = b - a
+    t = torch.sign(torch.relu(d)).detach()
+    return a + t * d
+
+
+def column_pairs(w: int) -> Tensor:
+    """The constant (w, 2*(w//2)) 0/1 matrix that reorders columns [even | odd]."""
+    w2 = w // 2
+    order = list(range(0, 2 * w2, 2)) + list(range(1, 2 * w2, 2))
+    s = torch.zeros(w, 2 * w2)
+    s[order, torch.arange(2 * w2)] = 1.0
+    return s
+
+
+def pool_maps(x: Tensor, pairs: Tensor) -> Tensor:
+    """2x2/2 max pooling of a (C, N, H, W) map, floor semantics.
+
+    The even and odd columns are separated by one `mm` with a constant
+    permutation (exact: each output is 1*x plus zeros), because a stride-2
+    slice along the innermost dimension costs 6 ns an element in the portable
+    kernel; the rows pair up as contiguous halves of a reshape.
+    """
+    c, n, h, w = x.shape
+    h2, w2 = h // 2, w // 2
+    if h != 2 * h2:
+        x = x[:, :, : 2 * h2, :]
+    # `pairs` is column_pairs(w): columns [even | odd], then pair them.
+    xw = x.reshape(-1, w) @ pairs
+    a, b = xw.split(w2, dim=1)
+    m = max2(a, b)  # (C*N*2*H2, W2)
+    rows = m.reshape(-1, 2 * w2)
+    top, bottom = rows.split(w2, dim=1)
+    return max2(top, bottom).reshape(c, n, h2, w2)
+
+
+def pad_maps(x: Tensor, p: int) -> Tensor:
+    """Zero padding of a (C, N, H, W) map by concatenating zeros.
+
+    `F.pad` (constant_pad_nd) fails at run time when its input needs a
+    gradient; `cat` differentiates into cheap contiguous slices.
+    """
+    if p == 0:
+        return x
+    c, n, h, w = x.shape
+    side = x.new_zeros(c, n, h, p)
+    x = torch.cat([side, x, side], dim=3)
+    top = x.new_zeros(c, n, p, w + 2 * p)
+    return torch.cat([top, x, top], dim=2)
+
+
+def conv_maps(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int, padding: int) -> Tensor:
+    """Convolution of a (C, N, H, W) map as one `mm` with an im2col matrix.
+
+    The im2col matrix has rows (c, i, j) in the order of `weight.reshape(O, -1)`
+    and columns (n, y, x); its blocks are contiguous slices of the padded
+    input, stacked. The result is an (O, N, OH, OW) map. In the backward pass
+    the weight gradient `dY @ P^T` becomes `linear(dY, P)` after the export
+    passes, so no large transpose is ever materialised.
+    """
+    o, c, kh, kw = weight.shape
+    x = pad_maps(x, padding)
+    _, n, h, w = x.shape
+    oh = (h - kh) // stride + 1
+    ow = (w - kw) // stride + 1
+    cols = []
+    for i in range(kh):
+        for j in range(kw):
+            cols.append(
+                x[:, :, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride]
+            )
+    if len(cols) == 1:
+        p = cols[0].reshape(c, -1)
+    else:
+        p = torch.stack(cols, dim=1).reshape(c * kh * kw, -1)
+    y = weight.reshape(o, c * kh * kw) @ p
+    if bias is not None:
+        y = y + bias.reshape(o, 1)
+    return y.reshape(o, n, oh, ow)
+
+
+def batch_norm_maps(x: Tensor, bn: nn.BatchNorm2d) -> tuple[Tensor, Tensor, Tensor]:
+    """Train-mode batch norm of a (C, N, H, W) map from plain arithmetic.
+
+    Returns the normalised map, the batch mean and the unbiased batch
+    variance (what `nn.BatchNorm2d` folds into its running averages).
+    """
+    c, n, h, w = x.shape
+    x2 = x.reshape(c, -1)
+    count = x2.shape[1]
+    mean = x2.mean(dim=1, keepdim=True)
+    xc = x2 - mean
+    var = (xc * xc).mean(dim=1, keepdim=True)
+    scale = torch.rsqrt(var + bn.eps)
+    if bn.weight is not None:
+        scale = scale * bn.weight.reshape(c, 1)
+    y = xc * scale
+    if bn.bias is not None:
+        y = y + bn.bias.reshape(c, 1)
+    var_unbiased = (var * (count / max(count - 1, 1))).detach()
+    return y.reshape(c, n, h, w), mean.detach().reshape(c), var_unbiased.reshape(c)
+
+
+class ExportOps:
+    """The runtime-friendly spelling of `Ops` (see the module docstring).
+
+    One instance per traced forward: it collects the batch norm statistics
+    that the exported program returns.
+    """
+
+    def __init__(self) -> None:
+        self.stats = BatchStats()
+        # Constant tensors (pooling permutations) made outside the trace:
+        # `mjfl.jobs.export` runs one untraced forward first so that the
+        # traced one finds them here and lifts them as program constants.
+        self.constants: dict[tuple[str, int], Tensor] = {}
+
+    def _pairs(self, w: int) -> Tensor:
+        key = ("column_pairs", w)
+        if key not in self.constants:
+            self.constants[key] = column_pairs(w)
+        return self.constants[key]
+
+    def _pool(self, x: Tensor) -> Tensor:
+        return pool_maps(x, self._pairs(x.shape[3]))
+
+    def image(self, x: Tensor) -> Tensor:
+        n, c, h, w = x.shape
+        if c == 1:
+            return x.reshape(1, n, h, w)
+        # Swapping two outer dimensions by whole (H, W) planes: contiguous
+        # copies instead of a 7-10 ns/element permute.
+        return torch.stack(x.unbind(1), dim=0)
+
+    def conv(
+        self,
+        x: Tensor,
+        conv: nn.Conv2d,
+        *,
+        bn: nn.BatchNorm2d | None = None,
+        relu: bool = False,
+        pool: bool = False,
+    ) -> Tensor:
+        assert conv.groups == 1 and conv.dilation == (1, 1), "zoo convs are plain"
+        assert conv.stride[0] == conv.stride[1] and conv.padding[0] == conv.padding[1]
+        assert isinstance(conv.padding[0], int)
+        y = conv_maps(x, conv.weight, conv.bias, conv.stride[0], conv.padding[0])
+        if bn is not None:
+            y, mean, var = batch_norm_maps(y, bn)
+            self.stats.record(bn, mean, var)
+        if pool:
+            # max and ReLU commute, so pool first and apply ReLU to a
+            # quarter of the data.
+            y = self._pool(y)
+        if relu:
+            y = relu_masked(y)
+        return y
+
+    def max_pool(self, x: Tensor) -> Tensor:
+        return self._pool(x)
+
+    def relu(self, x: Tensor) -> Tensor:
+        return relu_masked(x)
+
+    def add(self, a: Tensor, b: Tensor) -> Tensor:
+        return a + b
+
+    def global_avg_pool(self, x: Tensor) -> Tensor:
+        c, n, h, w = x.shape
+        # (C, N): then a small transpose to batch-major.
+        return x.reshape(c, n, h * w).mean(dim=2).t()
+
+    def flatten(self, x: Tensor) -> Tensor:
+        c, n, h, w = x.shape
+        planes = x.reshape(c, n, h * w).unbind(0)
+        return torch.stack(planes, dim=1).reshape(n, c * h * w)
+
+    def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
+        # `x @ W.t()`: after the export passes, `linear` (BLAS with a
+        # transposed operand) instead of `addmm` (portable).
+        y = x @ fc.weight.t()
+        if fc.bias is not None:
+            y = y + fc.bias
+        return relu_masked(y) if relu else y
+
+    def dropout(self, x: Tensor, p: float) -> Tensor:
+        if p == 0:
+            return x
+        return F.dropout(x, p, training=True)

@@ -1,0 +1,393 @@
+"""The model zoo: the paper's networks, sized from the input shape.
+
+Every model is an `nn.Module` made of plain `nn.Conv2d`, `nn.BatchNorm2d` and
+`nn.Linear` layers, so its `state_dict()` is what coordinator and devices
+exchange. Its computation is written once, in `run(ops, x)`, against the
+`mjfl.jobs.layers.Ops` vocabulary: `forward` runs it with `EagerOps` (plain
+PyTorch) and the ExecuTorch export traces it with `ExportOps`.
+
+Models (paper section "Experiments" and the appendix "Experimentation with
+Real Mobile Devices"):
+
+    lenet5        LeNet-5 (ReLU, max pooling), conv 6@5x5 pad 2, 16@5x5, FC 120-84
+    cnn-a-iid     CNN-A-IID: conv 32, 64 @3x3, each + batch norm + 2x2 max pool, FC 1568-784
+    cnn-a-noniid  CNN-A-non-IID: conv 32, 64, 64 @3x3 ReLU, pool after the first two, FC 64
+    cnn-b         CNN-B: conv 64, 32 @2x2 ReLU, each + dropout 0.05, one FC
+    vgg6          VGG of 6 conv layers: 32,32,M,64,64,M,128,128,M then FC 256 (dropout 0.5)
+    resnet13      ResNet of 13 conv layers: stem + 3 stages x 2 basic blocks (16/32/64)
+    alexnet       small AlexNet: conv 32,64,96,64,64 @3x3 (pool after 1, 2, 5), FC 256-128
+
+Pooling is always 2x2/2 max pooling (AlexNet's overlapping 3x3/2 pooling is
+replaced; see docs/models.md). All 3x3 convolutions use padding 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from mjfl.errors import ConfigError
+from mjfl.jobs.layers import EagerOps, Ops
+
+__all__ = [
+    "ModelSpec",
+    "ZooModel",
+    "MODELS",
+    "build_model",
+    "initial_weights",
+    "state_to_numpy",
+    "load_weights",
+    "parameter_count",
+]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which network a job trains, for which inputs.
+
+    `dropout` overrides every dropout probability of the architecture
+    (None keeps the paper's rates; 0.0 turns dropout off, e.g. to compare
+    runtimes step by step).
+    """
+
+    name: str
+    input_shape: tuple[int, int, int]
+    num_classes: int
+    dropout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in MODELS:
+            raise ConfigError("model", f"unknown model {self.name!r}; known: {', '.join(MODELS)}")
+        if len(self.input_shape) != 3 or any(int(d) <= 0 for d in self.input_shape):
+            raise ConfigError("input_shape", f"expected positive (C, H, W), got {self.input_shape!r}")
+        if self.num_classes < 2:
+            raise ConfigError("num_classes", f"need at least 2 classes, got {self.num_classes}")
+        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
+        object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
+
+
+class ZooModel(nn.Module):
+    """A zoo network: `run` is the computation, `forward` its eager spelling."""
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.run(EagerOps(training=self.training), x)
+
+
+def _pooled(size: int, n: int = 1) -> int:
+    for _ in range(n):
+        size //= 2
+    return size
+
+
+def _require(name: str, input_shape: tuple[int, int, int], ok: bool, need: str) -> None:
+    if not ok:
+        raise ConfigError("input_shape", f"model {name!r} needs {need}; got {input_shape}")
+
+
+class LeNet5(ZooModel):
+    """LeNet-5 with ReLU and max pooling (28x28 inputs give the classic 16x5x5)."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        oh, ow = (_pooled(h) - 4) // 2, (_pooled(w) - 4) // 2
+        _require("lenet5", input_shape, oh >= 1 and ow >= 1, "H, W >= 12")
+        self.conv1 = nn.Conv2d(c, 6, 5, padding=2)
+        self.conv2 = nn.Conv2d(6, 16, 5)
+        self.fc1 = nn.Linear(16 * oh * ow, 120)
+        self.fc2 = nn.Linear(120, 84)
+        self.fc3 = nn.Linear(84, num_classes)
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:
+        x = ops.image(x)
+        x = ops.conv(x, self.conv1, relu=True, pool=True)
+        x = ops.conv(x, self.conv2, relu=True, pool=True)
+        x = ops.flatten(x)
+        x = ops.linear(x, self.fc1, relu=True)
+        x = ops.linear(x, self.fc2, relu=True)
+        return ops.linear(x, self.fc3)
+
+
+class CnnAIid(ZooModel):
+    """CNN-A-IID: two 3x3 convs (32, 64) each with batch norm and 2x2 max
+    pooling, then FC layers of 1568 and 784 units and the classifier."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        oh, ow = _pooled(h, 2), _pooled(w, 2)
+        _require("cnn-a-iid", input_shape, oh >= 1 and ow >= 1, "H, W >= 4")
+        self.conv1 = nn.Conv2d(c, 32, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(64)
+        self.fc1 = nn.Linear(64 * oh * ow, 1568)
+        self.fc2 = nn.Linear(1568, 784)
+        self.fc3 = nn.Linear(784, num_classes)
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:
+        x = ops.image(x)
+        x = ops.conv(x, self.conv1, bn=self.bn1, relu=True, pool=True)
+        x = ops.conv(x, self.conv2, bn=self.bn2, relu=True, pool=True)
+        x = ops.flatten(x)
+        x = ops.linear(x, self.fc1, relu=True)
+        x = ops.linear(x, self.fc2, relu=True)
+        return ops.linear(x, self.fc3)
+
+
+class CnnANonIid(ZooModel):
+    """CNN-A-non-IID: 3x3 convs 32, 64, 64 with ReLU, 2x2 max pooling after
+    the first two, then FC 64 and the classifier."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        oh, ow = _pooled(h, 2), _pooled(w, 2)
+        _require("cnn-a-noniid", input_shape, oh >= 1 and ow >= 1, "H, W >= 4")
+        self.conv1 = nn.Conv2d(c, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.conv3 = nn.Conv2d(64, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * oh * ow, 64)
+        self.fc2 = nn.Linear(64, num_classes)
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:
+        x = ops.image(x)
+        x = ops.conv(x, self.conv1, relu=True, pool=True)
+        x = ops.conv(x, self.conv2, relu=True, pool=True)
+        x = ops.conv(x, self.conv3, relu=True)
+        x = ops.flatten(x)
+        x = ops.linear(x, self.fc1, relu=True)
+        return ops.linear(x, self.fc2)
+
+
+class CnnB(ZooModel):
+    """CNN-B: 2x2 convs 64 and 32 with ReLU, each followed by dropout 0.05,
+    then flatten and one FC layer (no pooling, no padding)."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, dropout: float) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        _require("cnn-b", input_shape, h >= 3 and w >= 3, "H, W >= 3")
+        self.p = dropout
+        self.conv1 = nn.Conv2d(c, 64, 2)
+        self.conv2 = nn.Conv2d(64, 32, 2)
+        self.fc = nn.Linear(32 * (h - 2) * (w - 2), num_classes)
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:
+        x = ops.image(x)
+        x = ops.dropout(ops.conv(x, self.conv1, relu=True), self.p)
+        x = ops.dropout(ops.conv(x, self.conv2, relu=True), self.p)
+        return ops.linear(ops.flatten(x), self.fc)
+
+
+class Vgg6(ZooModel):
+    """VGG of 6 conv layers (the appendix's phone experiment): 3x3 convs
+    32,32,M,64,64,M,128,128,M with ReLU, then FC 256 + dropout and the classifier."""
+
+    WIDTHS = ((32, 32), (64, 64), (128, 128))
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, dropout: float) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        oh, ow = _pooled(h, 3), _pooled(w, 3)
+        _require("vgg6", input_shape, oh >= 1 and ow >= 1, "H, W >= 8")
+        self.p = dropout
+        convs = []
+        for a, b in self.WIDTHS:
+            convs += [nn.Conv2d(c, a, 3, padding=1), nn.Conv2d(a, b, 3, padding=1)]
+            c = b
+        self.convs = nn.ModuleList(convs)
+        self.fc1 = nn.Linear(c * oh * ow, 256)
+        self.fc2 = nn.Linear(256, num_classes)
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:
+        x = ops.image(x)
+        for k, conv in enumerate(self.convs):
+            x = ops.conv(x, conv, relu=True, pool=k % 2 == 1)
+        x = ops.flatten(x)
+        x = ops.dropout(ops.linear(x, self.fc1, relu=True), self.p)
+        return ops.linear(x, self.fc2)
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block: two 3x3 conv + batch norm, identity or 1x1 projection."""
+
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut: nn.Conv2d | None = None
+        self.shortcut_bn: nn.BatchNorm2d | None = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+            self.shortcut_bn = nn.BatchNorm2d(cout)
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:
+        out = ops.conv(x, self.conv1, bn=self.bn1, relu=True)
+        out = ops.conv(out, self.conv2, bn=self.bn2)
+        if self.shortcut is not None:
+            x = ops.conv(x, self.shortcut, bn=self.shortcut_bn)
+        return ops.relu(ops.add(out, x))
+
+
+class ResNet13(ZooModel):
+    """ResNet of 13 conv layers (appendix): a 3x3 stem and three stages of two
+    basic blocks (16, 32, 64 channels; stride 2 entering stages 2 and 3), global
+    average pooling and the classifier. The 1x1 projection shortcuts are not
+    counted as layers, as in ResNet-18."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        _require("resnet13", input_shape, h >= 4 and w >= 4, "H, W >= 4")
+        self.stem = nn.Conv2d(c, 16, 3, padding=1, bias=False)
+        self.stem_bn = nn.BatchNorm2d(16)
+        blocks = []
+        cin = 16
+        for cout, stride in ((16, 1), (16, 1), (32, 2), (32, 1), (64, 2), (64, 1)):
+            blocks.append(BasicBlock(cin, cout, stride))
+            cin = cout
+        self.blocks = nn.ModuleList(blocks)
+        self.fc = nn.Linear(64, num_classes)
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:
+        x = ops.image(x)
+        x = ops.conv(x, self.stem, bn=self.stem_bn, relu=True)
+        for block in self.blocks:
+            x = block.run(ops, x)
+        return ops.linear(ops.global_avg_pool(x), self.fc)
+
+
+class AlexNetSmall(ZooModel):
+    """A small AlexNet for 28x28-class inputs: five 3x3 convs (32, 64, 96,
+    64, 64) with ReLU, 2x2 max pooling after conv 1, 2 and 5, then dropout,
+    FC 256, dropout, FC 128 and the classifier."""
+
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, dropout: float) -> None:
+        super().__init__()
+        c, h, w = input_shape
+        oh, ow = _pooled(h, 3), _pooled(w, 3)
+        _require("alexnet", input_shape, oh >= 1 and ow >= 1, "H, W >= 8")
+        self.p = dropout
+        self.conv1 = nn.Conv2d(c, 32, 3, padding=1)
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
+        self.conv3 = nn.Conv2d(64, 96, 3, padding=1)
+        self.conv4 = nn.Conv2d(96, 64, 3, padding=1)
+        self.conv5 = nn.Conv2d(64, 64, 3, padding=1)
+        self.fc1 = nn.Linear(64 * oh * ow, 256)
+        self.fc2 = nn.Linear(256, 128)
+        self.fc3 = nn.Linear(128, num_classes)
+
+    def run(self, ops: Ops, x: Tensor) -> Tensor:
+        x = ops.image(x)
+        x = ops.conv(x, self.conv1, relu=True, pool=True)
+        x = ops.conv(x, self.conv2, relu=True, pool=True)
+        x = ops.conv(x, self.conv3, relu=True)
+        x = ops.conv(x, self.conv4, relu=True)
+        x = ops.conv(x, self.conv5, relu=True, pool=True)
+        x = ops.dropout(ops.flatten(x), self.p)
+        x = ops.dropout(ops.linear(x, self.fc1, relu=True), self.p)
+        x = ops.linear(x, self.fc2, relu=True)
+        return ops.linear(x, self.fc3)
+
+
+def _drop(spec_dropout: float | None, default: float) -> float:
+    return default if spec_dropout is None else spec_dropout
+
+
+# name -> builder(input_shape, num_classes, dropout override)
+MODELS: dict[str, Callable[[tuple[int, int, int], int, float | None], ZooModel]] = {
+    "lenet5": lambda s, k, p: LeNet5(s, k),
+    "cnn-a-iid": lambda s, k, p: CnnAIid(s, k),
+    "cnn-a-noniid": lambda s, k, p: CnnANonIid(s, k),
+    "cnn-b": lambda s, k, p: CnnB(s, k, _drop(p, 0.05)),
+    "vgg6": lambda s, k, p: Vgg6(s, k, _drop(p, 0.5)),
+    "resnet13": lambda s, k, p: ResNet13(s, k),
+    "alexnet": lambda s, k, p: AlexNetSmall(s, k, _drop(p, 0.5)),
+}
+
+
+def build_model(
+    name: str | ModelSpec,
+    input_shape: tuple[int, int, int] | None = None,
+    num_classes: int | None = None,
+    *,
+    dropout: float | None = None,
+) -> ZooModel:
+    """A freshly initialised zoo model (PyTorch's default init, global RNG).
+
+    Accepts either a `ModelSpec` or its fields; raises `ConfigError` for an
+    unknown name or an input too small for the architecture.
+    """
+    if isinstance(name, ModelSpec):
+        spec = name
+    else:
+        if input_shape is None or num_classes is None:
+            raise TypeError("build_model(name, input_shape, num_classes) needs all three")
+        spec = ModelSpec(name, tuple(input_shape), num_classes, dropout)  # type: ignore[arg-type]
+    return MODELS[spec.name](spec.input_shape, spec.num_classes, spec.dropout)
+
+
+def state_to_numpy(model: nn.Module) -> dict[str, np.ndarray]:
+    """The model's `state_dict()` as float32 numpy arrays, in state_dict order.
+
+    Integer buffers (batch norm's `num_batches_tracked`) are carried as
+    float32 too, so every exchanged tensor has one dtype.
+    """
+    return {
+        k: v.detach().to("cpu", torch.float32).numpy().copy() for k, v in model.state_dict().items()
+    }
+
+
+def load_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
+    """Copy `weights` into `model`; keys and shapes must match exactly.
+
+    Raises `mjfl.errors.ProgramError` naming the first mismatch.
+    """
+    from mjfl.errors import ProgramError
+
+    state = model.state_dict()
+    missing = [k for k in state if k not in weights]
+    extra = [k for k in weights if k not in state]
+    if missing or extra:
+        raise ProgramError(
+            f"weights do not match the model: missing {missing[:3]}, unexpected {extra[:3]}"
+        )
+    new = {}
+    for k, ref in state.items():
+        arr = np.asarray(weights[k])
+        if tuple(arr.shape) != tuple(ref.shape):
+            raise ProgramError(
+                f"weight {k!r} has shape {tuple(arr.shape)}, the model expects {tuple(ref.shape)}"
+            )
+        t = torch.from_numpy(np.ascontiguousarray(arr, dtype=np.float32))
+        if ref.dtype != torch.float32:
+            t = t.round().to(ref.dtype)
+        new[k] = t
+    model.load_state_dict(new)
+
+
+def initial_weights(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
+    """The initial global model of a job: PyTorch's default init under `seed`.
+
+    Deterministic for a given (spec, seed) and leaves the global RNG as it was.
+    """
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_model(spec)
+    return state_to_numpy(model)
+
+
+def parameter_count(spec: ModelSpec) -> int:
+    """Trainable parameters of the model built for `spec`."""
+    return sum(p.numel() for p in build_model(spec).parameters())

@@ -1,0 +1,97 @@
+import json
+
+import numpy as np
+import pytest
+
+from mjfl.schedulers.base import CostWeights, RoundOutcome
+from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
+from mjfl.schedulers.registry import META_MEMBERS, make_scheduler
+from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
+
+
+class Fixed:
+    """A member that always proposes the same plan and remembers what it observed."""
+
+    def __init__(self, name, plan):
+        self.name, self._plan, self.seen = name, plan, []
+
+    def plan(self, ctx):
+        return self._plan
+
+    def observe(self, ctx, outcome):
+        self.seen.append(outcome.round)
+
+
+def test_meta_greedy_picks_the_least_recost_and_logs_the_winner(context_factory):
+    # Device 0 is fast but has been scheduled often; device 3 is slow and fresh.
+    ctx = context_factory(
+        [1.0, 2.0, 3.0, 8.0], [10.0] * 4, [1, 1, 1, 1], size=1, round_=9,
+        frequencies=[[6, 1, 1, 0]], weights=CostWeights(alpha=1.0, beta=0.2, omega="sqrt"),
+    )
+    members = [Fixed("fast", (0,)), Fixed("middle", (1,)), Fixed("slow", (3,))]
+    meta = MetaGreedyScheduler(members)
+    recost = ctx.costs.recost(np.array([[0], [1], [3]]))
+    assert meta.plan(ctx) == ((0,), (1,), (3,))[int(np.argmin(recost))]
+    choice = meta.choices[-1]
+    assert choice.winner == ["fast", "middle", "slow"][int(np.argmin(recost))]
+    assert choice.recost == pytest.approx(dict(zip(["fast", "middle", "slow"], recost)))
+    # With fairness weighted heavily the over-used fast device loses.
+    heavy = context_factory(
+        [1.0, 2.0, 3.0, 8.0], [10.0] * 4, [1, 1, 1, 1], size=1, round_=9,
+        frequencies=[[6, 1, 1, 0]], weights=CostWeights(alpha=1.0, beta=5.0),
+    )
+    assert meta.plan(heavy) != (0,)
+    assert meta.wins()[meta.choices[-1].winner] >= 1
+    meta.observe(ctx, RoundOutcome(0, 9, (1,), {1: 2.0}, frozenset(), 2.0))
+    assert all(m.seen == [9] for m in members)  # every member learns from every round
+
+
+def test_meta_greedy_ties_go_to_the_first_member(context_factory):
+    ctx = context_factory([1.0, 1.0], [1.0, 1.0], [1, 1], size=1)
+    meta = MetaGreedyScheduler([Fixed("a", (0,)), Fixed("b", (1,))])
+    meta.plan(ctx)
+    assert meta.choices[-1].winner == "a"
+
+
+def test_meta_greedy_has_the_six_members_and_never_loses_to_them():
+    rng = np.random.default_rng(2)
+    fleet, jobs = synthetic_fleet(60, rng), synthetic_jobs(3, 60, rng)
+    meta = make_scheduler("meta-greedy", seed=0, options={"rlds": {"pretrain_rounds": 5}})
+    assert [m.name for m in meta.members] == list(META_MEMBERS)
+    others = [make_scheduler("meta-greedy", seed=m + 1, options={"rlds": {"pretrain_rounds": 5}}) for m in range(2)]
+    drive([meta, *others], fleet, jobs, 6, rng)
+    for choice in meta.choices:
+        assert choice.recost[choice.winner] == min(choice.recost.values())
+        assert set(choice.plans) == set(META_MEMBERS)
+    assert sum(meta.wins().values()) == 6
+
+
+def test_unknown_methods_are_config_errors():
+    from mjfl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="scheduler.method"):
+        make_scheduler("fastest")
+    with pytest.raises(ConfigError, match="scheduler.members"):
+        make_scheduler("meta-greedy", members=["greedy", "oracle"])
+
+
+def test_bench_schedulers_cli_writes_the_documented_shape(tmp_path):
+    from typer.testing import CliRunner
+
+    from mjfl.cli import app
+
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(
+        app, ["bench", "schedulers", "--devices", "30", "--devices", "40", "--jobs", "2", "--rounds", "3",
+              "--methods", "random,greedy,meta-greedy", "--json", str(out)],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert set(report) == {"results"}
+    assert [(r["method"], r["devices"]) for r in report["results"]] == [
+        (m, d) for d in (30, 40) for m in ("random", "greedy", "meta-greedy")
+    ]
+    for row in report["results"]:
+        assert set(row) == {"method", "devices", "jobs", "median_ms", "p95_ms", "mean_cost"}
+        assert row["jobs"] == 2 and row["median_ms"] >= 0 and row["p95_ms"] >= row["median_ms"]
+        assert row["mean_cost"] > 0

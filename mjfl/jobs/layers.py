@@ -261,26 +261,27 @@ def conv_maps(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int, paddi
     """Convolution of a (C, N, H, W) map as one `mm` with an im2col matrix.
 
     The im2col matrix has rows (c, i, j) in the order of `weight.reshape(O, -1)`
-    and columns (n, y, x); its blocks are contiguous slices of the padded
-    input, stacked. The result is an (O, N, OH, OW) map. In the backward pass
-    the weight gradient `dY @ P^T` becomes `linear(dY, P)` after the export
-    passes, so no large transpose is ever materialised.
+    and columns (n, y, x). It is built separably, kh row-slices then kw
+    column-slices, so a k x k kernel costs 2k slice operators instead of k^2
+    (export time grows with the operator count). The result is an
+    (O, N, OH, OW) map. In the backward pass the weight gradient `dY @ P^T`
+    becomes `linear(dY, P)` after the export passes, so no large transpose is
+    ever materialised.
     """
     o, c, kh, kw = weight.shape
     x = pad_maps(x, padding)
     _, n, h, w = x.shape
     oh = (h - kh) // stride + 1
     ow = (w - kw) // stride + 1
-    cols = []
-    for i in range(kh):
-        for j in range(kw):
-            cols.append(
-                x[:, :, i : i + stride * (oh - 1) + 1 : stride, j : j + stride * (ow - 1) + 1 : stride]
-            )
-    if len(cols) == 1:
-        p = cols[0].reshape(c, -1)
+    span_h = stride * (oh - 1) + 1
+    span_w = stride * (ow - 1) + 1
+    if kh == 1 and kw == 1:
+        p = x[:, :, :span_h:stride, :span_w:stride].reshape(c, -1)
     else:
-        p = torch.stack(cols, dim=1).reshape(c * kh * kw, -1)
+        rows = [x[:, :, i : i + span_h : stride, :] for i in range(kh)]
+        u = torch.stack(rows, dim=1)  # (C, kh, N, OH, W)
+        cols = [u[..., j : j + span_w : stride] for j in range(kw)]
+        p = torch.stack(cols, dim=2).reshape(c * kh * kw, -1)  # (C, kh, kw, N, OH, OW)
     y = weight.reshape(o, c * kh * kw) @ p
     if bias is not None:
         y = y + bias.reshape(o, 1)
@@ -380,8 +381,8 @@ class ExportOps:
 
     def flatten(self, x: Tensor) -> Tensor:
         c, n, h, w = x.shape
-        planes = x.reshape(c, n, h * w).unbind(0)
-        return torch.stack(planes, dim=1).reshape(n, c * h * w)
+        # One small transpose; unbind/stack would add 4C operators.
+        return x.reshape(c, n, h * w).permute(1, 0, 2).reshape(n, c * h * w)
 
     def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
         # `x @ W.t()`: after the export passes, `linear` (BLAS with a

@@ -1,0 +1,296 @@
+"""Run configuration: one TOML file describes a run (jobs, fleet, scheduler, seed, outputs).
+
+Every field is validated on load; a bad one raises ConfigError naming it
+(``jobs[1].lr: must be > 0, got -0.1``). Unknown keys are errors too, so a
+typo never silently falls back to a default. See docs/config.md.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from mjfl.errors import ConfigError
+from mjfl.ids import JobId
+
+MODELS = ("lenet5", "cnn-a-iid", "cnn-a-noniid", "cnn-b", "vgg6", "resnet13", "alexnet")
+PARTITIONS = ("iid", "noniid", "dirichlet")
+RUNTIMES = ("executorch", "torch")
+OMEGAS = ("sqrt", "linear", "log")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """One FL job: what it trains, on what data, how, and when it is done."""
+
+    name: JobId
+    model: str
+    dataset: str = "digits"
+    data_dir: Path | None = None
+    image_size: int | None = None  # resize inputs to image_size x image_size
+    channels: int | None = None
+    partition: str = "noniid"
+    classes_per_device: int = 2
+    dirichlet_alpha: float = 0.5
+    epochs: int = 1  # tau_m
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    fraction: float = 0.1  # C_m
+    target_accuracy: float | None = None
+    target_loss: float | None = None
+    max_rounds: int = 50  # the cap on R_m
+    deadline_s: float | None = None
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """The devices: how many, and their speed (a profile file, or the synthetic generator)."""
+
+    size: int | None = None
+    profiles: Path | None = None
+    dropout: float = 0.0  # simulated: chance a device never returns a task
+    runtime: str = "executorch"
+    workers: int | None = None  # worker processes that train (default: one per core)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig:
+    """Which scheduler, and the cost model's weights (Formulas 2, 12-13)."""
+
+    method: str = "meta-greedy"
+    alpha: float = 1.0
+    beta: float = 0.2
+    omega: str = "sqrt"
+    members: tuple[str, ...] = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
+    min_plan: int = 1
+    min_returns: int = 1
+    profile_window: int = 0
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TestbedConfig:
+    """The real-time coordinator: where it listens and how long it waits for the fleet."""
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    min_devices: int | None = None  # default: the fleet size, else 1
+    wait_timeout_s: float = 120.0
+    heartbeat_interval_s: float = 5.0
+    heartbeat_timeout_s: float = 60.0
+    max_message_mb: float = 256.0
+    task_timeout_s: float | None = None  # default per task: the job's deadline, else none
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """A whole run."""
+
+    jobs: tuple[JobConfig, ...]
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    testbed: TestbedConfig = field(default_factory=TestbedConfig)
+    seed: int = 0
+    out_dir: Path = Path("runs/latest")
+    database: Path | None = None  # default: <out_dir>/mjfl.db
+    source: Path | None = None  # the file it came from
+
+    @property
+    def database_path(self) -> Path:
+        return self.database or self.out_dir / "mjfl.db"
+
+
+def load_config(path: Path | str) -> RunConfig:
+    """Read and validate a run configuration file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "no such file")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    return parse_config(raw, base=path.parent, source=path)
+
+
+def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | None = None) -> RunConfig:
+    """Validate a parsed TOML document; relative paths are taken from ``base``."""
+    top = _Fields(raw, "")
+    jobs_raw = top.take("jobs", list, required=True)
+    if not jobs_raw:
+        raise ConfigError("jobs", "at least one [[jobs]] table is needed")
+    jobs = tuple(_job(j, f"jobs[{i}]", base) for i, j in enumerate(jobs_raw))
+    names = [j.name for j in jobs]
+    if len(set(names)) != len(names):
+        raise ConfigError("jobs", f"job names must be unique, got {names}")
+    fleet = _fleet(top.take("fleet", dict, default={}), base)
+    scheduler = _scheduler(top.take("scheduler", dict, default={}))
+    testbed = _testbed(top.take("testbed", dict, default={}))
+    seed = top.take("seed", int, default=0)
+    out_dir = _path(top.take("out_dir", str, default="runs/latest"), base)
+    database = top.take("database", str, default=None)
+    top.done()
+    if fleet.size is None and fleet.profiles is None:
+        raise ConfigError("fleet.size", "give the fleet size or a profile file (fleet.profiles)")
+    return RunConfig(
+        jobs, fleet, scheduler, testbed, seed, out_dir,
+        _path(database, base) if database else None, source,
+    )
+
+
+def _job(raw: Any, where: str, base: Path) -> JobConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(where, "must be a table")
+    f = _Fields(raw, where)
+    name = f.take("name", str, required=True)
+    model = f.take("model", str, required=True)
+    if model not in MODELS:
+        raise ConfigError(f"{where}.model", f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    data_dir = f.take("data_dir", str, default=None)
+    job = JobConfig(
+        name=JobId(name),
+        model=model,
+        dataset=f.take("dataset", str, default="digits"),
+        data_dir=_path(data_dir, base) if data_dir else None,
+        image_size=f.take("image_size", int, default=None, check=lambda v: 4 <= v <= 512, need="between 4 and 512"),
+        channels=f.take("channels", int, default=None, check=lambda v: v in (1, 3), need="1 or 3"),
+        partition=f.take("partition", str, default="noniid", check=lambda v: v in PARTITIONS, need=f"one of {PARTITIONS}"),
+        classes_per_device=f.take("classes_per_device", int, default=2, check=lambda v: v >= 1, need=">= 1"),
+        dirichlet_alpha=f.take("dirichlet_alpha", float, default=0.5, check=lambda v: v > 0, need="> 0"),
+        epochs=f.take("epochs", int, default=1, check=lambda v: v >= 1, need=">= 1"),
+        batch_size=f.take("batch_size", int, default=32, check=lambda v: v >= 1, need=">= 1"),
+        lr=f.take("lr", float, default=0.05, check=lambda v: v > 0, need="> 0"),
+        momentum=f.take("momentum", float, default=0.0, check=lambda v: 0 <= v < 1, need="in [0, 1)"),
+        weight_decay=f.take("weight_decay", float, default=0.0, check=lambda v: v >= 0, need=">= 0"),
+        fraction=f.take("fraction", float, default=0.1, check=lambda v: 0 < v <= 1, need="in (0, 1]"),
+        target_accuracy=f.take("target_accuracy", float, default=None, check=lambda v: 0 < v <= 1, need="in (0, 1]"),
+        target_loss=f.take("target_loss", float, default=None, check=lambda v: v > 0, need="> 0"),
+        max_rounds=f.take("max_rounds", int, default=50, check=lambda v: v >= 1, need=">= 1"),
+        deadline_s=f.take("deadline_s", float, default=None, check=lambda v: v > 0, need="> 0"),
+    )
+    f.done()
+    return job
+
+
+def _fleet(raw: dict[str, Any], base: Path) -> FleetConfig:
+    f = _Fields(raw, "fleet")
+    profiles = f.take("profiles", str, default=None)
+    fleet = FleetConfig(
+        size=f.take("size", int, default=None, check=lambda v: v >= 1, need=">= 1"),
+        profiles=_path(profiles, base) if profiles else None,
+        dropout=f.take("dropout", float, default=0.0, check=lambda v: 0 <= v < 1, need="in [0, 1)"),
+        runtime=f.take("runtime", str, default="executorch", check=lambda v: v in RUNTIMES, need=f"one of {RUNTIMES}"),
+        workers=f.take("workers", int, default=None, check=lambda v: v >= 1, need=">= 1"),
+    )
+    f.done()
+    return fleet
+
+
+def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
+    from mjfl.schedulers.registry import METHODS, SINGLE
+
+    f = _Fields(raw, "scheduler")
+    members = f.take("members", list, default=list(SchedulerConfig().members))
+    for member in members:
+        if member not in SINGLE:
+            raise ConfigError("scheduler.members", f"unknown method {member!r}; choose from {', '.join(SINGLE)}")
+    options = f.take("options", dict, default={})
+    for name, value in options.items():
+        if name not in SINGLE or not isinstance(value, dict):
+            raise ConfigError(f"scheduler.options.{name}", f"must be a table named after a method ({', '.join(SINGLE)})")
+    config = SchedulerConfig(
+        method=f.take("method", str, default="meta-greedy", check=lambda v: v in METHODS, need=f"one of {', '.join(METHODS)}"),
+        alpha=f.take("alpha", float, default=1.0, check=lambda v: v >= 0, need=">= 0"),
+        beta=f.take("beta", float, default=0.2, check=lambda v: v >= 0, need=">= 0"),
+        omega=f.take("omega", str, default="sqrt", check=lambda v: v in OMEGAS, need=f"one of {OMEGAS}"),
+        members=tuple(members),
+        min_plan=f.take("min_plan", int, default=1, check=lambda v: v >= 1, need=">= 1"),
+        min_returns=f.take("min_returns", int, default=1, check=lambda v: v >= 1, need=">= 1"),
+        profile_window=f.take("profile_window", int, default=0, check=lambda v: v >= 0, need=">= 0"),
+        options=options,
+    )
+    f.done()
+    return config
+
+
+def _testbed(raw: dict[str, Any]) -> TestbedConfig:
+    f = _Fields(raw, "testbed")
+    config = TestbedConfig(
+        host=f.take("host", str, default="127.0.0.1"),
+        port=f.take("port", int, default=8765, check=lambda v: 0 <= v < 65536, need="a TCP port"),
+        min_devices=f.take("min_devices", int, default=None, check=lambda v: v >= 1, need=">= 1"),
+        wait_timeout_s=f.take("wait_timeout_s", float, default=120.0, check=lambda v: v > 0, need="> 0"),
+        heartbeat_interval_s=f.take("heartbeat_interval_s", float, default=5.0, check=lambda v: v > 0, need="> 0"),
+        heartbeat_timeout_s=f.take("heartbeat_timeout_s", float, default=60.0, check=lambda v: v > 0, need="> 0"),
+        max_message_mb=f.take("max_message_mb", float, default=256.0, check=lambda v: v > 0, need="> 0"),
+        task_timeout_s=f.take("task_timeout_s", float, default=None, check=lambda v: v > 0, need="> 0"),
+    )
+    f.done()
+    if config.heartbeat_timeout_s <= config.heartbeat_interval_s:
+        raise ConfigError("testbed.heartbeat_timeout_s", "must be longer than testbed.heartbeat_interval_s")
+    return config
+
+
+def _path(value: str | None, base: Path) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+_MISSING = object()
+
+
+class _Fields:
+    """Takes typed fields out of one TOML table, naming each in errors."""
+
+    def __init__(self, raw: dict[str, Any], where: str) -> None:
+        if not isinstance(raw, dict):
+            raise ConfigError(where or "config", "must be a table")
+        self.raw = dict(raw)
+        self.where = where
+
+    def name(self, key: str) -> str:
+        return f"{self.where}.{key}" if self.where else key
+
+    def take(self, key: str, kind: type, *, default: Any = _MISSING, required: bool = False, check: Any = None, need: str = "") -> Any:
+        if key not in self.raw:
+            if required or default is _MISSING:
+                raise ConfigError(self.name(key), "is required")
+            return default
+        value = self.raw.pop(key)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(self.name(key), f"must be {_KIND_NAMES.get(kind, kind.__name__)}, got {value!r}")
+        if check is not None and not check(value):
+            raise ConfigError(self.name(key), f"must be {need}, got {value!r}")
+        return value
+
+    def done(self) -> None:
+        if self.raw:
+            unknown = ", ".join(sorted(self.raw))
+            raise ConfigError(self.name(next(iter(sorted(self.raw)))), f"unknown key(s): {unknown}")
+
+
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}
+
+
+def config_to_dict(config: RunConfig) -> dict[str, Any]:
+    """A JSON-friendly view of a config (for the run record)."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, tuple):
+            return [plain(v) for v in value]
+        if hasattr(value, "__dataclass_fields__"):
+            return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(config)  # type: ignore[no-any-return]

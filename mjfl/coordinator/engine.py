@@ -1,0 +1,309 @@
+"""The multi-job FL engine: the one round loop of mjfl (the paper's Figure 1, steps 1-6).
+
+Every job runs its own loop, concurrently with the others:
+
+    plan (its scheduler) over the free devices -> mark them busy -> send the
+    global model -> local training -> collect -> FedAvg by sample counts ->
+    evaluate on the job's test set -> record -> stop at the target or R_m
+
+A device serves one job at a time and is released as soon as its own task
+ends, so a fast device can join another job's next round while this round
+waits for its stragglers. Planning is synchronous, so two jobs can never plan
+over the same free device. Failures are data: a device that does not return,
+or returns an invalid update, is recorded and fed to the scheduler; the round
+completes with the rest when at least ``min_returns`` came back.
+
+The engine knows devices only through a Fleet and time only through a Clock,
+so the same code runs phones in wall-clock time and simulations in virtual
+time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mjfl.coordinator.clock import Clock
+from mjfl.coordinator.fedavg import check_update, fedavg
+from mjfl.coordinator.fleet import DeviceFailure, Fleet, Task, TaskResult, Weights
+from mjfl.coordinator.records import DeviceRound, ProfileRefit, RoundRecord
+from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.models import ModelSpec
+from mjfl.schedulers.base import CostWeights, FleetModel, JobModel, Plan, PlanContext, RoundOutcome, Scheduler, plan_size
+from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
+
+log = logging.getLogger(__name__)
+
+Evaluator = Callable[[ModelSpec, Weights, NDArray[np.float32], NDArray[np.int64]], tuple[float, float]]
+
+
+@dataclass(eq=False)
+class EngineJob:
+    """One FL job as the engine runs it."""
+
+    name: JobId
+    spec: ModelSpec
+    scheduler: Scheduler
+    samples: Mapping[DeviceId, int]  # D_k^m: the devices holding a shard of this job
+    test_x: NDArray[np.float32]
+    test_y: NDArray[np.int64]
+    weights: Weights  # the global model; replaced after every aggregated round
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    fraction: float = 0.1  # C_m
+    target_accuracy: float | None = None
+    target_loss: float | None = None
+    max_rounds: int = 50  # R_m
+    deadline_s: float | None = None  # per task; None waits for every device
+    rounds_done: int = 0  # > 0 when resuming
+    best_accuracy: float = 0.0
+    stopped: str | None = None  # why the job ended: "target", "budget", "no devices"
+
+    def reached(self, accuracy: float, loss: float) -> bool:
+        if self.target_accuracy is not None and accuracy >= self.target_accuracy:
+            return True
+        return self.target_loss is not None and loss <= self.target_loss
+
+
+class RoundSink(Protocol):
+    """Where finished rounds go (storage, checkpoints, live view), synchronously."""
+
+    def round_finished(self, job: EngineJob, record: RoundRecord, choices: Mapping[str, float] | None) -> None: ...
+
+    def profile_refitted(self, refit: ProfileRefit) -> None: ...
+
+
+@dataclass
+class EngineSettings:
+    """Knobs of the engine that are not per job."""
+
+    weights: CostWeights = field(default_factory=CostWeights)
+    min_plan: int = 1  # the smallest plan worth a round
+    min_returns: int = 1  # fewer updates than this: the round keeps the old model
+    seed: int = 0
+    time_offset: float = 0.0  # run-clock time already spent (when resuming)
+    profile_window: int = 0  # > 0: refit device profiles online from that many recent rounds
+    profile_min_observations: int = 5
+
+
+class Engine:
+    """Runs M jobs concurrently over one fleet (DESIGN.md section 3)."""
+
+    def __init__(
+        self,
+        jobs: Sequence[EngineJob],
+        fleet: Fleet,
+        clock: Clock,
+        evaluate: Evaluator,
+        *,
+        run_id: str,
+        settings: EngineSettings | None = None,
+        sink: RoundSink | None = None,
+        frequencies: Mapping[JobId, Mapping[DeviceId, int]] | None = None,
+    ) -> None:
+        if len({job.name for job in jobs}) != len(jobs):
+            raise ValueError("job names must be unique")
+        self.jobs = list(jobs)
+        self.fleet = fleet
+        self.clock = clock
+        self.evaluate = evaluate
+        self.run_id = run_id
+        self.settings = settings or EngineSettings()
+        self.sink = sink
+        self.busy: dict[DeviceId, JobId] = {}
+        self._in_flight: dict[JobId, set[DeviceId]] = {job.name: set() for job in self.jobs}
+        # s_{k,m} of Formula 6, counting every plan issued (in flight included).
+        self.frequencies: dict[JobId, dict[DeviceId, int]] = {
+            job.name: dict((frequencies or {}).get(job.name, {})) for job in self.jobs
+        }
+        self._released = asyncio.Condition()
+        self._start = 0.0
+        self._refiner = None
+        if self.settings.profile_window > 0:
+            from mjfl.profiling.fit import ProfileRefiner
+
+            self._refiner = ProfileRefiner(
+                window=self.settings.profile_window, min_observations=self.settings.profile_min_observations
+            )
+        self._refined: dict[DeviceId, tuple[float, float]] = {}
+
+    def now(self) -> float:
+        """Run-clock time: seconds since the run started (resumed runs continue their clock)."""
+        return self.clock.now() - self._start + self.settings.time_offset
+
+    async def run(self) -> None:
+        """Run every job until it reaches its target or its budget."""
+        self._start = self.clock.now()
+        async with asyncio.TaskGroup() as group:
+            for job in self.jobs:
+                group.create_task(self._run_job(job), name=f"job {job.name}")
+
+    # -- one job ----------------------------------------------------------
+
+    async def _run_job(self, job: EngineJob) -> None:
+        while job.stopped is None:
+            if job.rounds_done >= job.max_rounds:
+                job.stopped = "budget"
+                break
+            ctx = await self._wait_and_plan(job)
+            if ctx is None:
+                job.stopped = "no devices"
+                break
+            await self._run_round(job, ctx)
+        async with self._released:
+            self._released.notify_all()
+
+    async def _wait_and_plan(self, job: EngineJob) -> tuple[PlanContext, Plan, list[DeviceId]] | None:
+        """Wait until enough devices are free, then plan and occupy them (no await in between)."""
+        async with self._released:
+            while True:
+                planned = self._plan(job)
+                if planned is not None:
+                    return planned
+                if not self._anyone_busy():
+                    return None  # nothing will ever be released: this job cannot run
+                await self._released.wait()
+
+    def _anyone_busy(self) -> bool:
+        return bool(self.busy)
+
+    def _plan(self, job: EngineJob) -> tuple[PlanContext, Plan, list[DeviceId]] | None:
+        profiles = [p for p in self.fleet.profiles() if p.device in job.samples]
+        if not profiles:
+            return None
+        devices = [p.device for p in profiles]
+        free = np.array([d not in self.busy for d in devices])
+        size = plan_size(job.fraction, len(devices), int(free.sum()), self.settings.min_plan)
+        if size == 0:
+            return None
+        a = np.array([self._refined.get(p.device, (p.a, p.mu))[0] for p in profiles])
+        mu = np.array([self._refined.get(p.device, (p.a, p.mu))[1] for p in profiles])
+        fleet = FleetModel(tuple(devices), np.maximum(a, 1e-12), np.maximum(mu, 1e-12))
+        index = {d: k for k, d in enumerate(devices)}
+        jobs, frequencies, current = [], [], []
+        for other in self.jobs:
+            # Devices without a shard of another job still need a D for its cost
+            # terms; they never train it, so any positive count will do.
+            counts = np.array([other.samples.get(d, 1) for d in devices], dtype=np.int64)
+            jobs.append(JobModel(other.name, other.epochs, counts, other.fraction))
+            frequencies.append([self.frequencies[other.name].get(d, 0) for d in devices])
+            in_flight = tuple(sorted(index[d] for d in self._in_flight[other.name] if d in index))
+            current.append(in_flight or None)
+        m = self.jobs.index(job)
+        ctx = PlanContext(
+            job=m, round=job.rounds_done + 1, fleet=fleet, jobs=tuple(jobs), free=free,
+            frequencies=np.asarray(frequencies, dtype=np.int64), current_plans=tuple(current),
+            size=size, weights=self.settings.weights,
+        )
+        plan = job.scheduler.plan(ctx)
+        chosen = [devices[k] for k in plan]
+        if len(chosen) != size or any(d in self.busy for d in chosen):
+            raise AssertionError(f"{job.scheduler.name} planned busy or too many devices: {chosen}")
+        for device in chosen:
+            self.busy[device] = job.name
+            self.frequencies[job.name][device] = self.frequencies[job.name].get(device, 0) + 1
+        self._in_flight[job.name] = set(chosen)
+        return ctx, plan, chosen
+
+    async def _run_round(self, job: EngineJob, planned: tuple[PlanContext, Plan, list[DeviceId]]) -> None:
+        ctx, plan, devices = planned
+        round_ = job.rounds_done + 1
+        started = self.now()
+        expected = float(ctx.costs.time(np.asarray(plan)) * ctx.costs.reference_time)
+        task_for = {d: self._task(job, round_, d) for d in devices}
+        results = await asyncio.gather(*(self._train(job, d, task_for[d]) for d in devices))
+        ended = self.now()
+
+        updates, device_rounds, durations, failed = [], [], {}, set()
+        for k, (device, outcome) in zip(plan, zip(devices, results)):
+            if isinstance(outcome, TaskResult):
+                updates.append((outcome.weights, outcome.samples))
+                durations[k] = outcome.duration_s
+                device_rounds.append(DeviceRound(
+                    device, "ok", outcome.samples, outcome.mean_loss, outcome.duration_s,
+                    outcome.timing.download_s, outcome.timing.compute_s, outcome.timing.upload_s,
+                ))
+                self._observe_profile(job, device, outcome)
+            else:
+                failed.add(k)
+                device_rounds.append(DeviceRound(device, outcome.status, 0, None, outcome.after_s, error=outcome.reason))
+
+        aggregated = len(updates) >= max(1, self.settings.min_returns)
+        if aggregated:
+            job.weights = fedavg(updates)
+        accuracy, loss = await self.clock.run_blocking(None, self.evaluate, job.spec, job.weights, job.test_x, job.test_y)
+        job.rounds_done = round_
+        job.best_accuracy = max(job.best_accuracy, accuracy)
+
+        outcome = RoundOutcome(ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started)
+        cost = ctx.costs.observed_cost(outcome)
+        winner, choices = None, None
+        if isinstance(job.scheduler, MetaGreedyScheduler) and job.scheduler.choices:
+            choice = job.scheduler.choices[-1]
+            winner, choices = choice.winner, choice.recost
+        job.scheduler.observe(ctx, outcome)
+        record = RoundRecord(
+            self.run_id, job.name, round_, started, ended, tuple(device_rounds), accuracy, loss,
+            aggregated, expected, cost, winner,
+        )
+        if job.reached(accuracy, loss):
+            job.stopped = "target"
+        if self.sink is not None:
+            self.sink.round_finished(job, record, choices)
+        self._refit_profiles(devices)
+
+    def _task(self, job: EngineJob, round_: int, device: DeviceId) -> Task:
+        digest = hashlib.sha256(f"{self.settings.seed}/{job.name}/{round_}/{device}".encode()).digest()
+        return Task(
+            job.name, round_, job.weights, job.epochs, job.batch_size, job.lr, job.momentum,
+            job.weight_decay, job.deadline_s, seed=int.from_bytes(digest[:4], "little"),
+        )
+
+    async def _train(self, job: EngineJob, device: DeviceId, task: Task) -> TaskResult | DeviceFailure:
+        """One device's task; always releases the device, never raises for the device's faults."""
+        started = self.now()
+        try:
+            result = await self.fleet.run_task(device, task)
+            problem = check_update(job.weights, result.weights)
+            if problem is not None:
+                return DeviceFailure(device, problem, status="rejected", after_s=self.now() - started)
+            if result.samples <= 0:
+                return DeviceFailure(device, f"reported {result.samples} samples", status="rejected", after_s=self.now() - started)
+            return result
+        except DeviceFailure as failure:
+            failure.after_s = failure.after_s or self.now() - started
+            return failure
+        finally:
+            async with self._released:
+                self.busy.pop(device, None)
+                self._in_flight[job.name].discard(device)
+                self._released.notify_all()
+
+    # -- online profile refinement ---------------------------------------
+
+    def _observe_profile(self, job: EngineJob, device: DeviceId, result: TaskResult) -> None:
+        if self._refiner is not None:
+            self._refiner.observe(device, result.duration_s, job.epochs, job.samples[device])
+
+    def _refit_profiles(self, devices: Sequence[DeviceId]) -> None:
+        if self._refiner is None:
+            return
+        for device in devices:
+            fit = self._refiner.fit(device)
+            if fit is None or fit.a <= 0:
+                continue
+            self._refined[device] = (fit.a, fit.mu)
+            if self.sink is not None:
+                self.sink.profile_refitted(
+                    ProfileRefit(self.run_id, device, self.now(), fit.a, fit.mu, fit.n, fit.ks_statistic)
+                )

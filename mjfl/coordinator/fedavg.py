@@ -1,0 +1,48 @@
+"""FedAvg (McMahan et al. 2017): the sample-weighted mean of the devices' models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+Weights = Mapping[str, NDArray[np.float32]]
+
+
+def fedavg(updates: Sequence[tuple[Weights, int]]) -> dict[str, NDArray[np.float32]]:
+    """``w = sum_k n_k w_k / sum_k n_k`` over ``(weights, samples)`` pairs (Step 6).
+
+    Accumulates in float64 so the order of devices does not change the result
+    beyond float32 rounding; every update must have the same names and shapes.
+    """
+    if not updates:
+        raise ValueError("FedAvg needs at least one update")
+    total = sum(samples for _, samples in updates)
+    if total <= 0 or any(samples < 0 for _, samples in updates):
+        raise ValueError("sample counts must be non-negative with a positive sum")
+    names = list(updates[0][0])
+    out: dict[str, NDArray[np.float32]] = {}
+    for name in names:
+        acc = np.zeros(np.shape(updates[0][0][name]), dtype=np.float64)
+        for weights, samples in updates:
+            acc += (samples / total) * np.asarray(weights[name], dtype=np.float64)
+        out[name] = acc.astype(np.float32)
+    return out
+
+
+def check_update(reference: Weights, update: Weights) -> str | None:
+    """Why ``update`` is not a valid update of ``reference`` (names, shapes, dtype, finite), or None."""
+    if list(update) != list(reference):
+        missing = [k for k in reference if k not in update]
+        extra = [k for k in update if k not in reference]
+        return f"tensor names differ (missing {missing[:3]}, unexpected {extra[:3]})"
+    for name, ref in reference.items():
+        got = np.asarray(update[name])
+        if got.shape != np.shape(ref):
+            return f"tensor {name!r} has shape {got.shape}, expected {np.shape(ref)}"
+        if got.dtype != np.float32:
+            return f"tensor {name!r} has dtype {got.dtype}, expected float32"
+        if not np.all(np.isfinite(got)):
+            return f"tensor {name!r} has non-finite values"
+    return None

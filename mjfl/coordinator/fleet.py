@@ -1,0 +1,114 @@
+"""The engine's view of devices: one small interface, two kinds of fleet.
+
+A Fleet runs one training task on one device and answers with its result or
+a failure. The virtual-time fleet (``simulated.py``) trains in worker
+processes and reports round times sampled from each device's profile; the
+real-time fleet (``server.py``) drives phones and emulated devices over
+WebSockets. The engine (``engine.py``) cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.models import ModelSpec
+
+Weights = dict[str, NDArray[np.float32]]
+
+
+@dataclass(frozen=True)
+class DeviceProfileView:
+    """What the engine knows of a device: its Formula 4 parameters."""
+
+    device: DeviceId
+    a: float
+    mu: float
+
+
+@dataclass(frozen=True, eq=False)
+class JobArtifacts:
+    """Everything a device needs, once, to train a job: program, model spec, its shard."""
+
+    job: JobId
+    spec: ModelSpec
+    program: bytes
+    shards: Mapping[DeviceId, tuple[NDArray[np.float32], NDArray[np.int64]]]
+
+
+@dataclass(frozen=True, eq=False)
+class Task:
+    """One device's local training for one round of one job."""
+
+    job: JobId
+    round: int
+    weights: Weights
+    epochs: int
+    batch_size: int
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    deadline_s: float | None = None
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Where a device's round went, as far as it can tell (seconds)."""
+
+    download_s: float = 0.0
+    compute_s: float = 0.0
+    upload_s: float = 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class TaskResult:
+    """A device's answer: new weights, how many samples, its mean loss, its timing.
+
+    ``duration_s`` is the round time as the coordinator's clock saw it (Formula
+    4's t_k^m): sampled in virtual time, measured in real time.
+    """
+
+    device: DeviceId
+    weights: Weights
+    samples: int
+    mean_loss: float
+    duration_s: float
+    timing: Timing = field(default_factory=Timing)
+
+
+class DeviceFailure(Exception):
+    """A device did not return a usable update (lost, late, or rejected).
+
+    Failures are data: the engine records them and feeds them to the
+    scheduler; ``status`` is "failed" (no answer in time) or "rejected" (an
+    answer that was not a valid update).
+    """
+
+    def __init__(self, device: DeviceId, reason: str, *, status: str = "failed", after_s: float = 0.0) -> None:
+        super().__init__(f"{device}: {reason}")
+        self.device = device
+        self.reason = reason
+        self.status = status
+        self.after_s = after_s
+
+
+class Fleet(Protocol):
+    """Devices the engine can train on."""
+
+    def profiles(self) -> Sequence[DeviceProfileView]:
+        """Every device of the fleet, in a fixed order, with its current profile."""
+        ...
+
+    async def prepare(self, jobs: Sequence[JobArtifacts]) -> None:
+        """Make each job's program and shards available to its devices."""
+        ...
+
+    async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
+        """Train ``task`` on ``device``; raises DeviceFailure if no valid update comes back."""
+        ...

@@ -1,0 +1,124 @@
+"""What a run leaves behind: runs, rounds and device-rounds as plain records.
+
+The engine produces these; storage (SQLite) persists them and the reports
+(summary.json, rounds.csv, plots, tables) are computed from them, so a report
+can be rebuilt from the database alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mjfl.ids import DeviceId, JobId
+
+DeviceStatus = Literal["ok", "failed", "rejected"]
+RunMode = Literal["virtual", "real"]
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run of a group of jobs under one scheduling method."""
+
+    run_id: str
+    method: str
+    mode: RunMode
+    seed: int
+    config_json: str
+    started_at: str  # wall-clock ISO 8601 time the run started
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job of a run, with what defines "done" for it."""
+
+    run_id: str
+    job: JobId
+    model: str
+    dataset: str
+    target_accuracy: float | None
+    target_loss: float | None
+    max_rounds: int
+    job_key: str  # identifies "the same job" across runs (for Formula 10's history)
+
+
+@dataclass(frozen=True)
+class DeviceRound:
+    """One device's part in one round (times are on the run's clock, seconds)."""
+
+    device: DeviceId
+    status: DeviceStatus
+    samples: int
+    mean_loss: float | None
+    duration_s: float
+    download_s: float | None = None
+    compute_s: float | None = None
+    upload_s: float | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One finished round of one job: who trained, what it cost, where the model stands."""
+
+    run_id: str
+    job: JobId
+    round: int
+    started_s: float
+    ended_s: float
+    devices: tuple[DeviceRound, ...]
+    accuracy: float
+    loss: float
+    aggregated: bool  # False when too few devices returned and the model was kept
+    expected_time_s: float  # Formula 3's expectation for the plan when it was made
+    cost: float  # Formula 8 with the observed round time
+    winner: str | None = None  # the Meta-Greedy member whose plan ran
+
+    @property
+    def plan(self) -> tuple[DeviceId, ...]:
+        return tuple(d.device for d in self.devices)
+
+    @property
+    def duration_s(self) -> float:
+        return self.ended_s - self.started_s
+
+
+@dataclass(frozen=True)
+class ProfileRefit:
+    """An online refit of a device's profile from its observed rounds (Formula 4)."""
+
+    run_id: str
+    device: DeviceId
+    at_s: float
+    a: float
+    mu: float
+    observations: int
+    ks_statistic: float
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """How a job ended in a run: the row of the paper's Tables 4-5."""
+
+    job: JobId
+    rounds: int
+    final_accuracy: float
+    time_to_target_s: float | None  # None when the target was never reached
+    reached_target: bool
+
+
+@dataclass(frozen=True)
+class SchedulerChoice:
+    """One Meta-Greedy candidate of one round: a member, its ReCost, and whether it won.
+
+    Every member proposes a plan each round (Algorithm 4 line 3) and the least
+    ReCost wins (line 4, Formulas 12-13); members that never win still appear
+    here, so "how often did each member win" has an honest denominator.
+    """
+
+    run_id: str
+    job: JobId
+    round: int
+    member: str
+    recost: float
+    won: bool

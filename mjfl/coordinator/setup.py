@@ -1,0 +1,117 @@
+"""From a RunConfig to what the engine runs: data, partitions, programs, fleet, schedulers.
+
+Shared by `mjfl simulate` (virtual time) and `mjfl testbed run` (real time),
+so both train identical jobs on identical shards for a given seed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from numpy.typing import NDArray
+
+from mjfl.coordinator.config import JobConfig, RunConfig
+from mjfl.coordinator.engine import EngineJob
+from mjfl.coordinator.fleet import JobArtifacts
+from mjfl.coordinator.records import JobInfo
+from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.models import ModelSpec
+from mjfl.profiling.profiles import DeviceProfile
+
+log = logging.getLogger(__name__)
+
+PROGRAM_CACHE = Path(".mjfl-cache") / "programs"
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedJob:
+    """A job with its data split over the fleet and its training program exported."""
+
+    config: JobConfig
+    spec: ModelSpec
+    artifacts: JobArtifacts
+    test_x: NDArray[np.float32]
+    test_y: NDArray[np.int64]
+    initial: dict[str, NDArray[np.float32]]
+
+    @property
+    def samples(self) -> dict[DeviceId, int]:
+        return {d: int(len(y)) for d, (_, y) in self.artifacts.shards.items()}
+
+    def info(self, run_id: str) -> JobInfo:
+        c = self.config
+        return JobInfo(run_id, c.name, c.model, c.dataset, c.target_accuracy, c.target_loss, c.max_rounds, job_key(c))
+
+
+def job_key(config: JobConfig) -> str:
+    """What makes two jobs "the same job" for Formula 10's history: model, data and training setup."""
+    return "/".join(
+        str(v) for v in (config.name, config.model, config.dataset, config.image_size, config.partition,
+                         config.epochs, config.batch_size, config.lr, config.momentum, config.fraction)
+    )
+
+
+def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
+    """The fleet's devices: drawn from a profile file, or from the synthetic generator."""
+    from mjfl.profiling.profiles import draw_fleet, load_profiles
+    from mjfl.schedulers.synthetic import synthetic_fleet
+
+    rng = np.random.default_rng([config.seed, 1])
+    if config.fleet.profiles is not None:
+        real = load_profiles(config.fleet.profiles)
+        size = config.fleet.size or len(real)
+        return real if size == len(real) else draw_fleet(real, size, rng)
+    assert config.fleet.size is not None
+    fleet = synthetic_fleet(config.fleet.size, rng)
+    return [
+        DeviceProfile(device_id=str(d), a=float(a), mu=float(mu), source="synthetic")
+        for d, a, mu in zip(fleet.ids, fleet.a, fleet.mu)
+    ]
+
+
+def prepare_jobs(config: RunConfig, devices: Sequence[DeviceId], *, cache_dir: Path = PROGRAM_CACHE) -> list[PreparedJob]:
+    """Load each job's data, partition it over ``devices`` and export its program (cached)."""
+    from mjfl.jobs.datasets import load_dataset
+    from mjfl.jobs.export import cached_program
+    from mjfl.jobs.models import initial_weights
+    from mjfl.jobs.partition import partition
+
+    prepared = []
+    for m, job in enumerate(config.jobs):
+        data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels, seed=config.seed)
+        rng = np.random.default_rng([config.seed, 2, m])
+        parts = partition(
+            data.train_y, len(devices), job.partition, rng,
+            classes_per_device=job.classes_per_device, alpha=job.dirichlet_alpha,
+        )
+        spec = ModelSpec(job.model, data.input_shape, data.num_classes)
+        path, _ = cached_program(spec, cache_dir)
+        shards = {d: (np.ascontiguousarray(data.train_x[idx]), np.ascontiguousarray(data.train_y[idx])) for d, idx in zip(devices, parts)}
+        artifacts = JobArtifacts(JobId(job.name), spec, path.read_bytes(), shards)
+        prepared.append(PreparedJob(job, spec, artifacts, data.test_x, data.test_y, initial_weights(spec, config.seed + m)))
+    return prepared
+
+
+def engine_jobs(config: RunConfig, prepared: Sequence[PreparedJob], method: str) -> list[EngineJob]:
+    """Fresh engine jobs (initial model, new scheduler) for one method."""
+    from mjfl.schedulers.registry import make_scheduler
+
+    jobs = []
+    for m, job in enumerate(prepared):
+        c = job.config
+        scheduler = make_scheduler(
+            method, seed=int(np.random.SeedSequence([config.seed, 3, m]).generate_state(1)[0]),
+            options=config.scheduler.options, members=config.scheduler.members,
+        )
+        jobs.append(EngineJob(
+            name=c.name, spec=job.spec, scheduler=scheduler, samples=job.samples,
+            test_x=job.test_x, test_y=job.test_y, weights=dict(job.initial), epochs=c.epochs,
+            batch_size=c.batch_size, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay,
+            fraction=c.fraction, target_accuracy=c.target_accuracy, target_loss=c.target_loss,
+            max_rounds=c.max_rounds, deadline_s=c.deadline_s,
+        ))
+    return jobs

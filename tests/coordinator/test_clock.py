@@ -1,0 +1,72 @@
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from mjfl.coordinator.clock import RealClock, VirtualClock, run_virtual
+
+
+def test_virtual_sleep_costs_no_wall_time_and_keeps_order():
+    clock = VirtualClock()
+    seen = []
+
+    async def sleeper(name, seconds):
+        await clock.sleep(seconds)
+        seen.append((name, clock.now()))
+
+    async def main():
+        async with asyncio.TaskGroup() as group:
+            for name, seconds in [("c", 3600.0), ("a", 10.0), ("b", 600.5)]:
+                group.create_task(sleeper(name, seconds))
+
+    started = time.perf_counter()
+    run_virtual(main())
+    assert time.perf_counter() - started < 1.0
+    assert seen == [("a", 10.0), ("b", 600.5), ("c", 3600.0)]
+
+
+def test_blocking_work_freezes_virtual_time():
+    clock = VirtualClock()
+    pool = ThreadPoolExecutor(2)
+    seen = []
+
+    async def device(name, work, seconds):
+        await clock.run_blocking(pool, time.sleep, work)
+        seen.append((name, "trained", clock.now()))
+        await clock.sleep(seconds)
+        seen.append((name, "done", clock.now()))
+
+    async def main():
+        async with asyncio.TaskGroup() as group:
+            group.create_task(device("slow-to-train", 0.2, 5.0))
+            group.create_task(device("quick", 0.0, 50.0))
+
+    run_virtual(main())
+    # Whatever the real training time, virtual time only moves by the sleeps.
+    assert sorted(seen) == [
+        ("quick", "done", 50.0), ("quick", "trained", 0.0),
+        ("slow-to-train", "done", 5.0), ("slow-to-train", "trained", 0.0),
+    ]
+    assert [s for s in seen if s[1] == "done"] == [("slow-to-train", "done", 5.0), ("quick", "done", 50.0)]
+
+
+def test_virtual_timeouts_fire_in_virtual_time():
+    async def main():
+        try:
+            await asyncio.wait_for(asyncio.sleep(10_000), timeout=30)
+        except TimeoutError:
+            return asyncio.get_running_loop().time()
+
+    assert run_virtual(main()) == 30
+
+
+def test_real_clock_measures_wall_time():
+    clock = RealClock()
+
+    async def main():
+        start = clock.now()
+        await clock.sleep(0.05)
+        value = await clock.run_blocking(None, sum, [1, 2, 3])
+        return clock.now() - start, value
+
+    elapsed, value = asyncio.run(main())
+    assert elapsed >= 0.05 and value == 6

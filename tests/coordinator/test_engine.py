@@ -1,0 +1,157 @@
+"""The engine's round loop over a test-double fleet (the trainers are exercised elsewhere).
+
+The double is a real Fleet on the virtual clock: each device sleeps a round
+time drawn from its Formula 4 profile and returns the global model plus one,
+so a job's model after r aggregated rounds is r and "accuracy" is r / 10.
+"""
+
+import asyncio
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from mjfl.coordinator.clock import VirtualClock, run_virtual
+from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.fleet import DeviceFailure, DeviceProfileView, TaskResult
+from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.models import ModelSpec
+from mjfl.schedulers import round_time
+from mjfl.schedulers.registry import make_scheduler
+
+SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
+
+
+class StepFleet:
+    def __init__(self, size, clock, seed=0, fail=(), bad=()):
+        rng = np.random.default_rng(seed)
+        self.views = [DeviceProfileView(DeviceId(f"d{k}"), float(rng.uniform(0.01, 0.05)), float(rng.uniform(10, 50))) for k in range(size)]
+        self.clock = clock
+        self.rng = {v.device: np.random.default_rng([seed, k]) for k, v in enumerate(self.views)}
+        self.fail, self.bad = set(fail), set(bad)  # (device, job, round) that fail / send garbage
+        self.training = defaultdict(set)  # device -> jobs it is training right now
+        self.overlaps = []
+
+    def profiles(self):
+        return self.views
+
+    async def prepare(self, jobs):
+        pass
+
+    async def run_task(self, device, task):
+        view = next(v for v in self.views if v.device == device)
+        if self.training[device]:
+            self.overlaps.append((device, task.job, set(self.training[device])))
+        self.training[device].add(task.job)
+        try:
+            shift, rate = round_time.shift_and_rate(view.a, view.mu, task.epochs, 20)
+            duration = float(round_time.sample(self.rng[device], shift, rate))
+            await self.clock.sleep(duration)
+            if (device, task.job, task.round) in self.fail:
+                raise DeviceFailure(device, "lost connection")
+            weights = {"w": task.weights["w"] + 1}
+            if (device, task.job, task.round) in self.bad:
+                weights = {"w": np.full(1, np.nan, np.float32)}
+            return TaskResult(device, weights, 20, 0.5, duration)
+        finally:
+            self.training[device].discard(task.job)
+
+
+def evaluate(spec, weights, x, y):
+    return min(1.0, float(weights["w"][0]) / 10), 1.0 / (1 + float(weights["w"][0]))
+
+
+class Sink:
+    def __init__(self):
+        self.records = []
+
+    def round_finished(self, job, record, choices):
+        self.records.append(record)
+
+    def profile_refitted(self, refit):
+        pass
+
+
+def make_jobs(count, method="random", target=0.5, max_rounds=30, fraction=0.3, size=10):
+    return [
+        EngineJob(
+            name=JobId(f"job{m}"), spec=SPEC, scheduler=make_scheduler(method, seed=m, options={"rlds": {"pretrain_rounds": 3}}),
+            samples={DeviceId(f"d{k}"): 20 for k in range(size)}, test_x=np.zeros((1, 1, 16, 16), np.float32),
+            test_y=np.zeros(1, np.int64), weights={"w": np.zeros(1, np.float32)}, fraction=fraction,
+            target_accuracy=target, max_rounds=max_rounds,
+        )
+        for m in range(count)
+    ]
+
+
+def run(jobs, size=10, seed=0, **fleet_kw):
+    sink = Sink()
+
+    async def main():
+        clock = VirtualClock()
+        fleet = StepFleet(size, clock, seed, **fleet_kw)
+        engine = Engine(jobs, fleet, clock, evaluate, run_id="t", settings=EngineSettings(seed=seed), sink=sink)
+        await engine.run()
+        return fleet
+
+    fleet = run_virtual(main())
+    return sink.records, fleet
+
+
+@pytest.mark.parametrize("method", ["random", "greedy", "meta-greedy"])
+def test_concurrent_jobs_never_share_a_device(method):
+    records, fleet = run(make_jobs(3, method, target=0.8), size=10)
+    assert fleet.overlaps == []
+    # Check from the records too: intervals of one device never overlap across jobs.
+    spans = defaultdict(list)
+    for r in records:
+        for d in r.devices:
+            spans[d.device].append((r.started_s, r.started_s + d.duration_s, r.job))
+    for device, intervals in spans.items():
+        intervals.sort()
+        for (s1, e1, j1), (s2, e2, j2) in zip(intervals, intervals[1:]):
+            assert s2 >= e1 - 1e-9, f"{device} served {j1} and {j2} at once"
+    assert {r.job for r in records} == {"job0", "job1", "job2"}
+
+
+def test_jobs_stop_at_their_target_and_at_their_budget():
+    jobs = make_jobs(2, target=0.5)
+    jobs[1].target_accuracy = None
+    jobs[1].max_rounds = 7
+    records, _ = run(jobs)
+    by_job = defaultdict(list)
+    for r in records:
+        by_job[r.job].append(r)
+    assert [r.round for r in by_job["job0"]] == [1, 2, 3, 4, 5]  # accuracy 0.5 after round 5
+    assert by_job["job0"][-1].accuracy == pytest.approx(0.5)
+    assert [r.round for r in by_job["job1"]] == list(range(1, 8))
+    assert jobs[0].stopped == "target" and jobs[1].stopped == "budget"
+    # The clock is the run's: rounds follow each other in time.
+    for rs in by_job.values():
+        assert all(a.ended_s <= b.started_s + 1e-9 for a, b in zip(rs, rs[1:]))
+
+
+def test_same_seed_same_schedule_and_times():
+    first, _ = run(make_jobs(3, "meta-greedy", target=0.6), seed=4)
+    again, _ = run(make_jobs(3, "meta-greedy", target=0.6), seed=4)
+    assert [(r.job, r.round, r.plan, r.started_s, r.ended_s) for r in first] == [
+        (r.job, r.round, r.plan, r.started_s, r.ended_s) for r in again
+    ]
+    other, _ = run(make_jobs(3, "meta-greedy", target=0.6), seed=5)
+    assert [r.ended_s for r in other] != [r.ended_s for r in first]
+
+
+def test_a_failed_device_is_recorded_and_the_job_goes_on():
+    jobs = make_jobs(1, "greedy", target=0.3, fraction=0.3)
+    # Greedy's first plan is deterministic: fail its first device in round 1,
+    # and make another send NaNs in round 2.
+    probe, _ = run(make_jobs(1, "greedy", target=0.1, fraction=0.3))
+    first, second = probe[0].plan[0], probe[0].plan[1]
+    records, _ = run(jobs, fail={(first, "job0", 1)}, bad={(second, "job0", 2)})
+    r1, r2 = records[0], records[1]
+    assert [d.status for d in r1.devices if d.device == first] == ["failed"]
+    assert [d.error for d in r1.devices if d.device == first] == ["lost connection"]
+    assert [d.status for d in r2.devices if d.device == second] == ["rejected"]
+    assert "non-finite" in [d.error for d in r2.devices if d.device == second][0]
+    assert r1.aggregated and r2.aggregated
+    assert records[-1].accuracy >= 0.3  # the job reached its target anyway

@@ -26,6 +26,29 @@ app.add_typer(bench_app, name="bench")
 console = Console(stderr=True)
 
 
+@app.command()
+def simulate(
+    config: Annotated[Path, typer.Argument(help="Run configuration (TOML).", exists=False)],
+    methods: Annotated[str, typer.Option(help="Comma-separated scheduling methods to compare.")] = "meta-greedy,random",
+    out: Annotated[Optional[Path], typer.Option(help="Output directory (default: the config's out_dir).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Override the config's seed.")] = None,
+    live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
+) -> None:
+    """Compare scheduling methods on identical jobs, fleet and seed, in virtual time."""
+    import dataclasses
+
+    from mjfl.coordinator.config import load_config
+    from mjfl.coordinator.simulate import simulate as run_simulation
+
+    run_config = load_config(config)
+    if seed is not None:
+        run_config = dataclasses.replace(run_config, seed=seed)
+    out_dir = out or run_config.out_dir
+    if out is not None and run_config.database is None:
+        run_config = dataclasses.replace(run_config, out_dir=out_dir)
+    run_simulation(run_config, [m.strip() for m in methods.split(",") if m.strip()], out_dir, console=console, live=live)
+
+
 @bench_app.command("schedulers")
 def bench_schedulers(
     devices: Annotated[list[int], typer.Option(help="Fleet sizes to measure (repeatable or space-separated).")] = [100, 1000],

@@ -117,7 +117,12 @@ def load_config(path: Path | str) -> RunConfig:
 
 
 def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | None = None) -> RunConfig:
-    """Validate a parsed TOML document; relative paths are taken from ``base``."""
+    """Validate a parsed TOML document.
+
+    Relative input paths (data_dir, fleet.profiles) are taken from ``base`` (the
+    config file's folder); relative output paths (out_dir, database) from the
+    working directory.
+    """
     top = _Fields(raw, "")
     jobs_raw = top.take("jobs", list, required=True)
     if not jobs_raw:
@@ -130,14 +135,15 @@ def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | 
     scheduler = _scheduler(top.take("scheduler", dict, default={}))
     testbed = _testbed(top.take("testbed", dict, default={}))
     seed = top.take("seed", int, default=0)
-    out_dir = _path(top.take("out_dir", str, default="runs/latest"), base)
+    # Inputs are found next to the config file; outputs land where mjfl runs.
+    out_dir = _path(top.take("out_dir", str, default="runs/latest"), Path("."))
     database = top.take("database", str, default=None)
     top.done()
     if fleet.size is None and fleet.profiles is None:
         raise ConfigError("fleet.size", "give the fleet size or a profile file (fleet.profiles)")
     return RunConfig(
         jobs, fleet, scheduler, testbed, seed, out_dir,
-        _path(database, base) if database else None, source,
+        _path(database, Path(".")) if database else None, source,
     )
 
 

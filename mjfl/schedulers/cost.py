@@ -14,7 +14,7 @@ therefore made dimensionless:
   scheduled d times more than average adds about ``2d / (1 - p)``.
 
 With these scales alpha = 1, beta = 0.2 (the defaults) weigh "one plan twice as
-slow as typical" against "its devices were picked ~0.4 rounds more often than
+slow as typical" against "its devices were picked ~2.5 rounds more often than
 average"; Meta-Greedy's Omega(r) = sqrt(r) then lets fairness grow in weight as
 the job goes on (Formula 13). See docs/cost-model.md.
 """

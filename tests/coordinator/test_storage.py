@@ -1,0 +1,461 @@
+"""Tests of the run database: round trips, WAL, per-round atomicity, resume helpers."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mjfl.coordinator.records import (
+    DeviceRound,
+    JobInfo,
+    ProfileRefit,
+    RoundRecord,
+    RunInfo,
+    SchedulerChoice,
+)
+from mjfl.coordinator.storage import (
+    SCHEMA_VERSION,
+    DuplicateRoundError,
+    Storage,
+    StorageError,
+    UnknownRunError,
+)
+from mjfl.errors import DataError, RunError, UserError
+from mjfl.ids import DeviceId, JobId
+from mjfl.profiling.profiles import DeviceProfile, TimingModel
+
+A, B = JobId("cnn"), JobId("lenet")
+
+
+def run_info(run_id: str = "r1", method: str = "meta-greedy") -> RunInfo:
+    return RunInfo(
+        run_id=run_id,
+        method=method,
+        mode="virtual",
+        seed=7,
+        config_json='{"jobs": 2}',
+        started_at="2025-03-01T12:00:00+00:00",
+    )
+
+
+def job_infos(run_id: str = "r1") -> list[JobInfo]:
+    return [
+        JobInfo(run_id, B, "lenet5", "emnist-digits", 0.95, None, 40, "lenet5/emnist-digits"),
+        JobInfo(run_id, A, "cnn", "emnist-letters", None, 0.4, 60, "cnn/emnist-letters"),
+    ]
+
+
+def device(name: str, status: str = "ok", **fields: object) -> DeviceRound:
+    values: dict[str, object] = {
+        "device": DeviceId(name),
+        "status": status,
+        "samples": 120,
+        "mean_loss": 0.75,
+        "duration_s": 3.5,
+    }
+    values.update(fields)
+    return DeviceRound(**values)  # type: ignore[arg-type]
+
+
+def round_record(
+    job: JobId = A,
+    number: int = 1,
+    *,
+    run_id: str = "r1",
+    devices: tuple[DeviceRound, ...] = (),
+    loss: float = 1.0,
+    winner: str | None = None,
+) -> RoundRecord:
+    return RoundRecord(
+        run_id=run_id,
+        job=job,
+        round=number,
+        started_s=10.0 * (number - 1),
+        ended_s=10.0 * number,
+        devices=devices or (device("d3"), device("d1", "failed", mean_loss=None, error="gone")),
+        accuracy=0.1 * number,
+        loss=loss,
+        aggregated=True,
+        expected_time_s=9.5,
+        cost=12.25,
+        winner=winner,
+    )
+
+
+@pytest.fixture
+def db() -> Storage:
+    storage = Storage(":memory:")
+    storage.start_run(run_info(), job_infos())
+    return storage
+
+
+# --- runs and jobs ----------------------------------------------------------------
+
+
+def test_run_and_jobs_round_trip_in_order(db: Storage) -> None:
+    assert db.run("r1") == (run_info(), "running")
+    assert db.jobs("r1") == job_infos()  # start_run order, not alphabetical
+    db.start_run(run_info("r2", "random"), job_infos("r2"))
+    assert [info.run_id for info, _ in db.runs()] == ["r1", "r2"]
+    db.finish_run("r1", status="finished", ended_at="2025-03-01T13:00:00+00:00")
+    assert db.run("r1")[1] == "finished"
+    assert db.runs()[1] == (run_info("r2", "random"), "running")
+
+
+def test_unknown_and_duplicate_runs(db: Storage) -> None:
+    with pytest.raises(UnknownRunError, match="nope"):
+        db.run("nope")
+    with pytest.raises(UnknownRunError):
+        db.finish_run("nope", status="failed", ended_at="2025-03-01T13:00:00+00:00")
+    with pytest.raises(StorageError, match="already recorded"):
+        db.start_run(run_info(), [])
+    with pytest.raises(StorageError, match="not 'running'"):
+        db.finish_run("r1", status="running", ended_at="x")  # type: ignore[arg-type]
+    with pytest.raises(StorageError, match="belongs to run"):
+        db.start_run(run_info("r3"), job_infos("other"))
+    assert [info.run_id for info, _ in db.runs()] == ["r1"]  # nothing half-started
+    assert issubclass(UnknownRunError, UserError) and issubclass(StorageError, RunError)
+
+
+def test_resume_run_reopens_interrupted_not_finished(db: Storage) -> None:
+    db.finish_run("r1", status="interrupted", ended_at="2025-03-01T13:00:00+00:00")
+    assert db.resume_run("r1") == run_info()
+    assert db.run("r1")[1] == "running"
+    db.finish_run("r1", status="finished", ended_at="2025-03-01T14:00:00+00:00")
+    with pytest.raises(StorageError, match="nothing to resume"):
+        db.resume_run("r1")
+
+
+# --- rounds -------------------------------------------------------------------------
+
+
+def test_round_round_trip_keeps_device_order_and_every_field(db: Storage) -> None:
+    full = device(
+        "d9",
+        "rejected",
+        samples=0,
+        mean_loss=None,
+        duration_s=0.25,
+        download_s=0.1,
+        compute_s=0.05,
+        upload_s=0.1,
+        error="update holds NaN",
+    )
+    first = round_record(A, 1, devices=(device("d5"), full, device("d0")))
+    second = round_record(B, 1, winner="greedy")
+    third = round_record(A, 2, winner="bods")
+    db.record_round(first)
+    db.record_round(second, {"greedy": 1.5, "bods": 2.5})
+    db.record_round(third, {"greedy": 3.0, "bods": 2.0})
+    assert db.rounds("r1") == [first, second, third]  # recorded order
+    assert db.rounds("r1", A) == [first, third]
+    assert db.rounds("r1")[0].plan == ("d5", "d9", "d0")
+    assert db.rounds("other") == []
+
+
+def test_choices_round_trip_with_losers(db: Storage) -> None:
+    db.record_round(round_record(A, 1, winner="bods"), {"random": 4.0, "bods": 1.0, "rlds": 2.0})
+    db.record_round(round_record(A, 2, winner="rlds"), {"random": 4.0, "bods": 3.0, "rlds": 2.0})
+    db.record_round(round_record(B, 1))  # not a Meta-Greedy round: no candidates
+    choices = db.choices("r1")
+    assert choices[:3] == [
+        SchedulerChoice("r1", A, 1, "random", 4.0, False),
+        SchedulerChoice("r1", A, 1, "bods", 1.0, True),
+        SchedulerChoice("r1", A, 1, "rlds", 2.0, False),
+    ]
+    assert [(c.round, c.member) for c in choices if c.won] == [(1, "bods"), (2, "rlds")]
+    assert db.choices("r1", B) == []
+
+
+def test_winner_must_be_a_candidate(db: Storage) -> None:
+    with pytest.raises(StorageError, match="not among the candidates"):
+        db.record_round(round_record(A, 1, winner="sa"), {"bods": 1.0})
+    assert db.rounds("r1") == []
+
+
+def test_nan_values_survive(db: Storage) -> None:
+    record = dataclasses.replace(
+        round_record(A, 1, devices=(device("d1", mean_loss=math.nan),)),
+        accuracy=math.nan,
+        loss=math.nan,
+        cost=math.nan,
+        expected_time_s=math.inf,
+    )
+    db.record_round(record)
+    back = db.rounds("r1")[0]
+    assert math.isnan(back.accuracy) and math.isnan(back.loss) and math.isnan(back.cost)
+    assert back.expected_time_s == math.inf
+    # SQLite stores a NaN as NULL; for the optional mean loss that reads as "no loss".
+    assert back.devices[0].mean_loss is None
+
+
+def test_rerecording_a_round_raises_and_keeps_the_first(db: Storage) -> None:
+    first = round_record(A, 3)
+    db.record_round(first)
+    with pytest.raises(DuplicateRoundError, match="round 3 of job 'cnn'"):
+        db.record_round(dataclasses.replace(first, accuracy=0.99, devices=(device("d7"),)))
+    assert db.rounds("r1") == [first]
+
+
+@pytest.mark.parametrize(
+    "bad_devices",
+    [
+        (device("d1"), device("d2"), device("d1")),  # a device twice in one plan
+        (device("d1"), device("d2", "lost")),  # an unknown status
+        (device("d1"), device("d2", samples=-1)),
+    ],
+)
+def test_round_is_atomic(db: Storage, bad_devices: tuple[DeviceRound, ...]) -> None:
+    db.record_round(round_record(A, 1))
+    with pytest.raises(StorageError, match="round 2 of job 'cnn' .* not recorded"):
+        db.record_round(round_record(A, 2, devices=bad_devices, winner="bods"), {"bods": 1.0})
+    # The round row went in before the bad device row: it must be gone too.
+    assert [r.round for r in db.rounds("r1")] == [1]
+    assert db.choices("r1") == []
+    assert db.last_round("r1", A) == 1
+    db.record_round(round_record(A, 2))  # the connection is still usable
+    assert db.last_round("r1", A) == 2
+
+
+def test_round_of_unknown_job_or_bad_number_is_refused(db: Storage) -> None:
+    with pytest.raises(StorageError):
+        db.record_round(round_record(JobId("vgg"), 1))
+    with pytest.raises(StorageError):
+        db.record_round(round_record(A, 0))  # rounds count from 1
+    assert db.rounds("r1") == []
+
+
+def test_last_round_participation_and_elapsed(db: Storage) -> None:
+    assert db.last_round("r1", A) == 0
+    assert db.elapsed_s("r1") == 0.0
+    db.record_round(round_record(A, 1, devices=(device("d1"), device("d2"))))
+    db.record_round(round_record(A, 2, devices=(device("d2", "failed"),)))
+    db.record_round(round_record(B, 1, devices=(device("d1"),)))
+    assert db.last_round("r1", A) == 2
+    assert db.last_round("r1", B) == 1
+    assert db.elapsed_s("r1") == 20.0
+    assert db.participation("r1") == {A: {"d1": 1, "d2": 2}, B: {"d1": 1}}
+
+
+def test_loss_history_counts_only_finished_runs_and_excludes_one(db: Storage) -> None:
+    key = "cnn/emnist-letters"
+
+    def losses(run_id: str, values: list[float], status: str | None) -> None:
+        if run_id != "r1":  # the fixture started r1
+            db.start_run(run_info(run_id), job_infos(run_id))
+        for number, loss in enumerate(values, start=1):
+            db.record_round(round_record(A, number, run_id=run_id, loss=loss))
+        db.record_round(round_record(B, 1, run_id=run_id, loss=99.0))  # another job_key
+        if status is not None:
+            db.finish_run(run_id, status=status, ended_at="2025-03-02T00:00:00+00:00")  # type: ignore[arg-type]
+
+    losses("r1", [2.0, 1.5, 1.25], "finished")
+    losses("r2", [3.0, 2.0], "interrupted")
+    losses("r3", [2.5, 1.0, 0.5, 0.25], "finished")
+    losses("r4", [9.0], None)  # still running
+    assert db.loss_history(key) == [[2.0, 1.5, 1.25], [2.5, 1.0, 0.5, 0.25]]
+    assert db.loss_history(key, exclude_run="r3") == [[2.0, 1.5, 1.25]]
+    assert db.loss_history("lenet5/emnist-digits") == [[99.0], [99.0]]
+    assert db.loss_history("unknown") == []
+
+
+# --- profiles and refits ------------------------------------------------------------
+
+
+def test_refits_round_trip(db: Storage) -> None:
+    refits = [
+        ProfileRefit("r1", DeviceId("d2"), 30.5, 0.0021, 410.0, 12, 0.08),
+        ProfileRefit("r1", DeviceId("d1"), 31.0, 0.0030, 200.0, 5, 0.2),
+    ]
+    for refit in refits:
+        db.record_refit(refit)
+    assert db.refits("r1") == refits
+    with pytest.raises(StorageError):
+        db.record_refit(dataclasses.replace(refits[0], run_id="nope"))
+
+
+def profile(name: str, **fields: object) -> DeviceProfile:
+    values: dict[str, object] = {"device_id": DeviceId(name), "a": 0.002, "mu": 400.0}
+    values.update(fields)
+    return DeviceProfile(**values)  # type: ignore[arg-type]
+
+
+def test_profiles_round_trip_and_update_in_place() -> None:
+    full = profile(
+        "pixel7",
+        a_ci=(0.0019, 0.0021),
+        mu_ci=(290.25, 545.5),
+        ks_statistic=0.0953,
+        n=40,
+        compute=TimingModel(0.002, 450.0, "s/(epoch*sample)", a_ci=(0.001, 0.003), n=40),
+        communication=TimingModel(0.3625, 9.225, "s/MB", ks_statistic=0.1),
+        hardware={"model": "Pixel 7", "ram_gb": 8, "rooted": False, "note": None},
+        source="profiled",
+    )
+    bare = profile("zz-synthetic", a=0.006, mu=120.0)
+    with Storage(":memory:") as db:
+        assert db.load_profiles() == []
+        db.save_profiles([bare, full], updated_at="2025-03-01T12:00:00+00:00")
+        assert db.load_profiles() == [bare, full]
+        refined = dataclasses.replace(bare, a=0.005, n=12, source="refined")
+        db.save_profiles([refined])
+        assert db.load_profiles() == [refined, full]  # latest per device, first-saved order
+
+
+def test_file_database_uses_wal_and_survives_reopening(tmp_path: Path) -> None:
+    path = tmp_path / "nested" / "runs.sqlite"
+    with Storage(path) as db:
+        db.start_run(run_info(), job_infos())
+        db.record_round(round_record(A, 1))
+        assert db.schema_version == SCHEMA_VERSION
+    other = sqlite3.connect(path)
+    try:
+        assert other.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        other.close()
+    with Storage(path) as db:
+        assert db.last_round("r1", A) == 1
+        assert db.rounds("r1") == [round_record(A, 1)]
+
+
+def test_foreign_keys_and_sync_pragmas_are_on(tmp_path: Path) -> None:
+    with Storage(tmp_path / "db.sqlite") as db:
+        conn = db._conn  # the pragmas are per connection: check this one
+        assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+
+
+def test_other_files_are_refused(tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("not a database at all, just some text that is long enough" * 20)
+    with pytest.raises(DataError, match="notes.txt"):
+        Storage(text)
+    foreign = tmp_path / "foreign.sqlite"
+    conn = sqlite3.connect(foreign)
+    conn.execute("CREATE TABLE invoices (id INTEGER)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(DataError, match="not an mjfl run database"):
+        Storage(foreign)
+    newer = tmp_path / "newer.sqlite"
+    Storage(newer).close()
+    conn = sqlite3.connect(newer)
+    conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    conn.commit()
+    conn.close()
+    with pytest.raises(DataError, match="newer"):
+        Storage(newer)
+
+
+# --- property: whatever goes in comes out ------------------------------------------
+
+finite = st.floats(allow_nan=False, allow_infinity=False, width=64)
+optional = st.none() | finite
+device_rounds = st.builds(
+    DeviceRound,
+    device=st.text(min_size=1, max_size=8).map(DeviceId),
+    status=st.sampled_from(["ok", "failed", "rejected"]),
+    samples=st.integers(0, 10**6),
+    mean_loss=optional,
+    duration_s=finite,
+    download_s=optional,
+    compute_s=optional,
+    upload_s=optional,
+    error=st.none() | st.text(max_size=20),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    plans=st.lists(
+        st.lists(device_rounds, max_size=6, unique_by=lambda d: d.device), min_size=1, max_size=4
+    ),
+    started=st.floats(0, 1e7),
+    took=st.floats(0, 1e5),
+    values=st.tuples(finite, finite, finite, finite),
+    winner=st.none() | st.text(max_size=8),
+)
+def test_any_round_round_trips(
+    plans: list[list[DeviceRound]],
+    started: float,
+    took: float,
+    values: tuple[float, float, float, float],
+    winner: str | None,
+) -> None:
+    with Storage(":memory:") as db:
+        db.start_run(run_info(), job_infos())
+        records = [
+            RoundRecord(
+                "r1",
+                A,
+                n,
+                started,
+                started + took,
+                tuple(plan),
+                *values[:2],
+                n % 2 == 0,
+                *values[2:],
+                winner=winner,
+            )
+            for n, plan in enumerate(plans, start=1)
+        ]
+        for record in records:
+            db.record_round(record, None if winner is None else {winner: values[3]})
+        assert db.rounds("r1") == records
+
+
+CRASH_MID_ROUND = """
+import os, sys
+from mjfl.coordinator.storage import Storage
+from tests.coordinator.test_storage import round_record, A
+
+
+class DiesBeforeDeviceRows:
+    # Stands in for the connection; the process dies after the round row is written.
+    def __init__(self, real):
+        self.real = real
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def __enter__(self):
+        return self.real.__enter__()
+
+    def __exit__(self, *exc):
+        return self.real.__exit__(*exc)
+
+    def executemany(self, sql, rows):
+        if "device_rounds" in sql:
+            os._exit(3)
+        return self.real.executemany(sql, rows)
+
+
+db = Storage(sys.argv[1])
+db._conn = DiesBeforeDeviceRows(db._conn)
+db.record_round(round_record(A, 2))
+"""
+
+
+def test_a_crash_mid_round_leaves_no_half_round(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = tmp_path / "runs.sqlite"
+    with Storage(path) as db:
+        db.start_run(run_info(), job_infos())
+        db.record_round(round_record(A, 1))
+    root = Path(__file__).resolve().parents[2]
+    died = subprocess.run(
+        [sys.executable, "-c", CRASH_MID_ROUND, str(path)], cwd=root, timeout=60, check=False
+    )
+    assert died.returncode == 3  # it really died inside record_round
+    with Storage(path) as db:
+        assert [r.round for r in db.rounds("r1")] == [1]
+        assert db.last_round("r1", A) == 1
+        db.record_round(round_record(A, 2))  # resume redoes round 2 cleanly

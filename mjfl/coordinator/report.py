@@ -152,7 +152,8 @@ def write_summary(path: str | os.PathLike[str], summary: Mapping[str, Any]) -> P
 def write_rounds_csv(path: str | os.PathLike[str], results: Results) -> Path:
     """One CSV row per job round across methods (columns ``CSV_COLUMNS``).
 
-    Rows go method by method, then job (in ``jobs`` order), then round.
+    Rows go method by method, then run (the jobs' run first), then job (in
+    ``jobs`` order), then round.
     ``aggregated`` is 1/0, ``devices`` the plan size, ``failed`` the devices
     whose update was not used (status failed or rejected), ``plan`` the device
     ids in plan order joined by ``;``; an absent winner is an empty field.
@@ -163,9 +164,16 @@ def write_rounds_csv(path: str | os.PathLike[str], results: Results) -> Path:
         writer = csv.writer(out)
         writer.writerow(CSV_COLUMNS)
         for method, (jobs, records) in results.items():
+            runs = {
+                run_id: index
+                for index, run_id in enumerate(
+                    dict.fromkeys([*(j.run_id for j in jobs), *(r.run_id for r in records)])
+                )
+            }
             order = {job.job: index for index, job in enumerate(jobs)}
             for r in sorted(
-                records, key=lambda r: (order.get(r.job, len(order)), r.job, r.run_id, r.round)
+                records,
+                key=lambda r: (runs[r.run_id], order.get(r.job, len(order)), r.job, r.round),
             ):
                 writer.writerow(
                     (
@@ -207,14 +215,16 @@ def plot_accuracy(out_dir: str | os.PathLike[str], results: Results) -> list[Pat
     for jobs, _ in results.values():
         for job in jobs:
             infos.setdefault(job.job, job)
+    owners = {method: _run_jobs(jobs) for method, (jobs, _) in results.items()}
     written: list[Path] = []
     for name, info in infos.items():
         curves = {
             method: sorted(
-                (r for r in records if r.job == name and any(j.job == name for j in jobs)),
+                # As in job_outcomes: only the rounds of the job's own run.
+                (r for r in records if r.job == name and (r.run_id, name) in owners[method]),
                 key=lambda r: r.round,
             )
-            for method, (jobs, records) in results.items()
+            for method, (_, records) in results.items()
         }
         if not any(curves.values()):
             continue
@@ -228,6 +238,8 @@ def plot_accuracy(out_dir: str | os.PathLike[str], results: Results) -> list[Pat
                     [r.accuracy for r in rounds],
                     label=method,
                     linewidth=1.5,
+                    marker="o",  # a one-round run is still visible
+                    markersize=3,
                 )
         if info.target_accuracy is not None:
             axes.axhline(
@@ -242,7 +254,7 @@ def plot_accuracy(out_dir: str | os.PathLike[str], results: Results) -> list[Pat
         axes.set_ylabel("test accuracy")
         axes.set_xlim(left=0.0)
         axes.grid(True, alpha=0.3)
-        axes.legend(loc="lower right")
+        axes.legend(loc="best")
         path = directory / f"accuracy-{_file_safe(name)}.png"
         figure.savefig(path, dpi=120)
         written.append(path)
@@ -261,6 +273,7 @@ def plot_meta_greedy_wins(
         return None
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     jobs = list(dict.fromkeys(c.job for c in choices))
     members = list(dict.fromkeys(c.member for c in choices))
@@ -282,6 +295,7 @@ def plot_meta_greedy_wins(
     axes.set_title("Meta-Greedy: whose plan ran (Algorithm 4)")
     axes.set_xlabel("job")
     axes.set_ylabel("rounds won")
+    axes.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes.legend(title="member", fontsize=8)
     file = Path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
@@ -306,19 +320,19 @@ def results_table(summary: Mapping[str, Any], jobs: Sequence[JobInfo]) -> Table:
     for job in jobs:
         target = _target_text(job)
         table.add_column(f"{job.job}\ntime to target (s)\n{target}", justify="right")
-        table.add_column(f"{job.job}\nfinal accuracy", justify="right")
+        table.add_column(f"{job.job}\nfinal accuracy\n(last round)", justify="right")
         columns.append(
             ("time", [_job_value(m, job.job, "time_to_target_s") for m in methods.values()], True)
         )
         columns.append(
             ("acc", [_job_value(m, job.job, "final_accuracy") for m in methods.values()], False)
         )
-    table.add_column("group\ntime to target (s)", justify="right")
+    table.add_column("group\ntime to target (s)\n(slowest job)", justify="right")
     columns.append(("time", [m.get("total_time_s") for m in methods.values()], True))
     baseline = next((name for name in methods if name.lower() == BASELINE), None)
     baseline_time = None if baseline is None else methods[baseline].get("total_time_s")
     if baseline is not None:
-        table.add_column(f"speedup\nvs {baseline}", justify="right")
+        table.add_column(f"speedup\nvs {baseline}\n(group)", justify="right")
         columns.append(
             (
                 "speedup",
@@ -498,6 +512,10 @@ _STATUS_STYLE = {
 
 
 # --- helpers -------------------------------------------------------------------
+
+
+def _run_jobs(jobs: Iterable[JobInfo]) -> set[tuple[str, JobId]]:
+    return {(job.run_id, job.job) for job in jobs}
 
 
 def _float_or_none(value: float | None) -> float | None:

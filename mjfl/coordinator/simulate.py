@@ -24,7 +24,7 @@ from mjfl.coordinator import report
 from mjfl.coordinator.clock import VirtualClock, run_virtual
 from mjfl.coordinator.config import RunConfig, config_to_dict
 from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.records import JobInfo, ProfileRefit, RoundRecord, RunInfo
+from mjfl.coordinator.records import JobInfo, ProfileRefit, RoundRecord, RunInfo, SchedulerChoice
 from mjfl.coordinator.setup import PreparedJob, engine_jobs, fleet_profiles, prepare_jobs
 from mjfl.coordinator.simulated import SimulatedDevice, SimulatedFleet, _init_worker
 from mjfl.coordinator.storage import Storage
@@ -48,6 +48,8 @@ class RecordingSink:
         self.storage.record_round(record, choices)
         if self.view is not None:
             self.view.update(record, self.method)
+            if job.stopped == "budget" or (job.stopped is None and record.round >= job.max_rounds):
+                self.view.set_status(self.method, job.name, "stopped")
 
     def profile_refitted(self, refit: ProfileRefit) -> None:
         self.storage.record_refit(refit)
@@ -95,7 +97,7 @@ def simulate(
     workers = config.fleet.workers or os.cpu_count() or 1
     stamp = dt.datetime.now(dt.timezone.utc)
     results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
-    choices: list[tuple[str, int, str]] = []
+    choices: list[SchedulerChoice] = []
     with Storage(config.database_path) as storage, ProcessPoolExecutor(workers, initializer=_init_worker) as pool:
         view = report.LiveView(enabled=live, console=console)
         with view:
@@ -104,6 +106,7 @@ def simulate(
                 infos = [job.info(run_id) for job in prepared]
                 config_json = json.dumps(config_to_dict(config) | {"method": method})
                 storage.start_run(RunInfo(run_id, method, "virtual", config.seed, config_json, stamp.isoformat()), infos)
+                view.add_jobs(method, infos)
                 jobs = engine_jobs(config, prepared, method)
                 apply_round_budgets(storage, jobs, infos, run_id)
                 status = "failed"
@@ -117,7 +120,7 @@ def simulate(
                     storage.finish_run(run_id, status, dt.datetime.now(dt.timezone.utc).isoformat())
                 results[method] = (infos, storage.rounds(run_id))
                 if method == "meta-greedy":
-                    choices = [c for c in storage.choices(run_id)]
+                    choices = storage.choices(run_id)
         summary = report.summary(results)
     report.write_summary(out_dir / "summary.json", summary)
     report.write_rounds_csv(out_dir / "rounds.csv", results)

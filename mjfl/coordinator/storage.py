@@ -224,12 +224,15 @@ class Storage:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: no implicit BEGIN; every write opens its own
         # BEGIN IMMEDIATE in _transaction, so what is one transaction is explicit.
-        self._conn = sqlite3.connect(
-            self._origin,
-            timeout=_BUSY_TIMEOUT_S,
-            isolation_level=None,
-            check_same_thread=False,
-        )
+        try:
+            self._conn = sqlite3.connect(
+                self._origin,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise DataError(f"{self._origin}: cannot open the run database: {exc}") from exc
         self._lock = threading.RLock()
         try:
             # Pragmas must run outside a transaction. WAL lets reports read
@@ -242,6 +245,9 @@ class Storage:
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise DataError(f"{self._origin}: not a usable mjfl run database: {exc}") from exc
+        except BaseException:
+            self._conn.close()
+            raise
 
     # --- lifecycle -----------------------------------------------------------
 
@@ -306,7 +312,7 @@ class Storage:
             except sqlite3.IntegrityError as exc:
                 raise StorageError(f"run {run.run_id!r} not recorded: {exc}") from exc
 
-    def finish_run(self, run_id: str, *, status: RunStatus, ended_at: str) -> None:
+    def finish_run(self, run_id: str, status: RunStatus, ended_at: str) -> None:
         """Set a run's final ``status`` and wall-clock ``ended_at`` (ISO 8601)."""
         if status not in RUN_STATUSES or status == "running":
             raise StorageError(f"a run ends as finished, interrupted or failed, not {status!r}")

@@ -124,7 +124,8 @@ def test_unknown_and_duplicate_runs(db: Storage) -> None:
 
 
 def test_resume_run_reopens_interrupted_not_finished(db: Storage) -> None:
-    db.finish_run("r1", status="interrupted", ended_at="2025-03-01T13:00:00+00:00")
+    # Positional, as simulate.py calls it.
+    db.finish_run("r1", "interrupted", "2025-03-01T13:00:00+00:00")
     assert db.resume_run("r1") == run_info()
     assert db.run("r1")[1] == "running"
     db.finish_run("r1", status="finished", ended_at="2025-03-01T14:00:00+00:00")
@@ -459,3 +460,8 @@ def test_a_crash_mid_round_leaves_no_half_round(tmp_path: Path) -> None:
         assert [r.round for r in db.rounds("r1")] == [1]
         assert db.last_round("r1", A) == 1
         db.record_round(round_record(A, 2))  # resume redoes round 2 cleanly
+
+
+def test_a_folder_is_not_a_database(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="cannot open"):
+        Storage(tmp_path)

@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmarks that print a table and write JSON figures.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+device_app = typer.Typer(help="Device-side tools: emulated devices.", no_args_is_help=True)
+app.add_typer(device_app, name="device")
 
 console = Console(stderr=True)
 
@@ -49,6 +51,41 @@ def simulate(
     run_simulation(run_config, [m.strip() for m in methods.split(",") if m.strip()], out_dir, console=console, live=live)
 
 
+testbed_app = typer.Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)
+app.add_typer(testbed_app, name="testbed")
+
+
+@testbed_app.command("run")
+def testbed_run(
+    config: Annotated[Path, typer.Argument(help="Run configuration (TOML).")],
+    emulate: Annotated[int, typer.Option(help="Also start N emulated devices on this machine.")] = 0,
+    host: Annotated[Optional[str], typer.Option(help="Listen address (default: the config's testbed.host).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Listen port (default: the config's testbed.port; 0 picks one).")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Output directory (default: the config's out_dir).")] = None,
+    resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this output directory.")] = False,
+    live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
+) -> None:
+    """Train the config's jobs over connected phones and/or emulated devices, in real time."""
+    import dataclasses
+
+    from mjfl.coordinator.config import load_config
+    from mjfl.coordinator.testbed import testbed_run as run_testbed
+
+    if emulate < 0:
+        raise UserError("--emulate must be >= 0")
+    run_config = load_config(config)
+    testbed = dataclasses.replace(
+        run_config.testbed,
+        host=host if host is not None else run_config.testbed.host,
+        port=port if port is not None else run_config.testbed.port,
+    )
+    run_config = dataclasses.replace(run_config, testbed=testbed, out_dir=out or run_config.out_dir)
+    try:
+        run_testbed(run_config, emulate=emulate, resume=resume, console=console, live=live)
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+
+
 @bench_app.command("schedulers")
 def bench_schedulers(
     devices: Annotated[list[int], typer.Option(help="Fleet sizes to measure (repeatable or space-separated).")] = [100, 1000],
@@ -67,6 +104,70 @@ def bench_schedulers(
         devices=devices, jobs=jobs, rounds=rounds, fraction=fraction,
         methods=method_list, seed=seed, json_path=json_path, console=console,
     )
+
+
+@bench_app.command("coordinator")
+def bench_coordinator(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures here.")] = None,
+    devices: Annotated[int, typer.Option(help="Emulated devices for the round-overhead figure.")] = 100,
+    rounds: Annotated[int, typer.Option(help="Measured rounds (plus a warm-up and a closing one).")] = 3,
+    round_s: Annotated[float, typer.Option(help="The devices' own round time, seconds.")] = 3.0,
+    broadcast_mb: Annotated[float, typer.Option(help="Model size of the broadcast figure, MiB.")] = 10.0,
+    broadcast_devices: Annotated[int, typer.Option(help="Devices receiving the broadcast.")] = 20,
+    connections: Annotated[int, typer.Option(help="Idle device connections to hold.")] = 1000,
+    heartbeat_s: Annotated[float, typer.Option(help="Heartbeat interval while holding them.")] = 1.0,
+    hold_s: Annotated[float, typer.Option(help="How long to hold them, seconds.")] = 10.0,
+    workers: Annotated[Optional[int], typer.Option(help="Emulator processes (default: min(2, CPUs)).")] = None,
+) -> None:
+    """Coordinator overhead per round, broadcast throughput, 1,000 connections' heartbeat p99."""
+    from mjfl.coordinator.bench_coordinator import run_coordinator_bench
+
+    run_coordinator_bench(
+        devices=devices, rounds=rounds, round_s=round_s, broadcast_mb=broadcast_mb,
+        broadcast_devices=broadcast_devices, connections=connections, heartbeat_s=heartbeat_s,
+        hold_s=hold_s, workers=workers, json_path=json_path, console=console,
+    )
+
+
+@device_app.command("emulate")
+def device_emulate(
+    url: Annotated[str, typer.Option(help="The coordinator: ws://HOST:PORT.")],
+    count: Annotated[int, typer.Option(help="How many devices to emulate.")] = 1,
+    runtime: Annotated[str, typer.Option(help="executorch (the task's .pte) or torch (eager model).")] = "executorch",
+    profile: Annotated[Optional[Path], typer.Option(help="Profile file: impersonate its phones, drawn to --count devices.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Worker processes (default: one per CPU).")] = None,
+    id_prefix: Annotated[Optional[str], typer.Option(help="Device ids are PREFIX-INDEX (default: emu-<host>).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the drawn profiles and the devices' round times.")] = 0,
+    token: Annotated[str, typer.Option(help="Credential to present in the hello.")] = "",
+) -> None:
+    """Run emulated devices against a coordinator until Ctrl-C (or the coordinator's shutdown)."""
+    import numpy as np
+
+    from mjfl.android_bridge.emulator import run_emulated_fleet
+
+    if not url.startswith(("ws://", "wss://")):
+        raise UserError(f"--url must look like ws://HOST:PORT, got {url!r}")
+    profiles = None
+    if profile is not None:
+        from mjfl.profiling.profiles import draw_fleet, load_profiles
+
+        real = load_profiles(profile)
+        if not real:
+            raise UserError(f"--profile {profile}: the file holds no profiles")
+        profiles = draw_fleet(real, count, np.random.default_rng(seed))
+    fleet = run_emulated_fleet(
+        url, count, runtime=runtime, profiles=profiles, workers=workers, id_prefix=id_prefix, seed=seed, token=token,  # type: ignore[arg-type]
+    )
+    console.print(
+        f"{count} emulated devices ({', '.join(fleet.device_ids[:3])}{', ...' if count > 3 else ''})"
+        f" in {len(fleet.processes)} processes -> {url}; Ctrl-C stops them"
+    )
+    try:
+        fleet.wait()
+        console.print("every device has stopped (the coordinator said bye)")
+    except KeyboardInterrupt:
+        console.print("stopping the emulated devices ...")
+        fleet.stop()
 
 
 # Options that take several values after one flag (`--devices 100 1000`);

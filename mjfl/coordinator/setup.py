@@ -96,6 +96,13 @@ def prepare_jobs(config: RunConfig, devices: Sequence[DeviceId], *, cache_dir: P
     return prepared
 
 
+def evaluate_job(spec: ModelSpec, weights: dict[str, NDArray[np.float32]], x: NDArray[np.float32], y: NDArray[np.int64]) -> tuple[float, float]:
+    """The engine's evaluator: (accuracy, mean loss) of a global model on the job's test set."""
+    from mjfl.jobs.trainers import evaluate
+
+    return evaluate(spec, None, None, weights, x, y)
+
+
 def engine_jobs(config: RunConfig, prepared: Sequence[PreparedJob], method: str) -> list[EngineJob]:
     """Fresh engine jobs (initial model, new scheduler) for one method."""
     from mjfl.schedulers.registry import make_scheduler

@@ -25,7 +25,7 @@ from mjfl.coordinator.clock import VirtualClock, run_virtual
 from mjfl.coordinator.config import RunConfig, config_to_dict
 from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.records import JobInfo, ProfileRefit, RoundRecord, RunInfo, SchedulerChoice
-from mjfl.coordinator.setup import PreparedJob, engine_jobs, fleet_profiles, prepare_jobs
+from mjfl.coordinator.setup import PreparedJob, engine_jobs, evaluate_job, fleet_profiles, prepare_jobs
 from mjfl.coordinator.simulated import SimulatedDevice, SimulatedFleet, _init_worker
 from mjfl.coordinator.storage import Storage
 from mjfl.errors import UserError
@@ -140,13 +140,11 @@ async def _run(
     run_id: str,
     sink: RecordingSink,
 ) -> None:
-    from mjfl.jobs.trainers import evaluate
-
     clock = VirtualClock()
     fleet = SimulatedFleet(devices, clock, seed=config.seed, runtime=config.fleet.runtime, executor=pool)
     try:
         await fleet.prepare([job.artifacts for job in prepared])
-        engine = Engine(jobs, fleet, clock, evaluate, run_id=run_id, settings=settings_for(config), sink=sink)
+        engine = Engine(jobs, fleet, clock, evaluate_job, run_id=run_id, settings=settings_for(config), sink=sink)
         await engine.run()
     finally:
         fleet.close()

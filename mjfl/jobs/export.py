@@ -26,15 +26,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from mjfl.errors import ProgramError
 from mjfl.jobs.models import ModelSpec
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
+    "validate_program",
     "PARAM_PREFIX",
     "export_training_program",
     "cached_program",
@@ -130,7 +133,13 @@ def export_training_program(
         ep = _export_forward_backward(ep, joint_loss_index=0)
         edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
         edge = edge.transform(passes.TRAINING_PASSES)
-        program = edge.to_executorch()
+        if os.environ.get("MJFL_NAIVE_PLAN"):
+            from executorch.exir import ExecutorchBackendConfig
+            from executorch.exir.memory_planning import naive
+            from executorch.exir.passes import MemoryPlanningPass
+            program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(memory_planning_algo=__import__("executorch.exir.memory_planning",fromlist=["x"]).MemoryPlanningAlgorithmSuite([naive]))))
+        else:
+            program = edge.to_executorch()
     return bytes(program.buffer)
 
 
@@ -187,3 +196,36 @@ def cached_program(
             raise
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return path, digest
+
+
+def validate_program(data: bytes, *, sha256: str | None = None) -> None:
+    """Cheap checks that `data` is an intact mjfl training program.
+
+    Raises `ProgramError` unless the bytes carry the ExecuTorch flatbuffer
+    identifier and a consistent extended header (which every program this
+    module writes has) and, when `sha256` is given, hash to it.
+
+    The digest is the real defence: the 1.5.1 runtime verifies the
+    flatbuffer but still crashes the process (SIGSEGV, or an uncaught
+    UnicodeDecodeError while logging a bad identifier) on some corrupted
+    programs, so bytes that travelled must be checked before loading.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProgramError(f"a program is bytes, got {type(data).__name__}")
+    data = bytes(data)
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256.lower():
+        raise ProgramError("program bytes do not match their sha256 (corrupted in transit?)")
+    if len(data) < 32 or data[4:8] != b"ET12":
+        raise ProgramError("not an ExecuTorch program (missing the 'ET12' identifier)")
+    if data[8:12] != b"eh00":
+        raise ProgramError("not an mjfl training program (missing the extended header)")
+    (header_len,) = struct.unpack_from("<I", data, 12)
+    program_size, segment_base = struct.unpack_from("<QQ", data, 16)
+    end = segment_base
+    if header_len >= 32:  # the header also records the size of the data segments
+        (segment_size,) = struct.unpack_from("<Q", data, 32)
+        end = segment_base + segment_size
+    if header_len < 24 or not 32 <= program_size <= len(data) or end > len(data):
+        raise ProgramError(
+            f"program header is inconsistent with its {len(data)} bytes (truncated or corrupt)"
+        )

@@ -1,0 +1,893 @@
+"""Emulated devices: protocol v1 clients that train like a phone (docs/testbed.md).
+
+An ``EmulatedDevice`` connects to the coordinator over a real WebSocket and
+does what the Android app does (protocol.md section 11): hello with its
+hardware and cached artifacts, stores programs and shards by sha256, trains
+every task with the trainers (``mjfl.jobs.trainers``: the task's ExecuTorch
+program, or eager PyTorch), answers with the weights and its timing,
+heartbeats, and reconnects with exponential backoff when the connection is
+lost. Impersonating a profiled phone, it also takes that phone's time: each
+round is stretched to a time drawn from the profile's Formula 4 model for the
+task's epochs and its shard size (``t = tau*a*D + Exp(rate = mu/(tau*D))``);
+when training took less, the device waits the rest before answering.
+
+Where training runs. Training is CPU-bound and the ExecuTorch runtime holds
+the GIL for a whole training step, so it must never run in the
+coordinator's process. ``run_emulated_fleet`` spreads devices over worker
+processes; in each process the devices share one ``TrainingLane``, a single
+training thread: they train one at a time there, and the event loop keeps
+serving every device's messages and heartbeats between steps. More threads
+would not train faster (the GIL), only more processes do, so devices of
+different processes really train in parallel.
+
+Stopping. ``stop()`` says bye going_away and ends ``run()``; so does the
+coordinator's ``bye going_away`` (its shutdown, or a newer connection with
+our id) or ``normal``, and a refusal (``unauthorized``, ``unsupported_version``).
+Any other end (a lost connection, a protocol error, a heartbeat timeout)
+is followed by a reconnect after ``Backoff.delay``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import multiprocessing
+import multiprocessing.synchronize
+import os
+import platform
+import signal
+import socket
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from mjfl.android_bridge.protocol import (
+    DEFAULT_MAX_CONTROL_BYTES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Cancel,
+    Closed,
+    DeviceSession,
+    Error,
+    HeartbeatAck,
+    ModelSpec,
+    Provision,
+    Runtime,
+    SessionClosed,
+    State,
+    Task,
+    Timing,
+    Welcome,
+)
+from mjfl.errors import UserError
+from mjfl.schedulers import round_time
+
+
+if TYPE_CHECKING:
+    from mjfl.profiling.profiles import DeviceProfile
+
+log = logging.getLogger(__name__)
+
+# Bye codes from the coordinator after which reconnecting is pointless or unwanted.
+STOP_CODES = frozenset({"going_away", "normal", "unauthorized", "unsupported_version"})
+
+
+# -- training -----------------------------------------------------------------
+
+
+class TrainResult(Protocol):
+    weights: Mapping[str, np.ndarray]
+    samples: int
+    mean_loss: float
+    compute_s: float
+
+
+class Trainer(Protocol):
+    """What ``mjfl.jobs.trainers.make_trainer`` returns."""
+
+    def train(
+        self,
+        weights: Mapping[str, np.ndarray],
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        epochs: int,
+        batch_size: int,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+    ) -> TrainResult: ...
+
+
+TrainerFactory = Callable[[str, ModelSpec, bytes], Trainer]
+"""``(runtime, the provision's model spec, program bytes) -> Trainer``.
+
+The spec is the wire form (name, input_shape, num_classes). Runs on the
+training lane; must pickle to reach worker processes (a module-level
+function, or a ``functools.partial`` of one).
+"""
+
+
+def default_trainer_factory(runtime: str, model: ModelSpec, program: bytes) -> Trainer:
+    """The trainers of ``mjfl.jobs.trainers`` (imports torch, on the lane's thread)."""
+    from mjfl.jobs.models import ModelSpec as ZooSpec
+    from mjfl.jobs.trainers import make_trainer
+
+    spec = ZooSpec(model.name, tuple(model.input_shape), model.num_classes)  # type: ignore[arg-type]
+    return make_trainer(runtime, spec, program)  # type: ignore[no-any-return]
+
+
+class TrainingLane:
+    """One training thread and the trainers loaded on it: devices sharing a lane train one at a time.
+
+    The trainers (ExecuTorch modules) are kept per (runtime, program, model),
+    up to ``max_trainers``, so a job's program is loaded once per lane.
+    ``torch_threads`` sets torch's intra-op threads for the process before
+    the first training (1 in worker processes: they share the cores).
+    """
+
+    def __init__(
+        self,
+        make_trainer: TrainerFactory | None = None,
+        *,
+        max_trainers: int = 8,
+        torch_threads: int | None = None,
+    ) -> None:
+        self._make_trainer = make_trainer or default_trainer_factory
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mjfl-train")
+        self._trainers: OrderedDict[tuple[str, str, ModelSpec], Trainer] = OrderedDict()
+        self._max_trainers = max_trainers
+        self._torch_threads = torch_threads
+
+    async def train(
+        self, runtime: str, model: ModelSpec, program_sha256: str, program: bytes, task: Task,
+        weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, seed: int,
+    ) -> tuple[TrainResult, float]:
+        """Train on the lane's thread; the result and the seconds spent loading the trainer."""
+        loop = asyncio.get_running_loop()
+        work = functools.partial(self._train, runtime, model, program_sha256, program, task, weights, x, y, seed)
+        return await loop.run_in_executor(self._executor, work)
+
+    def _train(
+        self, runtime: str, model: ModelSpec, program_sha256: str, program: bytes, task: Task,
+        weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, seed: int,
+    ) -> tuple[TrainResult, float]:
+        started = time.perf_counter()
+        key = (runtime, program_sha256, model)
+        trainer = self._trainers.get(key)
+        if trainer is None:
+            trainer = self._make_trainer(runtime, model, program)
+            # Only once torch is in (a trainer that needs it imported it): a
+            # lightweight trainer should not pay for importing it.
+            if self._torch_threads is not None and "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(self._torch_threads)
+                self._torch_threads = None
+            self._trainers[key] = trainer
+            while len(self._trainers) > self._max_trainers:
+                self._trainers.popitem(last=False)
+        self._trainers.move_to_end(key)
+        loaded = time.perf_counter() - started
+        result = trainer.train(
+            weights, x, y, epochs=task.epochs, batch_size=task.batch_size, lr=task.lr,
+            momentum=task.momentum, weight_decay=task.weight_decay, seed=seed,
+        )
+        return result, loaded
+
+    def close(self) -> None:
+        """Stop taking work; a training already running finishes on its own."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class EchoResult:
+    weights: dict[str, np.ndarray]
+    samples: int
+    mean_loss: float
+    compute_s: float
+
+
+class EchoTrainer:
+    """Returns the weights it was given, plus ``delta``, after ``work_s`` seconds of sleep.
+
+    For load tests and benchmarks, where the coordinator is under test and
+    training is not: a hundred of them fit on two cores.
+    """
+
+    def __init__(self, work_s: float = 0.0, delta: float = 0.0) -> None:
+        self.work_s = work_s
+        self.delta = delta
+
+    def train(
+        self, weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, *, epochs: int,
+        batch_size: int, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, seed: int = 0,
+    ) -> EchoResult:
+        started = time.perf_counter()
+        if self.work_s > 0:
+            time.sleep(self.work_s)
+        out = {k: np.asarray(v) + np.asarray(self.delta, dtype=np.asarray(v).dtype) for k, v in weights.items()}
+        return EchoResult(out, int(len(y)), 0.0, time.perf_counter() - started)
+
+
+def echo_trainer(runtime: str, model: ModelSpec, program: bytes, *, work_s: float = 0.0, delta: float = 0.0) -> EchoTrainer:
+    """A TrainerFactory of EchoTrainers; ``functools.partial(echo_trainer, work_s=...)`` pickles."""
+    return EchoTrainer(work_s, delta)
+
+
+class ArtifactStore:
+    """Programs and shards by sha256, kept for the process lifetime (protocol.md section 6).
+
+    Devices of one process share the bytes; each device lists only what it
+    was given itself.
+    """
+
+    def __init__(self) -> None:
+        self.programs: dict[str, bytes] = {}
+        self.shards: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def keep(self, provision: Provision) -> None:
+        if provision.program is not None:
+            self.programs[provision.program.sha256] = bytes(provision.program.data)
+        if provision.shard is not None:
+            # Copies: the received views are read-only and would pin the whole message.
+            self.shards[provision.shard.sha256] = (np.array(provision.shard.x), np.array(provision.shard.y))
+
+    def has(self, sha256: str) -> bool:
+        return sha256 in self.programs or sha256 in self.shards
+
+
+_PROCESS_STORE = ArtifactStore()
+
+
+# -- reconnecting -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Reconnect delays: ``min(maximum, initial * factor**attempt)``, less up to ``jitter`` of it at random.
+
+    The jitter spreads a fleet that lost its coordinator at once, so the
+    restarted coordinator does not get every reconnect in the same instant.
+    """
+
+    initial: float = 0.5
+    factor: float = 2.0
+    maximum: float = 30.0
+    jitter: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not (0 < self.initial <= self.maximum and self.factor >= 1 and 0 <= self.jitter < 1):
+            raise ValueError("need 0 < initial <= maximum, factor >= 1 and 0 <= jitter < 1")
+
+    def delay(self, attempt: int, rng: np.random.Generator) -> float:
+        base = min(self.maximum, self.initial * self.factor ** min(attempt, 64))
+        return float(base * (1.0 - self.jitter * rng.random()))
+
+
+# -- one device ---------------------------------------------------------------
+
+
+@dataclass
+class TaskRecord:
+    """One task as the device saw it (times on the device's event-loop clock, ``time.monotonic``)."""
+
+    task_id: str
+    job_id: str
+    round: int
+    received_at: float
+    target_s: float | None = None  # the impersonated round time drawn for this task
+    started_at: float | None = None  # training started
+    trained_at: float | None = None  # training ended
+    answered_at: float | None = None
+    download_s: float = 0.0
+    compute_s: float = 0.0
+    outcome: str = "pending"  # "result", "cancelled", "error", "lost"
+
+
+@dataclass(eq=False)
+class _Link:
+    """One connection: the WebSocket, the session, and the writer's wake-up call."""
+
+    ws: ClientConnection
+    session: DeviceSession
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    welcomed: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: asyncio.Queue[tuple[Task, float, float]] = field(default_factory=asyncio.Queue)
+    cancels: dict[str, asyncio.Event] = field(default_factory=dict)
+    binary_send_s: float = 0.0  # sending binary messages (results) since the last result was queued
+    results: int = 0
+
+    def flush(self) -> None:
+        self.wake.set()
+
+    def finish(self) -> None:
+        self.closed.set()
+        self.wake.set()
+        for cancel in self.cancels.values():
+            cancel.set()
+
+    def abort(self) -> None:
+        transport = self.ws.transport
+        if transport is not None:
+            transport.abort()
+
+
+class EmulatedDevice:
+    """A device that speaks protocol v1 to ``url`` and trains like a phone.
+
+    ``profile``: impersonate this profiled phone (its ``a``/``mu`` go in the
+    hello, and rounds are stretched to its Formula 4 times). ``seed`` seeds
+    the device's round-time draws, its training seeds and its backoff
+    jitter. ``lane``: the training thread to share (a private one by
+    default). ``store``: where artifacts are kept (the process's by default).
+    ``runtime``: "executorch" trains the task's program, "torch" an eager
+    model built from the provision's model spec.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        device_id: str,
+        *,
+        runtime: Runtime = "executorch",
+        profile: DeviceProfile | None = None,
+        seed: int | Sequence[int] = 0,
+        token: str = "",
+        lane: TrainingLane | None = None,
+        make_trainer: TrainerFactory | None = None,
+        store: ArtifactStore | None = None,
+        backoff: Backoff = Backoff(),
+        hardware: Mapping[str, Any] | None = None,
+        max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
+        max_control_bytes: int | None = DEFAULT_MAX_CONTROL_BYTES,
+        max_part_bytes: int | None = None,
+        open_timeout: float = 10.0,
+        close_timeout: float = 5.0,
+    ) -> None:
+        self.url = url
+        self.device_id = device_id
+        self.runtime = runtime
+        self.profile = profile
+        self.token = token
+        self.backoff = backoff
+        self.max_message_bytes = max_message_bytes
+        self.max_control_bytes = max_control_bytes
+        self.max_part_bytes = max_part_bytes
+        self.open_timeout = open_timeout
+        self.close_timeout = close_timeout
+        self._lane = lane
+        self._make_trainer = make_trainer
+        self._store = store if store is not None else _PROCESS_STORE
+        streams = np.random.SeedSequence(seed).spawn(3)
+        self._round_rng = np.random.default_rng(streams[0])
+        self._train_seeds = np.random.default_rng(streams[1])
+        self._backoff_rng = np.random.default_rng(streams[2])
+        self.hardware = self._hardware(hardware)
+        self.held: set[str] = set()
+        """sha256 of the artifacts this device was given (listed in its hello)."""
+        self.history: list[TaskRecord] = []
+        self.sessions = 0  # sessions that got a welcome
+        self.delays: list[float] = []  # every reconnect delay, in order
+        self.heartbeat_rtts: list[float] = []
+        self.stopped_by: str | None = None  # why run() ended
+        self._stop = asyncio.Event()
+        self._killed = False
+        self._link: _Link | None = None
+
+    def _hardware(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+        hardware: dict[str, Any] = {}
+        if self.profile is not None:
+            hardware.update(self.profile.hardware)
+        hardware.update(
+            {
+                "model": hardware.get("model", "emulated"),
+                "emulated": True,
+                "cores": os.cpu_count(),
+                "os": f"{platform.system()} {platform.release()}",
+                "host": socket.gethostname(),
+            }
+        )
+        if self.profile is not None:
+            # The coordinator plans with these when it has no profile of its own for us.
+            hardware.update(impersonates=self.profile.device_id, a=self.profile.a, mu=self.profile.mu)
+        hardware.update(extra or {})
+        return hardware
+
+    @property
+    def connected(self) -> bool:
+        link = self._link
+        return link is not None and link.session.state is State.OPEN
+
+    # -- control ----------------------------------------------------------------
+
+    def stop(self) -> None:
+        """End ``run()``: say bye going_away to the coordinator and do not reconnect."""
+        self.stopped_by = self.stopped_by or "stopped"
+        self._stop.set()
+        link = self._link
+        if link is not None and not link.session.closed:
+            link.session.send_bye("going_away", "device stopping")
+            link.flush()
+
+    def kill(self) -> None:
+        """Die like a crashed phone: drop the connection without a bye and never come back."""
+        self._killed = True
+        self.stopped_by = self.stopped_by or "killed"
+        self._stop.set()
+        if self._link is not None:
+            self._link.abort()
+
+    def drop(self) -> None:
+        """Lose the connection without a bye (a network cut); the device reconnects."""
+        if self._link is not None:
+            self._link.abort()
+
+    # -- the loop ---------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, serve, reconnect with backoff, until stopped (see the module docstring)."""
+        own_lane = self._lane is None
+        if self._lane is None:
+            self._lane = TrainingLane(self._make_trainer)
+        attempt = 0
+        try:
+            while not self._stop.is_set():
+                welcomed = False
+                try:
+                    async with connect(
+                        self.url,
+                        compression=None,
+                        max_size=self._websocket_max_size(),
+                        ping_interval=None,
+                        open_timeout=self.open_timeout,
+                        close_timeout=self.close_timeout,
+                        proxy=None,
+                    ) as ws:
+                        welcomed = await self._serve(ws)
+                except InvalidURI as exc:
+                    raise UserError(f"--url: {exc}") from None
+                except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
+                    log.debug("%s: connection to %s failed: %r", self.device_id, self.url, exc)
+                if self._stop.is_set():
+                    break
+                attempt = 0 if welcomed else attempt + 1
+                delay = self.backoff.delay(attempt, self._backoff_rng)
+                self.delays.append(delay)
+                log.debug("%s: reconnecting in %.2f s", self.device_id, delay)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(delay):
+                        await self._stop.wait()
+        finally:
+            if own_lane:
+                self._lane.close()
+                self._lane = None
+
+    def _websocket_max_size(self) -> int | None:
+        if self.max_message_bytes is None:
+            return None
+        return max(self.max_message_bytes, self.max_control_bytes or 0)
+
+    async def _serve(self, ws: ClientConnection) -> bool:
+        """One session; True if it was welcomed."""
+        session = DeviceSession(
+            max_message_bytes=self.max_message_bytes,
+            max_control_bytes=self.max_control_bytes,
+            max_part_bytes=self.max_part_bytes,
+        )
+        link = _Link(ws, session)
+        session.send_hello(
+            self.device_id, runtime=self.runtime, token=self.token, hardware=self.hardware,
+            cached=sorted(h for h in self.held if self._store.has(h)),
+        )
+        link.flush()
+        self._link = link
+        if self._stop.is_set():  # stop() came while connecting
+            session.send_bye("going_away", "device stopping")
+        welcomed = False
+        try:
+            async with asyncio.TaskGroup() as group:
+                writer = group.create_task(self._write(link), name="writer")
+                beats = group.create_task(self._heartbeats(link), name="heartbeats")
+                work = group.create_task(self._work(link), name="work")
+                welcomed = await self._read(link)
+                link.finish()
+                work.cancel()
+                beats.cancel()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.close_timeout):
+                        await asyncio.shield(writer)
+                link.abort()
+        finally:
+            self._link = None
+            for record in self.history:
+                if record.outcome == "pending":
+                    record.outcome = "lost"
+        return welcomed
+
+    async def _read(self, link: _Link) -> bool:
+        session, ws = link.session, link.ws
+        loop = asyncio.get_running_loop()
+        welcomed = False
+        try:
+            # The coordinator answers a hello at once; a silent one is not worth waiting for.
+            async with asyncio.timeout(self.open_timeout) as welcome_timeout:
+                async for message in ws:
+                    arrived = loop.time()
+                    session.receive(message)
+                    ready = loop.time()
+                    for event in session.events_received():
+                        if isinstance(event, Welcome):
+                            welcomed = True
+                            link.welcomed.set()
+                            self.sessions += 1
+                            welcome_timeout.reschedule(None)
+                            log.debug("%s: connected to %s", self.device_id, event.coordinator_id)
+                        self._on_event(link, event, arrived, ready)
+                    link.flush()
+                    if session.closed:
+                        break
+        except ConnectionClosed:
+            pass
+        except TimeoutError:
+            log.info("%s: no welcome within %s s", self.device_id, self.open_timeout)
+        return welcomed
+
+    def _on_event(self, link: _Link, event: Any, arrived: float, ready: float) -> None:
+        if isinstance(event, Provision):
+            self._store.keep(event)
+            self.held |= {event.program_sha256, event.shard_sha256}
+        elif isinstance(event, Task):
+            self.history.append(TaskRecord(event.task_id, event.job_id, event.round, arrived))
+            link.cancels[event.task_id] = asyncio.Event()
+            link.tasks.put_nowait((event, arrived, ready))
+        elif isinstance(event, Cancel):
+            cancel = link.cancels.get(event.task_id)
+            if cancel is not None:
+                cancel.set()
+        elif isinstance(event, HeartbeatAck):
+            self.heartbeat_rtts.append(arrived - event.echo)
+        elif isinstance(event, Error):
+            log.info("%s: coordinator reports %s: %s", self.device_id, event.code, event.reason)
+        elif isinstance(event, Closed):
+            if event.by_peer and event.code in STOP_CODES:
+                self.stopped_by = self.stopped_by or f"bye {event.code}: {event.reason}"
+                self._stop.set()
+                level = logging.INFO if event.code in ("going_away", "normal") else logging.ERROR
+                log.log(level, "%s: coordinator said bye %s (%s); stopping", self.device_id, event.code, event.reason)
+            else:
+                log.warning("%s: session closed: %s (%s)", self.device_id, event.code, event.reason)
+        # A Heartbeat needs nothing here: the session has queued its ack.
+
+    async def _write(self, link: _Link) -> None:
+        session, ws = link.session, link.ws
+        try:
+            while True:
+                for data in session.data_to_send():
+                    if isinstance(data, bytes):
+                        started = time.perf_counter()
+                        await ws.send(data)
+                        link.binary_send_s += time.perf_counter() - started
+                    else:
+                        await ws.send(data)
+                if session.closed:
+                    await ws.close(*session.websocket_close())
+                    return
+                if link.closed.is_set():
+                    return
+                link.wake.clear()
+                await link.wake.wait()
+        except ConnectionClosed:
+            return
+
+    async def _heartbeats(self, link: _Link) -> None:
+        session = link.session
+        loop = asyncio.get_running_loop()
+        await link.welcomed.wait()  # the welcome brings the settings
+        while not link.closed.is_set() and not session.closed:
+            interval = session.heartbeat_interval
+            timeout = session.heartbeat_timeout
+            now = loop.time()
+            if session.is_expired(now):
+                session.send_bye("heartbeat_timeout", "the coordinator stopped answering")
+                link.flush()
+                return
+            if session.heartbeat_due(now):
+                session.send_heartbeat(now)
+                link.flush()
+            ticks = [t for t in (interval, None if timeout is None else timeout / 4) if t is not None]
+            if not ticks:
+                return  # the coordinator wants no heartbeats
+            await asyncio.sleep(min(ticks))  # cancelled when the session ends
+
+    async def _work(self, link: _Link) -> None:
+        """The device's tasks, one at a time (a phone trains one job at a time)."""
+        while True:
+            task, arrived, ready = await link.tasks.get()
+            record = next(r for r in reversed(self.history) if r.task_id == task.task_id)
+            try:
+                await self._train(link, task, record, arrived, ready)
+            finally:
+                link.cancels.pop(task.task_id, None)
+
+    async def _train(self, link: _Link, task: Task, record: TaskRecord, arrived: float, ready: float) -> None:
+        session = link.session
+        loop = asyncio.get_running_loop()
+        cancel = link.cancels[task.task_id]
+        provision = session.job(task.job_id)
+        assert provision is not None  # the session checked the task against its provision
+        x, y = self._store.shards[task.shard_sha256]
+        target = None
+        if self.profile is not None:
+            # Formula 4 for this task's epochs and this shard's size.
+            shift, rate = round_time.shift_and_rate(self.profile.a, self.profile.mu, task.epochs, len(y))
+            target = float(round_time.sample(self._round_rng, shift, rate))
+        record.target_s = target
+        seed = int(self._train_seeds.integers(2**31))
+
+        def answer_error(code: str, reason: str, outcome: str) -> None:
+            record.outcome, record.answered_at = outcome, loop.time()
+            with contextlib.suppress(SessionClosed):
+                session.send_error(code, reason, task_id=task.task_id)
+                link.flush()
+
+        if cancel.is_set():
+            return answer_error("cancelled", "cancelled before training", "cancelled")
+        if task.deadline_s is not None and loop.time() - arrived > task.deadline_s:
+            return answer_error("cancelled", "the deadline passed before training", "cancelled")
+        weights = {name: np.array(value) for name, value in task.weights.items()}
+        assert self._lane is not None
+        record.started_at = loop.time()
+        try:
+            trained, loaded = await self._lane.train(
+                self.runtime, provision.model, task.program_sha256,
+                self._store.programs[task.program_sha256], task, weights, x, y, seed,
+            )
+        except Exception as exc:
+            log.warning("%s: task %s failed: %r", self.device_id, task.task_id, exc)
+            return answer_error("task_failed", f"training failed: {type(exc).__name__}", "error")
+        record.trained_at = loop.time()
+        if target is not None:
+            # Stretch the round to the impersonated phone's time.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, arrived + target - loop.time())):
+                    await cancel.wait()
+        if cancel.is_set():
+            return answer_error("cancelled", "cancelled by the coordinator", "cancelled")
+        try:
+            ordered = {name: np.asarray(trained.weights[name], dtype=task.weights[name].dtype) for name in task.weights}
+        except KeyError as exc:
+            return answer_error("task_failed", f"the trainer lost tensor {exc}", "error")
+        if not all(np.isfinite(a).all() for a in ordered.values()):
+            return answer_error("diverged", "training produced NaN or infinite weights", "error")
+        done = loop.time()
+        record.download_s = (ready - arrived) + loaded
+        record.compute_s = done - ready - loaded
+        upload = link.binary_send_s if link.results else None
+        try:
+            session.send_result(
+                task.task_id, weights=ordered, samples=int(trained.samples), mean_loss=float(trained.mean_loss),
+                timing=Timing(record.download_s, record.compute_s, upload),
+            )
+        except SessionClosed:
+            return
+        link.binary_send_s = 0.0
+        link.results += 1
+        record.outcome, record.answered_at = "result", done
+        link.flush()
+
+
+# -- fleets of emulated devices in worker processes ----------------------------
+
+
+def default_id_prefix() -> str:
+    """``emu-<host>``: with the device index, an id that survives an emulator restart."""
+    host = socket.gethostname().split(".")[0] or "host"
+    return f"emu-{host}"
+
+
+@dataclass(frozen=True)
+class _WorkerConfig:
+    url: str
+    device_ids: tuple[str, ...]
+    indices: tuple[int, ...]
+    runtime: Runtime
+    profiles: tuple[DeviceProfile | None, ...]
+    seed: int
+    token: str
+    make_trainer: TrainerFactory | None
+    backoff: Backoff
+    max_part_bytes: int | None
+    log_level: int
+
+
+class EmulatedFleet:
+    """Handle on emulated devices running in worker processes (from ``run_emulated_fleet``)."""
+
+    def __init__(
+        self,
+        processes: list[multiprocessing.process.BaseProcess],
+        stop_event: multiprocessing.synchronize.Event,
+        assignment: dict[str, int],
+    ) -> None:
+        self.processes = processes
+        self._stop_event = stop_event
+        self.assignment = assignment
+        """Worker index of every device id."""
+
+    @property
+    def device_ids(self) -> list[str]:
+        return list(self.assignment)
+
+    def alive(self) -> bool:
+        return any(p.is_alive() for p in self.processes)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for every worker to exit (e.g. after the coordinator's bye); True if they did."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for p in self.processes:
+            p.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not self.alive()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every device (bye going_away), then end the workers; bounded by ``timeout`` (+2 s)."""
+        self._stop_event.set()
+        if not self.wait(timeout):
+            log.warning("emulator workers did not stop in %.0f s; terminating them", timeout)
+            for p in self.processes:
+                if p.is_alive():
+                    p.terminate()
+            if not self.wait(1.0):
+                for p in self.processes:
+                    if p.is_alive():
+                        p.kill()
+                self.wait(1.0)
+        for p in self.processes:
+            with contextlib.suppress(ValueError):
+                p.close()
+
+    def kill_worker(self, index: int) -> list[str]:
+        """SIGKILL one worker process (its devices vanish without a bye); its device ids."""
+        process = self.processes[index]
+        if process.pid is not None and process.is_alive():
+            os.kill(process.pid, signal.SIGKILL)
+        process.join(5.0)
+        return [d for d, w in self.assignment.items() if w == index]
+
+    async def aclose(self, timeout: float = 10.0) -> None:
+        """``stop()`` from async code: the joins wait in a thread, so the event loop
+        (and a coordinator in it, which must answer the devices' byes) keeps running."""
+        await asyncio.to_thread(self.stop, timeout)
+
+    def __enter__(self) -> EmulatedFleet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> EmulatedFleet:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def run_emulated_fleet(
+    url: str,
+    count: int,
+    *,
+    runtime: Runtime = "executorch",
+    profiles: Sequence[DeviceProfile] | None = None,
+    workers: int | None = None,
+    id_prefix: str | None = None,
+    first_index: int = 0,
+    seed: int = 0,
+    token: str = "",
+    make_trainer: TrainerFactory | None = None,
+    backoff: Backoff = Backoff(),
+    max_part_bytes: int | None = None,
+) -> EmulatedFleet:
+    """Start ``count`` emulated devices spread over ``workers`` processes (spawned).
+
+    Device ``i`` is ``f"{id_prefix}-{i}"`` (default prefix ``emu-<host>``),
+    runs in worker ``i % workers`` and impersonates ``profiles[i %
+    len(profiles)]`` when profiles are given. ``make_trainer`` must be
+    picklable (a module-level function, or a ``functools.partial`` of one).
+    Returns at once; the devices connect (and reconnect) on their own.
+    """
+    if count < 1:
+        raise UserError(f"--count must be >= 1, got {count}")
+    if runtime not in ("executorch", "torch"):
+        raise UserError(f"--runtime must be executorch or torch, got {runtime!r}")
+    workers = max(1, min(count, workers or os.cpu_count() or 1))
+    prefix = id_prefix or default_id_prefix()
+    ids = [f"{prefix}-{first_index + i}" for i in range(count)]
+    chosen = [None if not profiles else profiles[i % len(profiles)] for i in range(count)]
+    ctx = multiprocessing.get_context("spawn")
+    stop_event = ctx.Event()
+    processes: list[multiprocessing.process.BaseProcess] = []
+    assignment: dict[str, int] = {}
+    for w in range(workers):
+        mine = list(range(w, count, workers))
+        config = _WorkerConfig(
+            url, tuple(ids[i] for i in mine), tuple(first_index + i for i in mine), runtime,
+            tuple(chosen[i] for i in mine), seed, token, make_trainer, backoff, max_part_bytes,
+            logging.getLogger().getEffectiveLevel(),
+        )
+        process = ctx.Process(target=_worker_main, args=(config, stop_event), name=f"mjfl-emulator-{w}", daemon=True)
+        process.start()
+        processes.append(process)
+        assignment.update({ids[i]: w for i in mine})
+    return EmulatedFleet(processes, stop_event, assignment)
+
+
+def _worker_main(config: _WorkerConfig, stop_event: multiprocessing.synchronize.Event) -> None:
+    # Ctrl-C goes to the whole process group; the parent turns it into stop_event.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(processName)s %(name)s: %(message)s")
+    _raise_open_files_limit()
+    asyncio.run(_worker(config, stop_event))
+
+
+async def _worker(config: _WorkerConfig, stop_event: multiprocessing.synchronize.Event) -> None:
+    lane = TrainingLane(config.make_trainer, torch_threads=1)
+    devices = [
+        EmulatedDevice(
+            config.url, device_id, runtime=config.runtime, profile=profile, seed=[config.seed, index],
+            token=config.token, lane=lane, backoff=config.backoff, max_part_bytes=config.max_part_bytes,
+        )
+        for device_id, index, profile in zip(config.device_ids, config.indices, config.profiles)
+    ]
+
+    async def watch() -> None:
+        while not stop_event.is_set():
+            await asyncio.sleep(0.1)
+        for device in devices:
+            device.stop()
+
+    try:
+        async with asyncio.TaskGroup() as group:
+            watcher = group.create_task(watch(), name="stop watcher")
+            async with asyncio.TaskGroup() as running:
+                for device in devices:
+                    running.create_task(device.run(), name=device.device_id)
+            watcher.cancel()
+    finally:
+        lane.close()
+
+
+def _raise_open_files_limit() -> None:
+    """Many devices in one process need a socket each: lift the soft limit to the hard one."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
+__all__ = [
+    "ArtifactStore",
+    "Backoff",
+    "EchoTrainer",
+    "EmulatedDevice",
+    "EmulatedFleet",
+    "TaskRecord",
+    "Trainer",
+    "TrainerFactory",
+    "TrainingLane",
+    "default_id_prefix",
+    "echo_trainer",
+    "run_emulated_fleet",
+]

@@ -1,0 +1,309 @@
+"""`mjfl bench coordinator`: what the real-time coordinator costs, on loopback.
+
+Three figures (docs/testbed.md, "Benchmark"), devices always in other
+processes than the coordinator so that the coordinator's event loop is
+measured honestly:
+
+overhead_fraction
+    100 emulated devices (``run_emulated_fleet``, ``EchoTrainer``: no real
+    training, so they fit on two cores) impersonate a steady phone whose
+    Formula 4 time is ``round_s`` (``mu`` so large that the exponential part
+    vanishes). The real Engine runs a job with C = 1 (every device, every
+    round) on a LeNet-5 (28x28) model. For round r, overhead = (round wall
+    time - the slowest device's own download + compute + upload) / round wall
+    time, where the upload of round r's result is the ``upload_s`` the device
+    reports with round r+1 (protocol.md 5.5). Round 1 (provisioning) is a
+    warm-up and the last round only supplies uploads; the figure is the mean
+    over the rounds in between. What is left is what the coordinator adds:
+    encoding and sending every task, receiving and checking every result,
+    the event loop, plus the loopback itself and the emulator processes'
+    own scheduling (both on the same two cores: an upper bound).
+broadcast_mb_s
+    One task carrying a model of ``broadcast_mb`` MiB to ``broadcast_devices``
+    devices at once through ``RemoteFleet.run_task``. Each device stamps the
+    moment the whole message has arrived (``time.monotonic``, the same clock
+    in every process on Linux); throughput = model bytes x devices / (last
+    arrival - first send). The devices answer only after 3 s, so their
+    uploads do not share the link with the broadcast. Median of 3 rounds.
+heartbeat_p99_ms / connections
+    ``connections`` idle devices in two worker processes hold a session
+    each; the coordinator heartbeats every ``heartbeat_s`` and records the
+    round trip of every heartbeat (its send to the ack's arrival, on its own
+    clock) over ``hold_s`` seconds; p99 of those. ``connections`` is how many
+    sessions were still open at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import multiprocessing
+import multiprocessing.queues
+import multiprocessing.synchronize
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+log = logging.getLogger(__name__)
+
+GOALS = {
+    "overhead_fraction": ("<=", 0.05),
+    "broadcast_mb_s": (">=", 200.0),
+    "connections": (">=", 1000),
+    "heartbeat_p99_ms": ("<", 100.0),
+}
+
+
+def run_coordinator_bench(
+    *,
+    devices: int = 100,
+    rounds: int = 3,
+    round_s: float = 3.0,
+    broadcast_mb: float = 10.0,
+    broadcast_devices: int = 20,
+    connections: int = 1000,
+    heartbeat_s: float = 1.0,
+    hold_s: float = 10.0,
+    workers: int | None = None,
+    json_path: Path | None = None,
+    console: Console | None = None,
+) -> dict[str, float]:
+    """Measure the three figures (module docstring), print a table, write ``json_path``."""
+    console = console or Console(stderr=True)
+    workers = workers or min(2, os.cpu_count() or 1)
+    _raise_open_files_limit()
+    figures: dict[str, float] = {}
+    details: dict[str, str] = {}
+    with console.status(f"round overhead with {devices} devices ..."):
+        figures["overhead_fraction"], details["overhead_fraction"] = asyncio.run(
+            _overhead(devices, rounds, round_s, workers)
+        )
+    with console.status(f"broadcast of {broadcast_mb:g} MiB to {broadcast_devices} devices ..."):
+        figures["broadcast_mb_s"], details["broadcast_mb_s"] = asyncio.run(
+            _broadcast(broadcast_mb, broadcast_devices, workers)
+        )
+    with console.status(f"{connections} idle connections for {hold_s:g} s ..."):
+        held, p99, details["connections"] = asyncio.run(_connections(connections, heartbeat_s, hold_s, workers))
+    figures["connections"] = held
+    figures["heartbeat_p99_ms"] = p99
+    details["heartbeat_p99_ms"] = f"heartbeat every {heartbeat_s:g} s"
+    console.print(_table(figures, details))
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({k: figures[k] for k in GOALS}, indent=2) + "\n")
+        console.print(f"wrote {json_path}")
+    return figures
+
+
+def _table(figures: Mapping[str, float], details: Mapping[str, str]) -> Table:
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    table = Table(title=f"coordinator benchmark (loopback, {os.cpu_count()} CPUs, load average {load})")
+    for column in ("figure", "measured", "goal", "met", "how"):
+        table.add_column(column)
+    for name, (op, goal) in GOALS.items():
+        value = figures[name]
+        met = value <= goal if op == "<=" else value >= goal if op == ">=" else value < goal
+        shown = f"{value:.4f}" if name == "overhead_fraction" else f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+        table.add_row(name, shown, f"{op} {goal:g}", "yes" if met else "[red]no[/]", details.get(name, ""))
+    return table
+
+
+# -- (a) overhead per round ------------------------------------------------------------
+
+
+async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> tuple[float, str]:
+    from mjfl.android_bridge.emulator import echo_trainer, run_emulated_fleet
+    from mjfl.coordinator.clock import RealClock
+    from mjfl.coordinator.engine import Engine, EngineJob
+    from mjfl.coordinator.fleet import JobArtifacts
+    from mjfl.coordinator.server import CoordinatorServer
+    from mjfl.ids import DeviceId, JobId
+    from mjfl.jobs.models import ModelSpec, initial_weights
+    from mjfl.profiling.profiles import DeviceProfile
+    from mjfl.schedulers.registry import make_scheduler
+
+    spec = ModelSpec("lenet5", (1, 28, 28), 10)
+    samples, epochs = 20, 1
+    steady = DeviceProfile("bench-steady", a=round_s / (epochs * samples), mu=1e9)
+    rng = np.random.default_rng(0)
+    sink = _Sink()
+    async with CoordinatorServer("127.0.0.1", 0) as server:
+        async with run_emulated_fleet(
+            server.url, devices, runtime="torch", profiles=[steady], workers=workers,
+            id_prefix="bench", make_trainer=echo_trainer,
+        ) as fleet:
+            await server.wait_for_devices(devices, timeout=120)
+            shards = {
+                DeviceId(d): (rng.normal(size=(samples, *spec.input_shape)).astype(np.float32), rng.integers(0, 10, samples))
+                for d in fleet.device_ids
+            }
+            # EchoTrainer never runs a program: a placeholder stands in for the .pte.
+            await server.fleet.prepare([JobArtifacts(JobId("bench"), spec, b"\0" * 4096, shards)])
+            job = EngineJob(
+                name=JobId("bench"), spec=spec, scheduler=make_scheduler("random", seed=0),
+                samples={d: samples for d in shards}, test_x=np.zeros((1, *spec.input_shape), np.float32),
+                test_y=np.zeros(1, np.int64), weights=initial_weights(spec, 0), epochs=epochs,
+                fraction=1.0, max_rounds=rounds + 2,
+            )
+            engine = Engine([job], server.fleet, RealClock(), lambda *a: (0.0, 1.0), run_id="bench", sink=sink)
+            await engine.run()
+    records = sorted(sink.records, key=lambda r: r.round)
+    fractions = []
+    for record, following in zip(records[1:-1], records[2:]):
+        upload = {d.device: d.upload_s or 0.0 for d in following.devices}
+        if any(d.status != "ok" for d in record.devices):
+            raise RuntimeError(f"round {record.round}: not every device answered")
+        own = max((d.download_s or 0.0) + (d.compute_s or 0.0) + upload.get(d.device, 0.0) for d in record.devices)
+        fractions.append((record.duration_s - own) / record.duration_s)
+        log.info("round %d: wall %.3f s, slowest device %.3f s", record.round, record.duration_s, own)
+    walls = [r.duration_s for r in records[1:-1]]
+    return float(np.mean(fractions)), (
+        f"{devices} devices, rounds of {np.mean(walls):.2f} s wall, max {max(fractions):.4f}"
+    )
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.records: list[Any] = []
+
+    def round_finished(self, job: Any, record: Any, choices: Any) -> None:
+        self.records.append(record)
+
+    def profile_refitted(self, refit: Any) -> None:
+        pass
+
+
+# -- (b) broadcast throughput -------------------------------------------------------------
+
+
+async def _broadcast(megabytes: float, devices: int, workers: int) -> tuple[float, str]:
+    from mjfl.coordinator.fleet import JobArtifacts, Task
+    from mjfl.coordinator.server import CoordinatorServer
+    from mjfl.ids import DeviceId, JobId
+    from mjfl.jobs.models import ModelSpec
+
+    spec = ModelSpec("lenet5", (1, 16, 16), 10)
+    total = int(megabytes * 2**20) // 4
+    # A model-like set of tensors: one large, a few small, as in a CNN's state dict.
+    sizes = [total - 3 * 1024, 1024, 1024, 1024]
+    weights = {f"layer{k}.weight": np.ones(n, np.float32) for k, n in enumerate(sizes)}
+    model_bytes = sum(w.nbytes for w in weights.values())
+    ids = [f"bcast-{k}" for k in range(devices)]
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    arrivals: multiprocessing.queues.Queue[list[tuple[str, int, float]]] = ctx.Queue()
+    rng = np.random.default_rng(0)
+    rates = []
+    async with CoordinatorServer("127.0.0.1", 0) as server:
+        processes = [
+            ctx.Process(target=_arrival_worker, args=(server.url, ids[w::workers], stop, arrivals), daemon=True)
+            for w in range(workers)
+        ]
+        for p in processes:
+            p.start()
+        try:
+            await server.wait_for_devices(devices, timeout=120)
+            shards = {DeviceId(d): (rng.normal(size=(4, *spec.input_shape)).astype(np.float32), rng.integers(0, 10, 4)) for d in ids}
+            await server.fleet.prepare([JobArtifacts(JobId("bcast"), spec, b"\0" * 4096, shards)])
+            starts = {}
+            for round_ in range(1, 4):
+                task = Task(JobId("bcast"), round_, weights, epochs=1, batch_size=4, lr=0.0)
+                starts[round_] = time.monotonic()
+                await asyncio.gather(*(server.fleet.run_task(DeviceId(d), task) for d in ids))
+        finally:
+            stop.set()
+            seen = []
+            for _ in processes:
+                seen.extend(await asyncio.to_thread(arrivals.get, True, 30))
+            for p in processes:
+                await asyncio.to_thread(p.join, 10)
+    for round_, started in starts.items():
+        last = max(at for _, r, at in seen if r == round_)
+        rates.append(model_bytes * devices / (last - started) / 2**20)
+    return float(np.median(rates)), f"{model_bytes / 2**20:.1f} MiB x {devices} devices, rounds {', '.join(f'{r:.0f}' for r in rates)} MiB/s"
+
+
+def _arrival_worker(
+    url: str, ids: list[str], stop: multiprocessing.synchronize.Event,
+    out: multiprocessing.queues.Queue[list[tuple[str, int, float]]],
+) -> None:
+    """Emulated devices that report when each task arrived (``time.monotonic``)."""
+    from mjfl.android_bridge.emulator import EmulatedDevice, TrainingLane, echo_trainer
+    from mjfl.profiling.profiles import DeviceProfile
+
+    # Answer 3 s after the task arrived: after every device has its copy.
+    wait = DeviceProfile("bench-wait", a=3.0 / 4, mu=1e9)
+
+    async def main() -> list[tuple[str, int, float]]:
+        lane = TrainingLane(echo_trainer)
+        devices = [EmulatedDevice(url, d, runtime="torch", profile=wait, lane=lane) for d in ids]
+
+        async def watch() -> None:
+            while not stop.is_set():
+                await asyncio.sleep(0.05)
+            for d in devices:
+                d.stop()
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(watch())
+                for d in devices:
+                    group.create_task(d.run())
+        finally:
+            lane.close()
+        return [(d.device_id, r.round, r.received_at) for d in devices for r in d.history]
+
+    # asyncio's loop.time() is time.monotonic(): comparable with the coordinator's.
+    out.put(asyncio.run(main()))
+
+
+# -- (c) idle connections and heartbeats ----------------------------------------------------
+
+
+async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: int) -> tuple[int, float, str]:
+    from mjfl.android_bridge.emulator import Backoff, echo_trainer, run_emulated_fleet
+    from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+
+    settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=max(30.0, 4 * heartbeat_s))
+    async with CoordinatorServer("127.0.0.1", 0, settings=settings) as server:
+        async with run_emulated_fleet(
+            server.url, count, runtime="torch", workers=workers, id_prefix="idle",
+            make_trainer=echo_trainer, backoff=Backoff(initial=0.5, maximum=5.0),
+        ):
+            started = time.monotonic()
+            await server.wait_for_devices(count, timeout=180)
+            connect_s = time.monotonic() - started
+            await asyncio.sleep(heartbeat_s * 2)  # let the connection storm settle
+            server.heartbeat_rtts.clear()
+            cpu = time.process_time()
+            await asyncio.sleep(hold_s)
+            cpu = time.process_time() - cpu
+            rtts = np.array(server.heartbeat_rtts) * 1000
+            held = len(server.connected())
+    if len(rtts) == 0:
+        raise RuntimeError("no heartbeat came back")
+    p99 = float(np.percentile(rtts, 99))
+    return held, p99, (
+        f"{len(rtts)} heartbeats, median {np.median(rtts):.1f} ms; coordinator CPU"
+        f" {cpu / hold_s:.0%} of a core; all connected in {connect_s:.1f} s"
+    )
+
+
+def _raise_open_files_limit() -> None:
+    """A thousand sockets need a thousand descriptors, and the worker processes inherit the limit."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 4096 if hard == resource.RLIM_INFINITY else min(hard, max(soft, 4096))
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError) as exc:
+        log.warning("could not raise the open-files limit: %s", exc)

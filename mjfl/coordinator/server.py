@@ -1,0 +1,795 @@
+"""The coordinator's WebSocket server and the real-time fleet (docs/testbed.md).
+
+Phones and emulated devices connect here and speak protocol v1
+(docs/protocol.md); ``RemoteFleet`` turns them into the engine's ``Fleet``.
+
+One connection, one device session, three tasks in the connection's
+TaskGroup (the connection task itself is owned by websockets' ``Server``,
+which ``CoordinatorServer`` closes and awaits)::
+
+    reader      ws messages -> CoordinatorSession.receive -> events
+                (results settle the waiting run_task, acks record RTTs)
+    writer      the only task that writes: drains session.data_to_send()
+                in order, then closes the WebSocket once the session is closed
+    heartbeats  heartbeat_due -> send_heartbeat; is_expired -> bye heartbeat_timeout
+
+The protocol lives in the sans-I/O session; this module only moves bytes,
+keeps time and maps outcomes onto the engine's vocabulary: a task answered
+with a valid update is a ``TaskResult``; anything else is a
+``DeviceFailure`` ("rejected" when the device broke the protocol or sent an
+invalid update, "failed" when it disconnected, said bye, reported an error
+or missed its deadline), raised as soon as it is known.
+
+A device misbehaving closes *its* session (bye with the error code, then the
+WebSocket close code of protocol.md section 8). Nothing a device sends can
+raise out of its connection, so other devices and jobs never notice.
+
+Decisions:
+
+* Duplicate device ids: the newer connection replaces the older one, which
+  gets ``bye going_away`` and loses its pending task. A phone whose Wi-Fi
+  dropped reconnects before the old TCP connection is known to be dead
+  (that takes up to ``heartbeat_timeout``); refusing it would lock it out
+  until then.
+* Shutdown says ``bye going_away`` ("coordinator shutdown") to every device,
+  the protocol's code for a voluntary end (a "shutdown" code would be an
+  error code and close with 1002). Emulated devices stop on it; devices of a
+  coordinator that crashed see no bye and reconnect.
+* A task whose deadline passes is cancelled; its device stays out of
+  ``profiles()`` until it has answered the cancelled task, and ``run_task``
+  waits for that answer before sending it anything new, so a device never
+  trains two tasks at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+
+from mjfl.android_bridge.protocol import (
+    DEFAULT_MAX_CONTROL_BYTES,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Closed,
+    CoordinatorSession,
+    Error,
+    HeartbeatAck,
+    Hello,
+    Program,
+    Result,
+    SessionClosed,
+    Shard,
+    State,
+    TensorPack,
+)
+from mjfl.android_bridge.protocol import ModelSpec as WireModelSpec
+from mjfl.coordinator.fleet import (
+    DeviceFailure,
+    DeviceProfileView,
+    JobArtifacts,
+    Task,
+    TaskResult,
+    Timing,
+)
+from mjfl.errors import ConfigError, RunError
+from mjfl.ids import DeviceId, JobId
+
+
+if TYPE_CHECKING:
+    from mjfl.profiling.profiles import DeviceProfile
+
+log = logging.getLogger(__name__)
+
+DEFAULT_A = 0.005
+DEFAULT_MU = 500.0
+"""The neutral profile of a device nobody profiled (when no profile is known at all).
+
+a = 5 ms per sample and epoch with a mean fluctuation of 2 ms (1/mu): the
+middle of the synthetic fleet's ranges (mjfl/schedulers/synthetic.py), so an
+unknown device is planned as an average phone, neither favoured nor shunned.
+When some profiles are known, unknown devices get their median instead.
+"""
+
+# Codes with which *we* close a session because of what the device sent: its
+# pending task is "rejected". Any other end (bye, lost connection, heartbeat
+# timeout, shutdown, replacement) leaves it "failed".
+_FAILED_CODES = frozenset({"normal", "going_away", "heartbeat_timeout", "internal_error"})
+
+ProgressCallback = Callable[[int, int], None]
+Authorize = Callable[[Hello], bool]
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Limits and timers of the coordinator's server; ``None`` turns one off.
+
+    ``max_message_bytes``/``max_control_bytes``/``max_part_bytes`` are the
+    sessions' limits (protocol.md section 9); the WebSocket library's own
+    message limit follows ``max_message_bytes`` (or the part size when parts
+    are on). ``heartbeat_timeout`` must exceed the transfer time of the
+    largest single WebSocket message. ``handshake_timeout`` bounds the
+    opening handshake plus the hello (the session has no clock before its
+    welcome). ``task_timeout`` bounds every task on top of its own
+    ``deadline_s``. ``close_timeout`` bounds one connection's closing
+    handshake, ``shutdown_timeout`` the whole server's. ``token``: the
+    credential devices must present, None accepts any.
+    """
+
+    coordinator_id: str = "mjfl-coordinator"
+    max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES
+    max_control_bytes: int | None = DEFAULT_MAX_CONTROL_BYTES
+    max_part_bytes: int | None = None
+    heartbeat_interval: float | None = 10.0
+    heartbeat_timeout: float | None = 60.0
+    handshake_timeout: float | None = 10.0
+    task_timeout: float | None = None
+    close_timeout: float = 5.0
+    shutdown_timeout: float = 10.0
+    token: str | None = None
+    backlog: int = 1024
+    heartbeat_samples: int = 100_000
+
+    def __post_init__(self) -> None:
+        for name in ("heartbeat_interval", "heartbeat_timeout", "handshake_timeout", "task_timeout"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise ConfigError(name, f"must be a positive number of seconds or None, got {value!r}")
+        for name in ("close_timeout", "shutdown_timeout"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
+        if (
+            self.heartbeat_interval is not None
+            and self.heartbeat_timeout is not None
+            and self.heartbeat_timeout <= self.heartbeat_interval
+        ):
+            raise ConfigError("heartbeat_timeout", "must exceed heartbeat_interval")
+        for name in ("max_message_bytes", "max_control_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(name, f"must be >= 1 or None, got {value!r}")
+        if self.backlog < 1 or self.heartbeat_samples < 1:
+            raise ConfigError("backlog", "backlog and heartbeat_samples must be >= 1")
+
+    def websocket_max_size(self) -> int | None:
+        """The largest WebSocket message to accept: a whole protocol message, or one part."""
+        if self.max_message_bytes is None:
+            return None
+        if self.max_part_bytes is not None:
+            # Parts arrive as separate WebSocket messages; the session checks the total.
+            return min(self.max_message_bytes, max(self.max_part_bytes, self.max_control_bytes or 0))
+        return self.max_message_bytes
+
+
+@dataclass(frozen=True)
+class ConnectedDevice:
+    """What the server knows of a connected device."""
+
+    device: DeviceId
+    hello: Hello
+    profile: DeviceProfileView
+    profile_source: str  # "profiles", "hello" or "default"
+    connected_at: float  # event-loop time
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """A task run_task is waiting on: its future and when it was handed to the writer."""
+
+    future: asyncio.Future[tuple[Result, float]]
+    sent_at: float
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One device's live session: the WebSocket, the session and the tasks in flight."""
+
+    ws: ServerConnection
+    session: CoordinatorSession
+    info: ConnectedDevice | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: dict[str, _Waiter] = field(default_factory=dict)
+    abandoned: set[str] = field(default_factory=set)  # cancelled, answer not in yet
+    provisioned: set[JobId] = field(default_factory=set)
+    end_reason: str | None = None
+    end_status: str = "failed"
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    @property
+    def open(self) -> bool:
+        """Neither closed by the protocol nor lost (it may still be unwinding)."""
+        return not self.session.closed and not self.closed.is_set()
+
+    @property
+    def device(self) -> DeviceId:
+        assert self.info is not None
+        return self.info.device
+
+    def flush(self) -> None:
+        """Hand what the session queued to the writer."""
+        self.wake.set()
+
+    def finish(self) -> None:
+        """The reader is done: wake everyone who waits on this connection, so they end too."""
+        self.closed.set()
+        self.wake.set()
+        self.idle.set()
+
+    def close(self, code: str, reason: str) -> None:
+        """End the session with a bye (no-op once it is closed)."""
+        if not self.session.closed:
+            self.session.send_bye(code, reason)
+        self.flush()
+
+    def abort(self) -> None:
+        """Drop the TCP connection at once (a peer that no longer reads)."""
+        transport = self.ws.transport
+        if transport is not None:
+            transport.abort()
+
+    def update_idle(self) -> None:
+        if self.waiters or self.abandoned:
+            self.idle.clear()
+        else:
+            self.idle.set()
+
+    def settle(self, task_id: str, outcome: tuple[Result, float] | BaseException) -> None:
+        """Deliver a task's answer to its waiting run_task, or retire an abandoned task."""
+        waiter = self.waiters.pop(task_id, None)
+        self.abandoned.discard(task_id)
+        if waiter is not None and not waiter.future.done():
+            if isinstance(outcome, BaseException):
+                waiter.future.set_exception(outcome)
+            else:
+                waiter.future.set_result(outcome)
+        self.update_idle()
+
+    def fail_all(self, reason: str, status: str) -> None:
+        """The session is over: every task still waiting fails now, not at its deadline."""
+        now = asyncio.get_running_loop().time()
+        for task_id, waiter in list(self.waiters.items()):
+            failure = DeviceFailure(self.device, reason, status=status, after_s=now - waiter.sent_at)
+            self.settle(task_id, failure)
+        self.abandoned.clear()
+        self.update_idle()
+
+
+class CoordinatorServer:
+    """The coordinator's WebSocket server; ``fleet`` is the engine's view of its devices.
+
+    ::
+
+        async with CoordinatorServer("0.0.0.0", 8765, profiles=profiles) as server:
+            await server.wait_for_devices(20, timeout=300, progress=show)
+            await Engine(jobs, server.fleet, RealClock(), evaluate, run_id=...).run()
+
+    Port 0 picks a free port (read ``server.url``). Leaving the block shuts
+    down cleanly and within ``shutdown_timeout``: every device gets ``bye
+    going_away``, tasks still waiting fail, the listening socket closes.
+
+    ``profiles`` (by device id) are the lab's measured Formula 4 parameters;
+    a device not in it is planned with the ``a``/``mu`` of its hello's
+    hardware (emulated devices impersonating a profile send theirs), else
+    with a neutral profile: the median of ``profiles``, or ``DEFAULT_A`` /
+    ``DEFAULT_MU`` when none is given. ``authorize(hello)`` may refuse a
+    device (``bye unauthorized``); by default only ``settings.token`` is checked.
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        *,
+        settings: ServerSettings | None = None,
+        profiles: Mapping[str, DeviceProfile] | Sequence[DeviceProfile] | None = None,
+        authorize: Authorize | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.settings = settings or ServerSettings()
+        if profiles is None:
+            profiles = {}
+        elif not isinstance(profiles, Mapping):
+            profiles = {p.device_id: p for p in profiles}
+        self.profiles: Mapping[str, DeviceProfile] = dict(profiles)
+        if self.profiles:
+            self.default_profile = (
+                float(statistics.median(p.a for p in self.profiles.values())),
+                float(statistics.median(p.mu for p in self.profiles.values())),
+            )
+        else:
+            self.default_profile = (DEFAULT_A, DEFAULT_MU)
+        self.authorize = authorize
+        self.fleet = RemoteFleet(self)
+        self.heartbeat_rtts: deque[float] = deque(maxlen=self.settings.heartbeat_samples)
+        """Round-trip times (seconds) of the coordinator's heartbeats, newest last."""
+        self._connections: dict[DeviceId, _Connection] = {}
+        self._handlers: set[_Connection] = set()
+        self._order: dict[DeviceId, int] = {}  # first-seen order: profiles() stays stable
+        self._changed = asyncio.Condition()
+        self._server: Server | None = None
+        self._closing = False
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def __aenter__(self) -> CoordinatorServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Listen; ``url`` is known afterwards."""
+        if self._server is not None:
+            raise RuntimeError("the server is already started")
+        self._server = await serve(
+            self._handle,
+            self.host,
+            self.port,
+            # Tensors do not compress, and deflating 10 MB costs more than sending it.
+            compression=None,
+            max_size=self.settings.websocket_max_size(),
+            # Liveness is the protocol's heartbeats; WebSocket pings would double it.
+            ping_interval=None,
+            open_timeout=self.settings.handshake_timeout,
+            close_timeout=self.settings.close_timeout,
+            backlog=self.settings.backlog,
+        )
+        sockets = list(self._server.sockets)
+        self.port = sockets[0].getsockname()[1]
+
+    @property
+    def url(self) -> str:
+        host = self.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        elif ":" in host:
+            host = f"[{host}]"
+        return f"ws://{host}:{self.port}"
+
+    async def close(self, *, graceful: bool = True) -> None:
+        """Stop serving, within ``shutdown_timeout``.
+
+        Graceful: every device gets ``bye going_away`` ("coordinator
+        shutdown") and the connections close with 1001. Not graceful: every
+        connection is dropped without a word, as a crash would (devices
+        reconnect to whoever listens next: a restarted coordinator).
+        """
+        if self._server is None or self._closing:
+            return
+        self._closing = True
+        server = self._server
+        server.close(close_connections=False)  # stop accepting; we close connections ourselves
+        for conn in list(self._handlers):
+            if graceful:
+                conn.end_reason = conn.end_reason or "coordinator shutdown"
+                conn.close("going_away", "coordinator shutdown")
+            else:
+                conn.end_reason = conn.end_reason or "coordinator dropped the connection"
+                conn.abort()
+        try:
+            async with asyncio.timeout(self.settings.shutdown_timeout):
+                await server.wait_closed()
+        except TimeoutError:
+            log.warning("%d connections did not close in time; dropping them", len(self._handlers))
+            for conn in list(self._handlers):
+                conn.abort()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.settings.close_timeout):
+                    await server.wait_closed()
+        self._server = None
+
+    # -- the registry ---------------------------------------------------------
+
+    def connected(self) -> dict[DeviceId, ConnectedDevice]:
+        """Devices with an open session (welcomed), by id, in first-seen order."""
+        conns = sorted(self._connections.values(), key=lambda c: self._order[c.device])
+        return {c.device: c.info for c in conns if c.info is not None and c.open}
+
+    def available(self) -> list[ConnectedDevice]:
+        """Connected devices that can take a task: not still answering a cancelled one."""
+        return [
+            c.info
+            for c in sorted(self._connections.values(), key=lambda c: self._order[c.device])
+            if c.info is not None and c.open and not c.abandoned
+        ]
+
+    async def wait_for_devices(
+        self, n: int, timeout: float | None = None, *, progress: ProgressCallback | None = None
+    ) -> None:
+        """Wait until ``n`` devices are connected; ``progress(connected, n)`` on every change.
+
+        Raises RunError when ``timeout`` seconds pass first.
+        """
+        last = -1
+
+        def report() -> bool:
+            nonlocal last
+            count = len(self.connected())
+            if progress is not None and count != last:
+                progress(count, n)
+            last = count
+            return count >= n
+
+        try:
+            async with asyncio.timeout(timeout), self._changed:
+                await self._changed.wait_for(report)
+        except TimeoutError:
+            raise RunError(
+                f"only {len(self.connected())} of {n} devices connected within {timeout:g} s"
+            ) from None
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _profile(self, hello: Hello) -> tuple[DeviceProfileView, str]:
+        device = hello.device_id
+        known = self.profiles.get(device)
+        if known is not None:
+            return DeviceProfileView(device, known.a, known.mu), "profiles"
+        a, mu = hello.hardware.get("a"), hello.hardware.get("mu")
+        if _is_number(a) and _is_number(mu) and a >= 0 and mu > 0:
+            return DeviceProfileView(device, float(a), float(mu)), "hello"
+        return DeviceProfileView(device, *self.default_profile), "default"
+
+    # -- one connection -------------------------------------------------------
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        s = self.settings
+        session = CoordinatorSession(
+            s.coordinator_id,
+            max_message_bytes=s.max_message_bytes,
+            max_control_bytes=s.max_control_bytes,
+            max_part_bytes=s.max_part_bytes,
+            heartbeat_interval=s.heartbeat_interval,
+            heartbeat_timeout=s.heartbeat_timeout,
+        )
+        conn = _Connection(ws, session)
+        self._handlers.add(conn)
+        try:
+            async with asyncio.TaskGroup() as group:
+                writer = group.create_task(self._write(conn), name="writer")
+                if await self._handshake(conn):
+                    beats = group.create_task(self._heartbeats(conn), name="heartbeats")
+                    await self._read(conn)
+                    beats.cancel()
+                conn.finish()
+                if not writer.done():
+                    # Give the writer the time to say bye and close; then drop the peer.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(s.close_timeout):
+                            await asyncio.shield(writer)
+                    conn.abort()
+        except Exception:
+            # Our bug (the peer's faults never raise): log it, end only this device.
+            log.exception("connection handler failed for %s", conn.info and conn.device)
+            conn.abort()
+        finally:
+            self._handlers.discard(conn)
+            await self._unregister(conn)
+
+    async def _handshake(self, conn: _Connection) -> bool:
+        """Hello -> welcome (or bye); True when the session is open."""
+        session = conn.session
+        try:
+            async with asyncio.timeout(self.settings.handshake_timeout):
+                while session.state is State.START:
+                    message = await conn.ws.recv()
+                    session.receive(message)
+        except TimeoutError:
+            log.info("no hello within %s s from %s", self.settings.handshake_timeout, conn.ws.remote_address)
+            # A liveness timeout: the peer said nothing in time.
+            conn.close("heartbeat_timeout", "no hello in time")
+            return False
+        except ConnectionClosed:
+            return False
+        for event in session.events_received():
+            if isinstance(event, Closed):
+                log.info("refused %s before its hello: %s (%s)", conn.ws.remote_address, event.code, event.reason)
+        if session.closed:
+            conn.flush()
+            return False
+        hello = session.hello
+        assert hello is not None
+        if self._closing:
+            conn.close("going_away", "coordinator shutdown")
+            return False
+        token = self.settings.token
+        if (token is not None and hello.token != token) or (
+            self.authorize is not None and not self.authorize(hello)
+        ):
+            log.warning("refused device %s: bad credentials", hello.device_id)
+            conn.close("unauthorized", "credentials refused")
+            return False
+        session.send_welcome()
+        conn.flush()
+        profile, source = self._profile(hello)
+        loop = asyncio.get_running_loop()
+        conn.info = ConnectedDevice(hello.device_id, hello, profile, source, loop.time())
+        older = self._connections.get(hello.device_id)
+        if older is not None:
+            log.info("device %s reconnected: replacing its older connection", hello.device_id)
+            older.end_reason = "replaced by a newer connection of the same device"
+            older.fail_all(older.end_reason, "failed")
+            older.close("going_away", "replaced by a newer connection of the same device id")
+        self._connections[hello.device_id] = conn
+        self._order.setdefault(hello.device_id, len(self._order))
+        log.info(
+            "device %s connected from %s (runtime %s, profile from %s)",
+            hello.device_id, conn.ws.remote_address, hello.runtime, source,
+        )
+        await self._notify()
+        return True
+
+    async def _read(self, conn: _Connection) -> None:
+        session = conn.session
+        loop = asyncio.get_running_loop()
+        try:
+            async for message in conn.ws:
+                arrived = loop.time()
+                session.receive(message)
+                for event in session.events_received():
+                    self._on_event(conn, event, arrived)
+                conn.flush()
+                if session.closed:
+                    break
+        except ConnectionClosed:
+            pass
+        if not session.closed:
+            code = conn.ws.close_code
+            conn.end_reason = conn.end_reason or f"connection lost (close code {code})"
+        conn.fail_all(conn.end_reason or "session closed", conn.end_status)
+
+    def _on_event(self, conn: _Connection, event: Any, arrived: float) -> None:
+        if isinstance(event, Result):
+            conn.settle(event.task_id, (event, arrived))
+        elif isinstance(event, HeartbeatAck):
+            self.heartbeat_rtts.append(arrived - event.echo)
+        elif isinstance(event, Error):
+            if event.task_id is not None:
+                failure = DeviceFailure(conn.device, f"device error {event.code}: {event.reason}", status="failed")
+                conn.settle(event.task_id, failure)
+            else:
+                log.info("device %s reports %s: %s", conn.device, event.code, event.reason)
+        elif isinstance(event, Closed):
+            if event.by_peer:
+                conn.end_reason = f"device said bye {event.code}: {event.reason}"
+            else:
+                conn.end_reason = f"{event.code}: {event.reason}"
+                log.warning("closed device %s: %s (%s)", conn.device, event.code, event.reason)
+                if event.code not in _FAILED_CODES:
+                    conn.end_status = "rejected"
+
+    async def _write(self, conn: _Connection) -> None:
+        """Write what the session queued, in order; close the WebSocket after the session's bye."""
+        session, ws = conn.session, conn.ws
+        try:
+            while True:
+                for data in session.data_to_send():
+                    await ws.send(data)
+                if session.closed:
+                    code, reason = session.websocket_close()
+                    await ws.close(code, reason)
+                    return
+                if conn.closed.is_set():
+                    return
+                conn.wake.clear()
+                await conn.wake.wait()
+        except ConnectionClosed:
+            return
+
+    async def _heartbeats(self, conn: _Connection) -> None:
+        session = conn.session
+        interval = self.settings.heartbeat_interval
+        if interval is None:
+            return
+        loop = asyncio.get_running_loop()
+        while not conn.closed.is_set() and not session.closed:
+            now = loop.time()
+            if session.is_expired(now):
+                conn.end_reason = "heartbeat timeout"
+                conn.close("heartbeat_timeout", f"no answer for {self.settings.heartbeat_timeout:g} s")
+                # The writer may be stuck sending to a peer that no longer reads.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.close_timeout):
+                        await conn.closed.wait()
+                conn.abort()
+                return
+            if session.heartbeat_due(now):
+                session.send_heartbeat(now)
+                conn.flush()
+            # Check expiry at least four times per timeout, else once per interval.
+            # A plain sleep (the handler cancels this task when the reader ends)
+            # is the cheapest wake-up: a thousand connections do it every second.
+            tick = interval
+            if self.settings.heartbeat_timeout is not None:
+                tick = min(tick, self.settings.heartbeat_timeout / 4)
+            await asyncio.sleep(tick)
+
+    async def _unregister(self, conn: _Connection) -> None:
+        conn.fail_all(conn.end_reason or "session closed", conn.end_status)
+        if conn.info is not None and self._connections.get(conn.device) is conn:
+            del self._connections[conn.device]
+            log.info("device %s disconnected: %s", conn.device, conn.end_reason)
+            await self._notify()
+
+    # -- for the fleet --------------------------------------------------------
+
+    def _connection(self, device: DeviceId) -> _Connection | None:
+        return self._connections.get(device)
+
+
+class RemoteFleet:
+    """The engine's Fleet over the server's connected devices (see ``mjfl.coordinator.fleet``)."""
+
+    def __init__(self, server: CoordinatorServer) -> None:
+        self._server = server
+        self._jobs: dict[JobId, tuple[JobArtifacts, WireModelSpec, Program]] = {}
+        self._shards: dict[tuple[JobId, DeviceId], Shard] = {}
+        self._packs: dict[JobId, tuple[Mapping[str, Any], TensorPack]] = {}
+        self._ids = itertools.count(1)
+        self.task_log: list[tuple[DeviceId, JobId, int, float, float, str]] = []
+        """(device, job, round, sent_at, ended_at, outcome) of every task, loop time."""
+
+    def profiles(self) -> list[DeviceProfileView]:
+        """Connected, welcomed devices that can take a task, in first-connection order."""
+        return [info.profile for info in self._server.available()]
+
+    async def prepare(self, jobs: Sequence[JobArtifacts]) -> None:
+        """Keep each job's program, model spec and shards; devices get them with their first task."""
+        for job in jobs:
+            spec = job.spec
+            wire = WireModelSpec(spec.name, tuple(spec.input_shape), spec.num_classes)
+            self._jobs[job.job] = (job, wire, Program(job.program))
+            # A job prepared again (new program or shards) is provisioned again.
+            for key in [k for k in self._shards if k[0] == job.job]:
+                del self._shards[key]
+            for conn in self._server._connections.values():
+                conn.provisioned.discard(job.job)
+
+    async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
+        """Provision (once per device and job), send the task, wait for a valid update.
+
+        Raises DeviceFailure as soon as the outcome is known: the device is
+        not connected, disconnects, reports an error, breaks the protocol or
+        sends an invalid update, or misses ``task.deadline_s`` /
+        ``settings.task_timeout`` (the task is then cancelled).
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        limits = [x for x in (task.deadline_s, self._server.settings.task_timeout) if x is not None]
+        limit = min(limits) if limits else None
+        conn = self._server._connection(device)
+        if conn is None or not conn.open:
+            raise DeviceFailure(device, "not connected", status="failed")
+        if not conn.idle.is_set():
+            # Still answering a cancelled task: never two tasks on one device.
+            try:
+                async with asyncio.timeout(limit):
+                    await conn.idle.wait()  # also set when the connection ends
+            except TimeoutError:
+                raise DeviceFailure(
+                    device, "still busy with a cancelled task", status="failed", after_s=loop.time() - started
+                ) from None
+            if not conn.open:
+                raise DeviceFailure(device, conn.end_reason or "disconnected", status="failed")
+        job, wire, program = self._job(task.job)
+        task_id = f"{task.job}/{task.round}/{next(self._ids)}"
+        try:
+            if task.job not in conn.provisioned:
+                shard = self._shard(job, device)
+                conn.session.send_provision(task.job, wire, program, shard)
+                conn.provisioned.add(task.job)
+            conn.session.send_task(
+                task_id=task_id, job_id=task.job, round=task.round, weights=self._pack(task),
+                epochs=task.epochs, batch_size=task.batch_size, lr=task.lr, momentum=task.momentum,
+                weight_decay=task.weight_decay, deadline_s=task.deadline_s,
+            )
+        except SessionClosed as exc:
+            raise DeviceFailure(device, f"session closed: {exc.reason}", status="failed") from None
+        except ValueError as exc:
+            # E.g. the message exceeds the device's announced size limit.
+            raise DeviceFailure(device, f"cannot send the task: {exc}", status="failed") from None
+        # No await since the checks above: the connection is still open here.
+        sent_at = loop.time()
+        waiter = _Waiter(loop.create_future(), sent_at)
+        conn.waiters[task_id] = waiter
+        conn.update_idle()
+        conn.flush()
+        outcome = "failed"
+        try:
+            async with asyncio.timeout(limit):
+                result, arrived = await waiter.future
+            outcome = "ok"
+        except TimeoutError:
+            self._abandon(conn, task_id, f"no result within {limit:g} s")
+            raise DeviceFailure(
+                device, f"no result within the {limit:g} s deadline", status="failed", after_s=loop.time() - sent_at
+            ) from None
+        except DeviceFailure as failure:
+            outcome = failure.status
+            raise
+        except asyncio.CancelledError:
+            self._abandon(conn, task_id, "the coordinator no longer needs it")
+            raise
+        finally:
+            self.task_log.append((device, task.job, task.round, sent_at, loop.time(), outcome))
+        weights = {name: result.weights[name] for name in result.weights}
+        t = result.timing
+        return TaskResult(
+            device, weights, result.samples, result.mean_loss, arrived - sent_at,
+            Timing(t.download_s, t.compute_s, t.upload_s or 0.0),
+        )
+
+    def _abandon(self, conn: _Connection, task_id: str, reason: str) -> None:
+        """Stop waiting for a task; cancel it on the device, which stays busy until it answers."""
+        waiter = conn.waiters.pop(task_id, None)
+        if waiter is None:
+            return
+        if not conn.session.closed and task_id in conn.session.pending_tasks:
+            conn.abandoned.add(task_id)
+            conn.session.send_cancel(task_id, reason)
+            conn.flush()
+        conn.update_idle()
+
+    def _job(self, job_id: JobId) -> tuple[JobArtifacts, WireModelSpec, Program]:
+        try:
+            return self._jobs[job_id]
+        except KeyError:
+            raise RuntimeError(f"job {job_id!r} was not prepared") from None
+
+    def _shard(self, job: JobArtifacts, device: DeviceId) -> Shard:
+        key = (job.job, device)
+        shard = self._shards.get(key)
+        if shard is None:
+            if device not in job.shards:
+                raise RuntimeError(f"job {job.job!r} has no shard for device {device!r}")
+            x, y = job.shards[device]
+            shard = self._shards[key] = Shard(x, y)
+        return shard
+
+    def _pack(self, task: Task) -> TensorPack:
+        """The task's weights laid out once per round: the engine hands every device the same dict."""
+        cached = self._packs.get(task.job)
+        if cached is not None and cached[0] is task.weights:
+            return cached[1]
+        pack = TensorPack.from_arrays({k: np.asarray(v) for k, v in task.weights.items()})
+        self._packs[task.job] = (task.weights, pack)
+        return pack
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+__all__ = [
+    "DEFAULT_A",
+    "DEFAULT_MU",
+    "ConnectedDevice",
+    "CoordinatorServer",
+    "RemoteFleet",
+    "ServerSettings",
+]

@@ -1,0 +1,433 @@
+"""Local training of one FL round: the `Trainer` protocol and its two runtimes.
+
+A trainer takes the global weights (the eager model's `state_dict()` as
+float32 numpy arrays), runs mini-batch SGD over a seeded shuffle of the
+device's shard for a few epochs, and returns the new weights in the same
+form. That dict is exactly what travels between coordinator and devices.
+
+- `ExecuTorchTrainer` runs the exported training program (`mjfl.jobs.export`)
+  in ExecuTorch's runtime, the same .pte a phone runs.
+- `TorchTrainer` runs the eager model with `torch.optim.SGD` (CUDA when
+  available): the fallback, and the reference the runtime is tested against.
+
+Both draw the same batches for the same seed, so from the same weights they
+agree step by step (dropout aside).
+
+`evaluate` is the coordinator's test-set evaluation (eager, eval mode).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol
+
+import numpy as np
+
+from mjfl.errors import ProgramError
+from mjfl.jobs.export import PARAM_PREFIX, validate_program
+from mjfl.jobs.models import ModelSpec, build_model, load_weights, state_to_numpy
+
+__all__ = [
+    "TrainResult",
+    "Trainer",
+    "ExecuTorchTrainer",
+    "TorchTrainer",
+    "batches",
+    "evaluate",
+]
+
+Weights = Mapping[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one `Trainer.train` call produced.
+
+    `weights` are keyed and ordered like the eager model's `state_dict()`
+    (float32). `samples` is the shard size (FedAvg's weight D_k^m); the
+    call processed `samples * epochs` samples in `steps` SGD steps.
+    `mean_loss` is the sample-weighted mean training loss over all steps.
+    Times are wall-clock seconds: `compute_s` is the whole call, split into
+    `setup_s` (writing weights, building the optimizer), `step_s` (forward,
+    backward, optimizer) and `readback_s` (copying weights out).
+    """
+
+    weights: dict[str, np.ndarray]
+    samples: int
+    epochs: int
+    steps: int
+    mean_loss: float
+    compute_s: float
+    setup_s: float = 0.0
+    step_s: float = 0.0
+    readback_s: float = 0.0
+    step_times_s: tuple[float, ...] = field(default=(), repr=False)
+
+
+class Trainer(Protocol):
+    """Trains a job's model on a device's shard for one round."""
+
+    def train(
+        self,
+        weights: Weights,
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        epochs: int,
+        batch_size: int,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+    ) -> TrainResult:
+        """SGD from `weights` on (x, y); x is (N, C, H, W) float32, y (N,) labels."""
+        ...
+
+
+def batches(n: int, *, epochs: int, batch_size: int, seed: int) -> list[np.ndarray]:
+    """Index arrays of every mini-batch of a call, epoch after epoch.
+
+    Each epoch is a fresh permutation from one `numpy` generator seeded with
+    `seed`; the last batch of an epoch is short when `batch_size` does not
+    divide `n`.
+    """
+    if n <= 0:
+        raise ValueError("cannot train on an empty shard")
+    if epochs < 1 or batch_size < 1:
+        raise ValueError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
+    rng = np.random.default_rng(seed)
+    out: list[np.ndarray] = []
+    for _ in range(epochs):
+        perm = rng.permutation(n)
+        out += [perm[i : i + batch_size] for i in range(0, n, batch_size)]
+    return out
+
+
+def _check_data(spec: ModelSpec, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    from mjfl.errors import DataError
+
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    y = np.ascontiguousarray(y, dtype=np.int64)
+    if x.ndim != 4 or tuple(x.shape[1:]) != spec.input_shape:
+        raise DataError(f"inputs of shape {x.shape} do not fit {spec.name} on {spec.input_shape}")
+    if y.shape != (x.shape[0],):
+        raise DataError(f"labels of shape {y.shape} do not match {x.shape[0]} inputs")
+    if y.size and (y.min() < 0 or y.max() >= spec.num_classes):
+        raise DataError(f"labels must be in [0, {spec.num_classes}), got [{y.min()}, {y.max()}]")
+    return x, y
+
+
+def _check_weights(reference: Mapping[str, tuple[int, ...]], weights: Weights) -> None:
+    """ProgramError unless `weights` has exactly the reference keys and shapes."""
+    missing = [k for k in reference if k not in weights]
+    extra = [k for k in weights if k not in reference]
+    if missing or extra:
+        raise ProgramError(
+            f"weights do not match the model: missing {missing[:3]}, unexpected {extra[:3]}"
+        )
+    for k, ref in reference.items():
+        shape = tuple(np.shape(weights[k]))
+        if shape != ref:
+            raise ProgramError(f"weight {k!r} has shape {shape}, the model expects {ref}")
+
+
+class ExecuTorchTrainer:
+    """Runs a training program in ExecuTorch's runtime (what a phone runs).
+
+    Built once per (device, job) from the program bytes and the model spec.
+    The runtime owns the parameters: the global weights are written into its
+    parameter tensors in place (they alias the runtime's memory), its own
+    SGD optimizer (created once per `train` call, so momentum lives for the
+    round's steps) updates them, and batch norm running averages are kept
+    on the host from the program's batch-statistics outputs.
+    """
+
+    def __init__(self, program: bytes, spec: ModelSpec, *, sha256: str | None = None) -> None:
+        import torch
+
+        validate_program(program, sha256=sha256)
+        # The runtime reads from this buffer for as long as the module
+        # lives; a temporary here segfaults later.
+        self._program = bytes(program)
+        self.spec = spec
+        reference = build_model(spec)
+        self._state_keys = list(reference.state_dict().keys())
+        self._param_keys = [k for k, _ in reference.named_parameters()]
+        self._shapes = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
+        self._bn = [
+            (name, m.momentum)
+            for name, m in reference.named_modules()
+            if isinstance(m, torch.nn.BatchNorm2d)
+        ]
+        try:
+            from executorch.extension.pybindings.portable_lib import (
+                _load_for_executorch_from_buffer,
+            )
+
+            self._module = _load_for_executorch_from_buffer(self._program)
+            meta = self._module.method_meta("forward")
+            x_meta = meta.input_tensor_meta(0)
+            self.max_batch = int(x_meta.sizes()[0])
+            program_shape = tuple(int(d) for d in x_meta.sizes()[1:])
+            grad_start = int(self._module.run_method("__et_training_gradients_index_forward", ())[0])
+            param_start = int(self._module.run_method("__et_training_parameters_index_forward", ())[0])
+            fqns = list(self._module.run_method("__et_training_fqn_forward", ()))
+        except ProgramError:
+            raise
+        except Exception as exc:  # the runtime reports load errors as RuntimeError
+            raise ProgramError(f"cannot load the training program: {exc}") from None
+        if program_shape != spec.input_shape:
+            raise ProgramError(
+                f"program takes inputs {program_shape}, the spec says {spec.input_shape}"
+            )
+        names = [f[len(PARAM_PREFIX) :] if f.startswith(PARAM_PREFIX) else f for f in fqns]
+        if names != self._param_keys or param_start - grad_start != len(names):
+            raise ProgramError(
+                f"program parameters {names[:4]}... do not match model {spec.name!r} "
+                f"({self._param_keys[:4]}...)"
+            )
+        if grad_start != 2 + 2 * len(self._bn):
+            raise ProgramError("program outputs do not match the model's batch norm layers")
+        self._fqns = fqns
+        self._grad_start = grad_start
+        self._param_start = param_start
+        # One dry step (no optimizer) hands out the runtime's parameter tensors.
+        c, h, w = spec.input_shape
+        n = min(2, self.max_batch)
+        outs = self._run(torch.zeros(n, c, h, w), torch.zeros(n, dtype=torch.long))
+        self._params: dict[str, torch.Tensor] = dict(zip(self._param_keys, outs[param_start:]))
+        for k, t in self._params.items():
+            if tuple(t.shape) != self._shapes[k]:
+                raise ProgramError(
+                    f"program parameter {k!r} has shape {tuple(t.shape)}, "
+                    f"the model expects {self._shapes[k]}"
+                )
+
+    def _run(self, x: Any, y: Any) -> list[Any]:
+        try:
+            return list(self._module.run_method("forward", (x, y), clone_outputs=False))
+        except Exception as exc:
+            raise ProgramError(f"the training program failed to run: {exc}") from None
+
+    def train(
+        self,
+        weights: Weights,
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        epochs: int,
+        batch_size: int,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+    ) -> TrainResult:
+        import torch
+        from executorch.extension.training import get_sgd_optimizer
+
+        t0 = time.perf_counter()
+        _check_weights(self._shapes, weights)
+        x, y = _check_data(self.spec, x, y)
+        if batch_size > self.max_batch:
+            raise ProgramError(
+                f"batch_size {batch_size} exceeds the program's max batch {self.max_batch}"
+            )
+        plan = batches(len(x), epochs=epochs, batch_size=batch_size, seed=seed)
+        with torch.no_grad():
+            for k, t in self._params.items():
+                t.copy_(torch.from_numpy(np.asarray(weights[k], dtype=np.float32)))
+        buffers = {
+            k: np.array(weights[k], dtype=np.float32, copy=True)
+            for k in self._state_keys
+            if k not in self._params
+        }
+        named = {f: self._params[k] for f, k in zip(self._fqns, self._param_keys)}
+        optimizer = get_sgd_optimizer(named, lr, momentum, 0.0, weight_decay, False)
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        t1 = time.perf_counter()
+
+        step_times = []
+        loss_sum = 0.0
+        for idx in plan:
+            s = time.perf_counter()
+            ti = torch.from_numpy(idx)
+            outs = self._run(xt.index_select(0, ti), yt.index_select(0, ti))
+            loss_sum += float(outs[0]) * len(idx)
+            optimizer.step(dict(zip(self._fqns, outs[self._grad_start : self._param_start])))
+            for k, (name, bn_momentum) in enumerate(self._bn):
+                self._update_running(buffers, name, bn_momentum, outs[2 + 2 * k], outs[3 + 2 * k])
+            step_times.append(time.perf_counter() - s)
+        t2 = time.perf_counter()
+
+        out: dict[str, np.ndarray] = {}
+        for k in self._state_keys:
+            if k in self._params:
+                out[k] = self._params[k].detach().numpy().copy()
+            else:
+                out[k] = buffers[k]
+        t3 = time.perf_counter()
+        return TrainResult(
+            weights=out,
+            samples=len(x),
+            epochs=epochs,
+            steps=len(plan),
+            mean_loss=loss_sum / (len(x) * epochs),
+            compute_s=t3 - t0,
+            setup_s=t1 - t0,
+            step_s=t2 - t1,
+            readback_s=t3 - t2,
+            step_times_s=tuple(step_times),
+        )
+
+    @staticmethod
+    def _update_running(
+        buffers: dict[str, np.ndarray], name: str, momentum: float | None, mean: Any, var: Any
+    ) -> None:
+        """nn.BatchNorm2d's running-average update, on the host."""
+        prefix = f"{name}." if name else ""
+        tracked = buffers.get(prefix + "num_batches_tracked")
+        if tracked is not None:
+            tracked += 1
+        if momentum is None:  # cumulative moving average, as PyTorch does
+            assert tracked is not None
+            f = np.float32(1.0 / float(tracked))
+        else:
+            f = np.float32(momentum)
+        for key, batch in ((prefix + "running_mean", mean), (prefix + "running_var", var)):
+            if key in buffers:
+                run = buffers[key]
+                run *= np.float32(1.0) - f
+                run += f * batch.numpy()
+
+
+class TorchTrainer:
+    """Eager PyTorch training: the fallback runtime and the reference.
+
+    Uses CUDA when available (or the `device` given). Dropout draws from
+    torch's RNG seeded with `seed` inside the call, leaving the global RNG
+    untouched.
+    """
+
+    def __init__(self, spec: ModelSpec, *, device: str | None = None) -> None:
+        import torch
+
+        self.spec = spec
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model = build_model(spec).to(self.device)
+        self._shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+
+    def train(
+        self,
+        weights: Weights,
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        epochs: int,
+        batch_size: int,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+    ) -> TrainResult:
+        import torch
+        import torch.nn.functional as F
+
+        t0 = time.perf_counter()
+        _check_weights(self._shapes, weights)
+        x, y = _check_data(self.spec, x, y)
+        plan = batches(len(x), epochs=epochs, batch_size=batch_size, seed=seed)
+        model = self.model
+        load_weights(model, weights)
+        model.train()
+        optimizer = torch.optim.SGD(
+            model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay
+        )
+        xt = torch.from_numpy(x).to(self.device)
+        yt = torch.from_numpy(y).to(self.device)
+        t1 = time.perf_counter()
+        step_times = []
+        losses = []
+        devices = [self.device.index or 0] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(seed)
+            for idx in plan:
+                s = time.perf_counter()
+                ti = torch.from_numpy(idx).to(self.device)
+                optimizer.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(model(xt.index_select(0, ti)), yt.index_select(0, ti))
+                loss.backward()
+                optimizer.step()
+                losses.append(loss.detach() * len(idx))
+                step_times.append(time.perf_counter() - s)
+        mean_loss = float(torch.stack(losses).sum()) / (len(x) * epochs)
+        t2 = time.perf_counter()
+        out = state_to_numpy(model)
+        t3 = time.perf_counter()
+        return TrainResult(
+            weights=out,
+            samples=len(x),
+            epochs=epochs,
+            steps=len(plan),
+            mean_loss=mean_loss,
+            compute_s=t3 - t0,
+            setup_s=t1 - t0,
+            step_s=t2 - t1,
+            readback_s=t3 - t2,
+            step_times_s=tuple(step_times),
+        )
+
+
+def evaluate(
+    model: str | ModelSpec,
+    input_shape: tuple[int, int, int] | None,
+    num_classes: int | None,
+    weights: Weights,
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    batch_size: int = 512,
+    device: str | None = None,
+) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of `weights` on (x, y), eager, eval mode.
+
+    Pass a `ModelSpec` as `model` (with `input_shape`/`num_classes` None) or
+    the spec's fields. Batch norm uses its running averages, dropout is off.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if isinstance(model, ModelSpec):
+        spec = model
+    else:
+        if input_shape is None or num_classes is None:
+            raise TypeError("evaluate needs a ModelSpec or (name, input_shape, num_classes)")
+        spec = ModelSpec(model, tuple(input_shape), num_classes)  # type: ignore[arg-type]
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    net = build_model(spec)
+    load_weights(net, weights)
+    net.to(dev).eval()
+    x, y = _check_data(spec, x, y)
+    if len(x) == 0:
+        raise ValueError("cannot evaluate on an empty set")
+    correct = 0
+    loss_sum = 0.0
+    with torch.no_grad():
+        for i in range(0, len(x), batch_size):
+            xb = torch.from_numpy(x[i : i + batch_size]).to(dev)
+            yb = torch.from_numpy(y[i : i + batch_size]).to(dev)
+            logits = net(xb)
+            loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
+            correct += int((logits.argmax(dim=1) == yb).sum())
+    return correct / len(x), loss_sum / len(x)
+
+
+def make_trainer(runtime: str, spec: ModelSpec, program: bytes | None = None) -> Trainer:
+    """The trainer a device uses for ``runtime``: "executorch" runs ``program``, "torch" trains eagerly."""
+    if runtime == "executorch":
+        if program is None:
+            raise ValueError("the executorch runtime needs the job's training program")
+        return ExecuTorchTrainer(program, spec)
+    if runtime == "torch":
+        return TorchTrainer(spec)
+    raise ValueError(f"unknown runtime {runtime!r}; choose executorch or torch")

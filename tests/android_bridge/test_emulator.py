@@ -1,0 +1,305 @@
+"""Emulated devices against the real coordinator server, on loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from websockets.asyncio.server import serve
+from websockets.exceptions import ConnectionClosed
+
+from mjfl.android_bridge.emulator import (
+    Backoff,
+    EmulatedDevice,
+    echo_trainer,
+    run_emulated_fleet,
+)
+from mjfl.android_bridge.protocol import Shard
+from mjfl.coordinator.fleet import DeviceFailure, JobArtifacts, Task
+from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.models import ModelSpec, initial_weights
+from mjfl.profiling.profiles import DeviceProfile
+from mjfl.schedulers import round_time
+
+
+
+def trainer(runtime, model, program):
+    """The real trainers, for the wire model spec (spawned workers import this module to find it)."""
+    from mjfl.jobs import trainers
+
+    spec = ModelSpec(model.name, tuple(model.input_shape), model.num_classes)
+    if hasattr(trainers, "make_trainer"):
+        return trainers.make_trainer(runtime, spec, program)
+    # Stand-in until mjfl.jobs.trainers.make_trainer lands.
+    if runtime == "torch":
+        return trainers.TorchTrainer(spec, device="cpu")
+    return trainers.ExecuTorchTrainer(program, spec)
+
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(__file__).resolve().parents[2]
+SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
+WEIGHTS = {"w": np.zeros((3, 2), np.float32), "b": np.ones(4, np.float32)}
+FAST = ServerSettings(heartbeat_interval=0.2, heartbeat_timeout=2.0, handshake_timeout=2.0, close_timeout=1.0, shutdown_timeout=3.0)
+ECHO = functools.partial(echo_trainer, delta=1.0)
+
+
+def shard(n=20, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=(n, *SPEC.input_shape)).astype(np.float32), rng.integers(0, 10, n)
+
+
+def artifacts(devices, n=20, program=b"placeholder program"):
+    return JobArtifacts(JobId("j"), SPEC, program, {DeviceId(d): shard(n, k) for k, d in enumerate(devices)})
+
+
+def task(round_=1, weights=WEIGHTS, **kw):
+    return Task(JobId("j"), round_, weights, epochs=kw.pop("epochs", 1), batch_size=8, lr=0.05, **kw)
+
+
+@contextlib.asynccontextmanager
+async def running(*devices):
+    async with asyncio.TaskGroup() as group:
+        for d in devices:
+            group.create_task(d.run())
+        try:
+            yield
+        finally:
+            for d in devices:
+                d.stop()
+
+
+async def until(condition, timeout=5.0):
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap():
+    backoff = Backoff(initial=0.5, factor=2.0, maximum=4.0, jitter=0.25)
+    rng = np.random.default_rng(0)
+    for attempt, base in enumerate([0.5, 1.0, 2.0, 4.0, 4.0, 4.0]):
+        delays = [backoff.delay(attempt, rng) for _ in range(200)]
+        assert all(0.75 * base <= d <= base for d in delays)
+        assert max(delays) - min(delays) > 0.1 * base  # jittered, not constant
+    with pytest.raises(ValueError):
+        Backoff(initial=0.0)
+
+
+async def test_reconnects_with_backoff_after_the_server_restarts_and_lists_its_cache():
+    server = CoordinatorServer("127.0.0.1", 0, settings=FAST)
+    await server.start()
+    port = server.port
+    backoff = Backoff(initial=0.05, factor=2.0, maximum=0.4, jitter=0.5)
+    dev = EmulatedDevice(server.url, "phoenix", runtime="torch", make_trainer=ECHO, backoff=backoff, seed=1)
+    job = artifacts(["phoenix"])
+    async with running(dev):
+        await server.wait_for_devices(1, 5)
+        await server.fleet.prepare([job])
+        await server.fleet.run_task(DeviceId("phoenix"), task())
+        await server.close(graceful=False)  # a crash: no bye, so the device keeps trying
+        await until(lambda: len(dev.delays) >= 5)
+        restarted = CoordinatorServer("127.0.0.1", port, settings=FAST)
+        async with restarted:
+            await restarted.wait_for_devices(1, 5)
+            hello = restarted.connected()[DeviceId("phoenix")].hello
+            x, y = job.shards[DeviceId("phoenix")]
+            assert set(hello.cached) == {hashlib.sha256(job.program).hexdigest(), Shard(x, y).sha256}
+            await restarted.fleet.prepare([job])
+            result = await restarted.fleet.run_task(DeviceId("phoenix"), task(round_=2))
+            assert result.weights["b"].tolist() == [2.0] * 4
+    assert dev.sessions == 2
+    # One delay per failed attempt, doubling from `initial` up to `maximum`, each jittered down.
+    for attempt, delay in enumerate(dev.delays[:5]):
+        base = min(0.4, 0.05 * 2**attempt)
+        assert 0.5 * base <= delay <= base
+
+
+async def test_an_impersonating_device_takes_its_profiles_round_times():
+    # Formula 4 with tau = 2 epochs, D = 20 samples: shift 0.1 s, mean 0.1 + 1/rate = 0.2 s.
+    profile = DeviceProfile("pixel-7", a=0.0025, mu=400.0, hardware={"model": "Pixel 7"})
+    shift, rate = round_time.shift_and_rate(profile.a, profile.mu, 2, 20)
+    expected = float(round_time.mean(shift, rate))
+    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
+        devices = [
+            EmulatedDevice(server.url, f"imp-{k}", runtime="torch", make_trainer=ECHO, profile=profile, seed=k)
+            for k in range(4)
+        ]
+        async with running(*devices):
+            await server.wait_for_devices(4, 5)
+            info = server.connected()[DeviceId("imp-0")]
+            assert info.profile_source == "hello" and (info.profile.a, info.profile.mu) == (0.0025, 400.0)
+            assert info.hello.hardware["model"] == "Pixel 7" and info.hello.hardware["impersonates"] == "pixel-7"
+            await server.fleet.prepare([artifacts([d.device_id for d in devices])])
+
+            async def rounds(device_id):
+                return [
+                    (await server.fleet.run_task(DeviceId(device_id), task(round_=r, epochs=2))).duration_s
+                    for r in range(8)
+                ]
+
+            durations = np.concatenate(await asyncio.gather(*(rounds(d.device_id) for d in devices)))
+    assert all(d.heartbeat_rtts for d in devices)  # the devices heartbeat too
+    targets = np.array([r.target_s for d in devices for r in d.history])
+    assert durations.min() >= float(shift)  # Formula 4's floor
+    assert abs(durations.mean() - expected) < 0.05
+    # Each round lasted its drawn time, plus little more than the loopback's overhead.
+    assert np.median(np.sort(durations) - np.sort(targets)) < 0.03
+    assert all(r.compute_s >= r.target_s - r.download_s - 0.01 for d in devices for r in d.history)
+
+
+async def test_a_device_heartbeats_and_leaves_a_silent_coordinator():
+    sessions = []
+
+    async def mute(ws):
+        """Welcome the device, then never answer."""
+        await ws.recv()
+        settings = {"heartbeat_interval_s": 0.1, "heartbeat_timeout_s": 0.4, "max_message_bytes": None, "max_control_bytes": None}
+        await ws.send(json.dumps({"type": "welcome", "version": 1, "coordinator_id": "mute", "settings": settings}))
+        seen = []
+        with contextlib.suppress(ConnectionClosed):
+            async for message in ws:
+                seen.append(json.loads(message))
+        sessions.append((seen, ws.close_code))
+
+    async with serve(mute, "127.0.0.1", 0, compression=None, ping_interval=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        dev = EmulatedDevice(f"ws://127.0.0.1:{port}", "d", runtime="torch", make_trainer=ECHO, backoff=Backoff(initial=0.05, maximum=0.05))
+        async with running(dev):
+            await until(lambda: len(sessions) >= 2)
+    seen, close_code = sessions[0]
+    assert [m["seq"] for m in seen if m["type"] == "heartbeat"][:3] == [1, 2, 3]
+    assert seen[-1]["type"] == "bye" and seen[-1]["code"] == "heartbeat_timeout"
+    assert close_code == 1011 and dev.sessions >= 2  # and it came back
+
+
+async def test_a_device_whose_training_fails_or_diverges_answers_with_an_error():
+    def broken(runtime, spec, program):
+        raise RuntimeError("no such program")
+
+    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
+        bad = EmulatedDevice(server.url, "bad", runtime="torch", make_trainer=broken)
+        nan = EmulatedDevice(server.url, "nan", runtime="torch", make_trainer=functools.partial(echo_trainer, delta=float("nan")))
+        async with running(bad, nan):
+            await server.wait_for_devices(2, 5)
+            await server.fleet.prepare([artifacts(["bad", "nan"])])
+            with pytest.raises(DeviceFailure, match="task_failed: training failed: RuntimeError"):
+                await server.fleet.run_task(DeviceId("bad"), task())
+            with pytest.raises(DeviceFailure, match="diverged") as failure:
+                await server.fleet.run_task(DeviceId("nan"), task())
+            assert failure.value.status == "failed"
+            assert list(server.connected()) == ["bad", "nan"]  # errors do not end sessions
+    assert bad.sessions == nan.sessions == 1
+
+
+async def test_stop_says_bye_and_the_coordinator_fails_the_pending_task():
+    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
+        dev = EmulatedDevice(server.url, "leaver", runtime="torch", make_trainer=ECHO, profile=DeviceProfile("p", a=1.0, mu=1e6))
+        async with asyncio.TaskGroup() as group:
+            runner = group.create_task(dev.run())
+            await server.wait_for_devices(1, 5)
+            await server.fleet.prepare([artifacts(["leaver"])])
+            pending = group.create_task(_outcome(server.fleet.run_task(DeviceId("leaver"), task())))
+            await until(lambda: dev.history)
+            dev.stop()
+            await runner
+        failure = pending.result()
+        assert isinstance(failure, DeviceFailure) and "device said bye going_away" in failure.reason
+        assert dev.stopped_by == "stopped" and dev.history[0].outcome == "lost"
+        assert not server.connected()
+
+
+@pytest.fixture(scope="module")
+def lenet_program():
+    from mjfl.jobs.export import cached_program
+
+    # The project's program cache: exported once per spec and tool versions.
+    path, _ = cached_program(SPEC, ROOT / ".mjfl-cache" / "programs")
+    return path.read_bytes()
+
+
+async def test_an_executorch_device_trains_the_tasks_program_over_the_wire(lenet_program):
+    weights = initial_weights(SPEC, 0)
+    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
+        dev = EmulatedDevice(server.url, "et", runtime="executorch", make_trainer=trainer)
+        async with running(dev):
+            await server.wait_for_devices(1, 5)
+            await server.fleet.prepare([artifacts(["et"], n=40, program=lenet_program)])
+            result = await server.fleet.run_task(DeviceId("et"), task(weights=weights))
+    assert list(result.weights) == list(weights) and result.samples == 40
+    assert all(np.isfinite(w).all() for w in result.weights.values())
+    assert not np.allclose(result.weights["conv1.weight"], weights["conv1.weight"])
+    assert result.timing.compute_s > 0 and result.timing.download_s > 0 and result.mean_loss > 0
+
+
+@pytest.mark.timeout(120)
+async def test_killing_a_worker_process_fails_its_devices_tasks_at_once():
+    # Every device takes a 2 s round (impersonated, so they all wait concurrently).
+    profile = DeviceProfile("steady", a=0.1, mu=1e6)
+    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
+        fleet = run_emulated_fleet(server.url, 4, runtime="torch", workers=2, id_prefix="w", profiles=[profile], make_trainer=ECHO)
+        async with fleet:
+            await server.wait_for_devices(4, timeout=60)
+            assert sorted(fleet.device_ids) == sorted(server.connected())
+            await server.fleet.prepare([artifacts(fleet.device_ids)])
+            await asyncio.gather(*(server.fleet.run_task(DeviceId(d), task()) for d in fleet.device_ids))  # warm up
+            started = time.monotonic()
+            async with asyncio.TaskGroup() as group:
+                runs = {d: group.create_task(_outcome(server.fleet.run_task(DeviceId(d), task(round_=2)))) for d in fleet.device_ids}
+                await asyncio.sleep(0.5)
+                killed = fleet.kill_worker(0)
+            stop_started = time.monotonic()
+        assert time.monotonic() - stop_started < 12
+    for d, run in runs.items():
+        outcome = run.result()
+        if d in killed:
+            assert isinstance(outcome, DeviceFailure) and "connection lost" in outcome.reason
+            assert outcome.after_s < 1.5  # at the kill, not at the 2 s the round would take
+        else:
+            assert outcome.duration_s >= 2.0
+    assert killed == ["w-0", "w-2"]
+    assert time.monotonic() - started < 10
+
+
+async def _outcome(coro):
+    try:
+        return await coro
+    except DeviceFailure as failure:
+        return failure
+
+
+@pytest.mark.timeout(120)
+async def test_the_device_emulate_command_runs_devices_until_ctrl_c():
+    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
+        command = [
+            sys.executable, "-m", "mjfl.cli", "device", "emulate", "--url", server.url, "--count", "3",
+            "--runtime", "torch", "--workers", "1", "--id-prefix", "cli",
+        ]
+        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        try:
+            await server.wait_for_devices(3, timeout=60)
+            assert sorted(server.connected()) == ["cli-0", "cli-1", "cli-2"]
+            process.send_signal(signal.SIGINT)
+            async with asyncio.timeout(20):
+                while process.poll() is None:
+                    await asyncio.sleep(0.05)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        output = process.stdout.read().decode()
+        assert process.returncode == 0, output
+        await until(lambda: not server.connected())
+    assert "3 emulated devices" in output

@@ -1,0 +1,605 @@
+"""The coordinator's server and RemoteFleet on real loopback sockets.
+
+Good devices are EmulatedDevices (in-process, or in worker processes for the
+engine run); bad ones are raw websockets clients writing hand-made frames.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
+
+from mjfl.android_bridge.emulator import EmulatedDevice, echo_trainer, run_emulated_fleet
+from mjfl.android_bridge.protocol import Result, Task as WireTask, Timing, decode_bytes, encode
+from mjfl.coordinator.clock import RealClock
+from mjfl.coordinator.engine import Engine, EngineJob
+from mjfl.coordinator.fedavg import fedavg
+from mjfl.coordinator.fleet import DeviceFailure, JobArtifacts, Task
+from mjfl.coordinator.server import DEFAULT_A, DEFAULT_MU, CoordinatorServer, ServerSettings
+from mjfl.errors import ConfigError, RunError
+from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.models import ModelSpec, build_model, initial_weights, load_weights
+from mjfl.profiling.profiles import DeviceProfile
+from mjfl.schedulers.registry import make_scheduler
+
+
+
+def trainer(runtime, model, program):
+    """The real trainers, for the wire model spec (spawned workers import this module to find it)."""
+    from mjfl.jobs import trainers
+
+    spec = ModelSpec(model.name, tuple(model.input_shape), model.num_classes)
+    if hasattr(trainers, "make_trainer"):
+        return trainers.make_trainer(runtime, spec, program)
+    # Stand-in until mjfl.jobs.trainers.make_trainer lands.
+    if runtime == "torch":
+        return trainers.TorchTrainer(spec, device="cpu")
+    return trainers.ExecuTorchTrainer(program, spec)
+
+
+pytestmark = pytest.mark.timeout(60)
+
+SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
+WEIGHTS = {"w": np.zeros((3, 2), np.float32), "b": np.ones(4, np.float32)}
+FAST = dict(heartbeat_interval=0.2, heartbeat_timeout=2.0, handshake_timeout=2.0, close_timeout=1.0, shutdown_timeout=3.0)
+
+
+def shard(n=6):
+    return np.zeros((n, *SPEC.input_shape), np.float32), np.arange(n, dtype=np.int64) % 10
+
+
+def artifacts(devices, job="j"):
+    return JobArtifacts(JobId(job), SPEC, b"placeholder program", {DeviceId(d): shard() for d in devices})
+
+
+def task(round_=1, job="j", weights=WEIGHTS, **kw):
+    return Task(JobId(job), round_, weights, epochs=1, batch_size=4, lr=0.1, **kw)
+
+
+def device(server, device_id, **kw):
+    kw.setdefault("make_trainer", functools.partial(echo_trainer, delta=1.0))
+    return EmulatedDevice(server.url, device_id, runtime="torch", **kw)
+
+
+@contextlib.asynccontextmanager
+async def running(*devices):
+    """Run devices for the duration of the block; stop them after it."""
+    async with asyncio.TaskGroup() as group:
+        for d in devices:
+            group.create_task(d.run())
+        try:
+            yield
+        finally:
+            for d in devices:
+                d.stop()
+
+
+async def outcome(run):
+    """A run_task's TaskResult, or its DeviceFailure as a value (so a TaskGroup keeps going)."""
+    try:
+        return await run
+    except DeviceFailure as failure:
+        return failure
+
+
+def hello(device_id="raw", *, token="", versions=(1,), cached=(), hardware=None):
+    return json.dumps({
+        "type": "hello", "device_id": device_id, "token": token, "runtime": "torch",
+        "versions": list(versions), "hardware": hardware or {}, "cached": list(cached), "max_message_bytes": None,
+    })
+
+
+async def raw_client(server, device_id="raw", **kw):
+    """A websockets client that has said hello and got its welcome."""
+    ws = await connect(server.url, compression=None, ping_interval=None, proxy=None, max_size=None)
+    await ws.send(hello(device_id, **kw))
+    assert json.loads(await ws.recv())["type"] == "welcome"
+    return ws
+
+
+async def expect_bye(ws, code, close_code):
+    """Read until the coordinator's bye; then the WebSocket closes with ``close_code``."""
+    async with asyncio.timeout(5):
+        while True:
+            message = await ws.recv()
+            if isinstance(message, str) and json.loads(message)["type"] == "bye":
+                break
+        assert json.loads(message)["code"] == code, message
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await ws.recv()
+    assert ws.close_code == close_code
+
+
+async def received_task(ws):
+    """Skip text messages and the provision; the decoded task."""
+    async with asyncio.timeout(5):
+        while True:
+            message = await ws.recv()
+            if isinstance(message, bytes):
+                decoded = decode_bytes(message)
+                if isinstance(decoded, WireTask):
+                    return decoded
+
+
+def result_for(t, weights):
+    return encode(Result(t.task_id, t.job_id, t.round, weights, 6, 0.5, Timing(0.0, 0.0, None)))
+
+
+@contextlib.asynccontextmanager
+async def coordinator_with_a_good_device(**settings):
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | settings))) as server:
+        good = device(server, "good")
+        async with running(good):
+            await server.wait_for_devices(1, 5)
+            await server.fleet.prepare([artifacts(["good", "raw"])])
+            yield server, good
+            # The run went on: the good device still trains, on its first session.
+            result = await server.fleet.run_task(DeviceId("good"), task(round_=99))
+            assert result.weights["b"].tolist() == [2.0] * 4
+            assert good.sessions == 1
+
+
+# -- the engine over remote devices -------------------------------------------------
+
+
+def evaluate(spec, weights, x, y):
+    import torch
+    import torch.nn.functional as F
+
+    net = build_model(spec)
+    load_weights(net, weights)
+    net.eval()
+    with torch.no_grad():
+        logits = net(torch.from_numpy(x))
+        loss = float(F.cross_entropy(logits, torch.from_numpy(y)))
+        accuracy = float((logits.argmax(1).numpy() == y).mean())
+    return accuracy, loss
+
+
+class Sink:
+    def __init__(self):
+        self.records = []
+
+    def round_finished(self, job, record, choices):
+        self.records.append(record)
+
+    def profile_refitted(self, refit):
+        pass
+
+
+class RecordingFleet:
+    """The server's fleet, keeping every result by (job, round)."""
+
+    def __init__(self, fleet):
+        self.fleet = fleet
+        self.results = {}
+
+    def profiles(self):
+        return self.fleet.profiles()
+
+    async def prepare(self, jobs):
+        await self.fleet.prepare(jobs)
+
+    async def run_task(self, device, task):
+        result = await self.fleet.run_task(device, task)
+        self.results.setdefault((task.job, task.round), []).append(result)
+        return result
+
+
+def overlaps(intervals):
+    """Pairs of overlapping (start, end, what) intervals, per key."""
+    bad = []
+    for key, spans in intervals.items():
+        spans = sorted(spans)
+        for (s1, e1, w1), (s2, e2, w2) in zip(spans, spans[1:]):
+            if s2 < e1:
+                bad.append((key, w1, w2))
+    return bad
+
+
+@pytest.mark.timeout(180)
+async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_engine():
+    from mjfl.jobs.datasets import load_dataset
+    from mjfl.jobs.partition import partition
+
+    data = load_dataset("digits", image_size=16)
+    ids = [DeviceId(f"mp-{i}") for i in range(8)]
+    jobs, prepared = [], []
+    for m, name in enumerate(["a", "b"]):
+        parts = partition(data.train_y, len(ids), "iid", np.random.default_rng(m))
+        shards = {d: (np.ascontiguousarray(data.train_x[p]), np.ascontiguousarray(data.train_y[p])) for d, p in zip(ids, parts)}
+        prepared.append(JobArtifacts(JobId(name), SPEC, b"torch runtime: no program", shards))
+        jobs.append(EngineJob(
+            name=JobId(name), spec=SPEC, scheduler=make_scheduler("random", seed=m),
+            samples={d: len(y) for d, (_, y) in shards.items()}, test_x=data.test_x, test_y=data.test_y,
+            weights=initial_weights(SPEC, m), epochs=2, batch_size=16, lr=0.05, momentum=0.9,
+            fraction=0.5, max_rounds=3,
+        ))
+    before = [evaluate(SPEC, job.weights, data.test_x, data.test_y) for job in jobs]
+    sink = Sink()
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        async with run_emulated_fleet(server.url, 8, runtime="torch", workers=2, id_prefix="mp", make_trainer=trainer):
+            await server.wait_for_devices(8, timeout=60)
+            assert [p.device for p in server.fleet.profiles()] == sorted(ids, key=lambda d: server._order[d])
+            await server.fleet.prepare(prepared)
+            fleet = RecordingFleet(server.fleet)
+            await Engine(jobs, fleet, RealClock(), evaluate, run_id="t", sink=sink).run()
+
+    assert sorted((r.job, r.round) for r in sink.records) == [(j, r) for j in ("a", "b") for r in (1, 2, 3)]
+    for record in sink.records:
+        assert record.aggregated and len(record.devices) == 4
+        for dr in record.devices:
+            assert dr.status == "ok", dr
+            assert dr.samples == jobs[0 if record.job == "a" else 1].samples[dr.device]
+            assert dr.duration_s <= record.duration_s + 1e-6
+            assert dr.compute_s > 0
+    # Each global model is the FedAvg of its last round's remote updates, and it learned.
+    for job, (acc0, loss0) in zip(jobs, before):
+        last = fleet.results[(job.name, 3)]
+        assert len(last) == 4 and all(r.weights.keys() == job.weights.keys() for r in last)
+        expected = fedavg([(r.weights, r.samples) for r in last])
+        assert all(np.allclose(expected[k], job.weights[k], rtol=1e-6, atol=1e-7) for k in expected)
+        acc, loss = evaluate(SPEC, job.weights, data.test_x, data.test_y)
+        assert loss < loss0 and acc > max(acc0, 0.3)
+    # Never two tasks on one device: the server's own log and the round records agree.
+    spans = {}
+    for dev, job, round_, sent, ended, outcome in server.fleet.task_log:
+        spans.setdefault(dev, []).append((sent, ended, (job, round_)))
+    assert not overlaps(spans)
+    starts = {}
+    for record in sink.records:
+        for dr in record.devices:
+            # A task starts no earlier than its round and lasts at least its measured duration.
+            starts.setdefault(dr.device, []).append((record.started_s, record.started_s + dr.duration_s, (record.job, record.round)))
+    assert not overlaps(starts)
+    assert sum(len(v) for v in spans.values()) == 2 * 3 * 4
+
+
+async def test_a_device_killed_mid_round_fails_fast_and_the_round_completes():
+    slow_profile = DeviceProfile("slow-phone", a=1.0, mu=1e6)  # 6 samples -> a 6 s round
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        devices = [device(server, "d0"), device(server, "d1"), device(server, "slow", profile=slow_profile)]
+        async with running(*devices):
+            await server.wait_for_devices(3, 5)
+            await server.fleet.prepare([artifacts(["d0", "d1", "slow"])])
+            job = EngineJob(
+                name=JobId("j"), spec=SPEC, scheduler=make_scheduler("random", seed=0),
+                samples={DeviceId(d): 6 for d in ("d0", "d1", "slow")}, test_x=np.zeros((1, 1, 16, 16), np.float32),
+                test_y=np.zeros(1, np.int64), weights=dict(WEIGHTS), fraction=1.0, max_rounds=1,
+            )
+
+            async def kill_when_training():
+                while not devices[2].history:
+                    await asyncio.sleep(0.01)
+                devices[2].kill()
+
+            sink = Sink()
+            started = time.monotonic()
+            async with asyncio.TaskGroup() as group:
+                group.create_task(kill_when_training())
+                group.create_task(Engine([job], server.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="k", sink=sink).run())
+            assert time.monotonic() - started < 3.0  # not the 6 s the slow device would take
+    (record,) = sink.records
+    status = {dr.device: dr for dr in record.devices}
+    assert status["slow"].status == "failed" and status["slow"].duration_s < 2.0
+    assert "connection lost" in status["slow"].error
+    assert status["d0"].status == status["d1"].status == "ok"
+    assert record.aggregated and job.weights["b"].tolist() == [2.0] * 4
+
+
+# -- deadlines and exclusivity --------------------------------------------------------
+
+
+async def test_a_missed_deadline_cancels_the_task_and_the_device_waits_before_its_next_task():
+    # The trainer blocks for 0.6 s (a thread cannot be interrupted), the deadline is 0.2 s.
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        slow = device(server, "d", make_trainer=functools.partial(echo_trainer, work_s=0.6, delta=1.0))
+        async with running(slow):
+            await server.wait_for_devices(1, 5)
+            await server.fleet.prepare([artifacts(["d"])])
+            started = time.monotonic()
+            with pytest.raises(DeviceFailure) as failure:
+                await server.fleet.run_task(DeviceId("d"), task(deadline_s=0.2))
+            assert failure.value.status == "failed" and "deadline" in failure.value.reason
+            assert 0.2 <= time.monotonic() - started < 0.5
+            assert server.fleet.profiles() == []  # busy with the cancelled task
+            result = await server.fleet.run_task(DeviceId("d"), task(round_=2))
+            assert [p.device for p in server.fleet.profiles()] == ["d"]
+    first, second = slow.history
+    assert first.outcome == "cancelled" and second.outcome == "result"
+    assert second.received_at >= first.answered_at  # never two tasks at once
+    assert result.duration_s >= 0.6
+
+
+async def test_task_timeout_bounds_a_task_without_a_deadline():
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST, task_timeout=0.2)) as server:
+        d = device(server, "d", profile=DeviceProfile("p", a=1.0, mu=1e6))  # a 6 s round
+        async with running(d):
+            await server.wait_for_devices(1, 5)
+            await server.fleet.prepare([artifacts(["d"])])
+            with pytest.raises(DeviceFailure, match="0.2 s deadline"):
+                await server.fleet.run_task(DeviceId("d"), task())
+            # The stretch is interrupted by the cancel: the device is free again at once.
+            async with asyncio.timeout(2):
+                while not server.fleet.profiles():
+                    await asyncio.sleep(0.01)
+    assert d.history[0].outcome == "cancelled"
+
+
+async def test_a_device_that_is_not_connected_fails_at_once():
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        await server.fleet.prepare([artifacts(["ghost"])])
+        with pytest.raises(DeviceFailure, match="not connected"):
+            await server.fleet.run_task(DeviceId("ghost"), task())
+
+
+async def test_an_error_reply_fails_the_task_and_keeps_the_session():
+    async with coordinator_with_a_good_device() as (server, good):
+        ws = await raw_client(server)
+        async with asyncio.TaskGroup() as group:
+            run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
+            t = await received_task(ws)
+            await ws.send(json.dumps({"type": "error", "code": "task_failed", "reason": "out of memory", "task_id": t.task_id}))
+        failure = run.result()
+        assert failure.status == "failed" and "out of memory" in failure.reason
+        assert "raw" in server.connected()
+        await ws.close()
+
+
+# -- a bad device is closed, nobody else notices ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "first, code, close_code",
+    [
+        ("{not json", "bad_message", 1002),
+        (json.dumps({"type": "bogus"}), "unknown_type", 1002),
+        (json.dumps({"type": "heartbeat", "seq": 1, "sent_at": 0.0}), "unexpected_message", 1002),
+        ("x" * 5000, "message_too_big", 1009),
+        (b"MJFL" + bytes(60), "unexpected_message", 1002),  # a binary message (e.g. a result) before hello
+        (hello("raw", versions=(7,)), "unsupported_version", 1002),
+        (hello("raw", token="wrong"), "unauthorized", 1008),
+    ],
+    ids=["malformed-json", "unknown-type", "heartbeat-before-hello", "oversized-text", "result-before-hello",
+         "no-common-version", "unauthorized"],
+)
+async def test_bad_first_messages_close_that_session_only(first, code, close_code):
+    async with coordinator_with_a_good_device(max_control_bytes=4096, token="") as (server, good):
+        ws = await connect(server.url, compression=None, ping_interval=None, proxy=None)
+        await ws.send(first)
+        await expect_bye(ws, code, close_code)
+        assert list(server.connected()) == ["good"]
+
+
+@pytest.mark.parametrize(
+    "message, code, close_code",
+    [
+        ("{not json", "bad_message", 1002),
+        (json.dumps({"type": "teleport", "where": "mars"}), "unknown_type", 1002),
+        ("y" * 5000, "message_too_big", 1009),
+        (hello("raw"), "unexpected_message", 1002),  # a second hello
+        (json.dumps({"type": "heartbeat_ack", "seq": 99, "echo": 0.0}), "bad_message", 1002),
+        (result_for(WireTask("t-none", "j", 1, WEIGHTS, 1, 1, 0.1, 0, 0, None, "a" * 64, "b" * 64), WEIGHTS),
+         "unknown_task", 1002),
+        (b"JUNK" + bytes(60), "bad_frame", 1002),
+    ],
+    ids=["malformed-json", "unknown-type", "oversized-text", "second-hello", "unsolicited-ack",
+         "result-for-unknown-task", "bad-magic"],
+)
+async def test_bad_messages_after_the_welcome_close_that_session_only(message, code, close_code):
+    async with coordinator_with_a_good_device(max_control_bytes=4096) as (server, good):
+        ws = await raw_client(server)
+        assert list(server.connected()) == ["good", "raw"]
+        await ws.send(message)
+        await expect_bye(ws, code, close_code)
+        async with asyncio.timeout(2):
+            while "raw" in server.connected():
+                await asyncio.sleep(0.01)
+
+
+async def test_a_binary_message_over_the_size_limit_is_refused():
+    async with coordinator_with_a_good_device(max_message_bytes=2**20) as (server, good):
+        ws = await raw_client(server)
+        await ws.send(b"MJFL" + bytes(2**20 + 100))
+        with pytest.raises(ConnectionClosed):
+            async with asyncio.timeout(5):
+                while True:
+                    await ws.recv()
+        assert ws.close_code == 1009
+
+
+@pytest.mark.parametrize(
+    "corrupt, reason",
+    [
+        (lambda w: {"w": np.zeros((2, 3), np.float32), "b": w["b"]}, "'w' is float32 [2, 3], expected float32 [3, 2]"),
+        (lambda w: {"w": w["w"].astype(np.float64), "b": w["b"]}, "'w' is float64"),
+        (lambda w: {"w": w["w"], "b": np.full(4, np.nan, np.float32)}, "NaN"),
+        (lambda w: {"b": w["b"], "w": w["w"]}, "different order"),
+        (lambda w: {"w": w["w"]}, "missing"),
+    ],
+    ids=["wrong-shape", "wrong-dtype", "nan", "wrong-order", "missing-tensor"],
+)
+async def test_an_invalid_update_is_rejected_and_closes_that_session(corrupt, reason):
+    async with coordinator_with_a_good_device() as (server, good):
+        ws = await raw_client(server)
+        async with asyncio.TaskGroup() as group:
+            run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
+            # Meanwhile the good device trains for another job round, undisturbed.
+            other = group.create_task(outcome(server.fleet.run_task(DeviceId("good"), task(round_=5))))
+            t = await received_task(ws)
+            weights = {k: np.asarray(v) for k, v in t.weights.items()}
+            await ws.send(result_for(t, corrupt(weights)))
+            await expect_bye(ws, "bad_weights", 1002)
+        failure = run.result()
+        assert isinstance(failure, DeviceFailure) and failure.status == "rejected"
+        assert "bad_weights" in failure.reason and reason in failure.reason
+        assert other.result().weights["w"].tolist() == [[1.0, 1.0]] * 3
+
+
+async def test_a_silent_device_is_closed_after_the_heartbeat_timeout():
+    async with coordinator_with_a_good_device(heartbeat_interval=0.1, heartbeat_timeout=0.4) as (server, good):
+        ws = await raw_client(server)
+        started = time.monotonic()
+        beats = 0
+        with pytest.raises(ConnectionClosed):
+            async with asyncio.timeout(5):
+                while True:
+                    message = json.loads(await ws.recv())
+                    beats += message["type"] == "heartbeat"
+                    if message["type"] == "bye":
+                        assert message["code"] == "heartbeat_timeout"
+        assert ws.close_code == 1011
+        assert 0.4 <= time.monotonic() - started < 2.0 and beats >= 2
+        assert len(server.heartbeat_rtts) > 0  # the good device answers its heartbeats
+        assert all(0 <= rtt < 0.5 for rtt in server.heartbeat_rtts)
+
+
+async def test_a_silent_handshake_is_closed():
+    async with coordinator_with_a_good_device(handshake_timeout=0.3) as (server, good):
+        ws = await connect(server.url, compression=None, ping_interval=None, proxy=None)
+        await expect_bye(ws, "heartbeat_timeout", 1011)
+
+
+async def test_a_device_disconnecting_mid_task_fails_it_at_once():
+    async with coordinator_with_a_good_device() as (server, good):
+        ws = await raw_client(server)
+        async with asyncio.TaskGroup() as group:
+            run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task(deadline_s=30))))
+            await received_task(ws)
+            started = time.monotonic()
+            ws.transport.abort()
+        failure = run.result()
+        assert failure.status == "failed" and "connection lost" in failure.reason
+        assert time.monotonic() - started < 1.0
+
+
+async def test_a_device_saying_bye_mid_task_fails_it_with_its_reason():
+    async with coordinator_with_a_good_device() as (server, good):
+        ws = await raw_client(server)
+        async with asyncio.TaskGroup() as group:
+            run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
+            await received_task(ws)
+            await ws.send(json.dumps({"type": "bye", "code": "going_away", "reason": "battery low"}))
+        failure = run.result()
+        assert failure.status == "failed" and "battery low" in failure.reason
+
+
+# -- registry, profiles, provisioning, shutdown ----------------------------------------------
+
+
+async def test_a_newer_connection_with_the_same_id_replaces_the_older():
+    async with coordinator_with_a_good_device() as (server, good):
+        old = await raw_client(server, "twin")
+        await server.fleet.prepare([artifacts(["good", "twin"])])
+        async with asyncio.TaskGroup() as group:
+            pending = group.create_task(outcome(server.fleet.run_task(DeviceId("twin"), task())))
+            await received_task(old)
+            new = await raw_client(server, "twin")
+            await expect_bye(old, "going_away", 1001)
+        assert "replaced" in pending.result().reason
+        assert list(server.connected()) == ["good", "twin"]
+        assert server.connected()[DeviceId("twin")].connected_at > 0
+        async with asyncio.TaskGroup() as group:
+            run = group.create_task(outcome(server.fleet.run_task(DeviceId("twin"), task(round_=2))))
+            assert (await received_task(new)).round == 2  # tasks go to the newer connection
+            await new.close()
+        assert isinstance(run.result(), DeviceFailure)
+
+
+async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifacts():
+    async with coordinator_with_a_good_device() as (server, good):
+        job = artifacts(["good", "raw"])
+        await server.fleet.prepare([job, artifacts(["raw"], job="k")])
+        program_sha = hashlib.sha256(job.program).hexdigest()
+        ws = await raw_client(server, cached=[program_sha])
+        seen = []
+
+        async def answer(n):
+            for _ in range(n):
+                while True:
+                    message = await ws.recv()
+                    if isinstance(message, bytes):
+                        decoded = decode_bytes(message)
+                        seen.append(decoded)
+                        if isinstance(decoded, WireTask):
+                            await ws.send(result_for(decoded, {k: np.asarray(v) for k, v in decoded.weights.items()}))
+                            break
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(answer(3))
+            for r, j in [(1, "j"), (2, "j"), (1, "k")]:
+                await server.fleet.run_task(DeviceId("raw"), task(round_=r, job=j))
+        kinds = [(type(m).__name__, getattr(m, "job_id", None)) for m in seen]
+        assert kinds == [("Provision", "j"), ("Task", "j"), ("Task", "j"), ("Provision", "k"), ("Task", "k")]
+        assert seen[0].program is None and seen[0].shard is not None  # the device holds the program
+        assert seen[3].program is None  # sent once: the same program bytes for job k
+        await ws.close()
+
+
+async def test_profiles_come_from_the_lab_then_the_hello_then_a_neutral_default():
+    lab = [DeviceProfile("known", a=0.02, mu=30.0), DeviceProfile("other", a=0.04, mu=10.0)]
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST), profiles=lab) as server:
+        a = await raw_client(server, "known", hardware={"a": 9.0, "mu": 9.0})
+        b = await raw_client(server, "claims", hardware={"a": 0.1, "mu": 2.0})
+        c = await raw_client(server, "unknown", hardware={"a": "fast", "mu": -1})
+        got = {p.device: (p.a, p.mu) for p in server.fleet.profiles()}
+        assert got == {"known": (0.02, 30.0), "claims": (0.1, 2.0), "unknown": (0.03, 20.0)}
+        assert [p.device for p in server.fleet.profiles()] == ["known", "claims", "unknown"]
+        assert server.connected()[DeviceId("claims")].profile_source == "hello"
+        for ws in (a, b, c):
+            await ws.close()
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        ws = await raw_client(server, "x")
+        assert [(p.a, p.mu) for p in server.fleet.profiles()] == [(DEFAULT_A, DEFAULT_MU)]
+        await ws.close()
+
+
+async def test_wait_for_devices_reports_progress_and_times_out():
+    seen = []
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        devices = [device(server, f"d{i}") for i in range(3)]
+        async with running(*devices):
+            await server.wait_for_devices(3, 5, progress=lambda k, n: seen.append((k, n)))
+            with pytest.raises(RunError, match="3 of 4 devices"):
+                await server.wait_for_devices(4, 0.2)
+    assert seen[0][1] == 3 and seen[-1] == (3, 3)
+    assert [k for k, _ in seen] == sorted(k for k, _ in seen)
+
+
+async def test_shutdown_says_bye_going_away_to_every_device_and_fails_pending_tasks():
+    server = CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST))
+    await server.start()
+    devices = [device(server, f"d{i}", profile=DeviceProfile("p", a=1.0, mu=1e6)) for i in range(3)]
+    async with asyncio.TaskGroup() as group:
+        for d in devices:
+            group.create_task(d.run())
+        await server.wait_for_devices(3, 5)
+        await server.fleet.prepare([artifacts([d.device_id for d in devices])])
+        pending = group.create_task(outcome(server.fleet.run_task(DeviceId("d0"), task())))
+        while not devices[0].history:
+            await asyncio.sleep(0.01)
+        started = time.monotonic()
+        await server.close()
+        assert time.monotonic() - started < 2.0
+    assert [d.stopped_by for d in devices] == ["bye going_away: coordinator shutdown"] * 3
+    assert isinstance(pending.result(), DeviceFailure) and "shutdown" in pending.result().reason
+
+
+def test_settings_are_checked():
+    with pytest.raises(ConfigError, match="heartbeat_timeout"):
+        ServerSettings(heartbeat_interval=10, heartbeat_timeout=5)
+    with pytest.raises(ConfigError, match="task_timeout"):
+        ServerSettings(task_timeout=-1)
+    assert ServerSettings(max_message_bytes=None).websocket_max_size() is None
+    assert math.isclose(ServerSettings().heartbeat_timeout, 60.0)

@@ -86,6 +86,45 @@ def testbed_run(
         raise SystemExit(130) from None
 
 
+@app.command("profile")
+def profile(
+    config: Annotated[Optional[Path], typer.Argument(help="Run configuration whose jobs calibrate the devices (default: LeNet-5 on digits).")] = None,
+    emulate: Annotated[int, typer.Option(help="Profile N local emulated devices (impersonating the config's fleet).")] = 0,
+    devices: Annotated[Optional[list[str]], typer.Option(help="Only these device ids (space-separated; put CONFIG first).")] = None,
+    rounds: Annotated[int, typer.Option(help="Calibration tasks per device and job.")] = 10,
+    out: Annotated[Optional[Path], typer.Option(help="Output directory (default: <out_dir>/profile).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Listen port (default: the config's testbed.port).")] = None,
+) -> None:
+    """Run a profiling session: fit each device's Formula 4 round-time model (a, mu).
+
+    `mjfl profile show [FILE]` prints a profile file and plots its CDFs.
+    """
+    import dataclasses
+
+    from mjfl.coordinator.config import load_config
+    from mjfl.profiling.command import default_config, profile_run
+
+    run_config = load_config(config) if config is not None else default_config(emulate)
+    if port is not None:
+        run_config = dataclasses.replace(run_config, testbed=dataclasses.replace(run_config.testbed, port=port))
+    out_dir = out or run_config.out_dir / "profile"
+    profile_run(run_config, emulate=emulate, devices=devices or [], rounds=rounds, out_dir=out_dir, console=console)
+
+
+@app.command("profile-show", hidden=True)
+def profile_show(
+    file: Annotated[Path, typer.Argument(help="A profile file (profiles.json).")] = Path("runs/profile/profiles.json"),
+    out: Annotated[Optional[Path], typer.Option(help="Where to write the CDF plots (default: next to FILE, in plots/).")] = None,
+) -> None:
+    """Print a profile file as a table and plot each device's empirical vs fitted CDF."""
+    from mjfl.profiling.command import show
+
+    if not file.is_file():
+        raise UserError(f"{file}: no such profile file")
+    written = show(file, console=console, out_dir=out)
+    console.print(f"wrote {len(written)} CDF plots to {written[0].parent if written else out}")
+
+
 @bench_app.command("schedulers")
 def bench_schedulers(
     devices: Annotated[list[int], typer.Option(help="Fleet sizes to measure (repeatable or space-separated).")] = [100, 1000],
@@ -115,8 +154,8 @@ def bench_coordinator(
     broadcast_mb: Annotated[float, typer.Option(help="Model size of the broadcast figure, MiB.")] = 10.0,
     broadcast_devices: Annotated[int, typer.Option(help="Devices receiving the broadcast.")] = 20,
     connections: Annotated[int, typer.Option(help="Idle device connections to hold.")] = 1000,
-    heartbeat_s: Annotated[float, typer.Option(help="Heartbeat interval while holding them.")] = 1.0,
-    hold_s: Annotated[float, typer.Option(help="How long to hold them, seconds.")] = 10.0,
+    heartbeat_s: Annotated[float, typer.Option(help="Heartbeat interval while holding them (the server's default).")] = 10.0,
+    hold_s: Annotated[float, typer.Option(help="How long to hold them, seconds.")] = 30.0,
     workers: Annotated[Optional[int], typer.Option(help="Emulator processes (default: min(2, CPUs)).")] = None,
 ) -> None:
     """Coordinator overhead per round, broadcast throughput, 1,000 connections' heartbeat p99."""
@@ -192,12 +231,19 @@ def expand_multi_value_options(argv: list[str]) -> list[str]:
     return out
 
 
+def normalise_argv(argv: list[str]) -> list[str]:
+    """``profile show`` is the hidden command ``profile-show`` (``profile`` takes an optional CONFIG)."""
+    if len(argv) >= 2 and argv[0] == "profile" and argv[1] == "show":
+        argv = ["profile-show", *argv[2:]]
+    return expand_multi_value_options(argv)
+
+
 def main() -> None:
     """Console-script entry point: user errors print one clear line, exit 2."""
     import sys
 
     try:
-        app(args=expand_multi_value_options(sys.argv[1:]))
+        app(args=normalise_argv(sys.argv[1:]))
     except UserError as exc:
         console.print(f"[bold red]error:[/] {exc}")
         raise SystemExit(2) from None

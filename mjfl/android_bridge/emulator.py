@@ -41,11 +41,11 @@ import signal
 import socket
 import sys
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
@@ -71,7 +71,6 @@ from mjfl.android_bridge.protocol import (
 from mjfl.errors import UserError
 from mjfl.schedulers import round_time
 
-
 if TYPE_CHECKING:
     from mjfl.profiling.profiles import DeviceProfile
 
@@ -85,10 +84,16 @@ STOP_CODES = frozenset({"going_away", "normal", "unauthorized", "unsupported_ver
 
 
 class TrainResult(Protocol):
-    weights: Mapping[str, np.ndarray]
-    samples: int
-    mean_loss: float
-    compute_s: float
+    """What a training call returns (read-only: trainers return frozen dataclasses)."""
+
+    @property
+    def weights(self) -> Mapping[str, np.ndarray]: ...
+
+    @property
+    def samples(self) -> int: ...
+
+    @property
+    def mean_loss(self) -> float: ...
 
 
 class Trainer(Protocol):
@@ -124,7 +129,8 @@ def default_trainer_factory(runtime: str, model: ModelSpec, program: bytes) -> T
     from mjfl.jobs.trainers import make_trainer
 
     spec = ZooSpec(model.name, tuple(model.input_shape), model.num_classes)  # type: ignore[arg-type]
-    return make_trainer(runtime, spec, program)  # type: ignore[no-any-return]
+    trainer: Trainer = make_trainer(runtime, spec, program)
+    return trainer
 
 
 class TrainingLane:
@@ -177,6 +183,9 @@ class TrainingLane:
                 self._trainers.popitem(last=False)
         self._trainers.move_to_end(key)
         loaded = time.perf_counter() - started
+        # Writable copies, made here rather than on the event loop: the
+        # received weights are read-only views of the task message.
+        weights = {name: np.array(value) for name, value in weights.items()}
         result = trainer.train(
             weights, x, y, epochs=task.epochs, batch_size=task.batch_size, lr=task.lr,
             momentum=task.momentum, weight_decay=task.weight_decay, seed=seed,
@@ -215,7 +224,7 @@ class EchoTrainer:
         if self.work_s > 0:
             time.sleep(self.work_s)
         out = {k: np.asarray(v) + np.asarray(self.delta, dtype=np.asarray(v).dtype) for k, v in weights.items()}
-        return EchoResult(out, int(len(y)), 0.0, time.perf_counter() - started)
+        return EchoResult(out, len(y), 0.0, time.perf_counter() - started)
 
 
 def echo_trainer(runtime: str, model: ModelSpec, program: bytes, *, work_s: float = 0.0, delta: float = 0.0) -> EchoTrainer:
@@ -378,10 +387,9 @@ class EmulatedDevice:
         self.history: list[TaskRecord] = []
         self.sessions = 0  # sessions that got a welcome
         self.delays: list[float] = []  # every reconnect delay, in order
-        self.heartbeat_rtts: list[float] = []
+        self.heartbeat_rtts: deque[float] = deque(maxlen=10_000)  # of its own heartbeats, seconds
         self.stopped_by: str | None = None  # why run() ended
         self._stop = asyncio.Event()
-        self._killed = False
         self._link: _Link | None = None
 
     def _hardware(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -421,7 +429,6 @@ class EmulatedDevice:
 
     def kill(self) -> None:
         """Die like a crashed phone: drop the connection without a bye and never come back."""
-        self._killed = True
         self.stopped_by = self.stopped_by or "killed"
         self._stop.set()
         if self._link is not None:
@@ -644,15 +651,14 @@ class EmulatedDevice:
             return answer_error("cancelled", "cancelled before training", "cancelled")
         if task.deadline_s is not None and loop.time() - arrived > task.deadline_s:
             return answer_error("cancelled", "the deadline passed before training", "cancelled")
-        weights = {name: np.array(value) for name, value in task.weights.items()}
         assert self._lane is not None
         record.started_at = loop.time()
         try:
             trained, loaded = await self._lane.train(
                 self.runtime, provision.model, task.program_sha256,
-                self._store.programs[task.program_sha256], task, weights, x, y, seed,
+                self._store.programs[task.program_sha256], task, task.weights, x, y, seed,
             )
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever the trainer raises, the task failed
             log.warning("%s: task %s failed: %r", self.device_id, task.task_id, exc)
             return answer_error("task_failed", f"training failed: {type(exc).__name__}", "error")
         record.trained_at = loop.time()
@@ -751,9 +757,6 @@ class EmulatedFleet:
                     if p.is_alive():
                         p.kill()
                 self.wait(1.0)
-        for p in self.processes:
-            with contextlib.suppress(ValueError):
-                p.close()
 
     def kill_worker(self, index: int) -> list[str]:
         """SIGKILL one worker process (its devices vanish without a bye); its device ids."""
@@ -768,13 +771,13 @@ class EmulatedFleet:
         (and a coordinator in it, which must answer the devices' byes) keeps running."""
         await asyncio.to_thread(self.stop, timeout)
 
-    def __enter__(self) -> EmulatedFleet:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    async def __aenter__(self) -> EmulatedFleet:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -27,15 +27,18 @@ broadcast_mb_s
     uploads do not share the link with the broadcast. Median of 3 rounds.
 heartbeat_p99_ms / connections
     ``connections`` idle devices in two worker processes hold a session
-    each; the coordinator heartbeats every ``heartbeat_s`` and records the
-    round trip of every heartbeat (its send to the ack's arrival, on its own
-    clock) over ``hold_s`` seconds; p99 of those. ``connections`` is how many
-    sessions were still open at the end.
+    each; both sides heartbeat every ``heartbeat_s`` (default: the server's
+    default, 10 s; ``--heartbeat-s 1`` is a stress test at ten times the
+    rate), and the coordinator records the round trip of every heartbeat it
+    sends (its send to the ack's arrival, on its own clock) over ``hold_s``
+    seconds; p99 of those. ``connections`` is how many sessions were still
+    open at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import multiprocessing
@@ -69,8 +72,8 @@ def run_coordinator_bench(
     broadcast_mb: float = 10.0,
     broadcast_devices: int = 20,
     connections: int = 1000,
-    heartbeat_s: float = 1.0,
-    hold_s: float = 10.0,
+    heartbeat_s: float = 10.0,
+    hold_s: float = 30.0,
     workers: int | None = None,
     json_path: Path | None = None,
     console: Console | None = None,
@@ -131,32 +134,34 @@ async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> 
 
     spec = ModelSpec("lenet5", (1, 28, 28), 10)
     samples, epochs = 20, 1
-    steady = DeviceProfile("bench-steady", a=round_s / (epochs * samples), mu=1e9)
+    steady = DeviceProfile(DeviceId("bench-steady"), a=round_s / (epochs * samples), mu=1e9)
     rng = np.random.default_rng(0)
     sink = _Sink()
-    async with CoordinatorServer("127.0.0.1", 0) as server:
-        async with run_emulated_fleet(
+    async with (
+        CoordinatorServer("127.0.0.1", 0) as server,
+        run_emulated_fleet(
             server.url, devices, runtime="torch", profiles=[steady], workers=workers,
             id_prefix="bench", make_trainer=echo_trainer,
-        ) as fleet:
-            await server.wait_for_devices(devices, timeout=120)
-            shards = {
-                DeviceId(d): (rng.normal(size=(samples, *spec.input_shape)).astype(np.float32), rng.integers(0, 10, samples))
-                for d in fleet.device_ids
-            }
-            # EchoTrainer never runs a program: a placeholder stands in for the .pte.
-            await server.fleet.prepare([JobArtifacts(JobId("bench"), spec, b"\0" * 4096, shards)])
-            job = EngineJob(
-                name=JobId("bench"), spec=spec, scheduler=make_scheduler("random", seed=0),
-                samples={d: samples for d in shards}, test_x=np.zeros((1, *spec.input_shape), np.float32),
-                test_y=np.zeros(1, np.int64), weights=initial_weights(spec, 0), epochs=epochs,
-                fraction=1.0, max_rounds=rounds + 2,
-            )
-            engine = Engine([job], server.fleet, RealClock(), lambda *a: (0.0, 1.0), run_id="bench", sink=sink)
-            await engine.run()
+        ) as fleet,
+    ):
+        await server.wait_for_devices(devices, timeout=120)
+        shards = {
+            DeviceId(d): (rng.normal(size=(samples, *spec.input_shape)).astype(np.float32), rng.integers(0, 10, samples))
+            for d in fleet.device_ids
+        }
+        # EchoTrainer never runs a program: a placeholder stands in for the .pte.
+        await server.fleet.prepare([JobArtifacts(JobId("bench"), spec, b"\0" * 4096, shards)])
+        job = EngineJob(
+            name=JobId("bench"), spec=spec, scheduler=make_scheduler("random", seed=0),
+            samples={d: samples for d in shards}, test_x=np.zeros((1, *spec.input_shape), np.float32),
+            test_y=np.zeros(1, np.int64), weights=initial_weights(spec, 0), epochs=epochs,
+            fraction=1.0, max_rounds=rounds + 2,
+        )
+        engine = Engine([job], server.fleet, RealClock(), lambda *a: (0.0, 1.0), run_id="bench", sink=sink)
+        await engine.run()
     records = sorted(sink.records, key=lambda r: r.round)
     fractions = []
-    for record, following in zip(records[1:-1], records[2:]):
+    for record, following in itertools.pairwise(records[1:]):
         upload = {d.device: d.upload_s or 0.0 for d in following.devices}
         if any(d.status != "ok" for d in record.devices):
             raise RuntimeError(f"round {record.round}: not every device answered")
@@ -236,10 +241,11 @@ def _arrival_worker(
 ) -> None:
     """Emulated devices that report when each task arrived (``time.monotonic``)."""
     from mjfl.android_bridge.emulator import EmulatedDevice, TrainingLane, echo_trainer
+    from mjfl.ids import DeviceId
     from mjfl.profiling.profiles import DeviceProfile
 
     # Answer 3 s after the task arrived: after every device has its copy.
-    wait = DeviceProfile("bench-wait", a=3.0 / 4, mu=1e9)
+    wait = DeviceProfile(DeviceId("bench-wait"), a=3.0 / 4, mu=1e9)
 
     async def main() -> list[tuple[str, int, float]]:
         lane = TrainingLane(echo_trainer)
@@ -271,22 +277,24 @@ async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: i
     from mjfl.android_bridge.emulator import Backoff, echo_trainer, run_emulated_fleet
     from mjfl.coordinator.server import CoordinatorServer, ServerSettings
 
-    settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=max(30.0, 4 * heartbeat_s))
-    async with CoordinatorServer("127.0.0.1", 0, settings=settings) as server:
-        async with run_emulated_fleet(
+    settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=max(60.0, 6 * heartbeat_s))
+    async with (
+        CoordinatorServer("127.0.0.1", 0, settings=settings) as server,
+        run_emulated_fleet(
             server.url, count, runtime="torch", workers=workers, id_prefix="idle",
             make_trainer=echo_trainer, backoff=Backoff(initial=0.5, maximum=5.0),
-        ):
-            started = time.monotonic()
-            await server.wait_for_devices(count, timeout=180)
-            connect_s = time.monotonic() - started
-            await asyncio.sleep(heartbeat_s * 2)  # let the connection storm settle
-            server.heartbeat_rtts.clear()
-            cpu = time.process_time()
-            await asyncio.sleep(hold_s)
-            cpu = time.process_time() - cpu
-            rtts = np.array(server.heartbeat_rtts) * 1000
-            held = len(server.connected())
+        ),
+    ):
+        started = time.monotonic()
+        await server.wait_for_devices(count, timeout=180)
+        connect_s = time.monotonic() - started
+        await asyncio.sleep(2.0)  # let the connection storm settle
+        server.heartbeat_rtts.clear()
+        cpu = time.process_time()
+        await asyncio.sleep(hold_s)
+        cpu = time.process_time() - cpu
+        rtts = np.array(server.heartbeat_rtts) * 1000
+        held = len(server.connected())
     if len(rtts) == 0:
         raise RuntimeError("no heartbeat came back")
     p99 = float(np.percentile(rtts, 99))

@@ -53,7 +53,7 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -85,7 +85,6 @@ from mjfl.coordinator.fleet import (
 )
 from mjfl.errors import ConfigError, RunError
 from mjfl.ids import DeviceId, JobId
-
 
 if TYPE_CHECKING:
     from mjfl.profiling.profiles import DeviceProfile
@@ -328,7 +327,7 @@ class CoordinatorServer:
 
     # -- lifecycle ------------------------------------------------------------
 
-    async def __aenter__(self) -> CoordinatorServer:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -344,6 +343,7 @@ class CoordinatorServer:
         """Listen; ``url`` is known afterwards."""
         if self._server is not None:
             raise RuntimeError("the server is already started")
+        self._closing = False
         self._server = await serve(
             self._handle,
             self.host,
@@ -450,9 +450,9 @@ class CoordinatorServer:
         known = self.profiles.get(device)
         if known is not None:
             return DeviceProfileView(device, known.a, known.mu), "profiles"
-        a, mu = hello.hardware.get("a"), hello.hardware.get("mu")
-        if _is_number(a) and _is_number(mu) and a >= 0 and mu > 0:
-            return DeviceProfileView(device, float(a), float(mu)), "hello"
+        a, mu = _number(hello.hardware.get("a")), _number(hello.hardware.get("mu"))
+        if a is not None and mu is not None and a >= 0 and mu > 0:
+            return DeviceProfileView(device, a, mu), "hello"
         return DeviceProfileView(device, *self.default_profile), "default"
 
     # -- one connection -------------------------------------------------------
@@ -781,8 +781,11 @@ class RemoteFleet:
         return pack
 
 
-def _is_number(value: object) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+def _number(value: object) -> float | None:
+    """A finite JSON number as a float, else None (booleans are not numbers)."""
+    if type(value) in (int, float) and math.isfinite(value):  # type: ignore[arg-type]
+        return float(value)  # type: ignore[arg-type]
+    return None
 
 
 __all__ = [

@@ -132,7 +132,8 @@ def export_training_program(
         ep = export(wrapper, (x, y), dynamic_shapes=dynamic, strict=False)
         ep = _export_forward_backward(ep, joint_loss_index=0)
         edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
-        edge = edge.transform(passes.TRAINING_PASSES)
+        if not os.environ.get("MJFL_NO_PASSES"):
+            edge = edge.transform(passes.TRAINING_PASSES)
         if os.environ.get("MJFL_NAIVE_PLAN"):
             from executorch.exir import ExecutorchBackendConfig
             from executorch.exir.memory_planning import naive

@@ -34,7 +34,6 @@ from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers import round_time
 
 
-
 def trainer(runtime, model, program):
     """The real trainers, for the wire model spec (spawned workers import this module to find it)."""
     from mjfl.jobs import trainers
@@ -288,18 +287,19 @@ async def test_the_device_emulate_command_runs_devices_until_ctrl_c():
             sys.executable, "-m", "mjfl.cli", "device", "emulate", "--url", server.url, "--count", "3",
             "--runtime", "torch", "--workers", "1", "--id-prefix", "cli",
         ]
-        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        process = await asyncio.create_subprocess_exec(
+            *command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"}
+        )
         try:
             await server.wait_for_devices(3, timeout=60)
             assert sorted(server.connected()) == ["cli-0", "cli-1", "cli-2"]
             process.send_signal(signal.SIGINT)
             async with asyncio.timeout(20):
-                while process.poll() is None:
-                    await asyncio.sleep(0.05)
+                output = (await process.communicate())[0].decode()
         finally:
-            if process.poll() is None:
+            if process.returncode is None:
                 process.kill()
-        output = process.stdout.read().decode()
+                await process.wait()
         assert process.returncode == 0, output
         await until(lambda: not server.connected())
     assert "3 emulated devices" in output

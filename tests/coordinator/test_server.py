@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import itertools
 import json
 import math
 import time
@@ -20,7 +21,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from mjfl.android_bridge.emulator import EmulatedDevice, echo_trainer, run_emulated_fleet
-from mjfl.android_bridge.protocol import Result, Task as WireTask, Timing, decode_bytes, encode
+from mjfl.android_bridge.protocol import Result, Timing, decode_bytes, encode
+from mjfl.android_bridge.protocol import Task as WireTask
 from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.engine import Engine, EngineJob
 from mjfl.coordinator.fedavg import fedavg
@@ -31,7 +33,6 @@ from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec, build_model, initial_weights, load_weights
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers.registry import make_scheduler
-
 
 
 def trainer(runtime, model, program):
@@ -51,7 +52,7 @@ pytestmark = pytest.mark.timeout(60)
 
 SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
 WEIGHTS = {"w": np.zeros((3, 2), np.float32), "b": np.ones(4, np.float32)}
-FAST = dict(heartbeat_interval=0.2, heartbeat_timeout=2.0, handshake_timeout=2.0, close_timeout=1.0, shutdown_timeout=3.0)
+FAST = {"heartbeat_interval": 0.2, "heartbeat_timeout": 2.0, "handshake_timeout": 2.0, "close_timeout": 1.0, "shutdown_timeout": 3.0}
 
 
 def shard(n=6):
@@ -202,7 +203,7 @@ def overlaps(intervals):
     bad = []
     for key, spans in intervals.items():
         spans = sorted(spans)
-        for (s1, e1, w1), (s2, e2, w2) in zip(spans, spans[1:]):
+        for (_, e1, w1), (s2, _, w2) in itertools.pairwise(spans):
             if s2 < e1:
                 bad.append((key, w1, w2))
     return bad
@@ -228,13 +229,16 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
         ))
     before = [evaluate(SPEC, job.weights, data.test_x, data.test_y) for job in jobs]
     sink = Sink()
-    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
-        async with run_emulated_fleet(server.url, 8, runtime="torch", workers=2, id_prefix="mp", make_trainer=trainer):
-            await server.wait_for_devices(8, timeout=60)
-            assert [p.device for p in server.fleet.profiles()] == sorted(ids, key=lambda d: server._order[d])
-            await server.fleet.prepare(prepared)
-            fleet = RecordingFleet(server.fleet)
-            await Engine(jobs, fleet, RealClock(), evaluate, run_id="t", sink=sink).run()
+    async with (
+        CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server,
+        run_emulated_fleet(server.url, 8, runtime="torch", workers=2, id_prefix="mp", make_trainer=trainer),
+    ):
+        await server.wait_for_devices(8, timeout=60)
+        order = [p.device for p in server.fleet.profiles()]
+        assert sorted(order) == sorted(ids) and order == list(server.connected())
+        await server.fleet.prepare(prepared)
+        fleet = RecordingFleet(server.fleet)
+        await Engine(jobs, fleet, RealClock(), evaluate, run_id="t", sink=sink).run()
 
     assert sorted((r.job, r.round) for r in sink.records) == [(j, r) for j in ("a", "b") for r in (1, 2, 3)]
     for record in sink.records:
@@ -345,7 +349,7 @@ async def test_a_device_that_is_not_connected_fails_at_once():
 
 
 async def test_an_error_reply_fails_the_task_and_keeps_the_session():
-    async with coordinator_with_a_good_device() as (server, good):
+    async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
         async with asyncio.TaskGroup() as group:
             run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
@@ -375,7 +379,7 @@ async def test_an_error_reply_fails_the_task_and_keeps_the_session():
          "no-common-version", "unauthorized"],
 )
 async def test_bad_first_messages_close_that_session_only(first, code, close_code):
-    async with coordinator_with_a_good_device(max_control_bytes=4096, token="") as (server, good):
+    async with coordinator_with_a_good_device(max_control_bytes=4096, token="") as (server, _good):
         ws = await connect(server.url, compression=None, ping_interval=None, proxy=None)
         await ws.send(first)
         await expect_bye(ws, code, close_code)
@@ -398,7 +402,7 @@ async def test_bad_first_messages_close_that_session_only(first, code, close_cod
          "result-for-unknown-task", "bad-magic"],
 )
 async def test_bad_messages_after_the_welcome_close_that_session_only(message, code, close_code):
-    async with coordinator_with_a_good_device(max_control_bytes=4096) as (server, good):
+    async with coordinator_with_a_good_device(max_control_bytes=4096) as (server, _good):
         ws = await raw_client(server)
         assert list(server.connected()) == ["good", "raw"]
         await ws.send(message)
@@ -409,7 +413,7 @@ async def test_bad_messages_after_the_welcome_close_that_session_only(message, c
 
 
 async def test_a_binary_message_over_the_size_limit_is_refused():
-    async with coordinator_with_a_good_device(max_message_bytes=2**20) as (server, good):
+    async with coordinator_with_a_good_device(max_message_bytes=2**20) as (server, _good):
         ws = await raw_client(server)
         await ws.send(b"MJFL" + bytes(2**20 + 100))
         with pytest.raises(ConnectionClosed):
@@ -431,7 +435,7 @@ async def test_a_binary_message_over_the_size_limit_is_refused():
     ids=["wrong-shape", "wrong-dtype", "nan", "wrong-order", "missing-tensor"],
 )
 async def test_an_invalid_update_is_rejected_and_closes_that_session(corrupt, reason):
-    async with coordinator_with_a_good_device() as (server, good):
+    async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
         async with asyncio.TaskGroup() as group:
             run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
@@ -448,7 +452,7 @@ async def test_an_invalid_update_is_rejected_and_closes_that_session(corrupt, re
 
 
 async def test_a_silent_device_is_closed_after_the_heartbeat_timeout():
-    async with coordinator_with_a_good_device(heartbeat_interval=0.1, heartbeat_timeout=0.4) as (server, good):
+    async with coordinator_with_a_good_device(heartbeat_interval=0.1, heartbeat_timeout=0.4) as (server, _good):
         ws = await raw_client(server)
         started = time.monotonic()
         beats = 0
@@ -466,13 +470,13 @@ async def test_a_silent_device_is_closed_after_the_heartbeat_timeout():
 
 
 async def test_a_silent_handshake_is_closed():
-    async with coordinator_with_a_good_device(handshake_timeout=0.3) as (server, good):
+    async with coordinator_with_a_good_device(handshake_timeout=0.3) as (server, _good):
         ws = await connect(server.url, compression=None, ping_interval=None, proxy=None)
         await expect_bye(ws, "heartbeat_timeout", 1011)
 
 
 async def test_a_device_disconnecting_mid_task_fails_it_at_once():
-    async with coordinator_with_a_good_device() as (server, good):
+    async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
         async with asyncio.TaskGroup() as group:
             run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task(deadline_s=30))))
@@ -485,7 +489,7 @@ async def test_a_device_disconnecting_mid_task_fails_it_at_once():
 
 
 async def test_a_device_saying_bye_mid_task_fails_it_with_its_reason():
-    async with coordinator_with_a_good_device() as (server, good):
+    async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
         async with asyncio.TaskGroup() as group:
             run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
@@ -499,7 +503,7 @@ async def test_a_device_saying_bye_mid_task_fails_it_with_its_reason():
 
 
 async def test_a_newer_connection_with_the_same_id_replaces_the_older():
-    async with coordinator_with_a_good_device() as (server, good):
+    async with coordinator_with_a_good_device() as (server, _good):
         old = await raw_client(server, "twin")
         await server.fleet.prepare([artifacts(["good", "twin"])])
         async with asyncio.TaskGroup() as group:
@@ -518,7 +522,7 @@ async def test_a_newer_connection_with_the_same_id_replaces_the_older():
 
 
 async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifacts():
-    async with coordinator_with_a_good_device() as (server, good):
+    async with coordinator_with_a_good_device() as (server, _good):
         job = artifacts(["good", "raw"])
         await server.fleet.prepare([job, artifacts(["raw"], job="k")])
         program_sha = hashlib.sha256(job.program).hexdigest()

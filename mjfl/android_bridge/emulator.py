@@ -41,6 +41,7 @@ import signal
 import socket
 import sys
 import time
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -600,21 +601,25 @@ class EmulatedDevice:
         session = link.session
         loop = asyncio.get_running_loop()
         await link.welcomed.wait()  # the welcome brings the settings
+        interval, timeout = session.heartbeat_interval, session.heartbeat_timeout
+        if interval is None:
+            return  # the coordinator wants no heartbeats
+        # A fleet that connected at once would heartbeat in step: spread it.
+        next_beat = loop.time() + heartbeat_phase(self.device_id, interval)
         while not link.closed.is_set() and not session.closed:
-            interval = session.heartbeat_interval
-            timeout = session.heartbeat_timeout
             now = loop.time()
             if session.is_expired(now):
                 session.send_bye("heartbeat_timeout", "the coordinator stopped answering")
                 link.flush()
                 return
-            if session.heartbeat_due(now):
+            if now >= next_beat:
                 session.send_heartbeat(now)
                 link.flush()
-            ticks = [t for t in (interval, None if timeout is None else timeout / 4) if t is not None]
-            if not ticks:
-                return  # the coordinator wants no heartbeats
-            await asyncio.sleep(min(ticks))  # cancelled when the session ends
+                next_beat = max(next_beat + interval, now)
+            wake = next_beat - now
+            if timeout is not None:
+                wake = min(wake, timeout / 4)
+            await asyncio.sleep(wake)  # cancelled when the session ends
 
     async def _work(self, link: _Link) -> None:
         """The device's tasks, one at a time (a phone trains one job at a time)."""
@@ -693,6 +698,11 @@ class EmulatedDevice:
 
 
 # -- fleets of emulated devices in worker processes ----------------------------
+
+
+def heartbeat_phase(name: str, interval: float) -> float:
+    """A delay in [0, interval) fixed by ``name``: where in the interval its heartbeats fall."""
+    return zlib.crc32(name.encode("utf-8")) / 2**32 * interval
 
 
 def default_id_prefix() -> str:

@@ -49,6 +49,7 @@ import itertools
 import logging
 import math
 import statistics
+import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -603,31 +604,36 @@ class CoordinatorServer:
 
     async def _heartbeats(self, conn: _Connection) -> None:
         session = conn.session
-        interval = self.settings.heartbeat_interval
+        interval, timeout = self.settings.heartbeat_interval, self.settings.heartbeat_timeout
         if interval is None:
             return
         loop = asyncio.get_running_loop()
+        # Devices that connected together would heartbeat in step, and each
+        # round trip would then measure the queue of all the others: spread
+        # them over the interval by a phase fixed per device id.
+        next_beat = loop.time() + heartbeat_phase(conn.device, interval)
         while not conn.closed.is_set() and not session.closed:
             now = loop.time()
             if session.is_expired(now):
                 conn.end_reason = "heartbeat timeout"
-                conn.close("heartbeat_timeout", f"no answer for {self.settings.heartbeat_timeout:g} s")
+                conn.close("heartbeat_timeout", f"no answer for {timeout:g} s")
                 # The writer may be stuck sending to a peer that no longer reads.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.settings.close_timeout):
                         await conn.closed.wait()
                 conn.abort()
                 return
-            if session.heartbeat_due(now):
+            if now >= next_beat:
                 session.send_heartbeat(now)
                 conn.flush()
-            # Check expiry at least four times per timeout, else once per interval.
-            # A plain sleep (the handler cancels this task when the reader ends)
-            # is the cheapest wake-up: a thousand connections do it every second.
-            tick = interval
-            if self.settings.heartbeat_timeout is not None:
-                tick = min(tick, self.settings.heartbeat_timeout / 4)
-            await asyncio.sleep(tick)
+                next_beat = max(next_beat + interval, now)
+            # Wake for the next heartbeat, and at least four times per timeout
+            # to notice expiry. A plain sleep is the cheapest wake-up; the
+            # handler cancels this task when the reader ends.
+            wake = next_beat - now
+            if timeout is not None:
+                wake = min(wake, timeout / 4)
+            await asyncio.sleep(wake)
 
     async def _unregister(self, conn: _Connection) -> None:
         conn.fail_all(conn.end_reason or "session closed", conn.end_status)
@@ -651,8 +657,8 @@ class RemoteFleet:
         self._shards: dict[tuple[JobId, DeviceId], Shard] = {}
         self._packs: dict[JobId, tuple[Mapping[str, Any], TensorPack]] = {}
         self._ids = itertools.count(1)
-        self.task_log: list[tuple[DeviceId, JobId, int, float, float, str]] = []
-        """(device, job, round, sent_at, ended_at, outcome) of every task, loop time."""
+        self.task_log: deque[tuple[DeviceId, JobId, int, float, float, str]] = deque(maxlen=100_000)
+        """(device, job, round, sent_at, ended_at, outcome) of the latest tasks, event-loop time."""
 
     def profiles(self) -> list[DeviceProfileView]:
         """Connected, welcomed devices that can take a task, in first-connection order."""
@@ -779,6 +785,11 @@ class RemoteFleet:
         pack = TensorPack.from_arrays({k: np.asarray(v) for k, v in task.weights.items()})
         self._packs[task.job] = (task.weights, pack)
         return pack
+
+
+def heartbeat_phase(name: str, interval: float) -> float:
+    """A delay in [0, interval) fixed by ``name``: where in the interval its heartbeats fall."""
+    return zlib.crc32(name.encode("utf-8")) / 2**32 * interval
 
 
 def _number(value: object) -> float | None:

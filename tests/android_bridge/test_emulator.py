@@ -33,20 +33,6 @@ from mjfl.jobs.models import ModelSpec, initial_weights
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers import round_time
 
-
-def trainer(runtime, model, program):
-    """The real trainers, for the wire model spec (spawned workers import this module to find it)."""
-    from mjfl.jobs import trainers
-
-    spec = ModelSpec(model.name, tuple(model.input_shape), model.num_classes)
-    if hasattr(trainers, "make_trainer"):
-        return trainers.make_trainer(runtime, spec, program)
-    # Stand-in until mjfl.jobs.trainers.make_trainer lands.
-    if runtime == "torch":
-        return trainers.TorchTrainer(spec, device="cpu")
-    return trainers.ExecuTorchTrainer(program, spec)
-
-
 pytestmark = pytest.mark.timeout(60)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,7 +219,7 @@ def lenet_program():
 async def test_an_executorch_device_trains_the_tasks_program_over_the_wire(lenet_program):
     weights = initial_weights(SPEC, 0)
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
-        dev = EmulatedDevice(server.url, "et", runtime="executorch", make_trainer=trainer)
+        dev = EmulatedDevice(server.url, "et", runtime="executorch")
         async with running(dev):
             await server.wait_for_devices(1, 5)
             await server.fleet.prepare([artifacts(["et"], n=40, program=lenet_program)])

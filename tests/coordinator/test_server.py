@@ -34,20 +34,6 @@ from mjfl.jobs.models import ModelSpec, build_model, initial_weights, load_weigh
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers.registry import make_scheduler
 
-
-def trainer(runtime, model, program):
-    """The real trainers, for the wire model spec (spawned workers import this module to find it)."""
-    from mjfl.jobs import trainers
-
-    spec = ModelSpec(model.name, tuple(model.input_shape), model.num_classes)
-    if hasattr(trainers, "make_trainer"):
-        return trainers.make_trainer(runtime, spec, program)
-    # Stand-in until mjfl.jobs.trainers.make_trainer lands.
-    if runtime == "torch":
-        return trainers.TorchTrainer(spec, device="cpu")
-    return trainers.ExecuTorchTrainer(program, spec)
-
-
 pytestmark = pytest.mark.timeout(60)
 
 SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
@@ -162,8 +148,8 @@ def evaluate(spec, weights, x, y):
     load_weights(net, weights)
     net.eval()
     with torch.no_grad():
-        logits = net(torch.from_numpy(x))
-        loss = float(F.cross_entropy(logits, torch.from_numpy(y)))
+        logits = net(torch.tensor(x))
+        loss = float(F.cross_entropy(logits, torch.tensor(y)))
         accuracy = float((logits.argmax(1).numpy() == y).mean())
     return accuracy, loss
 
@@ -231,7 +217,7 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
     sink = Sink()
     async with (
         CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server,
-        run_emulated_fleet(server.url, 8, runtime="torch", workers=2, id_prefix="mp", make_trainer=trainer),
+        run_emulated_fleet(server.url, 8, runtime="torch", workers=2, id_prefix="mp"),
     ):
         await server.wait_for_devices(8, timeout=60)
         order = [p.device for p in server.fleet.profiles()]

@@ -1,0 +1,124 @@
+"""`mjfl testbed run` as lab staff run it: a real process, emulated devices, crashes and Ctrl-C."""
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """
+seed = 2
+out_dir = "{out}"
+[fleet]
+size = 4
+workers = 2
+[scheduler]
+method = "meta-greedy"
+[scheduler.options.rlds]
+pretrain_rounds = 5
+[testbed]
+port = 0
+wait_timeout_s = 120
+[[jobs]]
+name = "lenet"
+model = "lenet5"
+image_size = 12
+partition = "iid"
+batch_size = 8
+fraction = 0.5
+max_rounds = {rounds}
+[[jobs]]
+name = "cnn"
+model = "cnn-a-noniid"
+image_size = 8
+batch_size = 8
+fraction = 0.5
+max_rounds = {rounds}
+"""
+
+
+def start(config: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "mjfl.cli", "testbed", "run", str(config), "--emulate", "4", "--no-live", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+    )
+
+
+def rounds(db: Path) -> list[tuple]:
+    if not db.exists():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        try:
+            return conn.execute(
+                "SELECT job, round, started_s, ended_s, accuracy, loss FROM rounds ORDER BY job, round"
+            ).fetchall()
+        except sqlite3.OperationalError:
+            return []  # the schema is not there yet
+
+
+def wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"testbed exited early ({proc.returncode}):\n{proc.stdout.read()}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise AssertionError("timed out")
+        time.sleep(0.2)
+
+
+def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "testbed.toml"
+    config.write_text(CONFIG.format(out=out, rounds=8))
+    db = out / "mjfl.db"
+    first = start(config)
+    try:
+        wait_for(lambda: len(rounds(db)) >= 4, 300, first)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the coordinator and its emulated devices, mid-run
+        first.wait()
+    before = rounds(db)
+    assert 4 <= len(before) < 16
+
+    second = start(config, "--resume")
+    output, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, output
+    assert "resuming run" in output
+    after = rounds(db)
+    for job in ("lenet", "cnn"):
+        assert [r[1] for r in after if r[0] == job] == list(range(1, 9)), f"{job} lost or repeated a round"
+    assert set(before) <= set(after), "a round finished before the crash changed"
+    with sqlite3.connect(db) as conn:
+        statuses = conn.execute("SELECT status FROM runs").fetchall()
+    assert statuses == [("finished",)]
+    # The run clock continues after the crash instead of starting over.
+    resumed = [r for r in after if r not in before]
+    assert min(r[2] for r in resumed) >= max(r[3] for r in before) - 1e-6
+    assert (out / "summary.json").exists()
+
+
+def test_ctrl_c_stops_cleanly_and_keeps_every_round(tmp_path):
+    out = tmp_path / "run"
+    config = tmp_path / "testbed.toml"
+    config.write_text(CONFIG.format(out=out, rounds=50))
+    db = out / "mjfl.db"
+    proc = start(config)
+    try:
+        wait_for(lambda: len(rounds(db)) >= 2, 300, proc)
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, output
+    assert "--resume" in output
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+    assert len(rounds(db)) >= 2

@@ -23,9 +23,11 @@ SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
 
 
 class StepFleet:
-    def __init__(self, size, clock, seed=0, fail=(), bad=()):
+    def __init__(self, size, clock, seed=0, fail=(), bad=(), misprofiled=1.0):
         rng = np.random.default_rng(seed)
-        self.views = [DeviceProfileView(DeviceId(f"d{k}"), float(rng.uniform(0.01, 0.05)), float(rng.uniform(10, 50))) for k in range(size)]
+        self.truth = [DeviceProfileView(DeviceId(f"d{k}"), float(rng.uniform(0.01, 0.05)), float(rng.uniform(10, 50))) for k in range(size)]
+        # What the engine is told: every device ``misprofiled`` times slower than it is.
+        self.views = [DeviceProfileView(v.device, v.a * misprofiled, v.mu / misprofiled) for v in self.truth]
         self.clock = clock
         self.rng = {v.device: np.random.default_rng([seed, k]) for k, v in enumerate(self.views)}
         self.fail, self.bad = set(fail), set(bad)  # (device, job, round) that fail / send garbage
@@ -39,7 +41,7 @@ class StepFleet:
         pass
 
     async def run_task(self, device, task):
-        view = next(v for v in self.views if v.device == device)
+        view = next(v for v in self.truth if v.device == device)
         if self.training[device]:
             self.overlaps.append((device, task.job, set(self.training[device])))
         self.training[device].add(task.job)
@@ -64,12 +66,13 @@ def evaluate(spec, weights, x, y):
 class Sink:
     def __init__(self):
         self.records = []
+        self.refits = []
 
     def round_finished(self, job, record, choices):
         self.records.append(record)
 
     def profile_refitted(self, refit):
-        pass
+        self.refits.append(refit)
 
 
 def make_jobs(count, method="random", target=0.5, max_rounds=30, fraction=0.3, size=10):
@@ -84,13 +87,13 @@ def make_jobs(count, method="random", target=0.5, max_rounds=30, fraction=0.3, s
     ]
 
 
-def run(jobs, size=10, seed=0, **fleet_kw):
-    sink = Sink()
+def run(jobs, size=10, seed=0, settings=None, sink=None, **fleet_kw):
+    sink = sink or Sink()
 
     async def main():
         clock = VirtualClock()
         fleet = StepFleet(size, clock, seed, **fleet_kw)
-        engine = Engine(jobs, fleet, clock, evaluate, run_id="t", settings=EngineSettings(seed=seed), sink=sink)
+        engine = Engine(jobs, fleet, clock, evaluate, run_id="t", settings=settings or EngineSettings(seed=seed), sink=sink)
         await engine.run()
         return fleet
 
@@ -155,3 +158,20 @@ def test_a_failed_device_is_recorded_and_the_job_goes_on():
     assert "non-finite" in [d.error for d in r2.devices if d.device == second][0]
     assert r1.aggregated and r2.aggregated
     assert records[-1].accuracy >= 0.3  # the job reached its target anyway
+
+
+def test_profiles_are_refined_online_from_observed_rounds():
+    # The fleet's profiles claim every device is 3x slower than it is; with a
+    # window the engine refits them from the rounds it observes.
+    jobs = make_jobs(1, "random", target=None, max_rounds=60, fraction=0.5, size=6)
+    sink = Sink()
+    _, fleet = run(jobs, size=6, settings=EngineSettings(profile_window=30, profile_min_observations=5), sink=sink, misprofiled=3.0)
+    assert sink.refits, "no refit was recorded"
+    latest = {r.device: r for r in sink.refits}
+    for truth in fleet.truth:
+        refit = latest[truth.device]
+        assert refit.observations >= 10
+        # The expected time per sample, a + 1/mu (what plans are scored by),
+        # is back near the truth instead of 3x off.
+        assert refit.a + 1 / refit.mu == pytest.approx(truth.a + 1 / truth.mu, rel=0.3)
+    assert [r.at_s for r in sink.refits] == sorted(r.at_s for r in sink.refits)

@@ -1,0 +1,70 @@
+"""A profiling session over real sockets against emulated devices that impersonate known phones."""
+
+import json
+
+import pytest
+from rich.console import Console
+
+from mjfl.coordinator.config import parse_config
+from mjfl.profiling.command import profile_run, show
+from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
+from mjfl.profiling.session import Observation, fit_profiles
+
+pytestmark = pytest.mark.slow
+
+# Four phones slower than this machine trains LeNet-5 on a few dozen digits,
+# so the emulated devices can follow the profiles exactly.
+PHONES = [(0.008, 0.25), (0.010, 0.25), (0.012, 0.2), (0.009, 0.3)]  # (a, 1/mu as a fraction of a)
+
+
+def test_session_recovers_the_impersonated_profiles(tmp_path):
+    phones = [
+        DeviceProfile(device_id=f"phone-{i}", a=a, mu=1 / (ratio * a), n=30, source="profiled")
+        for i, (a, ratio) in enumerate(PHONES)
+    ]
+    save_profiles(tmp_path / "phones.json", phones, created="2026-01-01T00:00:00+00:00")
+    config = parse_config(
+        {
+            "seed": 1,
+            "out_dir": str(tmp_path / "out"),
+            "fleet": {"profiles": "phones.json", "runtime": "torch", "workers": 4},
+            "testbed": {"port": 0},
+            "jobs": [{"name": "lenet", "model": "lenet5", "image_size": 12, "batch_size": 8, "partition": "iid"}],
+        },
+        base=tmp_path,
+    )
+    console = Console(record=True, width=200)
+    out = tmp_path / "out" / "profile"
+    profiles = profile_run(config, emulate=4, rounds=12, out_dir=out, console=console)
+
+    assert len(profiles) == 4
+    saved = {p.device_id: p for p in load_profiles(out / "profiles.json")}
+    for profile in profiles:
+        truth = profile.hardware["a"]  # the impersonated phone's a, sent in its hello
+        assert profile.a == pytest.approx(truth, rel=0.10), profile.device_id
+        assert profile.a_ci[0] <= profile.a <= profile.a_ci[1]
+        assert profile.n == 12 and profile.ks_statistic is not None
+        assert profile.compute is not None and profile.communication is not None
+        assert saved[profile.device_id].a == profile.a
+    rows = (out / "observations.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 4 * 12  # the warm-up task is not kept
+    assert len(list((out / "plots").glob("cdf-*.png"))) == 4
+    assert "emulated a" in console.export_text()
+    document = json.loads((out / "profiles.json").read_text())
+    assert document["format"] == "mjfl-profiles/1" and len(document["devices"]) == 4
+
+
+def test_fit_profiles_needs_three_observations():
+    rows = [Observation("d1", "j", 1, 10, 0.5 + i / 100, 0.0, 0.4 + i / 100, 0.0) for i in range(5)]
+    rows += [Observation("d2", "j", 1, 10, 0.5, 0.0, 0.4, 0.0)]
+    profiles, skipped = fit_profiles(rows)
+    assert [p.device_id for p in profiles] == ["d1"]
+    assert "only 1" in skipped["d2"]
+
+
+def test_show_works_without_observations(tmp_path):
+    save_profiles(tmp_path / "p.json", [DeviceProfile(device_id="x", a=0.01, mu=50.0)], created="2026-01-01T00:00:00+00:00")
+    console = Console(record=True, width=200)
+    written = show(tmp_path / "p.json", console=console)
+    assert [p.name for p in written] == ["cdf-x.png"]
+    assert "without data" in console.export_text()

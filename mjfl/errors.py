@@ -4,10 +4,16 @@
     ├── UserError            the user's fault: bad config, data or arguments.
     │   ├── ConfigError      a run configuration field is invalid (names the field)
     │   ├── DataError        a data set file is missing or malformed (names the file)
-    │   └── ProgramError     an exported training program is corrupt or mismatched
+    │   ├── ProgramError     an exported training program is corrupt or mismatched
+    │   ├── FitError         too few or invalid observations to fit a profile (profiling/fit.py)
+    │   ├── ProfileError     a profile record is invalid (profiling/profiles.py)
+    │   └── UnknownRunError  no such run in the database (coordinator/storage.py)
     ├── PeerError            a device's fault: close that device's session, keep running
-    │   └── ProtocolError    a malformed, oversized, out-of-order or unknown message
-    └── RunError             a run cannot go on (e.g. too few devices returned)
+    │   ├── ProtocolError    a malformed, oversized, out-of-order or unknown message
+    │   └── SessionClosed    sending on a session that has ended (android_bridge/session.py)
+    └── RunError             a run cannot go on (e.g. no device connected in time)
+        └── StorageError     the database refused a write (coordinator/storage.py)
+            └── DuplicateRoundError  a finished round recorded twice
 
 Our own bugs are assertions, not members of this tree.
 """

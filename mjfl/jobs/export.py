@@ -4,7 +4,7 @@ The program computes forward + cross-entropy loss + backward in one method,
 `forward(x, y)`, with a dynamic batch dimension (1..max_batch), so a shard's
 last short batch runs on the same program. Its outputs are, in order:
 
-    loss, logits, [bn mean, bn unbiased var for each batch norm layer],
+    loss, logits, [bn mean, bn biased var for each batch norm layer],
     gradients (one per parameter), parameters (the runtime's own tensors)
 
 which is the layout ExecuTorch's `TrainingModule` expects (user outputs,
@@ -68,7 +68,6 @@ def _spec_of(
 def _training_wrapper(spec: ModelSpec) -> Any:
     """The nn.Module that is exported: zoo model + export ops + loss."""
     import torch
-    import torch.nn.functional as F
     from torch import nn
 
     from mjfl.jobs.layers import ExportOps
@@ -85,8 +84,13 @@ def _training_wrapper(spec: ModelSpec) -> Any:
             ops = self.ops
             ops.stats = type(ops.stats)()  # fresh collector per forward
             logits = self.model.run(ops, x)
-            loss = F.cross_entropy(logits, y)
-            return (loss, logits.detach(), *ops.stats.ordered(self.model))
+            # Cross-entropy without F.cross_entropy's ignore_index and
+            # weight plumbing: the same value in a third of the operators.
+            logp = torch.log_softmax(logits, dim=1)
+            loss = -logp.gather(1, y.unsqueeze(1)).sum() * ops.inv_batch
+            # aot_export_joint requires every output but the loss detached.
+            stats = [t.detach() for t in ops.stats.ordered(self.model)]
+            return (loss, logits.detach(), *stats)
 
     return TrainingProgram()
 
@@ -131,16 +135,13 @@ def export_training_program(
         warnings.simplefilter("ignore")
         ep = export(wrapper, (x, y), dynamic_shapes=dynamic, strict=False)
         ep = _export_forward_backward(ep, joint_loss_index=0)
+        # The joint graph is already core ATen (decomposed by
+        # _export_forward_backward); to_edge would decompose and retrace it
+        # once more, a fifth of the export time.
+        ep.run_decompositions = lambda *args, **kwargs: ep  # type: ignore[method-assign]
         edge = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False))
-        if not os.environ.get("MJFL_NO_PASSES"):
-            edge = edge.transform(passes.TRAINING_PASSES)
-        if os.environ.get("MJFL_NAIVE_PLAN"):
-            from executorch.exir import ExecutorchBackendConfig
-            from executorch.exir.memory_planning import naive
-            from executorch.exir.passes import MemoryPlanningPass
-            program = edge.to_executorch(ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(memory_planning_algo=__import__("executorch.exir.memory_planning",fromlist=["x"]).MemoryPlanningAlgorithmSuite([naive]))))
-        else:
-            program = edge.to_executorch()
+        edge = edge.transform(passes.TRAINING_PASSES)
+        program = edge.to_executorch()
     return bytes(program.buffer)
 
 
@@ -159,14 +160,31 @@ def _versions() -> dict[str, str]:
     return {"torch": torch.__version__, "executorch": et, "mjfl": mjfl.__version__}
 
 
+def _source_digest() -> str:
+    """Hash of the modules that decide what an exported program computes."""
+    from mjfl.jobs import layers, models, passes
+
+    h = hashlib.sha256()
+    for module in (layers, models, passes):
+        h.update(Path(module.__file__ or "").read_bytes())
+    h.update(Path(__file__).read_bytes())
+    return h.hexdigest()
+
+
 def program_key(spec: ModelSpec, *, max_batch: int = DEFAULT_MAX_BATCH) -> str:
-    """Content hash naming a program: spec, batch bound, export format, tool versions."""
+    """Content hash naming a program.
+
+    Covers the spec, the batch bound, the tool versions and the source of
+    the zoo, the export form and the passes, so a cache never serves a
+    program that the current code would export differently.
+    """
     blob = json.dumps(
         {
             "spec": asdict(spec),
             "max_batch": max_batch,
             "format": EXPORT_FORMAT,
             "versions": _versions(),
+            "source": _source_digest(),
         },
         sort_keys=True,
     )

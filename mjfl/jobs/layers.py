@@ -164,17 +164,17 @@ class BatchStats:
 
     The export form normalises with the batch statistics (train mode) but
     cannot update the running averages inside the program, so it returns
-    each layer's batch mean and unbiased variance as extra outputs and the
+    each layer's batch mean and biased variance as extra outputs and the
     trainer folds them into `running_mean`/`running_var` exactly as
-    `nn.BatchNorm2d` does.
+    `nn.BatchNorm2d` does (with the unbiased variance).
     """
 
     def __init__(self) -> None:
         self.by_module: dict[int, tuple[Tensor, Tensor]] = {}
 
-    def record(self, bn: nn.BatchNorm2d, mean: Tensor, var_unbiased: Tensor) -> None:
+    def record(self, bn: nn.BatchNorm2d, mean: Tensor, var: Tensor) -> None:
         assert id(bn) not in self.by_module, "a batch norm layer may be used once per forward"
-        self.by_module[id(bn)] = (mean, var_unbiased)
+        self.by_module[id(bn)] = (mean, var)
 
     def ordered(self, model: nn.Module) -> list[Tensor]:
         """Flat [mean0, var0, mean1, var1, ...] in `model.modules()` order."""
@@ -288,38 +288,43 @@ def conv_maps(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int, paddi
     return y.reshape(o, n, oh, ow)
 
 
-def _mean_per_channel(x: Tensor, count: Any) -> Tensor:
+def _mean_per_channel(x: Tensor, inv_count: Tensor) -> Tensor:
     """(C, 1) mean of a (C, N, H, W) map, summed pixels first, then images.
 
     The runtime's sum accumulates sequentially in float32, so one pass over
     N*H*W values is ~5x less accurate than PyTorch's; near a ReLU kink that
     error flips masks after batch norm and the runtimes drift apart. Two
     short sums keep the error at PyTorch's level for the same cost.
+    `inv_count` is a 0-d tensor 1/(N*H*W): multiplying by it keeps the
+    symbolic batch size out of every layer (one division per program).
     """
     c, n, h, w = x.shape
-    return x.reshape(c, n, h * w).sum(dim=2).sum(dim=1, keepdim=True) / count
+    return x.reshape(c, n, h * w).sum(dim=2).sum(dim=1, keepdim=True) * inv_count
 
 
-def batch_norm_maps(x: Tensor, bn: nn.BatchNorm2d) -> tuple[Tensor, Tensor, Tensor]:
+def batch_norm_maps(
+    x: Tensor, bn: nn.BatchNorm2d, inv_batch: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """Train-mode batch norm of a (C, N, H, W) map from plain arithmetic.
 
-    Returns the normalised map, the batch mean and the unbiased batch
-    variance (what `nn.BatchNorm2d` folds into its running averages).
+    `inv_batch` is the 0-d tensor 1/N. Returns the normalised map and the
+    batch mean and *biased* variance (shape (C,)); the trainer applies the
+    n/(n-1) correction that `nn.BatchNorm2d` uses for its running variance,
+    which keeps symbolic batch-size arithmetic out of the graph.
     """
     c, n, h, w = x.shape
+    inv_count = inv_batch * (1.0 / (h * w))
     x2 = x.reshape(c, -1)
-    count = x2.shape[1]
-    mean = _mean_per_channel(x, count)
+    mean = _mean_per_channel(x, inv_count)
     xc = x2 - mean
-    var = _mean_per_channel((xc * xc).reshape(c, n, h, w), count)
+    var = _mean_per_channel((xc * xc).reshape(c, n, h, w), inv_count)
     scale = torch.rsqrt(var + bn.eps)
     if bn.weight is not None:
         scale = scale * bn.weight.reshape(c, 1)
     y = xc * scale
     if bn.bias is not None:
         y = y + bn.bias.reshape(c, 1)
-    var_unbiased = (var * (count / max(count - 1, 1))).detach()
-    return y.reshape(c, n, h, w), mean.detach().reshape(c), var_unbiased.reshape(c)
+    return y.reshape(c, n, h, w), mean.reshape(c), var.reshape(c)
 
 
 class ExportOps:
@@ -335,6 +340,7 @@ class ExportOps:
         # `mjfl.jobs.export` runs one untraced forward first so that the
         # traced one finds them here and lifts them as program constants.
         self.constants: dict[tuple[str, int], Tensor] = {}
+        self.inv_batch = torch.ones(())
 
     def _pairs(self, w: int) -> Tensor:
         key = ("column_pairs", w)
@@ -347,6 +353,8 @@ class ExportOps:
 
     def image(self, x: Tensor) -> Tensor:
         n, c, h, w = x.shape
+        # 1/N once per program; layers multiply by it (see _mean_per_channel).
+        self.inv_batch = torch.ones(()) / n
         if c == 1:
             return x.reshape(1, n, h, w)
         # Swapping two outer dimensions by whole (H, W) planes: contiguous
@@ -367,7 +375,7 @@ class ExportOps:
         assert isinstance(conv.padding[0], int)
         y = conv_maps(x, conv.weight, conv.bias, conv.stride[0], conv.padding[0])
         if bn is not None:
-            y, mean, var = batch_norm_maps(y, bn)
+            y, mean, var = batch_norm_maps(y, bn, self.inv_batch)
             self.stats.record(bn, mean, var)
         if pool:
             # max and ReLU commute, so pool first and apply ReLU to a

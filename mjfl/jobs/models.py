@@ -42,6 +42,7 @@ __all__ = [
     "state_to_numpy",
     "load_weights",
     "parameter_count",
+    "batch_norm_pixels",
 ]
 
 
@@ -378,16 +379,54 @@ def load_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
 
 
 def initial_weights(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
-    """The initial global model of a job: PyTorch's default init under `seed`.
+    """The initial global model of a job: He initialisation under `seed`.
 
-    Deterministic for a given (spec, seed) and leaves the global RNG as it was.
+    Every zoo network is a ReLU network, for which He et al. (2015)'s
+    normal init with fan-in scaling keeps activations from shrinking layer
+    after layer; PyTorch's default (a uniform with a = sqrt(5)) left the
+    6-conv VGG at chance accuracy for 15+ FedAvg rounds on digits, where He
+    init learns from the first round. Biases start at zero; batch norm keeps
+    its (1, 0) affine init. Deterministic for a given (spec, seed) and leaves
+    the global RNG as it was.
     """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_model(spec)
+        for module in model.modules():
+            if isinstance(module, (nn.Conv2d, nn.Linear)):
+                nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
     return state_to_numpy(model)
 
 
 def parameter_count(spec: ModelSpec) -> int:
     """Trainable parameters of the model built for `spec`."""
     return sum(p.numel() for p in build_model(spec).parameters())
+
+
+def batch_norm_pixels(model: nn.Module, input_shape: tuple[int, int, int]) -> dict[str, int]:
+    """H*W of the feature map each `nn.BatchNorm2d` of `model` normalises.
+
+    A batch norm layer averages over batch * H * W values; the trainers need
+    that count for the unbiased running variance.
+    """
+    pixels: dict[str, int] = {}
+    hooks = []
+    for name, m in model.named_modules():
+        if isinstance(m, nn.BatchNorm2d):
+
+            def hook(_m: nn.Module, args: tuple[Tensor, ...], _out: Tensor, name: str = name) -> None:
+                pixels[name] = int(args[0].shape[2] * args[0].shape[3])
+
+            hooks.append(m.register_forward_hook(hook))
+    was_training = model.training
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(torch.zeros(1, *input_shape))
+    finally:
+        model.train(was_training)
+        for h in hooks:
+            h.remove()
+    return pixels

@@ -26,7 +26,13 @@ import numpy as np
 
 from mjfl.errors import ProgramError
 from mjfl.jobs.export import PARAM_PREFIX, validate_program
-from mjfl.jobs.models import ModelSpec, build_model, load_weights, state_to_numpy
+from mjfl.jobs.models import (
+    ModelSpec,
+    batch_norm_pixels,
+    build_model,
+    load_weights,
+    state_to_numpy,
+)
 
 __all__ = [
     "TrainResult",
@@ -155,8 +161,9 @@ class ExecuTorchTrainer:
         self._state_keys = list(reference.state_dict().keys())
         self._param_keys = [k for k, _ in reference.named_parameters()]
         self._shapes = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
+        pixels = batch_norm_pixels(reference, spec.input_shape)
         self._bn = [
-            (name, m.momentum)
+            (name, m.momentum, pixels[name])
             for name, m in reference.named_modules()
             if isinstance(m, torch.nn.BatchNorm2d)
         ]
@@ -255,8 +262,10 @@ class ExecuTorchTrainer:
             outs = self._run(xt.index_select(0, ti), yt.index_select(0, ti))
             loss_sum += float(outs[0]) * len(idx)
             optimizer.step(dict(zip(self._fqns, outs[self._grad_start : self._param_start])))
-            for k, (name, bn_momentum) in enumerate(self._bn):
-                self._update_running(buffers, name, bn_momentum, outs[2 + 2 * k], outs[3 + 2 * k])
+            for k, (name, bn_momentum, pixels) in enumerate(self._bn):
+                self._update_running(
+                    buffers, name, bn_momentum, len(idx) * pixels, outs[2 + 2 * k], outs[3 + 2 * k]
+                )
             step_times.append(time.perf_counter() - s)
         t2 = time.perf_counter()
 
@@ -282,9 +291,18 @@ class ExecuTorchTrainer:
 
     @staticmethod
     def _update_running(
-        buffers: dict[str, np.ndarray], name: str, momentum: float | None, mean: Any, var: Any
+        buffers: dict[str, np.ndarray],
+        name: str,
+        momentum: float | None,
+        count: int,
+        mean: Any,
+        var: Any,
     ) -> None:
-        """nn.BatchNorm2d's running-average update, on the host."""
+        """nn.BatchNorm2d's running-average update, on the host.
+
+        The program reports the biased batch variance; the running variance
+        uses the unbiased one, count / (count - 1) times larger.
+        """
         prefix = f"{name}." if name else ""
         tracked = buffers.get(prefix + "num_batches_tracked")
         if tracked is not None:
@@ -294,11 +312,12 @@ class ExecuTorchTrainer:
             f = np.float32(1.0 / float(tracked))
         else:
             f = np.float32(momentum)
-        for key, batch in ((prefix + "running_mean", mean), (prefix + "running_var", var)):
+        unbiased = var.numpy() * np.float32(count / max(count - 1, 1))
+        for key, batch in ((prefix + "running_mean", mean.numpy()), (prefix + "running_var", unbiased)):
             if key in buffers:
                 run = buffers[key]
                 run *= np.float32(1.0) - f
-                run += f * batch.numpy()
+                run += f * batch
 
 
 class TorchTrainer:

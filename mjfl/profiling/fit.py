@@ -306,7 +306,10 @@ def sample_round_times(
         work = np.broadcast_to(work, (size,))
     if np.any(~np.isfinite(work)) or np.any(work <= 0.0):
         raise FitError("epochs and samples must be finite and positive")
-    return np.asarray(work * a + rng.exponential(work / mu), dtype=np.float64)
+    from mjfl.schedulers import round_time
+
+    shift, rate = round_time.shift_and_rate(a, mu, work, 1.0)
+    return round_time.sample(rng, shift, rate)
 
 
 class ProfileRefiner:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from mjfl.schedulers.base import Plan, PlanContext, RoundOutcome, Scheduler
+from mjfl.schedulers.base import CostWeights, Plan, PlanContext, RoundOutcome, Scheduler
+from mjfl.schedulers.cost import omega
 
 
 @dataclass(frozen=True)
@@ -30,25 +32,43 @@ class MetaGreedyScheduler:
 
     name = "meta-greedy"
 
-    def __init__(self, members: Sequence[Scheduler]) -> None:
+    def __init__(self, members: Sequence[Scheduler], *, shared_objective: bool = True) -> None:
         if not members:
             raise ValueError("meta-greedy needs at least one member")
         names = [m.name for m in members]
         if len(set(names)) != len(names):
             raise ValueError(f"meta-greedy members must differ: {names}")
         self.members = list(members)
+        self.shared_objective = shared_objective
         self.choices: list[Choice] = []
 
+    def member_context(self, ctx: PlanContext) -> PlanContext:
+        """The context members plan in: by default with ReCost's weights.
+
+        ReCost is Formula 2 with beta * Omega(r) in place of beta, so members
+        that minimise cost (Genetic, SA, BODS, RLDS) then search for the plan
+        the selector will judge best, instead of proposing plans for a fixed
+        beta among which a growing fairness weight can only pick the most
+        random one. With ``shared_objective=False`` members see ``ctx`` as is.
+        """
+        if not self.shared_objective:
+            return ctx
+        w = ctx.weights
+        weights = CostWeights(w.alpha, w.beta * omega(ctx.round, w.omega), w.omega)
+        return dataclasses.replace(ctx, weights=weights)
+
     def plan(self, ctx: PlanContext) -> Plan:
-        plans = {member.name: member.plan(ctx) for member in self.members}
+        inner = self.member_context(ctx)
+        plans = {member.name: member.plan(inner) for member in self.members}
         costs = ctx.costs.recost(np.asarray(list(plans.values()), dtype=np.intp))
         winner = list(plans)[int(np.argmin(costs))]
         self.choices.append(Choice(ctx.round, winner, plans, dict(zip(plans, map(float, costs)))))
         return plans[winner]
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        inner = self.member_context(ctx)
         for member in self.members:
-            member.observe(ctx, outcome)
+            member.observe(inner, outcome)
 
     def wins(self) -> dict[str, int]:
         """How often each member won so far."""

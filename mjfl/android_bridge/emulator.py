@@ -861,8 +861,13 @@ async def _worker(config: _WorkerConfig, stop_event: multiprocessing.synchronize
         for device_id, index, profile in zip(config.device_ids, config.indices, config.profiles)
     ]
 
+    parent = os.getppid()
+
     async def watch() -> None:
-        while not stop_event.is_set():
+        # Stop when asked, and when the process that started us is gone (a
+        # coordinator killed with -9 must not leave devices that keep
+        # reconnecting under ids its restart will use again).
+        while not stop_event.is_set() and os.getppid() == parent:
             await asyncio.sleep(0.1)
         for device in devices:
             device.stop()

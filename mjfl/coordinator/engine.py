@@ -94,6 +94,9 @@ class EngineSettings:
     time_offset: float = 0.0  # run-clock time already spent (when resuming)
     profile_window: int = 0  # > 0: refit device profiles online from that many recent rounds
     profile_min_observations: int = 5
+    # With no device free and none busy, how long to wait for devices to
+    # (re)connect before a job gives up; 0 for fleets that never change.
+    device_wait_s: float = 0.0
 
 
 class Engine:
@@ -164,18 +167,29 @@ class Engine:
             self._released.notify_all()
 
     async def _wait_and_plan(self, job: EngineJob) -> tuple[PlanContext, Plan, list[DeviceId]] | None:
-        """Wait until enough devices are free, then plan and occupy them (no await in between)."""
+        """Wait until enough devices are free, then plan and occupy them (no await in between).
+
+        Devices are released by other jobs' tasks (which notify); a remote
+        fleet can also gain devices that (re)connect, which nobody notifies,
+        so while nothing is busy the fleet is polled for ``device_wait_s``.
+        """
+        idle_since: float | None = None
         async with self._released:
             while True:
                 planned = self._plan(job)
                 if planned is not None:
                     return planned
-                if not self._anyone_busy():
-                    return None  # nothing will ever be released: this job cannot run
-                await self._released.wait()
-
-    def _anyone_busy(self) -> bool:
-        return bool(self.busy)
+                if self.busy:
+                    idle_since = None
+                    await self._released.wait()
+                    continue
+                idle_since = self.clock.now() if idle_since is None else idle_since
+                if self.clock.now() - idle_since >= self.settings.device_wait_s:
+                    return None  # nothing busy, nobody coming: this job cannot run
+                try:
+                    await asyncio.wait_for(self._released.wait(), timeout=1.0)
+                except TimeoutError:
+                    pass
 
     def _plan(self, job: EngineJob) -> tuple[PlanContext, Plan, list[DeviceId]] | None:
         profiles = [p for p in self.fleet.profiles() if p.device in job.samples]

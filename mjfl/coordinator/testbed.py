@@ -195,6 +195,7 @@ async def _run(
     jobs = engine_jobs(config, prepared, method)
     apply_round_budgets(storage, jobs, infos, run_id)
     settings = settings_for(config)
+    settings.device_wait_s = tb.wait_timeout_s  # phones that drop out may come back
     frequencies = None
     if resume:
         for job in jobs:

@@ -41,6 +41,7 @@ __all__ = [
     "PARAM_PREFIX",
     "export_training_program",
     "cached_program",
+    "cached_programs",
     "program_key",
 ]
 
@@ -217,6 +218,54 @@ def cached_program(
     return path, digest
 
 
+def _cached_program_job(
+    spec: ModelSpec, cache_dir: str, max_batch: int
+) -> tuple[str, str]:  # pragma: no cover - runs in worker processes
+    path, digest = cached_program(spec, cache_dir, max_batch=max_batch)
+    return str(path), digest
+
+
+def cached_programs(
+    specs: list[ModelSpec],
+    cache_dir: str | os.PathLike[str],
+    *,
+    max_batch: int = DEFAULT_MAX_BATCH,
+    workers: int = 1,
+) -> dict[ModelSpec, tuple[Path, str]]:
+    """`cached_program` for several specs, exporting misses in parallel.
+
+    Export is single-threaded Python (seconds to a couple of minutes a
+    model), so with `workers` > 1 the misses run in that many spawned
+    processes. Hits cost nothing either way.
+    """
+    unique = list(dict.fromkeys(specs))
+    out: dict[ModelSpec, tuple[Path, str]] = {}
+    missing = []
+    for spec in unique:
+        path = Path(cache_dir) / f"{spec.name}-{program_key(spec, max_batch=max_batch)}.pte"
+        if path.exists():
+            out[spec] = cached_program(spec, cache_dir, max_batch=max_batch)
+        else:
+            missing.append(spec)
+    if workers > 1 and len(missing) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=min(workers, len(missing)), mp_context=ctx) as pool:
+            jobs = {
+                spec: pool.submit(_cached_program_job, spec, str(cache_dir), max_batch)
+                for spec in missing
+            }
+            for spec, job in jobs.items():
+                path_s, digest = job.result()
+                out[spec] = (Path(path_s), digest)
+    else:
+        for spec in missing:
+            out[spec] = cached_program(spec, cache_dir, max_batch=max_batch)
+    return out
+
+
 def validate_program(data: bytes, *, sha256: str | None = None) -> None:
     """Cheap checks that `data` is an intact mjfl training program.
 
@@ -224,10 +273,11 @@ def validate_program(data: bytes, *, sha256: str | None = None) -> None:
     identifier and a consistent extended header (which every program this
     module writes has) and, when `sha256` is given, hash to it.
 
-    The digest is the real defence: the 1.5.1 runtime verifies the
-    flatbuffer but still crashes the process (SIGSEGV, or an uncaught
-    UnicodeDecodeError while logging a bad identifier) on some corrupted
-    programs, so bytes that travelled must be checked before loading.
+    The bytes are then parsed in Python, which is memory safe. The digest
+    is the real defence: the 1.5.1 runtime verifies the flatbuffer but still
+    crashes the process (SIGSEGV, or an uncaught UnicodeDecodeError while
+    logging a bad identifier) on some corrupted programs, so bytes that
+    travelled must be checked before loading.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise ProgramError(f"a program is bytes, got {type(data).__name__}")
@@ -248,3 +298,14 @@ def validate_program(data: bytes, *, sha256: str | None = None) -> None:
         raise ProgramError(
             f"program header is inconsistent with its {len(data)} bytes (truncated or corrupt)"
         )
+    # A full parse in Python (memory safe) rejects most corrupted bodies
+    # that would crash the C++ loader.
+    try:
+        from executorch.exir._serialize._program import deserialize_pte_binary
+
+        parsed = deserialize_pte_binary(data)
+        program = getattr(parsed, "program", parsed)
+        if not program.execution_plan:
+            raise ValueError("no execution plan")
+    except Exception as exc:
+        raise ProgramError(f"program does not parse ({type(exc).__name__}: {exc})") from None

@@ -41,6 +41,7 @@ __all__ = [
     "TorchTrainer",
     "batches",
     "evaluate",
+    "make_trainer",
 ]
 
 Weights = Mapping[str, np.ndarray]

@@ -62,6 +62,14 @@ def rounds(db: Path) -> list[tuple]:
             return []  # the schema is not there yet
 
 
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def wait_for(predicate, timeout: float, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -81,9 +89,17 @@ def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_pa
     first = start(config)
     try:
         wait_for(lambda: len(rounds(db)) >= 4, 300, first)
-    finally:
-        os.killpg(first.pid, signal.SIGKILL)  # the coordinator and its emulated devices, mid-run
+        first.kill()  # the coordinator alone, mid-run, as a crash would
         first.wait()
+        # Its emulated devices notice they are orphaned and exit instead of
+        # reconnecting under the ids the restart will use.
+        deadline = time.monotonic() + 20
+        while group_alive(first.pid):
+            assert time.monotonic() < deadline, "emulated devices outlived their coordinator"
+            time.sleep(0.2)
+    finally:
+        if group_alive(first.pid):
+            os.killpg(first.pid, signal.SIGKILL)
     before = rounds(db)
     assert 4 <= len(before) < 16
 

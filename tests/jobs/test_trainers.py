@@ -1,0 +1,202 @@
+"""Trainers: the ExecuTorch runtime against eager PyTorch, on real digits.
+
+The step-by-step comparison is what catches runtime defects such as the
+wrong max-pooling gradient (see test_export.py): every zoo model, exported
+and trained in the runtime, must land on the eager weights.
+
+All programs come from the repository's `.mjfl-cache/programs` and are
+exported (in two processes) on the first run only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mjfl.errors import DataError, ProgramError
+from mjfl.jobs.export import cached_programs
+from mjfl.jobs.models import MODELS, ModelSpec, initial_weights
+from mjfl.jobs.trainers import (
+    ExecuTorchTrainer,
+    TorchTrainer,
+    batches,
+    evaluate,
+    make_trainer,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = ROOT / ".mjfl-cache" / "programs"
+MAX_BATCH = 64
+SHAPE = (1, 16, 16)
+WITH_DROPOUT = {"cnn-b", "vgg6", "alexnet"}
+# Dropout off where the architecture has some, so both runtimes are deterministic.
+SPECS = {
+    name: ModelSpec(name, SHAPE, 10, dropout=0.0 if name in WITH_DROPOUT else None)
+    for name in sorted(MODELS)
+}
+CNN_B_DROPOUT = ModelSpec("cnn-b", SHAPE, 10)  # the paper's 0.05
+
+
+@pytest.fixture(scope="module")
+def programs() -> dict[ModelSpec, bytes]:
+    specs = [*SPECS.values(), CNN_B_DROPOUT]
+    found = cached_programs(specs, CACHE, max_batch=MAX_BATCH, workers=min(2, os.cpu_count() or 1))
+    return {spec: path.read_bytes() for spec, (path, _) in found.items()}
+
+
+@pytest.fixture(scope="module")
+def digits() -> tuple[np.ndarray, np.ndarray]:
+    """sklearn's 8x8 digits, upsampled 2x to 16x16, scaled to [0, 1]."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = d.images.astype(np.float32) / 16.0
+    x = np.kron(x, np.ones((2, 2), np.float32))[:, None, :, :]
+    return np.ascontiguousarray(x), d.target.astype(np.int64)
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_runtime_matches_eager_for_every_model(
+    name: str, programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]
+) -> None:
+    spec = SPECS[name]
+    x, y = digits[0][:320], digits[1][:320]
+    w0 = initial_weights(spec, 7)
+    kw = dict(epochs=1, batch_size=16, lr=0.01, momentum=0.9, seed=1)
+    a = ExecuTorchTrainer(programs[spec], spec).train(w0, x, y, **kw)
+    b = TorchTrainer(spec, device="cpu").train(w0, x, y, **kw)
+    assert a.steps == b.steps == 20
+    assert list(a.weights) == list(w0)
+    assert abs(a.mean_loss - b.mean_loss) < 1e-5
+    moved = max(float(np.abs(a.weights[k] - w0[k]).max()) for k in w0)
+    assert moved > 1e-3  # it trained
+    for k in w0:
+        assert a.weights[k].dtype == np.float32
+        np.testing.assert_allclose(a.weights[k], b.weights[k], rtol=0, atol=1e-5, err_msg=k)
+
+
+def test_loss_falls_on_digits(programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]) -> None:
+    spec = SPECS["lenet5"]
+    x, y = digits
+    trainer = ExecuTorchTrainer(programs[spec], spec)
+    w = initial_weights(spec, 0)
+    losses = []
+    for epoch in range(4):
+        result = trainer.train(w, x[:1200], y[:1200], epochs=1, batch_size=32, lr=0.05, momentum=0.9, seed=epoch)
+        losses.append(result.mean_loss)
+        w = result.weights
+    assert losses[-1] < 0.5 * losses[0]
+    assert all(b < a for a, b in zip(losses, losses[1:]))
+    accuracy, loss = evaluate(spec, None, None, w, x[1200:], y[1200:])
+    assert accuracy > 0.85 and loss < 0.6
+
+
+def _fedavg(results: list) -> dict[str, np.ndarray]:
+    total = sum(r.samples for r in results)
+    return {
+        k: sum(r.weights[k] * (r.samples / total) for r in results).astype(np.float32)
+        for k in results[0].weights
+    }
+
+
+def test_fedavg_rounds_through_the_runtime_match_eager(
+    programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]
+) -> None:
+    spec = SPECS["cnn-a-iid"]  # batch norm buffers travel too
+    x, y = digits
+    shards = [(x[:150], y[:150]), (x[150:240], y[150:240])]  # 150 and 90: short last batches
+    runtimes = {
+        "executorch": ExecuTorchTrainer(programs[spec], spec),
+        "torch": TorchTrainer(spec, device="cpu"),
+    }
+    finals = {}
+    for runtime, trainer in runtimes.items():
+        w = initial_weights(spec, 3)
+        for rnd in range(3):
+            results = [
+                trainer.train(w, sx, sy, epochs=1, batch_size=32, lr=0.02, momentum=0.9, seed=10 * rnd + d)
+                for d, (sx, sy) in enumerate(shards)
+            ]
+            assert [r.samples for r in results] == [150, 90]
+            w = _fedavg(results)
+        finals[runtime] = w
+    for k in finals["torch"]:
+        np.testing.assert_allclose(finals["executorch"][k], finals["torch"][k], rtol=0, atol=1e-5, err_msg=k)
+    assert finals["executorch"]["bn1.num_batches_tracked"] == pytest.approx(3 * (150 * 5 + 90 * 3) / 240)
+
+
+def test_short_last_batch_uses_the_dynamic_batch(
+    programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]
+) -> None:
+    spec = SPECS["lenet5"]
+    x, y = digits[0][:37], digits[1][:37]
+    assert [len(b) for b in batches(37, epochs=1, batch_size=16, seed=0)] == [16, 16, 5]
+    w0 = initial_weights(spec, 1)
+    a = ExecuTorchTrainer(programs[spec], spec).train(w0, x, y, epochs=2, batch_size=16, lr=0.05, seed=4)
+    b = TorchTrainer(spec, device="cpu").train(w0, x, y, epochs=2, batch_size=16, lr=0.05, seed=4)
+    assert a.steps == 6 and a.samples == 37 and a.epochs == 2
+    for k in w0:
+        np.testing.assert_allclose(a.weights[k], b.weights[k], rtol=0, atol=1e-6)
+    assert len(a.step_times_s) == 6 and a.compute_s >= a.step_s > 0
+
+
+def test_runtime_dropout_trains(programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]) -> None:
+    x, y = digits[0][:64], digits[1][:64]
+    w0 = initial_weights(CNN_B_DROPOUT, 0)
+    trainer = ExecuTorchTrainer(programs[CNN_B_DROPOUT], CNN_B_DROPOUT)
+    result = trainer.train(w0, x, y, epochs=1, batch_size=32, lr=0.01)
+    assert np.isfinite(result.mean_loss)
+    no_dropout = ExecuTorchTrainer(programs[SPECS["cnn-b"]], SPECS["cnn-b"]).train(
+        w0, x, y, epochs=1, batch_size=32, lr=0.01
+    )
+    assert not np.allclose(result.weights["fc.weight"], no_dropout.weights["fc.weight"])
+
+
+def test_corrupt_or_mismatched_programs_are_program_errors(programs: dict[ModelSpec, bytes]) -> None:
+    lenet = SPECS["lenet5"]
+    good = programs[lenet]
+    for blob in (b"", b"garbage" * 100, good[: len(good) // 3], good[:40] + bytes(len(good) - 40)):
+        with pytest.raises(ProgramError):
+            ExecuTorchTrainer(blob, lenet)
+    with pytest.raises(ProgramError, match="sha256"):
+        ExecuTorchTrainer(good, lenet, sha256="0" * 64)
+    # A valid program for another model or input shape.
+    with pytest.raises(ProgramError):
+        ExecuTorchTrainer(good, SPECS["cnn-a-noniid"])
+    with pytest.raises(ProgramError):
+        ExecuTorchTrainer(good, ModelSpec("lenet5", (1, 28, 28), 10))
+
+
+def test_wrong_weights_and_batches_are_rejected(
+    programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]
+) -> None:
+    spec = SPECS["lenet5"]
+    x, y = digits[0][:20], digits[1][:20]
+    w = initial_weights(spec, 0)
+    for trainer in (ExecuTorchTrainer(programs[spec], spec), TorchTrainer(spec, device="cpu")):
+        missing = {k: v for k, v in w.items() if k != "fc3.bias"}
+        with pytest.raises(ProgramError, match="missing"):
+            trainer.train(missing, x, y, epochs=1, batch_size=8, lr=0.1)
+        reshaped = dict(w, **{"fc3.weight": np.zeros((10, 3), np.float32)})
+        with pytest.raises(ProgramError, match="shape"):
+            trainer.train(reshaped, x, y, epochs=1, batch_size=8, lr=0.1)
+        with pytest.raises(DataError):
+            trainer.train(w, x[:, :, :8], y, epochs=1, batch_size=8, lr=0.1)
+        with pytest.raises(DataError):
+            trainer.train(w, x, y + 10, epochs=1, batch_size=8, lr=0.1)
+    with pytest.raises(ProgramError, match="max batch"):
+        ExecuTorchTrainer(programs[spec], spec).train(w, x, y, epochs=1, batch_size=MAX_BATCH + 1, lr=0.1)
+
+
+def test_make_trainer_and_evaluate(programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]) -> None:
+    spec = SPECS["lenet5"]
+    assert isinstance(make_trainer("executorch", spec, programs[spec]), ExecuTorchTrainer)
+    assert isinstance(make_trainer("torch", spec), TorchTrainer)
+    with pytest.raises(ValueError):
+        make_trainer("tflite", spec)
+    w = initial_weights(spec, 0)
+    acc, loss = evaluate("lenet5", SHAPE, 10, w, digits[0][:100], digits[1][:100], batch_size=32)
+    assert 0.0 <= acc <= 0.3 and 2.0 < loss < 3.0  # untrained: about chance

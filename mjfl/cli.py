@@ -168,6 +168,52 @@ def bench_coordinator(
     )
 
 
+@bench_app.command("trainers")
+def bench_trainers(
+    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures here.")] = None,
+    models: Annotated[Optional[str], typer.Option(help="Comma-separated zoo models (default: all).")] = None,
+    steps: Annotated[int, typer.Option(help="Measured steps per model and runtime (after a warm-up).")] = 100,
+    batch: Annotated[int, typer.Option(help="Batch size of a step.")] = 32,
+) -> None:
+    """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per zoo model."""
+    from mjfl.jobs.bench import run_trainer_bench
+
+    model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    if steps < 1 or batch < 1:
+        raise UserError("--steps and --batch must be >= 1")
+    run_trainer_bench(models=model_list, steps=steps, batch=batch, json_path=json_path, console=console)
+
+
+@app.command("export")
+def export_program(
+    model: Annotated[str, typer.Argument(help="Zoo model: lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet.")],
+    out: Annotated[Path, typer.Option(help="Where to write the .pte.")],
+    input_shape: Annotated[str, typer.Option(help="C,H,W of one input, e.g. 1,28,28.")] = "1,28,28",
+    classes: Annotated[int, typer.Option(help="Number of classes.")] = 10,
+    max_batch: Annotated[int, typer.Option(help="Largest batch the program accepts (its batch is dynamic).")] = 256,
+) -> None:
+    """Export MODEL's ExecuTorch training program (forward, loss, backward) to a .pte."""
+    import hashlib
+
+    from mjfl.jobs.export import export_training_program
+    from mjfl.jobs.models import ModelSpec
+
+    try:
+        shape = tuple(int(v) for v in input_shape.split(","))
+    except ValueError:
+        raise UserError(f"--input-shape must be C,H,W integers, got {input_shape!r}") from None
+    if len(shape) != 3:
+        raise UserError(f"--input-shape must be C,H,W, got {input_shape!r}")
+    if not 1 <= max_batch <= 65536:
+        raise UserError("--max-batch must be in [1, 65536]")
+    spec = ModelSpec(model, shape, classes)  # type: ignore[arg-type]
+    console.print(f"exporting {model} for {shape}, {classes} classes (this takes a while) ...")
+    data = export_training_program(spec, max_batch=max_batch)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    console.print(f"wrote {out} ({len(data):,} bytes, sha256 {hashlib.sha256(data).hexdigest()})")
+
+
 @device_app.command("emulate")
 def device_emulate(
     url: Annotated[str, typer.Option(help="The coordinator: ws://HOST:PORT.")],

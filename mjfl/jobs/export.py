@@ -126,8 +126,6 @@ def export_training_program(
     example_n = min(max(2, max_batch // 2), max_batch) if max_batch > 1 else 1
     x = torch.zeros(example_n, c, h, w)
     y = torch.zeros(example_n, dtype=torch.long)
-    with torch.no_grad():
-        wrapper(x, y)  # untraced: creates the export form's constant tensors
     dynamic = None
     if max_batch > 1:
         batch = Dim("batch", min=1, max=max_batch)

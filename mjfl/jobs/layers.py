@@ -24,16 +24,25 @@ docs/models.md):
   bool->float copy 16 ns, `amax`/`argmax` 40-60 ns an output, and a strided
   slice along the innermost dimension 6 ns.
 
-So the export form keeps every large tensor in a *feature-major* layout
-(feature maps are (C, N, H, W), the batch and pixels last), computes a
-convolution as one `mm` of the weight with an im2col matrix built from
-contiguous slices, max pooling as a two-stage tournament of optimized
-elementwise operators, and writes ReLU and max as "value times a detached
-0/1 mask" so their backward passes are a single optimized `mul`.
-The graph passes in `mjfl.jobs.export` then turn the transposes that
-autograd emits for `mm` into `linear` calls (which transpose inside BLAS).
+So the export form keeps every tensor with the batch *innermost*: feature
+maps are (C, H, W, N) and matrices (F, N). Then
 
-Fully connected layers run batch-major, (N, F), like eager PyTorch.
+- a convolution is one `mm` of the weight (O, C*kh*kw) with an im2col
+  matrix (C*kh*kw, OH*OW*N) built from slices that copy whole contiguous
+  runs of OW*N values, and its output is again (O, OH, OW, N);
+- 2x2 max pooling pairs neighbours by splitting contiguous halves, then
+  runs a two-stage tournament of optimized elementwise operators;
+- flattening a map for the classifier is a free reshape to (C*H*W, N) in
+  PyTorch's (C, H, W) feature order, and the fully connected layers
+  compute W @ X on (F, N) matrices;
+- ReLU and max are "value times a detached 0/1 mask", so their backward
+  passes are a single optimized `mul`;
+- batch norm is plain arithmetic over each channel's row.
+
+The graph passes in `mjfl.jobs.passes` then turn the transposes that
+autograd emits for `mm` into `linear` calls (which transpose inside BLAS)
+or move them onto the small operand. The only layout changes are the input
+image (N, C, H, W) -> (C, H, W, N) and the logits (K, N) -> (N, K).
 """
 
 from __future__ import annotations
@@ -56,9 +65,10 @@ class Ops(Protocol):
     """The layer vocabulary every zoo model is written in.
 
     Activations are opaque to the model: `image` turns the NCHW input into
-    the implementation's layout for feature maps and `flatten` turns a
-    feature map into a batch-major (N, F) matrix whose feature order is
-    PyTorch's `flatten(1)` order (C, H, W).
+    the implementation's layout for feature maps, `flatten` turns a feature
+    map into the implementation's matrix layout (feature order is PyTorch's
+    `flatten(1)` order, (C, H, W)), and `logits` turns the model's last
+    matrix into the batch-major (N, K) scores the loss takes.
     """
 
     def image(self, x: Tensor) -> Tensor:
@@ -90,15 +100,19 @@ class Ops(Protocol):
         ...
 
     def global_avg_pool(self, x: Tensor) -> Tensor:
-        """Mean over the pixels of a map: (N, C) batch-major."""
+        """Mean over the pixels of a map, as a matrix of C features."""
         ...
 
     def flatten(self, x: Tensor) -> Tensor:
-        """A map as an (N, C*H*W) matrix in PyTorch's flatten order."""
+        """A map as a matrix of C*H*W features in PyTorch's flatten order."""
         ...
 
     def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
-        """`fc` on an (N, F) matrix, optionally followed by ReLU."""
+        """`fc` on a matrix of features, optionally followed by ReLU."""
+        ...
+
+    def logits(self, x: Tensor) -> Tensor:
+        """The model's output matrix as (N, K) scores."""
         ...
 
     def dropout(self, x: Tensor, p: float) -> Tensor:
@@ -154,6 +168,9 @@ class EagerOps:
     def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
         x = fc(x)
         return F.relu(x) if relu else x
+
+    def logits(self, x: Tensor) -> Tensor:
+        return x
 
     def dropout(self, x: Tensor, p: float) -> Tensor:
         return F.dropout(x, p, training=self.training) if p > 0 else x
@@ -212,154 +229,127 @@ def max2(a: Tensor, b: Tensor) -> Tensor:
     return a + t * d
 
 
-def column_pairs(w: int) -> Tensor:
-    """The constant (w, 2*(w//2)) 0/1 matrix that reorders columns [even | odd]."""
-    w2 = w // 2
-    order = list(range(0, 2 * w2, 2)) + list(range(1, 2 * w2, 2))
-    s = torch.zeros(w, 2 * w2)
-    s[order, torch.arange(2 * w2)] = 1.0
-    return s
+def pool_maps(x: Tensor) -> Tensor:
+    """2x2/2 max pooling of a (C, H, W, N) map, floor semantics.
 
-
-def pool_maps(x: Tensor, pairs: Tensor) -> Tensor:
-    """2x2/2 max pooling of a (C, N, H, W) map, floor semantics.
-
-    The even and odd columns are separated by one `mm` with a constant
-    permutation (exact: each output is 1*x plus zeros), because a stride-2
-    slice along the innermost dimension costs 6 ns an element in the portable
-    kernel; the rows pair up as contiguous halves of a reshape.
+    With the batch innermost, horizontal neighbours are the two contiguous
+    halves of each (2, N) block and vertical ones the halves of each
+    (2, W/2*N) block, so pairing them is a `split`, whose backward is a
+    `cat`. (`max_pool2d` itself has a wrong backward in the runtime.)
     """
-    c, n, h, w = x.shape
+    c, h, w, n = x.shape
     h2, w2 = h // 2, w // 2
-    if h != 2 * h2:
-        x = x[:, :, : 2 * h2, :]
-    # `pairs` is column_pairs(w): columns [even | odd], then pair them.
-    xw = x.reshape(-1, w) @ pairs
-    a, b = xw.split(w2, dim=1)
-    m = max2(a, b)  # (C*N*2*H2, W2)
-    rows = m.reshape(-1, 2 * w2)
-    top, bottom = rows.split(w2, dim=1)
-    return max2(top, bottom).reshape(c, n, h2, w2)
+    if h != 2 * h2 or w != 2 * w2:
+        x = x[:, : 2 * h2, : 2 * w2, :]
+    # Explicit sizes: split(n) would make export divide by the symbolic N.
+    left, right = x.reshape(c * 2 * h2 * w2, 2 * n).split([n, n], dim=1)
+    m = max2(left, right)  # (C*2*H2*W2, N)
+    top, bottom = m.reshape(c * h2, 2 * w2 * n).split([w2 * n, w2 * n], dim=1)
+    return max2(top, bottom).reshape(c, h2, w2, n)
 
 
 def pad_maps(x: Tensor, p: int) -> Tensor:
-    """Zero padding of a (C, N, H, W) map by concatenating zeros.
+    """Zero padding of a (C, H, W, N) map by concatenating zeros.
 
     `F.pad` (constant_pad_nd) fails at run time when its input needs a
     gradient; `cat` differentiates into cheap contiguous slices.
     """
     if p == 0:
         return x
-    c, n, h, w = x.shape
-    side = x.new_zeros(c, n, h, p)
-    x = torch.cat([side, x, side], dim=3)
-    top = x.new_zeros(c, n, p, w + 2 * p)
-    return torch.cat([top, x, top], dim=2)
+    c, h, w, n = x.shape
+    side = x.new_zeros(c, h, p, n)
+    x = torch.cat([side, x, side], dim=2)
+    top = x.new_zeros(c, p, w + 2 * p, n)
+    return torch.cat([top, x, top], dim=1)
 
 
 def conv_maps(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int, padding: int) -> Tensor:
-    """Convolution of a (C, N, H, W) map as one `mm` with an im2col matrix.
+    """Convolution of a (C, H, W, N) map as one `mm` with an im2col matrix.
 
     The im2col matrix has rows (c, i, j) in the order of `weight.reshape(O, -1)`
-    and columns (n, y, x). It is built separably, kh row-slices then kw
+    and columns (y, x, n). It is built separably, kh row-slices then kw
     column-slices, so a k x k kernel costs 2k slice operators instead of k^2
-    (export time grows with the operator count). The result is an
-    (O, N, OH, OW) map. In the backward pass the weight gradient `dY @ P^T`
-    becomes `linear(dY, P)` after the export passes, so no large transpose is
-    ever materialised.
+    (export time grows with the operator count), and every slice copies
+    contiguous runs of at least N values. The result is an (O, OH, OW, N)
+    map. In the backward pass the weight gradient `dY @ P^T` becomes a
+    `linear` after the export passes, so no large transpose is materialised.
     """
     o, c, kh, kw = weight.shape
     x = pad_maps(x, padding)
-    _, n, h, w = x.shape
+    _, h, w, n = x.shape
     oh = (h - kh) // stride + 1
     ow = (w - kw) // stride + 1
     span_h = stride * (oh - 1) + 1
     span_w = stride * (ow - 1) + 1
     if kh == 1 and kw == 1:
-        p = x[:, :, :span_h:stride, :span_w:stride].reshape(c, -1)
+        p = x[:, :span_h:stride, :span_w:stride, :].reshape(c, -1)
     else:
-        rows = [x[:, :, i : i + span_h : stride, :] for i in range(kh)]
-        u = torch.stack(rows, dim=1)  # (C, kh, N, OH, W)
-        cols = [u[..., j : j + span_w : stride] for j in range(kw)]
-        p = torch.stack(cols, dim=2).reshape(c * kh * kw, -1)  # (C, kh, kw, N, OH, OW)
+        rows = [x[:, i : i + span_h : stride] for i in range(kh)]
+        u = torch.stack(rows, dim=1)  # (C, kh, OH, W, N)
+        cols = [u[:, :, :, j : j + span_w : stride] for j in range(kw)]
+        p = torch.stack(cols, dim=2).reshape(c * kh * kw, -1)  # (C, kh, kw, OH, OW, N)
     y = weight.reshape(o, c * kh * kw) @ p
     if bias is not None:
         y = y + bias.reshape(o, 1)
-    return y.reshape(o, n, oh, ow)
+    return y.reshape(o, oh, ow, n)
 
 
 def _mean_per_channel(x: Tensor, inv_count: Tensor) -> Tensor:
-    """(C, 1) mean of a (C, N, H, W) map, summed pixels first, then images.
+    """(C, 1) mean of a (C, H, W, N) map: each pixel over the batch, then pixels.
 
     The runtime's sum accumulates sequentially in float32, so one pass over
-    N*H*W values is ~5x less accurate than PyTorch's; near a ReLU kink that
+    H*W*N values is ~5x less accurate than PyTorch's; near a ReLU kink that
     error flips masks after batch norm and the runtimes drift apart. Two
     short sums keep the error at PyTorch's level for the same cost.
     `inv_count` is a 0-d tensor 1/(N*H*W): multiplying by it keeps the
     symbolic batch size out of every layer (one division per program).
     """
-    c, n, h, w = x.shape
-    return x.reshape(c, n, h * w).sum(dim=2).sum(dim=1, keepdim=True) * inv_count
+    c, h, w, n = x.shape
+    return x.reshape(c, h * w, n).sum(dim=2).sum(dim=1, keepdim=True) * inv_count
 
 
 def batch_norm_maps(
     x: Tensor, bn: nn.BatchNorm2d, inv_batch: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Train-mode batch norm of a (C, N, H, W) map from plain arithmetic.
+    """Train-mode batch norm of a (C, H, W, N) map from plain arithmetic.
 
     `inv_batch` is the 0-d tensor 1/N. Returns the normalised map and the
     batch mean and *biased* variance (shape (C,)); the trainer applies the
     n/(n-1) correction that `nn.BatchNorm2d` uses for its running variance,
     which keeps symbolic batch-size arithmetic out of the graph.
     """
-    c, n, h, w = x.shape
+    c, h, w, n = x.shape
     inv_count = inv_batch * (1.0 / (h * w))
     x2 = x.reshape(c, -1)
     mean = _mean_per_channel(x, inv_count)
     xc = x2 - mean
-    var = _mean_per_channel((xc * xc).reshape(c, n, h, w), inv_count)
+    var = _mean_per_channel((xc * xc).reshape(c, h, w, n), inv_count)
     scale = torch.rsqrt(var + bn.eps)
     if bn.weight is not None:
         scale = scale * bn.weight.reshape(c, 1)
     y = xc * scale
     if bn.bias is not None:
         y = y + bn.bias.reshape(c, 1)
-    return y.reshape(c, n, h, w), mean.reshape(c), var.reshape(c)
+    return y.reshape(c, h, w, n), mean.reshape(c), var.reshape(c)
 
 
 class ExportOps:
     """The runtime-friendly spelling of `Ops` (see the module docstring).
 
-    One instance per traced forward: it collects the batch norm statistics
-    that the exported program returns.
+    Maps are (C, H, W, N), matrices (F, N). One instance per traced forward:
+    it collects the batch norm statistics that the exported program returns.
     """
 
     def __init__(self) -> None:
         self.stats = BatchStats()
-        # Constant tensors (pooling permutations) made outside the trace:
-        # `mjfl.jobs.export` runs one untraced forward first so that the
-        # traced one finds them here and lifts them as program constants.
-        self.constants: dict[tuple[str, int], Tensor] = {}
         self.inv_batch = torch.ones(())
-
-    def _pairs(self, w: int) -> Tensor:
-        key = ("column_pairs", w)
-        if key not in self.constants:
-            self.constants[key] = column_pairs(w)
-        return self.constants[key]
-
-    def _pool(self, x: Tensor) -> Tensor:
-        return pool_maps(x, self._pairs(x.shape[3]))
 
     def image(self, x: Tensor) -> Tensor:
         n, c, h, w = x.shape
         # 1/N once per program; layers multiply by it (see _mean_per_channel).
         self.inv_batch = torch.ones(()) / n
-        if c == 1:
-            return x.reshape(1, n, h, w)
-        # Swapping two outer dimensions by whole (H, W) planes: contiguous
-        # copies instead of a 7-10 ns/element permute.
-        return torch.stack(x.unbind(1), dim=0)
+        # The one transpose of a map; the input needs no gradient.
+        return x.reshape(n, c * h * w).t().reshape(c, h, w, n)
 
     def conv(
         self,
@@ -380,13 +370,13 @@ class ExportOps:
         if pool:
             # max and ReLU commute, so pool first and apply ReLU to a
             # quarter of the data.
-            y = self._pool(y)
+            y = pool_maps(y)
         if relu:
             y = relu_masked(y)
         return y
 
     def max_pool(self, x: Tensor) -> Tensor:
-        return self._pool(x)
+        return pool_maps(x)
 
     def relu(self, x: Tensor) -> Tensor:
         return relu_masked(x)
@@ -395,22 +385,24 @@ class ExportOps:
         return a + b
 
     def global_avg_pool(self, x: Tensor) -> Tensor:
-        c, n, h, w = x.shape
-        # (C, N): then a small transpose to batch-major.
-        return x.reshape(c, n, h * w).mean(dim=2).t()
+        c, h, w, n = x.shape
+        # A mean over the pixels (`avg_pool2d` has no backward kernel).
+        return x.reshape(c, h * w, n).mean(dim=1)
 
     def flatten(self, x: Tensor) -> Tensor:
-        c, n, h, w = x.shape
-        # One small transpose; unbind/stack would add 4C operators.
-        return x.reshape(c, n, h * w).permute(1, 0, 2).reshape(n, c * h * w)
+        c, h, w, n = x.shape
+        return x.reshape(c * h * w, n)
 
     def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
-        # `x @ W.t()`: after the export passes, `linear` (BLAS with a
-        # transposed operand) instead of `addmm` (portable).
-        y = x @ fc.weight.t()
+        # W @ X on (F, N) matrices; the passes keep autograd's transposes
+        # of W and X out of the runtime (they would be portable copies).
+        y = fc.weight @ x
         if fc.bias is not None:
-            y = y + fc.bias
+            y = y + fc.bias.reshape(-1, 1)
         return relu_masked(y) if relu else y
+
+    def logits(self, x: Tensor) -> Tensor:
+        return x.t()
 
     def dropout(self, x: Tensor, p: float) -> Tensor:
         if p == 0:

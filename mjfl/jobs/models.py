@@ -114,7 +114,7 @@ class LeNet5(ZooModel):
         x = ops.flatten(x)
         x = ops.linear(x, self.fc1, relu=True)
         x = ops.linear(x, self.fc2, relu=True)
-        return ops.linear(x, self.fc3)
+        return ops.logits(ops.linear(x, self.fc3))
 
 
 class CnnAIid(ZooModel):
@@ -141,7 +141,7 @@ class CnnAIid(ZooModel):
         x = ops.flatten(x)
         x = ops.linear(x, self.fc1, relu=True)
         x = ops.linear(x, self.fc2, relu=True)
-        return ops.linear(x, self.fc3)
+        return ops.logits(ops.linear(x, self.fc3))
 
 
 class CnnANonIid(ZooModel):
@@ -166,7 +166,7 @@ class CnnANonIid(ZooModel):
         x = ops.conv(x, self.conv3, relu=True)
         x = ops.flatten(x)
         x = ops.linear(x, self.fc1, relu=True)
-        return ops.linear(x, self.fc2)
+        return ops.logits(ops.linear(x, self.fc2))
 
 
 class CnnB(ZooModel):
@@ -186,7 +186,7 @@ class CnnB(ZooModel):
         x = ops.image(x)
         x = ops.dropout(ops.conv(x, self.conv1, relu=True), self.p)
         x = ops.dropout(ops.conv(x, self.conv2, relu=True), self.p)
-        return ops.linear(ops.flatten(x), self.fc)
+        return ops.logits(ops.linear(ops.flatten(x), self.fc))
 
 
 class Vgg6(ZooModel):
@@ -215,7 +215,7 @@ class Vgg6(ZooModel):
             x = ops.conv(x, conv, relu=True, pool=k % 2 == 1)
         x = ops.flatten(x)
         x = ops.dropout(ops.linear(x, self.fc1, relu=True), self.p)
-        return ops.linear(x, self.fc2)
+        return ops.logits(ops.linear(x, self.fc2))
 
 
 class BasicBlock(nn.Module):
@@ -266,7 +266,7 @@ class ResNet13(ZooModel):
         x = ops.conv(x, self.stem, bn=self.stem_bn, relu=True)
         for block in self.blocks:
             x = block.run(ops, x)
-        return ops.linear(ops.global_avg_pool(x), self.fc)
+        return ops.logits(ops.linear(ops.global_avg_pool(x), self.fc))
 
 
 class AlexNetSmall(ZooModel):
@@ -299,7 +299,7 @@ class AlexNetSmall(ZooModel):
         x = ops.dropout(ops.flatten(x), self.p)
         x = ops.dropout(ops.linear(x, self.fc1, relu=True), self.p)
         x = ops.linear(x, self.fc2, relu=True)
-        return ops.linear(x, self.fc3)
+        return ops.logits(ops.linear(x, self.fc3))
 
 
 def _drop(spec_dropout: float | None, default: float) -> float:

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mjfl.errors import ConfigError, ProgramError
-from mjfl.jobs.layers import EagerOps, ExportOps, column_pairs, max2, pool_maps, relu_masked
+from mjfl.jobs.layers import EagerOps, ExportOps, max2, pool_maps, relu_masked
 from mjfl.jobs.models import (
     MODELS,
     ModelSpec,
@@ -84,11 +84,14 @@ def test_export_form_reports_batch_norm_statistics() -> None:
     assert batch_norm_pixels(model, (1, 8, 8)) == {"bn1": 64, "bn2": 16}
 
 
-def test_image_layout_round_trip_for_colour_inputs() -> None:
-    x = torch.randn(3, 3, 5, 4)
-    maps = ExportOps().image(x)
-    assert maps.shape == (3, 3, 5, 4)
-    torch.testing.assert_close(maps, x.transpose(0, 1))
+def test_export_layout_keeps_the_batch_innermost() -> None:
+    x = torch.randn(2, 3, 5, 4)
+    ops = ExportOps()
+    maps = ops.image(x)
+    assert maps.shape == (3, 5, 4, 2)
+    torch.testing.assert_close(maps, x.permute(1, 2, 3, 0))
+    # Flattening is free and in PyTorch's (C, H, W) feature order.
+    torch.testing.assert_close(ops.flatten(maps), x.flatten(1).t())
 
 
 @settings(max_examples=40, deadline=None)
@@ -104,8 +107,8 @@ def test_pool_maps_equals_max_pool2d(h: int, w: int, ties: bool, seed: int) -> N
     if ties:  # small integers: many equal maxima, as after ReLU
         x = torch.randint(0, 3, (2, 3, h, w), generator=g).float()
     x.requires_grad_(True)
-    maps = x.transpose(0, 1)
-    got = pool_maps(maps, column_pairs(w)).transpose(0, 1)
+    maps = x.permute(1, 2, 3, 0)  # (C, H, W, N)
+    got = pool_maps(maps).permute(3, 0, 1, 2)
     want = F.max_pool2d(x, 2)
     torch.testing.assert_close(got, want)
     upstream = torch.randn(want.shape, generator=g)

@@ -1,8 +1,13 @@
 """Export a zoo model as an ExecuTorch training program (.pte).
 
 The program computes forward + cross-entropy loss + backward in one method,
-`forward(x, y)`, with a dynamic batch dimension (1..max_batch), so a shard's
-last short batch runs on the same program. Its outputs are, in order:
+`forward(x, y, *noise)`, with a dynamic batch dimension (1..max_batch), so a
+shard's last short batch runs on the same program. `noise` is one U[0, 1)
+tensor per dropout site of the model, shaped (*features, N) (the site's
+activation with the batch last; see `mjfl.jobs.models.dropout_shapes`): an
+activation is kept where its noise is >= p. Whoever runs the program fills
+them (a seeded trainer, a phone's RNG); models without dropout take none.
+Its outputs are, in order:
 
     loss, logits, [bn mean, bn biased var for each batch norm layer],
     gradients (one per parameter), parameters (the runtime's own tensors)
@@ -33,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from mjfl.errors import ProgramError
-from mjfl.jobs.models import ModelSpec
+from mjfl.jobs.models import ModelSpec, dropout_shapes
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
@@ -50,7 +55,7 @@ DEFAULT_MAX_BATCH = 256
 # parameters "model.<state_dict key>".
 PARAM_PREFIX = "model."
 # Bump when the export form or the passes change what a program computes.
-EXPORT_FORMAT = 1
+EXPORT_FORMAT = 2
 
 
 def _spec_of(
@@ -81,9 +86,9 @@ def _training_wrapper(spec: ModelSpec) -> Any:
             self.model.train()
             self.ops = ExportOps()
 
-        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        def forward(self, x: torch.Tensor, y: torch.Tensor, *noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
             ops = self.ops
-            ops.stats = type(ops.stats)()  # fresh collector per forward
+            ops.start(noise)  # fresh statistics; dropout masks from the noise inputs
             logits = self.model.run(ops, x)
             # Cross-entropy without F.cross_entropy's ignore_index and
             # weight plumbing: the same value in a third of the operators.
@@ -126,13 +131,19 @@ def export_training_program(
     example_n = min(max(2, max_batch // 2), max_batch) if max_batch > 1 else 1
     x = torch.zeros(example_n, c, h, w)
     y = torch.zeros(example_n, dtype=torch.long)
+    # One U[0, 1) noise input per dropout site, batch innermost like the
+    # export form's activations: (*features, N).
+    sites = dropout_shapes(wrapper.model, spec.input_shape)
+    noise = [torch.rand(*shape, example_n) for shape in sites]
     dynamic = None
     if max_batch > 1:
         batch = Dim("batch", min=1, max=max_batch)
-        dynamic = {"x": {0: batch}, "y": {0: batch}}
+        dynamic = ({0: batch}, {0: batch})
+        if sites:  # the varargs are one more (nested) argument
+            dynamic += (tuple({len(shape): batch} for shape in sites),)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ep = export(wrapper, (x, y), dynamic_shapes=dynamic, strict=False)
+        ep = export(wrapper, (x, y, *noise), dynamic_shapes=dynamic, strict=False)
         ep = _export_forward_backward(ep, joint_loss_index=0)
         # The joint graph is already core ATen (decomposed by
         # _export_forward_backward); to_edge would decompose and retrace it

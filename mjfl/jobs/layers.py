@@ -37,7 +37,10 @@ maps are (C, H, W, N) and matrices (F, N). Then
   compute W @ X on (F, N) matrices;
 - ReLU and max are "value times a detached 0/1 mask", so their backward
   passes are a single optimized `mul`;
-- batch norm is plain arithmetic over each channel's row.
+- batch norm is plain arithmetic over each channel's row;
+- dropout multiplies by a mask made from a noise *input* of the program
+  (one per dropout site), because the runtime's own dropout draws from an
+  unseeded generator and a seed must give the same training everywhere.
 
 The graph passes in `mjfl.jobs.passes` then turn the transposes that
 autograd emits for `mm` into `linear` calls (which transpose inside BLAS)
@@ -47,7 +50,7 @@ image (N, C, H, W) -> (C, H, W, N) and the logits (K, N) -> (N, K).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Callable, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -58,6 +61,7 @@ __all__ = [
     "EagerOps",
     "ExportOps",
     "BatchStats",
+    "dropout_keep",
 ]
 
 
@@ -116,7 +120,12 @@ class Ops(Protocol):
         ...
 
     def dropout(self, x: Tensor, p: float) -> Tensor:
-        """Training-mode dropout with probability `p` (identity for p == 0)."""
+        """Training-mode inverted dropout with probability `p` (identity for p == 0).
+
+        Where the implementation is given uniform noise (see `dropout_keep`),
+        an activation is kept where its noise is >= p, so a seed that draws
+        the noise fixes the masks in every runtime.
+        """
         ...
 
 
@@ -124,10 +133,13 @@ class EagerOps:
     """Plain PyTorch on NCHW tensors: the reference semantics.
 
     `training` switches dropout (batch norm follows its module's own mode).
+    `noise`, when given, returns U[0, 1) noise of a requested (N, ...) shape
+    for each dropout site in turn; without it dropout draws from torch's RNG.
     """
 
-    def __init__(self, training: bool = True) -> None:
+    def __init__(self, training: bool = True, noise: Callable[[tuple[int, ...]], Tensor] | None = None) -> None:
         self.training = training
+        self.noise = noise
 
     def image(self, x: Tensor) -> Tensor:
         return x
@@ -173,7 +185,16 @@ class EagerOps:
         return x
 
     def dropout(self, x: Tensor, p: float) -> Tensor:
-        return F.dropout(x, p, training=self.training) if p > 0 else x
+        if p == 0 or not self.training:
+            return x
+        if self.noise is None:
+            return F.dropout(x, p, training=True)
+        return x * dropout_keep(self.noise(tuple(x.shape)), p)
+
+
+def dropout_keep(noise: Tensor, p: float) -> Tensor:
+    """Inverted dropout's multiplier from U[0, 1) noise: 1/(1-p) where noise >= p, else 0."""
+    return (noise >= p).to(noise.dtype) * (1.0 / (1.0 - p))
 
 
 class BatchStats:
@@ -343,6 +364,14 @@ class ExportOps:
     def __init__(self) -> None:
         self.stats = BatchStats()
         self.inv_batch = torch.ones(())
+        self.noise: Sequence[Tensor] = ()
+        self._next_noise = 0
+
+    def start(self, noise: Sequence[Tensor]) -> None:
+        """Reset for one traced forward that draws dropout masks from `noise`."""
+        self.stats = BatchStats()
+        self.noise = noise
+        self._next_noise = 0
 
     def image(self, x: Tensor) -> Tensor:
         n, c, h, w = x.shape
@@ -405,6 +434,11 @@ class ExportOps:
         return x.t()
 
     def dropout(self, x: Tensor, p: float) -> Tensor:
+        # The runtime's dropout draws from an unseeded generator; the program
+        # takes one noise input per site instead (shape (*features, N), like
+        # the activation), which the trainer fills from its seed.
         if p == 0:
             return x
-        return F.dropout(x, p, training=True)
+        noise = self.noise[self._next_noise]
+        self._next_noise += 1
+        return x * dropout_keep(noise, p)

@@ -43,6 +43,7 @@ __all__ = [
     "load_weights",
     "parameter_count",
     "batch_norm_pixels",
+    "dropout_shapes",
 ]
 
 
@@ -430,3 +431,26 @@ def batch_norm_pixels(model: nn.Module, input_shape: tuple[int, int, int]) -> di
         for h in hooks:
             h.remove()
     return pixels
+
+
+def dropout_shapes(model: ZooModel, input_shape: tuple[int, int, int]) -> list[tuple[int, ...]]:
+    """Per-sample shape of the activation at each dropout site, in forward order.
+
+    A training program takes one noise input per site (see
+    `mjfl.jobs.layers.ExportOps.dropout`); sites with p == 0 are skipped,
+    as the layers skip them.
+    """
+    shapes: list[tuple[int, ...]] = []
+
+    def record(shape: tuple[int, ...]) -> Tensor:
+        shapes.append(shape[1:])
+        return torch.ones(shape)
+
+    was_training = model.training
+    try:
+        model.eval()  # batch norm on its running averages; dropout is the ops' business
+        with torch.no_grad():
+            model.run(EagerOps(training=True, noise=record), torch.zeros(2, *input_shape))
+    finally:
+        model.train(was_training)
+    return shapes

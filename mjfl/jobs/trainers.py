@@ -10,8 +10,10 @@ form. That dict is exactly what travels between coordinator and devices.
 - `TorchTrainer` runs the eager model with `torch.optim.SGD` (CUDA when
   available): the fallback, and the reference the runtime is tested against.
 
-Both draw the same batches for the same seed, so from the same weights they
-agree step by step (dropout aside).
+Both draw the same batches and the same dropout masks for the same seed
+(masks come from U[0, 1) noise of a numpy generator, fed to the program as
+inputs), so from the same weights they agree step by step, and a seed gives
+the same training in either runtime, run after run.
 
 `evaluate` is the coordinator's test-set evaluation (eager, eval mode).
 """
@@ -20,16 +22,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol
+from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from mjfl.errors import ProgramError
 from mjfl.jobs.export import PARAM_PREFIX, validate_program
+from mjfl.jobs.layers import EagerOps
 from mjfl.jobs.models import (
     ModelSpec,
     batch_norm_pixels,
     build_model,
+    dropout_shapes,
     load_weights,
     state_to_numpy,
 )
@@ -111,6 +115,20 @@ def batches(n: int, *, epochs: int, batch_size: int, seed: int) -> list[np.ndarr
     return out
 
 
+# Dropout noise has its own stream, so it does not shift the batch order.
+_NOISE_STREAM = 0x6E6F697365
+
+
+def dropout_rng(seed: int) -> np.random.Generator:
+    """The generator of a `train` call's dropout noise, from its seed."""
+    return np.random.default_rng([seed, _NOISE_STREAM])
+
+
+def draw_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """U[0, 1) float32 noise for one dropout site, (N, *features)."""
+    return rng.random(shape, dtype=np.float32)
+
+
 def _check_data(spec: ModelSpec, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     from mjfl.errors import DataError
 
@@ -178,6 +196,10 @@ class ExecuTorchTrainer:
             x_meta = meta.input_tensor_meta(0)
             self.max_batch = int(x_meta.sizes()[0])
             program_shape = tuple(int(d) for d in x_meta.sizes()[1:])
+            noise_shapes = [
+                tuple(int(d) for d in meta.input_tensor_meta(i).sizes()[:-1])
+                for i in range(2, meta.num_inputs())
+            ]
             grad_start = int(self._module.run_method("__et_training_gradients_index_forward", ())[0])
             param_start = int(self._module.run_method("__et_training_parameters_index_forward", ())[0])
             fqns = list(self._module.run_method("__et_training_fqn_forward", ()))
@@ -195,6 +217,12 @@ class ExecuTorchTrainer:
                 f"program parameters {names[:4]}... do not match model {spec.name!r} "
                 f"({self._param_keys[:4]}...)"
             )
+        self._noise_shapes = dropout_shapes(reference, spec.input_shape)
+        if noise_shapes != self._noise_shapes:
+            raise ProgramError(
+                f"program takes dropout noise {noise_shapes}, model {spec.name!r} "
+                f"has dropout sites {self._noise_shapes}"
+            )
         if grad_start != 2 + 2 * len(self._bn):
             raise ProgramError("program outputs do not match the model's batch norm layers")
         self._fqns = fqns
@@ -203,7 +231,8 @@ class ExecuTorchTrainer:
         # One dry step (no optimizer) hands out the runtime's parameter tensors.
         c, h, w = spec.input_shape
         n = min(2, self.max_batch)
-        outs = self._run(torch.zeros(n, c, h, w), torch.zeros(n, dtype=torch.long))
+        noise = [torch.zeros(*shape, n) for shape in self._noise_shapes]
+        outs = self._run(torch.zeros(n, c, h, w), torch.zeros(n, dtype=torch.long), noise)
         self._params: dict[str, torch.Tensor] = dict(zip(self._param_keys, outs[param_start:]))
         for k, t in self._params.items():
             if tuple(t.shape) != self._shapes[k]:
@@ -212,9 +241,9 @@ class ExecuTorchTrainer:
                     f"the model expects {self._shapes[k]}"
                 )
 
-    def _run(self, x: Any, y: Any) -> list[Any]:
+    def _run(self, x: Any, y: Any, noise: Sequence[Any]) -> list[Any]:
         try:
-            return list(self._module.run_method("forward", (x, y), clone_outputs=False))
+            return list(self._module.run_method("forward", (x, y, *noise), clone_outputs=False))
         except Exception as exc:
             raise ProgramError(f"the training program failed to run: {exc}") from None
 
@@ -253,6 +282,7 @@ class ExecuTorchTrainer:
         named = {f: self._params[k] for f, k in zip(self._fqns, self._param_keys)}
         optimizer = get_sgd_optimizer(named, lr, momentum, 0.0, weight_decay, False)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        noise_rng = dropout_rng(seed)
         t1 = time.perf_counter()
 
         step_times = []
@@ -260,7 +290,13 @@ class ExecuTorchTrainer:
         for idx in plan:
             s = time.perf_counter()
             ti = torch.from_numpy(idx)
-            outs = self._run(xt.index_select(0, ti), yt.index_select(0, ti))
+            # Noise is drawn (N, *features) as eager draws it, then laid out
+            # batch-last as the program takes it.
+            noise = [
+                torch.from_numpy(np.ascontiguousarray(np.moveaxis(u, 0, -1)))
+                for u in (draw_noise(noise_rng, (len(idx), *f)) for f in self._noise_shapes)
+            ]
+            outs = self._run(xt.index_select(0, ti), yt.index_select(0, ti), noise)
             loss_sum += float(outs[0]) * len(idx)
             optimizer.step(dict(zip(self._fqns, outs[self._grad_start : self._param_start])))
             for k, (name, bn_momentum, pixels) in enumerate(self._bn):
@@ -324,9 +360,9 @@ class ExecuTorchTrainer:
 class TorchTrainer:
     """Eager PyTorch training: the fallback runtime and the reference.
 
-    Uses CUDA when available (or the `device` given). Dropout draws from
-    torch's RNG seeded with `seed` inside the call, leaving the global RNG
-    untouched.
+    Uses CUDA when available (or the `device` given). Dropout masks come
+    from the same seeded noise as the ExecuTorch trainer's; torch's global
+    RNG is not touched.
     """
 
     def __init__(self, spec: ModelSpec, *, device: str | None = None) -> None:
@@ -368,18 +404,20 @@ class TorchTrainer:
         t1 = time.perf_counter()
         step_times = []
         losses = []
-        devices = [self.device.index or 0] if self.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=devices):
-            torch.manual_seed(seed)
-            for idx in plan:
-                s = time.perf_counter()
-                ti = torch.from_numpy(idx).to(self.device)
-                optimizer.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(model(xt.index_select(0, ti)), yt.index_select(0, ti))
-                loss.backward()
-                optimizer.step()
-                losses.append(loss.detach() * len(idx))
-                step_times.append(time.perf_counter() - s)
+        noise_rng = dropout_rng(seed)
+        ops = EagerOps(
+            training=True,
+            noise=lambda shape: torch.from_numpy(draw_noise(noise_rng, shape)).to(self.device),
+        )
+        for idx in plan:
+            s = time.perf_counter()
+            ti = torch.from_numpy(idx).to(self.device)
+            optimizer.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model.run(ops, xt.index_select(0, ti)), yt.index_select(0, ti))
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.detach() * len(idx))
+            step_times.append(time.perf_counter() - s)
         mean_loss = float(torch.stack(losses).sum()) / (len(x) * epochs)
         t2 = time.perf_counter()
         out = state_to_numpy(model)

@@ -22,6 +22,7 @@ from mjfl.jobs.models import (
     ModelSpec,
     batch_norm_pixels,
     build_model,
+    dropout_shapes,
     initial_weights,
     load_weights,
     parameter_count,
@@ -69,6 +70,36 @@ def test_export_form_matches_eager_values_and_gradients(name: str) -> None:
     F.cross_entropy(logits, y).backward()
     for k, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize("name", ["cnn-b", "vgg6", "alexnet"])
+def test_dropout_from_noise_is_the_same_in_both_forms(name: str) -> None:
+    """Eager and export forms drop the same activations given the same noise."""
+    torch.manual_seed(0)
+    shape = (1, 16, 16)
+    model = build_model(name, shape, 10)  # the paper's dropout rates
+    sites = dropout_shapes(model, shape)
+    assert len(sites) == {"cnn-b": 2, "vgg6": 1, "alexnet": 2}[name]
+    x = torch.randn(6, *shape)
+    y = torch.randint(0, 10, (6,))
+    noise = [torch.rand(6, *site) for site in sites]
+
+    feed = iter(noise)
+    eager = model.run(EagerOps(training=True, noise=lambda s: next(feed)), x)
+    F.cross_entropy(eager, y).backward()
+    expected = {k: p.grad.clone() for k, p in model.named_parameters()}
+    model.zero_grad()
+
+    ops = ExportOps()
+    ops.start([u.movedim(0, -1) for u in noise])  # the program's (*features, N) layout
+    logits = model.run(ops, x)
+    torch.testing.assert_close(logits, eager, rtol=1e-5, atol=1e-5)
+    F.cross_entropy(logits, y).backward()
+    for k, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[k], rtol=1e-4, atol=1e-6, msg=k)
+    # Dropout really dropped something: without it the logits differ.
+    with torch.no_grad():
+        assert not torch.allclose(model.run(EagerOps(training=False), x), eager, atol=1e-3)
 
 
 def test_export_form_reports_batch_norm_statistics() -> None:

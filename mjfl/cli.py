@@ -7,7 +7,7 @@ stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -32,8 +32,8 @@ console = Console(stderr=True)
 def simulate(
     config: Annotated[Path, typer.Argument(help="Run configuration (TOML).", exists=False)],
     methods: Annotated[str, typer.Option(help="Comma-separated scheduling methods to compare.")] = "meta-greedy,random",
-    out: Annotated[Optional[Path], typer.Option(help="Output directory (default: the config's out_dir).")] = None,
-    seed: Annotated[Optional[int], typer.Option(help="Override the config's seed.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Override the config's seed.")] = None,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
 ) -> None:
     """Compare scheduling methods on identical jobs, fleet and seed, in virtual time."""
@@ -59,9 +59,9 @@ app.add_typer(testbed_app, name="testbed")
 def testbed_run(
     config: Annotated[Path, typer.Argument(help="Run configuration (TOML).")],
     emulate: Annotated[int, typer.Option(help="Also start N emulated devices on this machine.")] = 0,
-    host: Annotated[Optional[str], typer.Option(help="Listen address (default: the config's testbed.host).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Listen port (default: the config's testbed.port; 0 picks one).")] = None,
-    out: Annotated[Optional[Path], typer.Option(help="Output directory (default: the config's out_dir).")] = None,
+    host: Annotated[str | None, typer.Option(help="Listen address (default: the config's testbed.host).")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default: the config's testbed.port; 0 picks one).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this output directory.")] = False,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
 ) -> None:
@@ -88,12 +88,12 @@ def testbed_run(
 
 @app.command("profile")
 def profile(
-    config: Annotated[Optional[Path], typer.Argument(help="Run configuration whose jobs calibrate the devices (default: LeNet-5 on digits).")] = None,
+    config: Annotated[Path | None, typer.Argument(help="Run configuration whose jobs calibrate the devices (default: LeNet-5 on digits).")] = None,
     emulate: Annotated[int, typer.Option(help="Profile N local emulated devices (impersonating the config's fleet).")] = 0,
-    devices: Annotated[Optional[list[str]], typer.Option(help="Only these device ids (space-separated; put CONFIG first).")] = None,
+    devices: Annotated[list[str] | None, typer.Option(help="Only these device ids (space-separated; put CONFIG first).")] = None,
     rounds: Annotated[int, typer.Option(help="Calibration tasks per device and job.")] = 10,
-    out: Annotated[Optional[Path], typer.Option(help="Output directory (default: <out_dir>/profile).")] = None,
-    port: Annotated[Optional[int], typer.Option(help="Listen port (default: the config's testbed.port).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output directory (default: <out_dir>/profile).")] = None,
+    port: Annotated[int | None, typer.Option(help="Listen port (default: the config's testbed.port).")] = None,
 ) -> None:
     """Run a profiling session: fit each device's Formula 4 round-time model (a, mu).
 
@@ -114,7 +114,7 @@ def profile(
 @app.command("profile-show", hidden=True)
 def profile_show(
     file: Annotated[Path, typer.Argument(help="A profile file (profiles.json).")] = Path("runs/profile/profiles.json"),
-    out: Annotated[Optional[Path], typer.Option(help="Where to write the CDF plots (default: next to FILE, in plots/).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Where to write the CDF plots (default: next to FILE, in plots/).")] = None,
 ) -> None:
     """Print a profile file as a table and plot each device's empirical vs fitted CDF."""
     from mjfl.profiling.command import show
@@ -131,9 +131,9 @@ def bench_schedulers(
     jobs: Annotated[int, typer.Option(help="Jobs planned concurrently.")] = 3,
     rounds: Annotated[int, typer.Option(help="Plan calls per job and method.")] = 30,
     fraction: Annotated[float, typer.Option(help="C_m: fraction of the fleet per plan.")] = 0.1,
-    methods: Annotated[Optional[str], typer.Option(help="Comma-separated methods (default: all).")] = None,
+    methods: Annotated[str | None, typer.Option(help="Comma-separated methods (default: all).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic fleet and schedulers.")] = 0,
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
 ) -> None:
     """Plan latency and cost of every scheduler on a synthetic heterogeneous fleet."""
     from mjfl.schedulers.bench import run_scheduler_bench
@@ -147,7 +147,7 @@ def bench_schedulers(
 
 @bench_app.command("coordinator")
 def bench_coordinator(
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
     devices: Annotated[int, typer.Option(help="Emulated devices for the round-overhead figure.")] = 100,
     rounds: Annotated[int, typer.Option(help="Measured rounds (plus a warm-up and a closing one).")] = 3,
     round_s: Annotated[float, typer.Option(help="The devices' own round time, seconds.")] = 3.0,
@@ -156,7 +156,7 @@ def bench_coordinator(
     connections: Annotated[int, typer.Option(help="Idle device connections to hold.")] = 1000,
     heartbeat_s: Annotated[float, typer.Option(help="Heartbeat interval while holding them (the server's default).")] = 10.0,
     hold_s: Annotated[float, typer.Option(help="How long to hold them, seconds.")] = 30.0,
-    workers: Annotated[Optional[int], typer.Option(help="Emulator processes (default: min(2, CPUs)).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Emulator processes (default: min(2, CPUs)).")] = None,
 ) -> None:
     """Coordinator overhead per round, broadcast throughput, 1,000 connections' heartbeat p99."""
     from mjfl.coordinator.bench_coordinator import run_coordinator_bench
@@ -170,8 +170,8 @@ def bench_coordinator(
 
 @bench_app.command("trainers")
 def bench_trainers(
-    json_path: Annotated[Optional[Path], typer.Option("--json", help="Write the figures here.")] = None,
-    models: Annotated[Optional[str], typer.Option(help="Comma-separated zoo models (default: all).")] = None,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    models: Annotated[str | None, typer.Option(help="Comma-separated zoo models (default: all).")] = None,
     steps: Annotated[int, typer.Option(help="Measured steps per model and runtime (after a warm-up).")] = 100,
     batch: Annotated[int, typer.Option(help="Batch size of a step.")] = 32,
 ) -> None:
@@ -219,9 +219,9 @@ def device_emulate(
     url: Annotated[str, typer.Option(help="The coordinator: ws://HOST:PORT.")],
     count: Annotated[int, typer.Option(help="How many devices to emulate.")] = 1,
     runtime: Annotated[str, typer.Option(help="executorch (the task's .pte) or torch (eager model).")] = "executorch",
-    profile: Annotated[Optional[Path], typer.Option(help="Profile file: impersonate its phones, drawn to --count devices.")] = None,
-    workers: Annotated[Optional[int], typer.Option(help="Worker processes (default: one per CPU).")] = None,
-    id_prefix: Annotated[Optional[str], typer.Option(help="Device ids are PREFIX-INDEX (default: emu-<host>).")] = None,
+    profile: Annotated[Path | None, typer.Option(help="Profile file: impersonate its phones, drawn to --count devices.")] = None,
+    workers: Annotated[int | None, typer.Option(help="Worker processes (default: one per CPU).")] = None,
+    id_prefix: Annotated[str | None, typer.Option(help="Device ids are PREFIX-INDEX (default: emu-<host>).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the drawn profiles and the devices' round times.")] = 0,
     token: Annotated[str, typer.Option(help="Credential to present in the hello.")] = "",
 ) -> None:

@@ -36,7 +36,16 @@ from mjfl.coordinator.fleet import DeviceFailure, Fleet, Task, TaskResult, Weigh
 from mjfl.coordinator.records import DeviceRound, ProfileRefit, RoundRecord
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec
-from mjfl.schedulers.base import CostWeights, FleetModel, JobModel, Plan, PlanContext, RoundOutcome, Scheduler, plan_size
+from mjfl.schedulers.base import (
+    CostWeights,
+    FleetModel,
+    JobModel,
+    Plan,
+    PlanContext,
+    RoundOutcome,
+    Scheduler,
+    plan_size,
+)
 from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
 
 log = logging.getLogger(__name__)

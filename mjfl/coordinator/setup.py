@@ -40,7 +40,7 @@ class PreparedJob:
 
     @property
     def samples(self) -> dict[DeviceId, int]:
-        return {d: int(len(y)) for d, (_, y) in self.artifacts.shards.items()}
+        return {d: len(y) for d, (_, y) in self.artifacts.shards.items()}
 
     def info(self, run_id: str) -> JobInfo:
         c = self.config

@@ -25,7 +25,13 @@ from mjfl.coordinator.clock import VirtualClock, run_virtual
 from mjfl.coordinator.config import RunConfig, config_to_dict
 from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.records import JobInfo, ProfileRefit, RoundRecord, RunInfo, SchedulerChoice
-from mjfl.coordinator.setup import PreparedJob, engine_jobs, evaluate_job, fleet_profiles, prepare_jobs
+from mjfl.coordinator.setup import (
+    PreparedJob,
+    engine_jobs,
+    evaluate_job,
+    fleet_profiles,
+    prepare_jobs,
+)
 from mjfl.coordinator.simulated import SimulatedDevice, SimulatedFleet, _init_worker
 from mjfl.coordinator.storage import Storage
 from mjfl.errors import UserError
@@ -95,7 +101,7 @@ def simulate(
         prepared = prepare_jobs(config, devices)
     fleet_devices = [SimulatedDevice(DeviceId(p.device_id), p.a, p.mu, config.fleet.dropout) for p in profiles]
     workers = config.fleet.workers or os.cpu_count() or 1
-    stamp = dt.datetime.now(dt.timezone.utc)
+    stamp = dt.datetime.now(dt.UTC)
     results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
     choices: list[SchedulerChoice] = []
     with Storage(config.database_path) as storage, ProcessPoolExecutor(workers, initializer=_init_worker) as pool:
@@ -117,7 +123,7 @@ def simulate(
                     status = "interrupted"
                     raise
                 finally:
-                    storage.finish_run(run_id, status, dt.datetime.now(dt.timezone.utc).isoformat())
+                    storage.finish_run(run_id, status, dt.datetime.now(dt.UTC).isoformat())
                 results[method] = (infos, storage.rounds(run_id))
                 if method == "meta-greedy":
                     choices = storage.choices(run_id)

@@ -26,7 +26,14 @@ from pathlib import Path
 import numpy as np
 
 from mjfl.coordinator.clock import Clock
-from mjfl.coordinator.fleet import DeviceFailure, DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
+from mjfl.coordinator.fleet import (
+    DeviceFailure,
+    DeviceProfileView,
+    JobArtifacts,
+    Task,
+    TaskResult,
+    Timing,
+)
 from mjfl.ids import DeviceId, JobId
 from mjfl.schedulers import round_time
 

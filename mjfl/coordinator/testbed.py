@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,8 +79,8 @@ def testbed_run(
             console.print(f"resuming run {run_id} after {', '.join(f'{j.job}: round {storage.last_round(run_id, j.job)}' for j in infos)}")
             started_at = info.started_at
         else:
-            started_at = dt.datetime.now(dt.timezone.utc).isoformat()
-            run_id = f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S}-testbed-{method}"
+            started_at = dt.datetime.now(dt.UTC).isoformat()
+            run_id = f"{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S}-testbed-{method}"
             infos = []
         view = report.LiveView(enabled=live, console=console, clock="wall")
         status = "failed"
@@ -93,7 +93,7 @@ def testbed_run(
             console.print(f"[yellow]interrupted[/]: every finished round is saved; continue with --resume (run {run_id})")
             raise
         finally:
-            storage.finish_run(run_id, status, dt.datetime.now(dt.timezone.utc).isoformat())
+            storage.finish_run(run_id, status, dt.datetime.now(dt.UTC).isoformat())
         results = {method: (infos, storage.rounds(run_id))}
         summary = report.summary(results)
         report.write_summary(out_dir / "summary.json", summary)

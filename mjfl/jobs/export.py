@@ -5,7 +5,7 @@ The program computes forward + cross-entropy loss + backward in one method,
 shard's last short batch runs on the same program. `noise` is one U[0, 1)
 tensor per dropout site of the model, shaped (*features, N) (the site's
 activation with the batch last; see `mjfl.jobs.models.dropout_shapes`): an
-activation is kept where its noise is >= p. Whoever runs the program fills
+activation is kept where its noise is > p. Whoever runs the program fills
 them (a seeded trainer, a phone's RNG); models without dropout take none.
 Its outputs are, in order:
 
@@ -42,12 +42,12 @@ from mjfl.jobs.models import ModelSpec, dropout_shapes
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
-    "validate_program",
     "PARAM_PREFIX",
-    "export_training_program",
     "cached_program",
     "cached_programs",
+    "export_training_program",
     "program_key",
+    "validate_program",
 ]
 
 DEFAULT_MAX_BATCH = 256

@@ -23,8 +23,8 @@ replaced; see docs/models.md). All 3x3 convolutions use padding 1.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -34,16 +34,16 @@ from mjfl.errors import ConfigError
 from mjfl.jobs.layers import EagerOps, Ops
 
 __all__ = [
+    "MODELS",
     "ModelSpec",
     "ZooModel",
-    "MODELS",
+    "batch_norm_pixels",
     "build_model",
+    "dropout_shapes",
     "initial_weights",
-    "state_to_numpy",
     "load_weights",
     "parameter_count",
-    "batch_norm_pixels",
-    "dropout_shapes",
+    "state_to_numpy",
 ]
 
 

@@ -21,13 +21,14 @@ matrix algebra, so the program's results are unchanged up to BLAS rounding.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch.fx import GraphModule, Node
 from torch.fx.passes.infra.pass_base import PassResult
 
-__all__ = ["TRAINING_PASSES", "transpose_of_mm", "cancel_inverse_permutes", "mm_to_linear"]
+__all__ = ["TRAINING_PASSES", "cancel_inverse_permutes", "mm_to_linear", "transpose_of_mm"]
 
 
 def _ops() -> Any:

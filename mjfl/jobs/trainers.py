@@ -21,8 +21,9 @@ the same training in either runtime, run after run.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,10 +40,10 @@ from mjfl.jobs.models import (
 )
 
 __all__ = [
-    "TrainResult",
-    "Trainer",
     "ExecuTorchTrainer",
     "TorchTrainer",
+    "TrainResult",
+    "Trainer",
     "batches",
     "evaluate",
     "make_trainer",
@@ -211,7 +212,7 @@ class ExecuTorchTrainer:
             raise ProgramError(
                 f"program takes inputs {program_shape}, the spec says {spec.input_shape}"
             )
-        names = [f[len(PARAM_PREFIX) :] if f.startswith(PARAM_PREFIX) else f for f in fqns]
+        names = [f.removeprefix(PARAM_PREFIX) for f in fqns]
         if names != self._param_keys or param_start - grad_start != len(names):
             raise ProgramError(
                 f"program parameters {names[:4]}... do not match model {spec.name!r} "

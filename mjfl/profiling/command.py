@@ -17,7 +17,14 @@ from mjfl.coordinator.config import JobConfig, RunConfig, TestbedConfig
 from mjfl.errors import UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
-from mjfl.profiling.session import Observation, calibration_jobs, fit_profiles, read_observations, run_session, write_observations
+from mjfl.profiling.session import (
+    Observation,
+    calibration_jobs,
+    fit_profiles,
+    read_observations,
+    run_session,
+    write_observations,
+)
 
 # Without a config: one small calibration job (LeNet-5 on digits).
 DEFAULT_JOB = JobConfig(name=JobId("lenet5"), model="lenet5", image_size=12, batch_size=8, lr=0.05, partition="iid")
@@ -46,7 +53,7 @@ def profile_run(
     observations, hardware, profiles, skipped = asyncio.run(
         _session(config, emulate, list(devices), rounds, console, truth)
     )
-    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     write_observations(out_dir / "observations.csv", observations)
     if not profiles:
         raise UserError(f"no device could be profiled: {skipped}")

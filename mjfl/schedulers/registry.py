@@ -7,7 +7,13 @@ from typing import Any
 
 from mjfl.errors import ConfigError
 from mjfl.schedulers.base import Scheduler
-from mjfl.schedulers.baselines import FedCSScheduler, GreedyScheduler, RandomScheduler, Seed, as_generator
+from mjfl.schedulers.baselines import (
+    FedCSScheduler,
+    GreedyScheduler,
+    RandomScheduler,
+    Seed,
+    as_generator,
+)
 from mjfl.schedulers.bods import BODSScheduler
 from mjfl.schedulers.genetic import AnnealingScheduler, GeneticScheduler
 from mjfl.schedulers.meta_greedy import MetaGreedyScheduler

@@ -5,7 +5,6 @@ time drawn from its Formula 4 profile and returns the global model plus one,
 so a job's model after r aggregated rounds is r and "accuracy" is r / 10.
 """
 
-import asyncio
 from collections import defaultdict
 
 import numpy as np

@@ -210,7 +210,7 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
         jobs.append(EngineJob(
             name=JobId(name), spec=SPEC, scheduler=make_scheduler("random", seed=m),
             samples={d: len(y) for d, (_, y) in shards.items()}, test_x=data.test_x, test_y=data.test_y,
-            weights=initial_weights(SPEC, m), epochs=2, batch_size=16, lr=0.05, momentum=0.9,
+            weights=initial_weights(SPEC, m), epochs=2, batch_size=16, lr=0.05, momentum=0.5,
             fraction=0.5, max_rounds=3,
         ))
     before = [evaluate(SPEC, job.weights, data.test_x, data.test_y) for job in jobs]
@@ -241,7 +241,7 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
         expected = fedavg([(r.weights, r.samples) for r in last])
         assert all(np.allclose(expected[k], job.weights[k], rtol=1e-6, atol=1e-7) for k in expected)
         acc, loss = evaluate(SPEC, job.weights, data.test_x, data.test_y)
-        assert loss < loss0 and acc > max(acc0, 0.3)
+        assert loss < loss0 and acc > max(acc0, 0.6)  # measured 0.88-0.92
     # Never two tasks on one device: the server's own log and the round records agree.
     spans = {}
     for dev, job, round_, sent, ended, outcome in server.fleet.task_log:

@@ -63,7 +63,7 @@ class SchedulerConfig:
 
     method: str = "meta-greedy"
     alpha: float = 1.0
-    beta: float = 0.2
+    beta: float = 0.05
     omega: str = "sqrt"
     members: tuple[str, ...] = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
     min_plan: int = 1
@@ -210,7 +210,7 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
     config = SchedulerConfig(
         method=f.take("method", str, default="meta-greedy", check=lambda v: v in METHODS, need=f"one of {', '.join(METHODS)}"),
         alpha=f.take("alpha", float, default=1.0, check=lambda v: v >= 0, need=">= 0"),
-        beta=f.take("beta", float, default=0.2, check=lambda v: v >= 0, need=">= 0"),
+        beta=f.take("beta", float, default=0.05, check=lambda v: v >= 0, need=">= 0"),
         omega=f.take("omega", str, default="sqrt", check=lambda v: v in OMEGAS, need=f"one of {OMEGAS}"),
         members=tuple(members),
         min_plan=f.take("min_plan", int, default=1, check=lambda v: v >= 1, need=">= 1"),

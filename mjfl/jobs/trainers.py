@@ -473,8 +473,9 @@ def evaluate(
     loss_sum = 0.0
     with torch.no_grad():
         for i in range(0, len(x), batch_size):
-            xb = torch.from_numpy(x[i : i + batch_size]).to(dev)
-            yb = torch.from_numpy(y[i : i + batch_size]).to(dev)
+            # Copies: test sets may be read-only arrays, which torch warns about.
+            xb = torch.tensor(x[i : i + batch_size], device=dev)
+            yb = torch.tensor(y[i : i + batch_size], device=dev)
             logits = net(xb)
             loss_sum += float(F.cross_entropy(logits, yb, reduction="sum"))
             correct += int((logits.argmax(dim=1) == yb).sum())

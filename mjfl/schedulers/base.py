@@ -72,7 +72,7 @@ class CostWeights:
     """
 
     alpha: float = 1.0
-    beta: float = 0.2
+    beta: float = 0.05
     omega: Omega = "sqrt"
 
     def __post_init__(self) -> None:

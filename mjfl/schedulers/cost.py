@@ -13,10 +13,10 @@ therefore made dimensionless:
   scores about r after r rounds, and choosing a device that has been
   scheduled d times more than average adds about ``2d / (1 - p)``.
 
-With these scales alpha = 1, beta = 0.2 (the defaults) weigh "one plan twice as
-slow as typical" against "its devices were picked ~2.5 rounds more often than
+With these scales alpha = 1, beta = 0.05 (the defaults) weigh "one plan twice
+as slow as typical" against "its devices were picked ~10 rounds more often than
 average"; Meta-Greedy's Omega(r) = sqrt(r) then lets fairness grow in weight as
-the job goes on (Formula 13). See docs/cost-model.md.
+the job goes on (Formula 13), to beta = 0.2 by round 16. See docs/cost-model.md.
 """
 
 from __future__ import annotations

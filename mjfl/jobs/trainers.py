@@ -125,9 +125,13 @@ def dropout_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng([seed, _NOISE_STREAM])
 
 
-def draw_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
-    """U[0, 1) float32 noise for one dropout site, (N, *features)."""
-    return rng.random(shape, dtype=np.float32)
+def draw_noise(rng: np.random.Generator, n: int, features: tuple[int, ...]) -> np.ndarray:
+    """U[0, 1) float32 noise for one dropout site of an n-sample batch.
+
+    Drawn in the program's layout, (*features, n) with the batch last; the
+    eager trainer views it batch-first, so both runtimes use the same numbers.
+    """
+    return rng.random((*features, n), dtype=np.float32)
 
 
 def _check_data(spec: ModelSpec, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -291,12 +295,7 @@ class ExecuTorchTrainer:
         for idx in plan:
             s = time.perf_counter()
             ti = torch.from_numpy(idx)
-            # Noise is drawn (N, *features) as eager draws it, then laid out
-            # batch-last as the program takes it.
-            noise = [
-                torch.from_numpy(np.ascontiguousarray(np.moveaxis(u, 0, -1)))
-                for u in (draw_noise(noise_rng, (len(idx), *f)) for f in self._noise_shapes)
-            ]
+            noise = [torch.from_numpy(draw_noise(noise_rng, len(idx), f)) for f in self._noise_shapes]
             outs = self._run(xt.index_select(0, ti), yt.index_select(0, ti), noise)
             loss_sum += float(outs[0]) * len(idx)
             optimizer.step(dict(zip(self._fqns, outs[self._grad_start : self._param_start])))
@@ -406,10 +405,13 @@ class TorchTrainer:
         step_times = []
         losses = []
         noise_rng = dropout_rng(seed)
-        ops = EagerOps(
-            training=True,
-            noise=lambda shape: torch.from_numpy(draw_noise(noise_rng, shape)).to(self.device),
-        )
+
+        def noise(shape: tuple[int, ...]) -> torch.Tensor:
+            # The program's (*features, N) numbers, viewed batch-first.
+            u = draw_noise(noise_rng, shape[0], shape[1:])
+            return torch.from_numpy(u).movedim(-1, 0).to(self.device)
+
+        ops = EagerOps(training=True, noise=noise)
         for idx in plan:
             s = time.perf_counter()
             ti = torch.from_numpy(idx).to(self.device)

@@ -6,6 +6,7 @@ stays fast.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -25,7 +26,8 @@ app.add_typer(bench_app, name="bench")
 device_app = typer.Typer(help="Device-side tools: emulated devices.", no_args_is_help=True)
 app.add_typer(device_app, name="device")
 
-console = Console(stderr=True)
+# Logs and CI are not terminals: rich would squeeze tables into 80 columns.
+console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 
 @app.command()

@@ -129,7 +129,7 @@ def profile_show(
 
 @bench_app.command("schedulers")
 def bench_schedulers(
-    devices: Annotated[list[int], typer.Option(help="Fleet sizes to measure (repeatable or space-separated).")] = [100, 1000],
+    devices: Annotated[list[int], typer.Option(help="Fleet sizes to measure (repeatable or space-separated).")] = [100, 1000],  # noqa: B006 - typer reads the default, never mutates it
     jobs: Annotated[int, typer.Option(help="Jobs planned concurrently.")] = 3,
     rounds: Annotated[int, typer.Option(help="Plan calls per job and method.")] = 30,
     fraction: Annotated[float, typer.Option(help="C_m: fraction of the fleet per plan.")] = 0.1,

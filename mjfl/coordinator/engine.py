@@ -268,13 +268,13 @@ class Engine:
         job.rounds_done = round_
         job.best_accuracy = max(job.best_accuracy, accuracy)
 
-        outcome = RoundOutcome(ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started)
-        cost = ctx.costs.observed_cost(outcome)
+        round_outcome = RoundOutcome(ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started)
+        cost = ctx.costs.observed_cost(round_outcome)
         winner, choices = None, None
         if isinstance(job.scheduler, MetaGreedyScheduler) and job.scheduler.choices:
             choice = job.scheduler.choices[-1]
             winner, choices = choice.winner, choice.recost
-        job.scheduler.observe(ctx, outcome)
+        job.scheduler.observe(ctx, round_outcome)
         record = RoundRecord(
             self.run_id, job.name, round_, started, ended, tuple(device_rounds), accuracy, loss,
             aggregated, expected, cost, winner,

@@ -135,7 +135,7 @@ def export_training_program(
     # export form's activations: (*features, N).
     sites = dropout_shapes(wrapper.model, spec.input_shape)
     noise = [torch.rand(*shape, example_n) for shape in sites]
-    dynamic = None
+    dynamic: tuple[Any, ...] | None = None
     if max_batch > 1:
         batch = Dim("batch", min=1, max=max_batch)
         dynamic = ({0: batch}, {0: batch})
@@ -165,7 +165,7 @@ def _versions() -> dict[str, str]:
         from importlib.metadata import version
 
         et = version("executorch")
-    except Exception:  # pragma: no cover - metadata missing in odd installs
+    except Exception:  # noqa: BLE001  # pragma: no cover - metadata missing in odd installs
         et = "unknown"
     return {"torch": torch.__version__, "executorch": et, "mjfl": mjfl.__version__}
 
@@ -316,5 +316,5 @@ def validate_program(data: bytes, *, sha256: str | None = None) -> None:
         program = getattr(parsed, "program", parsed)
         if not program.execution_plan:
             raise ValueError("no execution plan")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - re-raised as one ProgramError
         raise ProgramError(f"program does not parse ({type(exc).__name__}: {exc})") from None

@@ -210,7 +210,7 @@ class ExecuTorchTrainer:
             fqns = list(self._module.run_method("__et_training_fqn_forward", ()))
         except ProgramError:
             raise
-        except Exception as exc:  # the runtime reports load errors as RuntimeError
+        except Exception as exc:  # noqa: BLE001 - the runtime reports load errors as RuntimeError
             raise ProgramError(f"cannot load the training program: {exc}") from None
         if program_shape != spec.input_shape:
             raise ProgramError(
@@ -249,7 +249,7 @@ class ExecuTorchTrainer:
     def _run(self, x: Any, y: Any, noise: Sequence[Any]) -> list[Any]:
         try:
             return list(self._module.run_method("forward", (x, y, *noise), clone_outputs=False))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - re-raised as one ProgramError
             raise ProgramError(f"the training program failed to run: {exc}") from None
 
     def train(
@@ -299,9 +299,9 @@ class ExecuTorchTrainer:
             outs = self._run(xt.index_select(0, ti), yt.index_select(0, ti), noise)
             loss_sum += float(outs[0]) * len(idx)
             optimizer.step(dict(zip(self._fqns, outs[self._grad_start : self._param_start])))
-            for k, (name, bn_momentum, pixels) in enumerate(self._bn):
+            for i, (name, bn_momentum, pixels) in enumerate(self._bn):
                 self._update_running(
-                    buffers, name, bn_momentum, len(idx) * pixels, outs[2 + 2 * k], outs[3 + 2 * k]
+                    buffers, name, bn_momentum, len(idx) * pixels, outs[2 + 2 * i], outs[3 + 2 * i]
                 )
             step_times.append(time.perf_counter() - s)
         t2 = time.perf_counter()

@@ -50,7 +50,7 @@ def profile_run(
         raise UserError("--rounds must be >= 3 (a fit needs at least 3 observations per device)")
     out_dir.mkdir(parents=True, exist_ok=True)
     truth: dict[str, DeviceProfile] = {}
-    observations, hardware, profiles, skipped = asyncio.run(
+    observations, _hardware, profiles, skipped = asyncio.run(
         _session(config, emulate, list(devices), rounds, console, truth)
     )
     created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -80,7 +80,7 @@ def calibration_jobs(
                 device: (x[: max(1, math.ceil(fraction * len(y)))], y[: max(1, math.ceil(fraction * len(y)))])
                 for device, (x, y) in artifacts.shards.items()
             }
-            name = JobId(f"{artifacts.job}@{int(round(fraction * 100))}%")
+            name = JobId(f"{artifacts.job}@{round(fraction * 100)}%")
             out.append(CalibrationJob(JobArtifacts(name, artifacts.spec, artifacts.program, shards), artifacts.job, weights, batch_size, lr))
     return out
 

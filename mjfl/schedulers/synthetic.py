@@ -64,7 +64,7 @@ def drive(
     rounds: int,
     rng: np.random.Generator,
     *,
-    weights: CostWeights = CostWeights(),
+    weights: CostWeights = CostWeights(),  # noqa: B008 - frozen dataclass
     timer: Callable[[], float] | None = None,
     on_plan: PlanHook | None = None,
     truth: FleetModel | None = None,

@@ -5,6 +5,7 @@ time drawn from its Formula 4 profile and returns the global model plus one,
 so a job's model after r aggregated rounds is r and "accuracy" is r / 10.
 """
 
+import itertools
 from collections import defaultdict
 
 import numpy as np
@@ -111,7 +112,7 @@ def test_concurrent_jobs_never_share_a_device(method):
             spans[d.device].append((r.started_s, r.started_s + d.duration_s, r.job))
     for device, intervals in spans.items():
         intervals.sort()
-        for (s1, e1, j1), (s2, e2, j2) in zip(intervals, intervals[1:]):
+        for (s1, e1, j1), (s2, e2, j2) in itertools.pairwise(intervals):
             assert s2 >= e1 - 1e-9, f"{device} served {j1} and {j2} at once"
     assert {r.job for r in records} == {"job0", "job1", "job2"}
 
@@ -130,7 +131,7 @@ def test_jobs_stop_at_their_target_and_at_their_budget():
     assert jobs[0].stopped == "target" and jobs[1].stopped == "budget"
     # The clock is the run's: rounds follow each other in time.
     for rs in by_job.values():
-        assert all(a.ended_s <= b.started_s + 1e-9 for a, b in zip(rs, rs[1:]))
+        assert all(a.ended_s <= b.started_s + 1e-9 for a, b in itertools.pairwise(rs))
 
 
 def test_same_seed_same_schedule_and_times():
@@ -154,7 +155,7 @@ def test_a_failed_device_is_recorded_and_the_job_goes_on():
     assert [d.status for d in r1.devices if d.device == first] == ["failed"]
     assert [d.error for d in r1.devices if d.device == first] == ["lost connection"]
     assert [d.status for d in r2.devices if d.device == second] == ["rejected"]
-    assert "non-finite" in [d.error for d in r2.devices if d.device == second][0]
+    assert "non-finite" in next(d.error for d in r2.devices if d.device == second)
     assert r1.aggregated and r2.aggregated
     assert records[-1].accuracy >= 0.3  # the job reached its target anyway
 

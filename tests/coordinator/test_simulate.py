@@ -1,5 +1,6 @@
 """`mjfl simulate` end to end: real ExecuTorch training on digits, virtual time."""
 
+import itertools
 import json
 
 import pytest
@@ -54,7 +55,7 @@ def test_two_jobs_reach_their_targets_and_everything_is_written(tmp_path):
                 spans.setdefault(d.device, []).append((r.started_s, r.started_s + d.duration_s))
         for intervals in spans.values():
             intervals.sort()
-            assert all(b[0] >= a[1] - 1e-9 for a, b in zip(intervals, intervals[1:]))
+            assert all(b[0] >= a[1] - 1e-9 for a, b in itertools.pairwise(intervals))
 
 
 def test_same_seed_same_schedule_and_virtual_times(tmp_path):

@@ -86,7 +86,7 @@ def test_validate_program_rejects_corrupt_bytes(lenet_program: tuple[Path, str])
         "random body": data[:40] + rng.bytes(len(data) - 40),
         "bit flips": bytes(flipped),
     }
-    for what, blob in bad.items():
+    for blob in bad.values():
         with pytest.raises(ProgramError):
             validate_program(blob)
         with pytest.raises(ProgramError):  # and with the digest of the good program

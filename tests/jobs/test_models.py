@@ -174,10 +174,10 @@ def test_eager_ops_dropout_follows_training_flag() -> None:
 @pytest.mark.parametrize(
     "kwargs, field",
     [
-        (dict(name="nope", input_shape=(1, 16, 16), num_classes=10), "model"),
-        (dict(name="lenet5", input_shape=(1, 16), num_classes=10), "input_shape"),
-        (dict(name="lenet5", input_shape=(1, 16, 16), num_classes=1), "num_classes"),
-        (dict(name="lenet5", input_shape=(1, 16, 16), num_classes=10, dropout=1.0), "dropout"),
+        ({"name": "nope", "input_shape": (1, 16, 16), "num_classes": 10}, "model"),
+        ({"name": "lenet5", "input_shape": (1, 16), "num_classes": 10}, "input_shape"),
+        ({"name": "lenet5", "input_shape": (1, 16, 16), "num_classes": 1}, "num_classes"),
+        ({"name": "lenet5", "input_shape": (1, 16, 16), "num_classes": 10, "dropout": 1.0}, "dropout"),
     ],
 )
 def test_model_spec_validates_fields(kwargs: dict, field: str) -> None:

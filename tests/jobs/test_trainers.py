@@ -24,6 +24,7 @@ exported (in two processes) on the first run only.
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -102,7 +103,7 @@ def test_lenet_runtime_matches_eager_for_20_free_steps(programs: dict[ModelSpec,
     x, y = _digits(16)
     x, y = x[:320], y[:320]
     w0 = initial_weights(spec, 7)
-    kw = dict(epochs=1, batch_size=16, lr=0.01, momentum=0.9, seed=1)
+    kw = {"epochs": 1, "batch_size": 16, "lr": 0.01, "momentum": 0.9, "seed": 1}
     a = ExecuTorchTrainer(programs[spec], spec).train(w0, x, y, **kw)
     b = TorchTrainer(spec, device="cpu").train(w0, x, y, **kw)
     assert a.steps == b.steps == 20
@@ -125,7 +126,7 @@ def test_runtime_matches_eager_step_by_step(name: str, programs: dict[ModelSpec,
     plan = batches(len(x), epochs=1, batch_size=batch, seed=1)[:20]
     diffs = []
     for idx in plan:
-        kw = dict(epochs=1, batch_size=batch, lr=0.01, momentum=0.9, seed=0)
+        kw = {"epochs": 1, "batch_size": batch, "lr": 0.01, "momentum": 0.9, "seed": 0}
         a = et.train(w, x[idx], y[idx], **kw)
         b = eager.train(w, x[idx], y[idx], **kw)
         assert list(a.weights) == list(w0)
@@ -145,7 +146,7 @@ def test_the_batch_norm_resnet_is_chaotic_even_in_eager(digits: tuple[np.ndarray
     rng = np.random.default_rng(0)
     nudged = {k: (v * (1 + 1e-7 * rng.standard_normal(v.shape))).astype(np.float32) for k, v in w0.items()}
     trainer = TorchTrainer(spec, device="cpu")
-    kw = dict(epochs=1, batch_size=16, lr=0.01, momentum=0.9, seed=1)
+    kw = {"epochs": 1, "batch_size": 16, "lr": 0.01, "momentum": 0.9, "seed": 1}
     a = trainer.train(w0, x[:320], y[:320], **kw)
     b = trainer.train(nudged, x[:320], y[:320], **kw)
     assert _max_diff(a.weights, b.weights) > 1e-3
@@ -162,7 +163,7 @@ def test_loss_falls_on_digits(programs: dict[ModelSpec, bytes], digits: tuple[np
         losses.append(result.mean_loss)
         w = result.weights
     assert losses[-1] < 0.5 * losses[0]
-    assert all(b < a for a, b in zip(losses, losses[1:]))
+    assert all(b < a for a, b in itertools.pairwise(losses))
     accuracy, loss = evaluate(spec, None, None, w, x[1200:], y[1200:])
     assert accuracy > 0.75 and loss < 0.8
 
@@ -224,7 +225,7 @@ def test_dropout_masks_follow_the_seed_in_both_runtimes(
     x, y = digits[0][:64], digits[1][:64]
     w0 = initial_weights(CNN_B_DROPOUT, 0)
     trainer = ExecuTorchTrainer(programs[CNN_B_DROPOUT], CNN_B_DROPOUT)
-    kwargs = dict(epochs=1, batch_size=16, lr=0.01, momentum=0.9)
+    kwargs = {"epochs": 1, "batch_size": 16, "lr": 0.01, "momentum": 0.9}
     first = trainer.train(w0, x, y, seed=4, **kwargs)
     again = trainer.train(w0, x, y, seed=4, **kwargs)
     other = trainer.train(w0, x, y, seed=5, **kwargs)

@@ -7,7 +7,7 @@ from mjfl.schedulers.base import CostWeights, FleetModel, JobModel, PlanContext
 
 def make_context(
     a, mu, samples, *, epochs=1, free=None, frequencies=None, size=1, round_=1,
-    current=None, weights=CostWeights(), job=0, fraction=0.5,
+    current=None, weights=CostWeights(), job=0, fraction=0.5,  # noqa: B008 - frozen dataclass
 ) -> PlanContext:
     """A planning context from plain lists: one job unless ``samples`` is 2-d."""
     a, mu = np.asarray(a, float), np.asarray(mu, float)

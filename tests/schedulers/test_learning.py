@@ -47,8 +47,8 @@ def test_bods_learns_from_observed_rounds_what_profiles_miss(seed):
     slow, cost = mismatched_run("bods", seed, beta=0.0)
     assert slow[-15:].mean() < 0.5 * slow[:15].mean() + 0.01
     assert cost[-15:].mean() < cost[:15].mean()
-    random_slow, random_cost = mismatched_run("random", seed, beta=0.0)
-    greedy_slow, greedy_cost = mismatched_run("greedy", seed, beta=0.0)
+    _random_slow, random_cost = mismatched_run("random", seed, beta=0.0)
+    _greedy_slow, greedy_cost = mismatched_run("greedy", seed, beta=0.0)
     assert cost[-15:].mean() < 0.25 * random_cost[-15:].mean()
     assert cost[-15:].mean() < 0.7 * greedy_cost[-15:].mean()
 

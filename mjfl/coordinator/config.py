@@ -205,8 +205,8 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
             raise ConfigError("scheduler.members", f"unknown method {member!r}; choose from {', '.join(SINGLE)}")
     options = f.take("options", dict, default={})
     for name, value in options.items():
-        if name not in SINGLE or not isinstance(value, dict):
-            raise ConfigError(f"scheduler.options.{name}", f"must be a table named after a method ({', '.join(SINGLE)})")
+        if name not in METHODS or not isinstance(value, dict):
+            raise ConfigError(f"scheduler.options.{name}", f"must be a table named after a method ({', '.join(METHODS)})")
     config = SchedulerConfig(
         method=f.take("method", str, default="meta-greedy", check=lambda v: v in METHODS, need=f"one of {', '.join(METHODS)}"),
         alpha=f.take("alpha", float, default=1.0, check=lambda v: v >= 0, need=">= 0"),

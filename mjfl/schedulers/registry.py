@@ -51,7 +51,10 @@ def make_scheduler(
         if unknown:
             raise ConfigError("scheduler.members", f"unknown method(s) {unknown}; choose from {list(SINGLE)}")
         rngs = as_generator(seed).spawn(len(members))
-        return MetaGreedyScheduler([SINGLE[m](rng, **options.get(m, {})) for m, rng in zip(members, rngs)])
+        return MetaGreedyScheduler(
+            [SINGLE[m](rng, **options.get(m, {})) for m, rng in zip(members, rngs)],
+            **options.get("meta-greedy", {}),
+        )
     if method not in SINGLE:
         raise ConfigError("scheduler.method", f"unknown method {method!r}; choose from {list(METHODS)}")
     return SINGLE[method](seed, **options.get(method, {}))

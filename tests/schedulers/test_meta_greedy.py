@@ -95,3 +95,14 @@ def test_bench_schedulers_cli_writes_the_documented_shape(tmp_path):
         assert set(row) == {"method", "devices", "jobs", "median_ms", "p95_ms", "mean_cost"}
         assert row["jobs"] == 2 and row["median_ms"] >= 0 and row["p95_ms"] >= row["median_ms"]
         assert row["mean_cost"] > 0
+
+
+def test_members_plan_under_recost_weights_unless_told_otherwise(context_factory):
+    ctx = context_factory([1.0, 1.0], [1.0, 1.0], [1, 1], size=1, round_=9)
+    shared = make_scheduler("meta-greedy", seed=0, options={"rlds": {"pretrain_rounds": 5}})
+    # Omega(9) = sqrt(9) = 3: members see ReCost's beta * Omega(r).
+    assert shared.member_context(ctx).weights.beta == pytest.approx(3 * ctx.weights.beta)
+    literal = make_scheduler(
+        "meta-greedy", seed=0, options={"rlds": {"pretrain_rounds": 5}, "meta-greedy": {"shared_objective": False}}
+    )
+    assert literal.member_context(ctx) is ctx

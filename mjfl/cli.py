@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from mjfl.errors import UserError
+from mjfl.errors import ConfigError, UserError
 
 app = typer.Typer(
     name="mjfl",
@@ -198,7 +198,7 @@ def export_program(
     import hashlib
 
     from mjfl.jobs.export import export_training_program
-    from mjfl.jobs.models import ModelSpec
+    from mjfl.jobs.models import ModelSpec, build_model
 
     try:
         shape = tuple(int(v) for v in input_shape.split(","))
@@ -208,7 +208,12 @@ def export_program(
         raise UserError(f"--input-shape must be C,H,W, got {input_shape!r}")
     if not 1 <= max_batch <= 65536:
         raise UserError("--max-batch must be in [1, 65536]")
-    spec = ModelSpec(model, shape, classes)  # type: ignore[arg-type]
+    try:
+        spec = ModelSpec(model, shape, classes)  # type: ignore[arg-type]
+        build_model(spec)  # checks the input is large enough for the architecture
+    except ConfigError as exc:  # name the argument, not a config field
+        arg = {"model": "MODEL", "input_shape": "--input-shape", "num_classes": "--classes"}.get(exc.field, exc.field)
+        raise UserError(f"{arg}: {exc.problem}") from None
     console.print(f"exporting {model} for {shape}, {classes} classes (this takes a while) ...")
     data = export_training_program(spec, max_batch=max_batch)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -158,3 +158,34 @@ def test_runtime_max_pool2d_backward_is_wrong() -> None:
 def test_export_rejects_bad_max_batch() -> None:
     with pytest.raises(ValueError):
         export_mod.export_training_program(LENET, max_batch=0)
+
+
+def test_export_command_writes_a_loadable_program_and_names_bad_arguments(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mjfl.cli import app
+    from mjfl.errors import UserError
+    from mjfl.jobs.trainers import ExecuTorchTrainer
+
+    out = tmp_path / "lenet.pte"
+    result = CliRunner().invoke(
+        app, ["export", "lenet5", "--input-shape", "1,12,12", "--classes", "4", "--max-batch", "8", "--out", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    data = out.read_bytes()
+    assert hashlib.sha256(data).hexdigest() in result.output
+    trainer = ExecuTorchTrainer(data, ModelSpec("lenet5", (1, 12, 12), 4))
+    assert trainer.max_batch == 8
+
+    for args, named in [
+        (["nope"], "MODEL"),
+        (["lenet5", "--input-shape", "1,8,8"], "--input-shape"),
+        (["lenet5", "--input-shape", "1,x,8"], "--input-shape"),
+        (["lenet5", "--classes", "1"], "--classes"),
+        (["lenet5", "--max-batch", "0"], "--max-batch"),
+    ]:
+        bad = tmp_path / "bad.pte"
+        result = CliRunner().invoke(app, ["export", *args, "--out", str(bad)])
+        assert isinstance(result.exception, UserError), (args, result.output)
+        assert named in str(result.exception)
+        assert not bad.exists()

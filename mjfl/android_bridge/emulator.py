@@ -43,7 +43,7 @@ import sys
 import time
 import zlib
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Self
@@ -98,7 +98,11 @@ class TrainResult(Protocol):
 
 
 class Trainer(Protocol):
-    """What ``mjfl.jobs.trainers.make_trainer`` returns."""
+    """What ``mjfl.jobs.trainers.make_trainer`` returns.
+
+    Declared here rather than imported from ``mjfl.jobs.trainers`` so that the
+    device side loads without torch (the echo trainer of the tests needs none).
+    """
 
     def train(
         self,
@@ -700,6 +704,23 @@ class EmulatedDevice:
 # -- fleets of emulated devices in worker processes ----------------------------
 
 
+@contextlib.asynccontextmanager
+async def devices_running(*devices: EmulatedDevice) -> AsyncIterator[None]:
+    """Run emulated devices in this event loop for the duration of a block.
+
+    They connect and serve in the background; leaving the block stops them
+    and waits until each has closed its session.
+    """
+    async with asyncio.TaskGroup() as group:
+        for device in devices:
+            group.create_task(device.run(), name=device.device_id)
+        try:
+            yield
+        finally:
+            for device in devices:
+                device.stop()
+
+
 def heartbeat_phase(name: str, interval: float) -> float:
     """A delay in [0, interval) fixed by ``name``: where in the interval its heartbeats fall."""
     return zlib.crc32(name.encode("utf-8")) / 2**32 * interval
@@ -906,6 +927,7 @@ __all__ = [
     "TrainerFactory",
     "TrainingLane",
     "default_id_prefix",
+    "devices_running",
     "echo_trainer",
     "run_emulated_fleet",
 ]

@@ -179,21 +179,12 @@ def mm_to_linear(gm: GraphModule) -> PassResult:
     return PassResult(gm, changed)
 
 
-def _rows(node: Any) -> int:
+def _dim(node: Any, axis: int) -> int:
+    """Size of a 2-D node's `axis` (a symbolic batch counts as its hint), or -1."""
     val = node.meta.get("val") if isinstance(node, Node) else None
     if val is None or len(val.shape) != 2:
         return -1
-    d = val.shape[0]
-    if isinstance(d, torch.SymInt):
-        d = d.node.hint if d.node.hint is not None else 32
-    return int(d)
-
-
-def _cols(node: Any) -> int:
-    val = node.meta.get("val") if isinstance(node, Node) else None
-    if val is None or len(val.shape) != 2:
-        return -1
-    d = val.shape[1]
+    d = val.shape[axis]
     if isinstance(d, torch.SymInt):
         d = d.node.hint if d.node.hint is not None else 32
     return int(d)
@@ -219,8 +210,8 @@ def order_linear_operands(gm: GraphModule) -> PassResult:
         if node.op != "call_function" or node.target != a.linear.default or len(node.args) != 2:
             continue
         lhs, rhs = node.args
-        m, n = _rows(lhs), _rows(rhs)
-        if m < 0 or n < 0 or m >= n or _cols(lhs) < _MIN_SWAP_DEPTH:
+        m, n = _dim(lhs, 0), _dim(rhs, 0)
+        if m < 0 or n < 0 or m >= n or _dim(lhs, 1) < _MIN_SWAP_DEPTH:
             continue
         with graph.inserting_before(node):
             swapped = graph.call_function(a.linear.default, (rhs, lhs))

@@ -22,6 +22,7 @@ from websockets.exceptions import ConnectionClosed
 from mjfl.android_bridge.emulator import (
     Backoff,
     EmulatedDevice,
+    devices_running,
     echo_trainer,
     run_emulated_fleet,
 )
@@ -55,18 +56,6 @@ def task(round_=1, weights=WEIGHTS, **kw):
     return Task(JobId("j"), round_, weights, epochs=kw.pop("epochs", 1), batch_size=8, lr=0.05, **kw)
 
 
-@contextlib.asynccontextmanager
-async def running(*devices):
-    async with asyncio.TaskGroup() as group:
-        for d in devices:
-            group.create_task(d.run())
-        try:
-            yield
-        finally:
-            for d in devices:
-                d.stop()
-
-
 async def until(condition, timeout=5.0):
     async with asyncio.timeout(timeout):
         while not condition():
@@ -91,7 +80,7 @@ async def test_reconnects_with_backoff_after_the_server_restarts_and_lists_its_c
     backoff = Backoff(initial=0.05, factor=2.0, maximum=0.4, jitter=0.5)
     dev = EmulatedDevice(server.url, "phoenix", runtime="torch", make_trainer=ECHO, backoff=backoff, seed=1)
     job = artifacts(["phoenix"])
-    async with running(dev):
+    async with devices_running(dev):
         await server.wait_for_devices(1, 5)
         await server.fleet.prepare([job])
         await server.fleet.run_task(DeviceId("phoenix"), task())
@@ -123,7 +112,7 @@ async def test_an_impersonating_device_takes_its_profiles_round_times():
             EmulatedDevice(server.url, f"imp-{k}", runtime="torch", make_trainer=ECHO, profile=profile, seed=k)
             for k in range(4)
         ]
-        async with running(*devices):
+        async with devices_running(*devices):
             await server.wait_for_devices(4, 5)
             info = server.connected()[DeviceId("imp-0")]
             assert info.profile_source == "hello" and (info.profile.a, info.profile.mu) == (0.0025, 400.0)
@@ -163,7 +152,7 @@ async def test_a_device_heartbeats_and_leaves_a_silent_coordinator():
     async with serve(mute, "127.0.0.1", 0, compression=None, ping_interval=None) as server:
         port = server.sockets[0].getsockname()[1]
         dev = EmulatedDevice(f"ws://127.0.0.1:{port}", "d", runtime="torch", make_trainer=ECHO, backoff=Backoff(initial=0.05, maximum=0.05))
-        async with running(dev):
+        async with devices_running(dev):
             await until(lambda: len(sessions) >= 2)
     seen, close_code = sessions[0]
     assert [m["seq"] for m in seen if m["type"] == "heartbeat"][:3] == [1, 2, 3]
@@ -178,7 +167,7 @@ async def test_a_device_whose_training_fails_or_diverges_answers_with_an_error()
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
         bad = EmulatedDevice(server.url, "bad", runtime="torch", make_trainer=broken)
         nan = EmulatedDevice(server.url, "nan", runtime="torch", make_trainer=functools.partial(echo_trainer, delta=float("nan")))
-        async with running(bad, nan):
+        async with devices_running(bad, nan):
             await server.wait_for_devices(2, 5)
             await server.fleet.prepare([artifacts(["bad", "nan"])])
             with pytest.raises(DeviceFailure, match="task_failed: training failed: RuntimeError"):
@@ -220,7 +209,7 @@ async def test_an_executorch_device_trains_the_tasks_program_over_the_wire(lenet
     weights = initial_weights(SPEC, 0)
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
         dev = EmulatedDevice(server.url, "et", runtime="executorch")
-        async with running(dev):
+        async with devices_running(dev):
             await server.wait_for_devices(1, 5)
             await server.fleet.prepare([artifacts(["et"], n=40, program=lenet_program)])
             result = await server.fleet.run_task(DeviceId("et"), task(weights=weights))

@@ -20,7 +20,12 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.android_bridge.emulator import EmulatedDevice, echo_trainer, run_emulated_fleet
+from mjfl.android_bridge.emulator import (
+    EmulatedDevice,
+    devices_running,
+    echo_trainer,
+    run_emulated_fleet,
+)
 from mjfl.android_bridge.protocol import Result, Timing, decode_bytes, encode
 from mjfl.android_bridge.protocol import Task as WireTask
 from mjfl.coordinator.clock import RealClock
@@ -56,19 +61,6 @@ def task(round_=1, job="j", weights=WEIGHTS, **kw):
 def device(server, device_id, **kw):
     kw.setdefault("make_trainer", functools.partial(echo_trainer, delta=1.0))
     return EmulatedDevice(server.url, device_id, runtime="torch", **kw)
-
-
-@contextlib.asynccontextmanager
-async def running(*devices):
-    """Run devices for the duration of the block; stop them after it."""
-    async with asyncio.TaskGroup() as group:
-        for d in devices:
-            group.create_task(d.run())
-        try:
-            yield
-        finally:
-            for d in devices:
-                d.stop()
 
 
 async def outcome(run):
@@ -127,7 +119,7 @@ def result_for(t, weights):
 async def coordinator_with_a_good_device(**settings):
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | settings))) as server:
         good = device(server, "good")
-        async with running(good):
+        async with devices_running(good):
             await server.wait_for_devices(1, 5)
             await server.fleet.prepare([artifacts(["good", "raw"])])
             yield server, good
@@ -260,7 +252,7 @@ async def test_a_device_killed_mid_round_fails_fast_and_the_round_completes():
     slow_profile = DeviceProfile("slow-phone", a=1.0, mu=1e6)  # 6 samples -> a 6 s round
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         devices = [device(server, "d0"), device(server, "d1"), device(server, "slow", profile=slow_profile)]
-        async with running(*devices):
+        async with devices_running(*devices):
             await server.wait_for_devices(3, 5)
             await server.fleet.prepare([artifacts(["d0", "d1", "slow"])])
             job = EngineJob(
@@ -295,7 +287,7 @@ async def test_a_missed_deadline_cancels_the_task_and_the_device_waits_before_it
     # The trainer blocks for 0.6 s (a thread cannot be interrupted), the deadline is 0.2 s.
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         slow = device(server, "d", make_trainer=functools.partial(echo_trainer, work_s=0.6, delta=1.0))
-        async with running(slow):
+        async with devices_running(slow):
             await server.wait_for_devices(1, 5)
             await server.fleet.prepare([artifacts(["d"])])
             started = time.monotonic()
@@ -315,7 +307,7 @@ async def test_a_missed_deadline_cancels_the_task_and_the_device_waits_before_it
 async def test_task_timeout_bounds_a_task_without_a_deadline():
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST, task_timeout=0.2)) as server:
         d = device(server, "d", profile=DeviceProfile("p", a=1.0, mu=1e6))  # a 6 s round
-        async with running(d):
+        async with devices_running(d):
             await server.wait_for_devices(1, 5)
             await server.fleet.prepare([artifacts(["d"])])
             with pytest.raises(DeviceFailure, match="0.2 s deadline"):
@@ -559,7 +551,7 @@ async def test_wait_for_devices_reports_progress_and_times_out():
     seen = []
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         devices = [device(server, f"d{i}") for i in range(3)]
-        async with running(*devices):
+        async with devices_running(*devices):
             await server.wait_for_devices(3, 5, progress=lambda k, n: seen.append((k, n)))
             with pytest.raises(RunError, match="3 of 4 devices"):
                 await server.wait_for_devices(4, 0.2)

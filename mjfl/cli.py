@@ -1,4 +1,4 @@
-"""The `mjfl` command line.
+"""The `mjfl` command line: parses, calls a command (``mjfl.commands``), prints.
 
 Heavy imports (torch, executorch) happen inside the commands, so `mjfl --help`
 stays fast.
@@ -6,14 +6,20 @@ stays fast.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from mjfl.errors import ConfigError, UserError
+from mjfl import logs
+from mjfl.errors import UserError
+
+if TYPE_CHECKING:
+    from mjfl.coordinator.config import RunConfig
+    from mjfl.coordinator.driver import Output
 
 app = typer.Typer(
     name="mjfl",
@@ -28,6 +34,23 @@ app.add_typer(device_app, name="device")
 
 # Logs and CI are not terminals: rich would squeeze tables into 80 columns.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
+_verbose = False
+
+
+@app.callback()
+def _options(
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every log line (third-party ones too) on the terminal.")] = False,
+) -> None:
+    """A testbed for multi-job federated learning on real and emulated phones."""
+    global _verbose
+    _verbose = verbose
+    logs.setup(verbose=verbose)
+
+
+def _output(out_dir: Path, live: bool = True) -> Output:
+    from mjfl.coordinator.driver import Output
+
+    return Output(out_dir, console, live=live, verbose=_verbose)
 
 
 @app.command()
@@ -39,18 +62,10 @@ def simulate(
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
 ) -> None:
     """Compare scheduling methods on identical jobs, fleet and seed, in virtual time."""
-    import dataclasses
+    from mjfl.commands.simulate import simulate as run_simulation
 
-    from mjfl.coordinator.config import load_config
-    from mjfl.coordinator.simulate import simulate as run_simulation
-
-    run_config = load_config(config)
-    if seed is not None:
-        run_config = dataclasses.replace(run_config, seed=seed)
-    out_dir = out or run_config.out_dir
-    if out is not None and run_config.database is None:
-        run_config = dataclasses.replace(run_config, out_dir=out_dir)
-    run_simulation(run_config, [m.strip() for m in methods.split(",") if m.strip()], out_dir, console=console, live=live)
+    run_config = _config(config, out=out, seed=seed)
+    run_simulation(run_config, [m.strip() for m in methods.split(",") if m.strip()], _output(run_config.out_dir, live))
 
 
 testbed_app = typer.Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)
@@ -68,22 +83,11 @@ def testbed_run(
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
 ) -> None:
     """Train the config's jobs over connected phones and/or emulated devices, in real time."""
-    import dataclasses
+    from mjfl.commands.testbed import testbed_run as run_testbed
 
-    from mjfl.coordinator.config import load_config
-    from mjfl.coordinator.testbed import testbed_run as run_testbed
-
-    if emulate < 0:
-        raise UserError("--emulate must be >= 0")
-    run_config = load_config(config)
-    testbed = dataclasses.replace(
-        run_config.testbed,
-        host=host if host is not None else run_config.testbed.host,
-        port=port if port is not None else run_config.testbed.port,
-    )
-    run_config = dataclasses.replace(run_config, testbed=testbed, out_dir=out or run_config.out_dir)
+    run_config = _config(config, out=out, host=host, port=port)
     try:
-        run_testbed(run_config, emulate=emulate, resume=resume, console=console, live=live)
+        run_testbed(run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 
@@ -101,16 +105,13 @@ def profile(
 
     `mjfl profile show [FILE]` prints a profile file and plots its CDFs.
     """
-    import dataclasses
+    from mjfl.commands.profile import default_config, profile_run
 
-    from mjfl.coordinator.config import load_config
-    from mjfl.profiling.command import default_config, profile_run
-
-    run_config = load_config(config) if config is not None else default_config(emulate)
-    if port is not None:
-        run_config = dataclasses.replace(run_config, testbed=dataclasses.replace(run_config.testbed, port=port))
+    if emulate < 0:
+        raise UserError("--emulate must be >= 0")
+    run_config = _config(config, port=port) if config is not None else _config(None, port=port, default=default_config(emulate))
     out_dir = out or run_config.out_dir / "profile"
-    profile_run(run_config, emulate=emulate, devices=devices or [], rounds=rounds, out_dir=out_dir, console=console)
+    profile_run(run_config, _output(out_dir), emulate=emulate, devices=devices or [], rounds=rounds)
 
 
 @app.command("profile-show", hidden=True)
@@ -119,12 +120,34 @@ def profile_show(
     out: Annotated[Path | None, typer.Option(help="Where to write the CDF plots (default: next to FILE, in plots/).")] = None,
 ) -> None:
     """Print a profile file as a table and plot each device's empirical vs fitted CDF."""
-    from mjfl.profiling.command import show
+    from mjfl.commands.profile import show
 
-    if not file.is_file():
-        raise UserError(f"{file}: no such profile file")
     written = show(file, console=console, out_dir=out)
     console.print(f"wrote {len(written)} CDF plots to {written[0].parent if written else out}")
+
+
+def _config(
+    path: Path | None,
+    *,
+    out: Path | None = None,
+    seed: int | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    default: RunConfig | None = None,
+) -> RunConfig:
+    """The run configuration at ``path`` (or ``default``) with the command line's overrides."""
+    from mjfl.coordinator.config import load_config
+
+    config = load_config(path) if path is not None else default
+    assert config is not None
+    testbed = dataclasses.replace(
+        config.testbed,
+        host=host if host is not None else config.testbed.host,
+        port=port if port is not None else config.testbed.port,
+    )
+    return dataclasses.replace(
+        config, testbed=testbed, out_dir=out or config.out_dir, seed=seed if seed is not None else config.seed
+    )
 
 
 @bench_app.command("schedulers")
@@ -138,7 +161,7 @@ def bench_schedulers(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
 ) -> None:
     """Plan latency and cost of every scheduler on a synthetic heterogeneous fleet."""
-    from mjfl.schedulers.bench import run_scheduler_bench
+    from mjfl.commands.bench_schedulers import run_scheduler_bench
 
     method_list = methods.split(",") if methods else None
     run_scheduler_bench(
@@ -195,30 +218,9 @@ def export_program(
     max_batch: Annotated[int, typer.Option(help="Largest batch the program accepts (its batch is dynamic).")] = 256,
 ) -> None:
     """Export MODEL's ExecuTorch training program (forward, loss, backward) to a .pte."""
-    import hashlib
+    from mjfl.commands.export import export_program as export
 
-    from mjfl.jobs.export import export_training_program
-    from mjfl.jobs.models import ModelSpec, build_model
-
-    try:
-        shape = tuple(int(v) for v in input_shape.split(","))
-    except ValueError:
-        raise UserError(f"--input-shape must be C,H,W integers, got {input_shape!r}") from None
-    if len(shape) != 3:
-        raise UserError(f"--input-shape must be C,H,W, got {input_shape!r}")
-    if not 1 <= max_batch <= 65536:
-        raise UserError("--max-batch must be in [1, 65536]")
-    try:
-        spec = ModelSpec(model, shape, classes)  # type: ignore[arg-type]
-        build_model(spec)  # checks the input is large enough for the architecture
-    except ConfigError as exc:  # name the argument, not a config field
-        arg = {"model": "MODEL", "input_shape": "--input-shape", "num_classes": "--classes"}.get(exc.field, exc.field)
-        raise UserError(f"{arg}: {exc.problem}") from None
-    console.print(f"exporting {model} for {shape}, {classes} classes (this takes a while) ...")
-    data = export_training_program(spec, max_batch=max_batch)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(data)
-    console.print(f"wrote {out} ({len(data):,} bytes, sha256 {hashlib.sha256(data).hexdigest()})")
+    export(model, out, input_shape=input_shape, classes=classes, max_batch=max_batch, console=console)
 
 
 @device_app.command("emulate")
@@ -227,39 +229,20 @@ def device_emulate(
     count: Annotated[int, typer.Option(help="How many devices to emulate.")] = 1,
     runtime: Annotated[str, typer.Option(help="executorch (the task's .pte) or torch (eager model).")] = "executorch",
     profile: Annotated[Path | None, typer.Option(help="Profile file: impersonate its phones, drawn to --count devices.")] = None,
+    dropout: Annotated[float, typer.Option(help="Chance that a device's round never comes back (0 <= p < 1).")] = 0.0,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: one per CPU).")] = None,
     id_prefix: Annotated[str | None, typer.Option(help="Device ids are PREFIX-INDEX (default: emu-<host>).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the drawn profiles and the devices' round times.")] = 0,
     token: Annotated[str, typer.Option(help="Credential to present in the hello.")] = "",
+    log: Annotated[Path | None, typer.Option(help="Log file of the device processes (default: none; --verbose shows it all).")] = None,
 ) -> None:
     """Run emulated devices against a coordinator until Ctrl-C (or the coordinator's shutdown)."""
-    import numpy as np
+    from mjfl.commands.emulate import emulate
 
-    from mjfl.android_bridge.emulator import run_emulated_fleet
-
-    if not url.startswith(("ws://", "wss://")):
-        raise UserError(f"--url must look like ws://HOST:PORT, got {url!r}")
-    profiles = None
-    if profile is not None:
-        from mjfl.profiling.profiles import draw_fleet, load_profiles
-
-        real = load_profiles(profile)
-        if not real:
-            raise UserError(f"--profile {profile}: the file holds no profiles")
-        profiles = draw_fleet(real, count, np.random.default_rng(seed))
-    fleet = run_emulated_fleet(
-        url, count, runtime=runtime, profiles=profiles, workers=workers, id_prefix=id_prefix, seed=seed, token=token,  # type: ignore[arg-type]
+    emulate(
+        url, count, runtime=runtime, profile=profile, dropout=dropout, workers=workers, id_prefix=id_prefix,
+        seed=seed, token=token, log_file=log, verbose=_verbose, console=console,
     )
-    console.print(
-        f"{count} emulated devices ({', '.join(fleet.device_ids[:3])}{', ...' if count > 3 else ''})"
-        f" in {len(fleet.processes)} processes -> {url}; Ctrl-C stops them"
-    )
-    try:
-        fleet.wait()
-        console.print("every device has stopped (the coordinator said bye)")
-    except KeyboardInterrupt:
-        console.print("stopping the emulated devices ...")
-        fleet.stop()
 
 
 # Options that take several values after one flag (`--devices 100 1000`);

@@ -16,7 +16,7 @@ binary message is a 24-byte fixed header, a JSON header and a tensor section:
 All integers little-endian. A message too large for the sender's WebSocket
 library (OkHttp queues at most 16 MiB) may travel split into parts
 (split_message, Assembly). Decoding raises ProtocolError and nothing else,
-whatever the input; encoding raises ValueError for a message the other side
+whatever the input; encoding raises EncodeError for a message the other side
 would refuse.
 """
 
@@ -63,7 +63,7 @@ from mjfl.android_bridge.tensors import (
     layout,
     read_table,
 )
-from mjfl.errors import ProtocolError
+from mjfl.errors import EncodeError, ProtocolError
 from mjfl.ids import DeviceId, JobId
 
 PROTOCOL_VERSIONS: tuple[int, ...] = (1,)
@@ -539,7 +539,7 @@ def _too_big(what: str, size: int, limit: int) -> ProtocolError:
 def encode(message: Message, *, version: int = PROTOCOL_VERSIONS[-1]) -> str | bytes:
     """Encode one message: a str for a text message, bytes for a binary one.
 
-    Raises ValueError when the message breaks a rule the receiver checks (the
+    Raises EncodeError when the message breaks a rule the receiver checks (the
     same rules as decoding, so whatever encodes also decodes). Tensors are
     copied once, into the returned bytes; a TensorPack's payload is reused as is.
     """
@@ -550,7 +550,7 @@ def encode(message: Message, *, version: int = PROTOCOL_VERSIONS[-1]) -> str | b
     try:
         _TEXT_PARSERS[obj["type"]](_Fields(json.loads(text), obj["type"]))
     except ProtocolError as exc:
-        raise ValueError(f"cannot encode {obj['type']}: {exc.reason}") from None
+        raise EncodeError(f"cannot encode {obj['type']}: {exc.reason}") from None
     return text
 
 
@@ -558,7 +558,7 @@ def _dumps(obj: dict[str, Any]) -> str:
     try:
         return json.dumps(obj, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"cannot encode {obj.get('type')}: {exc}") from None
+        raise EncodeError(f"cannot encode {obj.get('type')}: {exc}") from None
 
 
 def _text_json(m: Message) -> dict[str, Any]:
@@ -609,11 +609,11 @@ def _binary_json(
             tensors: dict[str, npt.ArrayLike] = {}
             if m.program is not None:
                 if m.program.sha256 != m.program_sha256:
-                    raise ValueError("cannot encode provision: program_sha256 is not the program's")
+                    raise EncodeError("cannot encode provision: program_sha256 is not the program's")
                 tensors["program"] = np.frombuffer(m.program.data, dtype=np.uint8)
             if m.shard is not None:
                 if m.shard.sha256 != m.shard_sha256:
-                    raise ValueError("cannot encode provision: shard_sha256 is not the shard's")
+                    raise EncodeError("cannot encode provision: shard_sha256 is not the shard's")
                 tensors["x"], tensors["y"] = m.shard.x, m.shard.y
             header = {
                 "type": "provision",
@@ -678,7 +678,7 @@ def _encode_binary(m: Provision | Task | Result, version: int) -> bytes:
             _Fields(json.loads(header_bytes), kind), TensorPack(table, b""), False
         )
     except ProtocolError as exc:
-        raise ValueError(f"cannot encode {kind}: {exc.reason}") from None
+        raise EncodeError(f"cannot encode {kind}: {exc.reason}") from None
     payload_offset = align(FIXED_HEADER.size + len(header_bytes))
     fixed = FIXED_HEADER.pack(MAGIC, version, 0, len(header_bytes), payload_offset, payload_len)
     padding = bytes(payload_offset - FIXED_HEADER.size - len(header_bytes))
@@ -696,7 +696,7 @@ def split_message(data: bytes, max_part_bytes: int) -> list[bytes]:
         return [data]
     _, _, flags, _, payload_offset, _ = FIXED_HEADER.unpack_from(data)
     if max_part_bytes <= max(payload_offset, PART_HEADER.size):
-        raise ValueError(
+        raise EncodeError(
             f"parts of {max_part_bytes} bytes cannot hold a {payload_offset}-byte header"
         )
     view = memoryview(data)

@@ -8,17 +8,22 @@ program, or eager PyTorch), answers with the weights and its timing,
 heartbeats, and reconnects with exponential backoff when the connection is
 lost. Impersonating a profiled phone, it also takes that phone's time: each
 round is stretched to a time drawn from the profile's Formula 4 model for the
-task's epochs and its shard size (``t = tau*a*D + Exp(rate = mu/(tau*D))``);
-when training took less, the device waits the rest before answering.
+task's epochs and its shard size (the device model, ``device.py``: the same
+Formula 4 draw, drop-out and deadline rules as a simulated device); when
+training took less, the device waits the rest before answering.
 
 Where training runs. Training is CPU-bound and the ExecuTorch runtime holds
 the GIL for a whole training step, so it must never run in the
 coordinator's process. ``run_emulated_fleet`` spreads devices over worker
 processes; in each process the devices share one ``TrainingLane``, a single
-training thread: they train one at a time there, and the event loop keeps
+training thread with its trainer cache: they train one at a time there, and
+the event loop keeps
 serving every device's messages and heartbeats between steps. More threads
 would not train faster (the GIL), only more processes do, so devices of
 different processes really train in parallel.
+
+Each connection is served by the connection runner (``connection.py``), the
+same one the coordinator's server uses.
 
 Stopping. ``stop()`` says bye going_away and ends ``run()``; so does the
 coordinator's ``bye going_away`` (its shutdown, or a newer connection with
@@ -39,19 +44,21 @@ import os
 import platform
 import signal
 import socket
-import sys
 import time
-import zlib
-from collections import OrderedDict, deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from pathlib import Path
+from typing import Any, Protocol, Self
 
 import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from mjfl import logs
+from mjfl.android_bridge.connection import Connection
+from mjfl.android_bridge.device import DeviceModel, ModelName, TrainerCache, TrainerFactory
 from mjfl.android_bridge.protocol import (
     DEFAULT_MAX_CONTROL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -60,20 +67,15 @@ from mjfl.android_bridge.protocol import (
     DeviceSession,
     Error,
     HeartbeatAck,
-    ModelSpec,
     Provision,
     Runtime,
-    SessionClosed,
     State,
     Task,
     Timing,
     Welcome,
 )
-from mjfl.errors import UserError
-from mjfl.schedulers import round_time
-
-if TYPE_CHECKING:
-    from mjfl.profiling.profiles import DeviceProfile
+from mjfl.errors import SessionClosed, UserError
+from mjfl.jobs.base import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -84,67 +86,29 @@ STOP_CODES = frozenset({"going_away", "normal", "unauthorized", "unsupported_ver
 # -- training -----------------------------------------------------------------
 
 
-class TrainResult(Protocol):
-    """What a training call returns (read-only: trainers return frozen dataclasses)."""
+class Impersonation(Protocol):
+    """The profiled phone an emulated device stands in for (a profiling.profiles.DeviceProfile)."""
 
     @property
-    def weights(self) -> Mapping[str, np.ndarray]: ...
+    def device_id(self) -> str: ...
 
     @property
-    def samples(self) -> int: ...
+    def a(self) -> float: ...
 
     @property
-    def mean_loss(self) -> float: ...
+    def mu(self) -> float: ...
 
-
-class Trainer(Protocol):
-    """What ``mjfl.jobs.trainers.make_trainer`` returns.
-
-    Declared here rather than imported from ``mjfl.jobs.trainers`` so that the
-    device side loads without torch (the echo trainer of the tests needs none).
-    """
-
-    def train(
-        self,
-        weights: Mapping[str, np.ndarray],
-        x: np.ndarray,
-        y: np.ndarray,
-        *,
-        epochs: int,
-        batch_size: int,
-        lr: float,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        seed: int = 0,
-    ) -> TrainResult: ...
-
-
-TrainerFactory = Callable[[str, ModelSpec, bytes], Trainer]
-"""``(runtime, the provision's model spec, program bytes) -> Trainer``.
-
-The spec is the wire form (name, input_shape, num_classes). Runs on the
-training lane; must pickle to reach worker processes (a module-level
-function, or a ``functools.partial`` of one).
-"""
-
-
-def default_trainer_factory(runtime: str, model: ModelSpec, program: bytes) -> Trainer:
-    """The trainers of ``mjfl.jobs.trainers`` (imports torch, on the lane's thread)."""
-    from mjfl.jobs.models import ModelSpec as ZooSpec
-    from mjfl.jobs.trainers import make_trainer
-
-    spec = ZooSpec(model.name, tuple(model.input_shape), model.num_classes)  # type: ignore[arg-type]
-    trainer: Trainer = make_trainer(runtime, spec, program)
-    return trainer
+    @property
+    def hardware(self) -> Mapping[str, Any]: ...
 
 
 class TrainingLane:
-    """One training thread and the trainers loaded on it: devices sharing a lane train one at a time.
+    """One training thread and its trainer cache: devices sharing a lane train one at a time.
 
-    The trainers (ExecuTorch modules) are kept per (runtime, program, model),
-    up to ``max_trainers``, so a job's program is loaded once per lane.
-    ``torch_threads`` sets torch's intra-op threads for the process before
-    the first training (1 in worker processes: they share the cores).
+    The trainers (ExecuTorch modules) are kept by the device model's
+    ``TrainerCache``, so a job's program is loaded once per lane.
+    ``torch_threads`` sets torch's intra-op threads for the process before the
+    first training (1 in worker processes: they share the cores).
     """
 
     def __init__(
@@ -154,60 +118,24 @@ class TrainingLane:
         max_trainers: int = 8,
         torch_threads: int | None = None,
     ) -> None:
-        self._make_trainer = make_trainer or default_trainer_factory
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mjfl-train")
-        self._trainers: OrderedDict[tuple[str, str, ModelSpec], Trainer] = OrderedDict()
-        self._max_trainers = max_trainers
-        self._torch_threads = torch_threads
+        self._trainers = TrainerCache(make_trainer, size=max_trainers, torch_threads=torch_threads)
 
     async def train(
-        self, runtime: str, model: ModelSpec, program_sha256: str, program: bytes, task: Task,
-        weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, seed: int,
+        self, runtime: str, model: ModelName, program_sha256: str, program: bytes, task: Task,
+        x: np.ndarray, y: np.ndarray, seed: int,
     ) -> tuple[TrainResult, float]:
-        """Train on the lane's thread; the result and the seconds spent loading the trainer."""
-        loop = asyncio.get_running_loop()
-        work = functools.partial(self._train, runtime, model, program_sha256, program, task, weights, x, y, seed)
-        return await loop.run_in_executor(self._executor, work)
-
-    def _train(
-        self, runtime: str, model: ModelSpec, program_sha256: str, program: bytes, task: Task,
-        weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, seed: int,
-    ) -> tuple[TrainResult, float]:
-        started = time.perf_counter()
-        key = (runtime, program_sha256, model)
-        trainer = self._trainers.get(key)
-        if trainer is None:
-            trainer = self._make_trainer(runtime, model, program)
-            # Only once torch is in (a trainer that needs it imported it): a
-            # lightweight trainer should not pay for importing it.
-            if self._torch_threads is not None and "torch" in sys.modules:
-                sys.modules["torch"].set_num_threads(self._torch_threads)
-                self._torch_threads = None
-            self._trainers[key] = trainer
-            while len(self._trainers) > self._max_trainers:
-                self._trainers.popitem(last=False)
-        self._trainers.move_to_end(key)
-        loaded = time.perf_counter() - started
-        # Writable copies, made here rather than on the event loop: the
-        # received weights are read-only views of the task message.
-        weights = {name: np.array(value) for name, value in weights.items()}
-        result = trainer.train(
-            weights, x, y, epochs=task.epochs, batch_size=task.batch_size, lr=task.lr,
-            momentum=task.momentum, weight_decay=task.weight_decay, seed=seed,
+        """Train ``task`` on the lane's thread; the result and the seconds spent loading the trainer."""
+        work = functools.partial(
+            self._trainers.train, runtime, model, program_sha256, lambda: program, task.weights, x, y,
+            epochs=task.epochs, batch_size=task.batch_size, lr=task.lr, momentum=task.momentum,
+            weight_decay=task.weight_decay, seed=seed,
         )
-        return result, loaded
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def close(self) -> None:
         """Stop taking work; a training already running finishes on its own."""
         self._executor.shutdown(wait=False, cancel_futures=True)
-
-
-@dataclass(frozen=True)
-class EchoResult:
-    weights: dict[str, np.ndarray]
-    samples: int
-    mean_loss: float
-    compute_s: float
 
 
 class EchoTrainer:
@@ -224,15 +152,15 @@ class EchoTrainer:
     def train(
         self, weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, *, epochs: int,
         batch_size: int, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, seed: int = 0,
-    ) -> EchoResult:
+    ) -> TrainResult:
         started = time.perf_counter()
         if self.work_s > 0:
             time.sleep(self.work_s)
         out = {k: np.asarray(v) + np.asarray(self.delta, dtype=np.asarray(v).dtype) for k, v in weights.items()}
-        return EchoResult(out, len(y), 0.0, time.perf_counter() - started)
+        return TrainResult(out, len(y), epochs, 0, 0.0, time.perf_counter() - started)
 
 
-def echo_trainer(runtime: str, model: ModelSpec, program: bytes, *, work_s: float = 0.0, delta: float = 0.0) -> EchoTrainer:
+def echo_trainer(runtime: str, model: ModelName, program: bytes, *, work_s: float = 0.0, delta: float = 0.0) -> EchoTrainer:
     """A TrainerFactory of EchoTrainers; ``functools.partial(echo_trainer, work_s=...)`` pickles."""
     return EchoTrainer(work_s, delta)
 
@@ -309,43 +237,30 @@ class TaskRecord:
 
 @dataclass(eq=False)
 class _Link:
-    """One connection: the WebSocket, the session, and the writer's wake-up call."""
+    """One session as the device sees it: the connection and the tasks it was given."""
 
-    ws: ClientConnection
-    session: DeviceSession
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    welcomed: asyncio.Event = field(default_factory=asyncio.Event)
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    conn: Connection
     tasks: asyncio.Queue[tuple[Task, float, float]] = field(default_factory=asyncio.Queue)
     cancels: dict[str, asyncio.Event] = field(default_factory=dict)
-    binary_send_s: float = 0.0  # sending binary messages (results) since the last result was queued
     results: int = 0
 
-    def flush(self) -> None:
-        self.wake.set()
-
-    def finish(self) -> None:
-        self.closed.set()
-        self.wake.set()
-        for cancel in self.cancels.values():
-            cancel.set()
-
-    def abort(self) -> None:
-        transport = self.ws.transport
-        if transport is not None:
-            transport.abort()
+    @property
+    def session(self) -> DeviceSession:
+        assert isinstance(self.conn.session, DeviceSession)
+        return self.conn.session
 
 
 class EmulatedDevice:
     """A device that speaks protocol v1 to ``url`` and trains like a phone.
 
     ``profile``: impersonate this profiled phone (its ``a``/``mu`` go in the
-    hello, and rounds are stretched to its Formula 4 times). ``seed`` seeds
-    the device's round-time draws, its training seeds and its backoff
-    jitter. ``lane``: the training thread to share (a private one by
-    default). ``store``: where artifacts are kept (the process's by default).
-    ``runtime``: "executorch" trains the task's program, "torch" an eager
-    model built from the provision's model spec.
+    hello, and rounds are stretched to its Formula 4 times). ``dropout``: the
+    chance that a round never comes back (the device model's rule, as in the
+    virtual-time fleet). ``seed`` seeds the device's round-time draws, its
+    training seeds and its backoff jitter. ``lane``: the training thread to
+    share (a private one by default). ``store``: where artifacts are kept
+    (the process's by default). ``runtime``: "executorch" trains the task's
+    program, "torch" an eager model built from the provision's model spec.
     """
 
     def __init__(
@@ -354,7 +269,8 @@ class EmulatedDevice:
         device_id: str,
         *,
         runtime: Runtime = "executorch",
-        profile: DeviceProfile | None = None,
+        profile: Impersonation | None = None,
+        dropout: float = 0.0,
         seed: int | Sequence[int] = 0,
         token: str = "",
         lane: TrainingLane | None = None,
@@ -383,7 +299,10 @@ class EmulatedDevice:
         self._make_trainer = make_trainer
         self._store = store if store is not None else _PROCESS_STORE
         streams = np.random.SeedSequence(seed).spawn(3)
-        self._round_rng = np.random.default_rng(streams[0])
+        self.model = DeviceModel(
+            profile.a if profile is not None else None, profile.mu if profile is not None else None,
+            dropout=dropout, rng=np.random.default_rng(streams[0]),
+        )
         self._train_seeds = np.random.default_rng(streams[1])
         self._backoff_rng = np.random.default_rng(streams[2])
         self.hardware = self._hardware(hardware)
@@ -427,22 +346,20 @@ class EmulatedDevice:
         """End ``run()``: say bye going_away to the coordinator and do not reconnect."""
         self.stopped_by = self.stopped_by or "stopped"
         self._stop.set()
-        link = self._link
-        if link is not None and not link.session.closed:
-            link.session.send_bye("going_away", "device stopping")
-            link.flush()
+        if self._link is not None:
+            self._link.conn.close("going_away", "device stopping")
 
     def kill(self) -> None:
         """Die like a crashed phone: drop the connection without a bye and never come back."""
         self.stopped_by = self.stopped_by or "killed"
         self._stop.set()
         if self._link is not None:
-            self._link.abort()
+            self._link.conn.abort()
 
     def drop(self) -> None:
         """Lose the connection without a bye (a network cut); the device reconnects."""
         if self._link is not None:
-            self._link.abort()
+            self._link.conn.abort()
 
     # -- the loop ---------------------------------------------------------------
 
@@ -490,72 +407,44 @@ class EmulatedDevice:
         return max(self.max_message_bytes, self.max_control_bytes or 0)
 
     async def _serve(self, ws: ClientConnection) -> bool:
-        """One session; True if it was welcomed."""
+        """One session over the connection runner; True if it was welcomed."""
         session = DeviceSession(
             max_message_bytes=self.max_message_bytes,
             max_control_bytes=self.max_control_bytes,
             max_part_bytes=self.max_part_bytes,
         )
-        link = _Link(ws, session)
+        link: _Link
+        conn = Connection(
+            ws, session, name=self.device_id, on_event=lambda event, arrived, ready: self._on_event(link, event, arrived, ready),
+            open_timeout=self.open_timeout, open_timeout_reason="no welcome", close_timeout=self.close_timeout,
+        )
+        link = _Link(conn)
         session.send_hello(
             self.device_id, runtime=self.runtime, token=self.token, hardware=self.hardware,
             cached=sorted(h for h in self.held if self._store.has(h)),
         )
-        link.flush()
         self._link = link
         if self._stop.is_set():  # stop() came while connecting
             session.send_bye("going_away", "device stopping")
-        welcomed = False
         try:
             async with asyncio.TaskGroup() as group:
-                writer = group.create_task(self._write(link), name="writer")
-                beats = group.create_task(self._heartbeats(link), name="heartbeats")
-                work = group.create_task(self._work(link), name="work")
-                welcomed = await self._read(link)
-                link.finish()
+                work = group.create_task(self._work(link), name=f"{self.device_id} work")
+                await conn.run()
                 work.cancel()
-                beats.cancel()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.close_timeout):
-                        await asyncio.shield(writer)
-                link.abort()
         finally:
             self._link = None
+            for cancel in link.cancels.values():
+                cancel.set()
             for record in self.history:
                 if record.outcome == "pending":
                     record.outcome = "lost"
-        return welcomed
-
-    async def _read(self, link: _Link) -> bool:
-        session, ws = link.session, link.ws
-        loop = asyncio.get_running_loop()
-        welcomed = False
-        try:
-            # The coordinator answers a hello at once; a silent one is not worth waiting for.
-            async with asyncio.timeout(self.open_timeout) as welcome_timeout:
-                async for message in ws:
-                    arrived = loop.time()
-                    session.receive(message)
-                    ready = loop.time()
-                    for event in session.events_received():
-                        if isinstance(event, Welcome):
-                            welcomed = True
-                            link.welcomed.set()
-                            self.sessions += 1
-                            welcome_timeout.reschedule(None)
-                            log.debug("%s: connected to %s", self.device_id, event.coordinator_id)
-                        self._on_event(link, event, arrived, ready)
-                    link.flush()
-                    if session.closed:
-                        break
-        except ConnectionClosed:
-            pass
-        except TimeoutError:
-            log.info("%s: no welcome within %s s", self.device_id, self.open_timeout)
-        return welcomed
+        return conn.opened.is_set()
 
     def _on_event(self, link: _Link, event: Any, arrived: float, ready: float) -> None:
-        if isinstance(event, Provision):
+        if isinstance(event, Welcome):
+            self.sessions += 1
+            log.debug("%s: connected to %s", self.device_id, event.coordinator_id)
+        elif isinstance(event, Provision):
             self._store.keep(event)
             self.held |= {event.program_sha256, event.shard_sha256}
         elif isinstance(event, Task):
@@ -580,51 +469,6 @@ class EmulatedDevice:
                 log.warning("%s: session closed: %s (%s)", self.device_id, event.code, event.reason)
         # A Heartbeat needs nothing here: the session has queued its ack.
 
-    async def _write(self, link: _Link) -> None:
-        session, ws = link.session, link.ws
-        try:
-            while True:
-                for data in session.data_to_send():
-                    if isinstance(data, bytes):
-                        started = time.perf_counter()
-                        await ws.send(data)
-                        link.binary_send_s += time.perf_counter() - started
-                    else:
-                        await ws.send(data)
-                if session.closed:
-                    await ws.close(*session.websocket_close())
-                    return
-                if link.closed.is_set():
-                    return
-                link.wake.clear()
-                await link.wake.wait()
-        except ConnectionClosed:
-            return
-
-    async def _heartbeats(self, link: _Link) -> None:
-        session = link.session
-        loop = asyncio.get_running_loop()
-        await link.welcomed.wait()  # the welcome brings the settings
-        interval, timeout = session.heartbeat_interval, session.heartbeat_timeout
-        if interval is None:
-            return  # the coordinator wants no heartbeats
-        # A fleet that connected at once would heartbeat in step: spread it.
-        next_beat = loop.time() + heartbeat_phase(self.device_id, interval)
-        while not link.closed.is_set() and not session.closed:
-            now = loop.time()
-            if session.is_expired(now):
-                session.send_bye("heartbeat_timeout", "the coordinator stopped answering")
-                link.flush()
-                return
-            if now >= next_beat:
-                session.send_heartbeat(now)
-                link.flush()
-                next_beat = max(next_beat + interval, now)
-            wake = next_beat - now
-            if timeout is not None:
-                wake = min(wake, timeout / 4)
-            await asyncio.sleep(wake)  # cancelled when the session ends
-
     async def _work(self, link: _Link) -> None:
         """The device's tasks, one at a time (a phone trains one job at a time)."""
         while True:
@@ -636,26 +480,36 @@ class EmulatedDevice:
                 link.cancels.pop(task.task_id, None)
 
     async def _train(self, link: _Link, task: Task, record: TaskRecord, arrived: float, ready: float) -> None:
-        session = link.session
+        session, conn = link.session, link.conn
         loop = asyncio.get_running_loop()
         cancel = link.cancels[task.task_id]
         provision = session.job(task.job_id)
         assert provision is not None  # the session checked the task against its provision
         x, y = self._store.shards[task.shard_sha256]
-        target = None
-        if self.profile is not None:
-            # Formula 4 for this task's epochs and this shard's size.
-            shift, rate = round_time.shift_and_rate(self.profile.a, self.profile.mu, task.epochs, len(y))
-            target = float(round_time.sample(self._round_rng, shift, rate))
-        record.target_s = target
+        # The device model decides this round's fate (Formula 4, drop-out) before training.
+        fate = self.model.draw(task.epochs, len(y))
+        record.target_s = fate.duration_s
         seed = int(self._train_seeds.integers(2**31))
 
         def answer_error(code: str, reason: str, outcome: str) -> None:
             record.outcome, record.answered_at = outcome, loop.time()
             with contextlib.suppress(SessionClosed):
                 session.send_error(code, reason, task_id=task.task_id)
-                link.flush()
+                conn.flush()
 
+        async def until(seconds: float | None) -> None:
+            """Wait until ``seconds`` after the task arrived, or a cancel."""
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(None if seconds is None else max(0.0, arrived + seconds - loop.time())):
+                    await cancel.wait()
+
+        if fate.drops:
+            # A lost round: silence until the coordinator gives up (its deadline
+            # cancels the task), or, with no deadline, an error when it would have ended.
+            await until(task.deadline_s if task.deadline_s is not None else fate.duration_s or 0.0)
+            if cancel.is_set():
+                return answer_error("cancelled", "cancelled by the coordinator", "cancelled")
+            return answer_error("task_failed", "dropped out", "error")
         if cancel.is_set():
             return answer_error("cancelled", "cancelled before training", "cancelled")
         if task.deadline_s is not None and loop.time() - arrived > task.deadline_s:
@@ -665,17 +519,15 @@ class EmulatedDevice:
         try:
             trained, loaded = await self._lane.train(
                 self.runtime, provision.model, task.program_sha256,
-                self._store.programs[task.program_sha256], task, task.weights, x, y, seed,
+                self._store.programs[task.program_sha256], task, x, y, seed,
             )
         except Exception as exc:  # noqa: BLE001 - whatever the trainer raises, the task failed
             log.warning("%s: task %s failed: %r", self.device_id, task.task_id, exc)
             return answer_error("task_failed", f"training failed: {type(exc).__name__}", "error")
         record.trained_at = loop.time()
-        if target is not None:
+        if fate.duration_s is not None:
             # Stretch the round to the impersonated phone's time.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(max(0.0, arrived + target - loop.time())):
-                    await cancel.wait()
+            await until(fate.duration_s)
         if cancel.is_set():
             return answer_error("cancelled", "cancelled by the coordinator", "cancelled")
         try:
@@ -687,7 +539,8 @@ class EmulatedDevice:
         done = loop.time()
         record.download_s = (ready - arrived) + loaded
         record.compute_s = done - ready - loaded
-        upload = link.binary_send_s if link.results else None
+        # The previous result's upload: binary sends since then (the link sends little else).
+        upload = conn.binary_send_s if link.results else None
         try:
             session.send_result(
                 task.task_id, weights=ordered, samples=int(trained.samples), mean_loss=float(trained.mean_loss),
@@ -695,10 +548,10 @@ class EmulatedDevice:
             )
         except SessionClosed:
             return
-        link.binary_send_s = 0.0
+        conn.binary_send_s = 0.0
         link.results += 1
         record.outcome, record.answered_at = "result", done
-        link.flush()
+        conn.flush()
 
 
 # -- fleets of emulated devices in worker processes ----------------------------
@@ -721,11 +574,6 @@ async def devices_running(*devices: EmulatedDevice) -> AsyncIterator[None]:
                 device.stop()
 
 
-def heartbeat_phase(name: str, interval: float) -> float:
-    """A delay in [0, interval) fixed by ``name``: where in the interval its heartbeats fall."""
-    return zlib.crc32(name.encode("utf-8")) / 2**32 * interval
-
-
 def default_id_prefix() -> str:
     """``emu-<host>``: with the device index, an id that survives an emulator restart."""
     host = socket.gethostname().split(".")[0] or "host"
@@ -738,13 +586,15 @@ class _WorkerConfig:
     device_ids: tuple[str, ...]
     indices: tuple[int, ...]
     runtime: Runtime
-    profiles: tuple[DeviceProfile | None, ...]
+    profiles: tuple[Impersonation | None, ...]
+    dropout: float
     seed: int
     token: str
     make_trainer: TrainerFactory | None
     backoff: Backoff
     max_part_bytes: int | None
-    log_level: int
+    log_file: Path | None
+    verbose: bool
 
 
 class EmulatedFleet:
@@ -820,7 +670,8 @@ def run_emulated_fleet(
     count: int,
     *,
     runtime: Runtime = "executorch",
-    profiles: Sequence[DeviceProfile] | None = None,
+    profiles: Sequence[Impersonation] | None = None,
+    dropout: float = 0.0,
     workers: int | None = None,
     id_prefix: str | None = None,
     first_index: int = 0,
@@ -829,6 +680,8 @@ def run_emulated_fleet(
     make_trainer: TrainerFactory | None = None,
     backoff: Backoff = Backoff(),
     max_part_bytes: int | None = None,
+    log_file: Path | None = None,
+    verbose: bool = False,
 ) -> EmulatedFleet:
     """Start ``count`` emulated devices spread over ``workers`` processes (spawned).
 
@@ -836,6 +689,7 @@ def run_emulated_fleet(
     runs in worker ``i % workers`` and impersonates ``profiles[i %
     len(profiles)]`` when profiles are given. ``make_trainer`` must be
     picklable (a module-level function, or a ``functools.partial`` of one).
+    The workers log to ``log_file`` (see ``mjfl.logs.setup_worker``).
     Returns at once; the devices connect (and reconnect) on their own.
     """
     if count < 1:
@@ -854,8 +708,8 @@ def run_emulated_fleet(
         mine = list(range(w, count, workers))
         config = _WorkerConfig(
             url, tuple(ids[i] for i in mine), tuple(first_index + i for i in mine), runtime,
-            tuple(chosen[i] for i in mine), seed, token, make_trainer, backoff, max_part_bytes,
-            logging.getLogger().getEffectiveLevel(),
+            tuple(chosen[i] for i in mine), dropout, seed, token, make_trainer, backoff, max_part_bytes,
+            log_file, verbose,
         )
         process = ctx.Process(target=_worker_main, args=(config, stop_event), name=f"mjfl-emulator-{w}", daemon=True)
         process.start()
@@ -867,7 +721,7 @@ def run_emulated_fleet(
 def _worker_main(config: _WorkerConfig, stop_event: multiprocessing.synchronize.Event) -> None:
     # Ctrl-C goes to the whole process group; the parent turns it into stop_event.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    logging.basicConfig(level=config.log_level, format="%(asctime)s %(processName)s %(name)s: %(message)s")
+    logs.setup_worker(config.log_file, verbose=config.verbose)
     _raise_open_files_limit()
     asyncio.run(_worker(config, stop_event))
 
@@ -876,8 +730,8 @@ async def _worker(config: _WorkerConfig, stop_event: multiprocessing.synchronize
     lane = TrainingLane(config.make_trainer, torch_threads=1)
     devices = [
         EmulatedDevice(
-            config.url, device_id, runtime=config.runtime, profile=profile, seed=[config.seed, index],
-            token=config.token, lane=lane, backoff=config.backoff, max_part_bytes=config.max_part_bytes,
+            config.url, device_id, runtime=config.runtime, profile=profile, dropout=config.dropout,
+            seed=[config.seed, index], token=config.token, lane=lane, backoff=config.backoff, max_part_bytes=config.max_part_bytes,
         )
         for device_id, index, profile in zip(config.device_ids, config.indices, config.profiles)
     ]
@@ -922,9 +776,8 @@ __all__ = [
     "EchoTrainer",
     "EmulatedDevice",
     "EmulatedFleet",
+    "Impersonation",
     "TaskRecord",
-    "Trainer",
-    "TrainerFactory",
     "TrainingLane",
     "default_id_prefix",
     "devices_running",

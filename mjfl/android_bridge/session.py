@@ -60,7 +60,7 @@ from mjfl.android_bridge.messages import (
     Welcome,
 )
 from mjfl.android_bridge.tensors import Buffer, Signature, TensorPack, _show, signature
-from mjfl.errors import PeerError, ProtocolError
+from mjfl.errors import EncodeError, ProtocolError, SessionClosed
 from mjfl.ids import DeviceId, JobId
 
 logger = logging.getLogger(__name__)
@@ -93,15 +93,6 @@ class Closed:
 
 
 Event = Message | Closed
-
-
-class SessionClosed(PeerError):
-    """Raised by a send method once the session is closed."""
-
-    def __init__(self, code: str, reason: str) -> None:
-        super().__init__(f"session closed ({code}): {reason}")
-        self.code = code
-        self.reason = reason
 
 
 @dataclass
@@ -312,7 +303,7 @@ class _Session:
         data = encode(message, version=self.version or self.versions[-1])
         limit = self._peer_max_message_bytes  # binary messages only (docs/protocol.md, section 9)
         if isinstance(data, bytes) and limit is not None and len(data) > limit:
-            raise ValueError(
+            raise EncodeError(
                 f"a {len(data)}-byte {type(message).__name__} exceeds the peer's limit of {limit}"
             )
         if isinstance(data, bytes) and self.max_part_bytes is not None:
@@ -408,7 +399,7 @@ class CoordinatorSession(_Session):
         """Bind ``job_id`` to its program, shard and model; artifacts the device holds are not resent."""
         self._require(State.OPEN)
         if shard.x.shape[1:] != tuple(model.input_shape):
-            raise ValueError(
+            raise EncodeError(
                 f"shard x {shard.x.shape} does not match input shape {model.input_shape}"
             )
         send_program = program.sha256 not in self._inventory
@@ -418,7 +409,7 @@ class CoordinatorSession(_Session):
             and shard.samples
             and (shard.y.min() < 0 or shard.y.max() >= model.num_classes)
         ):
-            raise ValueError(f"shard labels must lie in [0, {model.num_classes})")
+            raise EncodeError(f"shard labels must lie in [0, {model.num_classes})")
         self._queue(
             Provision(
                 JobId(job_id),
@@ -459,7 +450,7 @@ class CoordinatorSession(_Session):
             raise ValueError(f"job {job_id!r} has not been provisioned in this session")
         arrays = _arrays(weights)
         if not _all_finite(arrays):
-            raise ValueError("the weights hold NaN or infinite values")
+            raise EncodeError("the weights hold NaN or infinite values")
         self._queue(
             Task(
                 TaskId(task_id),
@@ -619,7 +610,7 @@ class DeviceSession(_Session):
         """Answer a pending task with trained weights (same names, dtypes and shapes, in order).
 
         A task whose training diverged is answered with send_error(task_id=...)
-        instead: weights holding NaN or infinities raise ValueError here.
+        instead: weights holding NaN or infinities raise EncodeError here.
         """
         self._require(State.OPEN)
         pending = self._tasks.get(TaskId(task_id))
@@ -628,9 +619,9 @@ class DeviceSession(_Session):
         arrays = _arrays(weights)
         problem = _mismatch(signature(arrays), pending.signature)
         if problem:
-            raise ValueError(f"weights differ from the task's: {problem}")
+            raise EncodeError(f"weights differ from the task's: {problem}")
         if not _all_finite(arrays):
-            raise ValueError(
+            raise EncodeError(
                 "the weights hold NaN or infinite values; report send_error(..., task_id=)"
             )
         self._queue(

@@ -22,7 +22,7 @@ from typing import Any, TypeGuard
 import numpy as np
 import numpy.typing as npt
 
-from mjfl.errors import ProtocolError
+from mjfl.errors import EncodeError, ProtocolError
 
 ALIGN = 64
 """Every tensor starts at a multiple of this many bytes from the payload start."""
@@ -53,11 +53,11 @@ def align(n: int) -> int:
 
 
 def dtype_name(dtype: npt.DTypeLike) -> str:
-    """The wire name of a numpy dtype, whatever its byte order; ValueError if unsupported."""
+    """The wire name of a numpy dtype, whatever its byte order; EncodeError if unsupported."""
     dt = np.dtype(dtype)
     name = _NAME_OF.get((dt.kind, dt.itemsize))
     if name is None:
-        raise ValueError(
+        raise EncodeError(
             f"dtype {dt} is not supported on the wire (supported: {', '.join(DTYPES)})"
         )
     return name
@@ -165,20 +165,20 @@ def layout(arrays: Mapping[str, npt.ArrayLike]) -> tuple[tuple[TensorInfo, ...],
 
     Joining the pieces gives the payload; nothing is copied until then, so a
     caller joins them together with a message header in a single copy.
-    ValueError names the first tensor that cannot travel.
+    EncodeError names the first tensor that cannot travel.
     """
     table: list[TensorInfo] = []
     parts: list[Buffer] = []
     cursor = 0
     for name, value in arrays.items():
         if not _valid_name(name):
-            raise ValueError(
+            raise EncodeError(
                 f"tensor name {name!r} must be a UTF-8 string of 1 to {MAX_NAME_CHARS} chars"
             )
         a = np.asarray(value)
         wire = dtype_name(a.dtype)
         if a.ndim > MAX_NDIM:
-            raise ValueError(f"tensor {name!r} has {a.ndim} dimensions, at most {MAX_NDIM} travel")
+            raise EncodeError(f"tensor {name!r} has {a.ndim} dimensions, at most {MAX_NDIM} travel")
         # np.require keeps 0-d arrays 0-d (ascontiguousarray would make them 1-d)
         # and copies only when the byte order or memory layout is wrong.
         a = np.require(a, dtype=DTYPES[wire], requirements="C")

@@ -123,9 +123,10 @@ def _table(figures: Mapping[str, float], details: Mapping[str, str]) -> Table:
 
 async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> tuple[float, str]:
     from mjfl.android_bridge.emulator import echo_trainer, run_emulated_fleet
+    from mjfl.android_bridge.fleet import JobArtifacts
     from mjfl.coordinator.clock import RealClock
+    from mjfl.coordinator.config import JobConfig
     from mjfl.coordinator.engine import Engine, EngineJob
-    from mjfl.coordinator.fleet import JobArtifacts
     from mjfl.coordinator.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.models import ModelSpec, initial_weights
@@ -152,10 +153,10 @@ async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> 
         # EchoTrainer never runs a program: a placeholder stands in for the .pte.
         await server.fleet.prepare([JobArtifacts(JobId("bench"), spec, b"\0" * 4096, shards)])
         job = EngineJob(
-            name=JobId("bench"), spec=spec, scheduler=make_scheduler("random", seed=0),
+            JobConfig(JobId("bench"), "lenet5", epochs=epochs, fraction=1.0, max_rounds=rounds + 2),
+            spec=spec, scheduler=make_scheduler("random", seed=0),
             samples={d: samples for d in shards}, test_x=np.zeros((1, *spec.input_shape), np.float32),
-            test_y=np.zeros(1, np.int64), weights=initial_weights(spec, 0), epochs=epochs,
-            fraction=1.0, max_rounds=rounds + 2,
+            test_y=np.zeros(1, np.int64), weights=initial_weights(spec, 0),
         )
         engine = Engine([job], server.fleet, RealClock(), lambda *a: (0.0, 1.0), run_id="bench", sink=sink)
         await engine.run()
@@ -189,7 +190,7 @@ class _Sink:
 
 
 async def _broadcast(megabytes: float, devices: int, workers: int) -> tuple[float, str]:
-    from mjfl.coordinator.fleet import JobArtifacts, Task
+    from mjfl.android_bridge.fleet import JobArtifacts, Task
     from mjfl.coordinator.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.models import ModelSpec

@@ -8,14 +8,15 @@ typo never silently falls back to a default. See docs/config.md.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from mjfl.coordinator.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
+from mjfl.jobs.base import MODEL_NAMES
 
-MODELS = ("lenet5", "cnn-a-iid", "cnn-a-noniid", "cnn-b", "vgg6", "resnet13", "alexnet")
 PARTITIONS = ("iid", "noniid", "dirichlet")
 RUNTIMES = ("executorch", "torch")
 OMEGAS = ("sqrt", "linear", "log")
@@ -44,6 +45,10 @@ class JobConfig:
     target_loss: float | None = None
     max_rounds: int = 50  # the cap on R_m
     deadline_s: float | None = None
+
+    @property
+    def target(self) -> Target:
+        return Target(self.target_accuracy, self.target_loss)
 
 
 @dataclass(frozen=True)
@@ -134,9 +139,10 @@ def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | 
     fleet = _fleet(top.take("fleet", dict, default={}), base)
     scheduler = _scheduler(top.take("scheduler", dict, default={}))
     testbed = _testbed(top.take("testbed", dict, default={}))
-    seed = top.take("seed", int, default=0)
+    d = _defaults(RunConfig)
+    seed = top.take("seed", int, default=d["seed"])
     # Inputs are found next to the config file; outputs land where mjfl runs.
-    out_dir = _path(top.take("out_dir", str, default="runs/latest"), Path("."))
+    out_dir = _path(top.take("out_dir", str, default=str(d["out_dir"])), Path("."))
     database = top.take("database", str, default=None)
     top.done()
     if fleet.size is None and fleet.profiles is None:
@@ -153,29 +159,30 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
     f = _Fields(raw, where)
     name = f.take("name", str, required=True)
     model = f.take("model", str, required=True)
-    if model not in MODELS:
-        raise ConfigError(f"{where}.model", f"unknown model {model!r}; choose from {', '.join(MODELS)}")
+    if model not in MODEL_NAMES:
+        raise ConfigError(f"{where}.model", f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)}")
     data_dir = f.take("data_dir", str, default=None)
+    d = _defaults(JobConfig)
     job = JobConfig(
         name=JobId(name),
         model=model,
-        dataset=f.take("dataset", str, default="digits"),
+        dataset=f.take("dataset", str, default=d["dataset"]),
         data_dir=_path(data_dir, base) if data_dir else None,
-        image_size=f.take("image_size", int, default=None, check=lambda v: 4 <= v <= 512, need="between 4 and 512"),
-        channels=f.take("channels", int, default=None, check=lambda v: v in (1, 3), need="1 or 3"),
-        partition=f.take("partition", str, default="noniid", check=lambda v: v in PARTITIONS, need=f"one of {PARTITIONS}"),
-        classes_per_device=f.take("classes_per_device", int, default=2, check=lambda v: v >= 1, need=">= 1"),
-        dirichlet_alpha=f.take("dirichlet_alpha", float, default=0.5, check=lambda v: v > 0, need="> 0"),
-        epochs=f.take("epochs", int, default=1, check=lambda v: v >= 1, need=">= 1"),
-        batch_size=f.take("batch_size", int, default=32, check=lambda v: v >= 1, need=">= 1"),
-        lr=f.take("lr", float, default=0.05, check=lambda v: v > 0, need="> 0"),
-        momentum=f.take("momentum", float, default=0.0, check=lambda v: 0 <= v < 1, need="in [0, 1)"),
-        weight_decay=f.take("weight_decay", float, default=0.0, check=lambda v: v >= 0, need=">= 0"),
-        fraction=f.take("fraction", float, default=0.1, check=lambda v: 0 < v <= 1, need="in (0, 1]"),
-        target_accuracy=f.take("target_accuracy", float, default=None, check=lambda v: 0 < v <= 1, need="in (0, 1]"),
-        target_loss=f.take("target_loss", float, default=None, check=lambda v: v > 0, need="> 0"),
-        max_rounds=f.take("max_rounds", int, default=50, check=lambda v: v >= 1, need=">= 1"),
-        deadline_s=f.take("deadline_s", float, default=None, check=lambda v: v > 0, need="> 0"),
+        image_size=f.take("image_size", int, default=d["image_size"], check=lambda v: 4 <= v <= 512, need="between 4 and 512"),
+        channels=f.take("channels", int, default=d["channels"], check=lambda v: v in (1, 3), need="1 or 3"),
+        partition=f.take("partition", str, default=d["partition"], check=lambda v: v in PARTITIONS, need=f"one of {PARTITIONS}"),
+        classes_per_device=f.take("classes_per_device", int, default=d["classes_per_device"], check=lambda v: v >= 1, need=">= 1"),
+        dirichlet_alpha=f.take("dirichlet_alpha", float, default=d["dirichlet_alpha"], check=lambda v: v > 0, need="> 0"),
+        epochs=f.take("epochs", int, default=d["epochs"], check=lambda v: v >= 1, need=">= 1"),
+        batch_size=f.take("batch_size", int, default=d["batch_size"], check=lambda v: v >= 1, need=">= 1"),
+        lr=f.take("lr", float, default=d["lr"], check=lambda v: v > 0, need="> 0"),
+        momentum=f.take("momentum", float, default=d["momentum"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
+        weight_decay=f.take("weight_decay", float, default=d["weight_decay"], check=lambda v: v >= 0, need=">= 0"),
+        fraction=f.take("fraction", float, default=d["fraction"], check=lambda v: 0 < v <= 1, need="in (0, 1]"),
+        target_accuracy=f.take("target_accuracy", float, default=d["target_accuracy"], check=lambda v: 0 < v <= 1, need="in (0, 1]"),
+        target_loss=f.take("target_loss", float, default=d["target_loss"], check=lambda v: v > 0, need="> 0"),
+        max_rounds=f.take("max_rounds", int, default=d["max_rounds"], check=lambda v: v >= 1, need=">= 1"),
+        deadline_s=f.take("deadline_s", float, default=d["deadline_s"], check=lambda v: v > 0, need="> 0"),
     )
     f.done()
     return job
@@ -184,12 +191,13 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
 def _fleet(raw: dict[str, Any], base: Path) -> FleetConfig:
     f = _Fields(raw, "fleet")
     profiles = f.take("profiles", str, default=None)
+    d = _defaults(FleetConfig)
     fleet = FleetConfig(
-        size=f.take("size", int, default=None, check=lambda v: v >= 1, need=">= 1"),
+        size=f.take("size", int, default=d["size"], check=lambda v: v >= 1, need=">= 1"),
         profiles=_path(profiles, base) if profiles else None,
-        dropout=f.take("dropout", float, default=0.0, check=lambda v: 0 <= v < 1, need="in [0, 1)"),
-        runtime=f.take("runtime", str, default="executorch", check=lambda v: v in RUNTIMES, need=f"one of {RUNTIMES}"),
-        workers=f.take("workers", int, default=None, check=lambda v: v >= 1, need=">= 1"),
+        dropout=f.take("dropout", float, default=d["dropout"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
+        runtime=f.take("runtime", str, default=d["runtime"], check=lambda v: v in RUNTIMES, need=f"one of {RUNTIMES}"),
+        workers=f.take("workers", int, default=d["workers"], check=lambda v: v >= 1, need=">= 1"),
     )
     f.done()
     return fleet
@@ -199,7 +207,8 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
     from mjfl.schedulers.registry import METHODS, SINGLE
 
     f = _Fields(raw, "scheduler")
-    members = f.take("members", list, default=list(SchedulerConfig().members))
+    d = _defaults(SchedulerConfig)
+    members = f.take("members", list, default=list(d["members"]))
     for member in members:
         if member not in SINGLE:
             raise ConfigError("scheduler.members", f"unknown method {member!r}; choose from {', '.join(SINGLE)}")
@@ -208,14 +217,14 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         if name not in METHODS or not isinstance(value, dict):
             raise ConfigError(f"scheduler.options.{name}", f"must be a table named after a method ({', '.join(METHODS)})")
     config = SchedulerConfig(
-        method=f.take("method", str, default="meta-greedy", check=lambda v: v in METHODS, need=f"one of {', '.join(METHODS)}"),
-        alpha=f.take("alpha", float, default=1.0, check=lambda v: v >= 0, need=">= 0"),
-        beta=f.take("beta", float, default=0.05, check=lambda v: v >= 0, need=">= 0"),
-        omega=f.take("omega", str, default="sqrt", check=lambda v: v in OMEGAS, need=f"one of {OMEGAS}"),
+        method=f.take("method", str, default=d["method"], check=lambda v: v in METHODS, need=f"one of {', '.join(METHODS)}"),
+        alpha=f.take("alpha", float, default=d["alpha"], check=lambda v: v >= 0, need=">= 0"),
+        beta=f.take("beta", float, default=d["beta"], check=lambda v: v >= 0, need=">= 0"),
+        omega=f.take("omega", str, default=d["omega"], check=lambda v: v in OMEGAS, need=f"one of {OMEGAS}"),
         members=tuple(members),
-        min_plan=f.take("min_plan", int, default=1, check=lambda v: v >= 1, need=">= 1"),
-        min_returns=f.take("min_returns", int, default=1, check=lambda v: v >= 1, need=">= 1"),
-        profile_window=f.take("profile_window", int, default=0, check=lambda v: v >= 0, need=">= 0"),
+        min_plan=f.take("min_plan", int, default=d["min_plan"], check=lambda v: v >= 1, need=">= 1"),
+        min_returns=f.take("min_returns", int, default=d["min_returns"], check=lambda v: v >= 1, need=">= 1"),
+        profile_window=f.take("profile_window", int, default=d["profile_window"], check=lambda v: v >= 0, need=">= 0"),
         options=options,
     )
     f.done()
@@ -224,15 +233,16 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
 
 def _testbed(raw: dict[str, Any]) -> TestbedConfig:
     f = _Fields(raw, "testbed")
+    d = _defaults(TestbedConfig)
     config = TestbedConfig(
-        host=f.take("host", str, default="127.0.0.1"),
-        port=f.take("port", int, default=8765, check=lambda v: 0 <= v < 65536, need="a TCP port"),
-        min_devices=f.take("min_devices", int, default=None, check=lambda v: v >= 1, need=">= 1"),
-        wait_timeout_s=f.take("wait_timeout_s", float, default=120.0, check=lambda v: v > 0, need="> 0"),
-        heartbeat_interval_s=f.take("heartbeat_interval_s", float, default=5.0, check=lambda v: v > 0, need="> 0"),
-        heartbeat_timeout_s=f.take("heartbeat_timeout_s", float, default=60.0, check=lambda v: v > 0, need="> 0"),
-        max_message_mb=f.take("max_message_mb", float, default=256.0, check=lambda v: v > 0, need="> 0"),
-        task_timeout_s=f.take("task_timeout_s", float, default=None, check=lambda v: v > 0, need="> 0"),
+        host=f.take("host", str, default=d["host"]),
+        port=f.take("port", int, default=d["port"], check=lambda v: 0 <= v < 65536, need="a TCP port"),
+        min_devices=f.take("min_devices", int, default=d["min_devices"], check=lambda v: v >= 1, need=">= 1"),
+        wait_timeout_s=f.take("wait_timeout_s", float, default=d["wait_timeout_s"], check=lambda v: v > 0, need="> 0"),
+        heartbeat_interval_s=f.take("heartbeat_interval_s", float, default=d["heartbeat_interval_s"], check=lambda v: v > 0, need="> 0"),
+        heartbeat_timeout_s=f.take("heartbeat_timeout_s", float, default=d["heartbeat_timeout_s"], check=lambda v: v > 0, need="> 0"),
+        max_message_mb=f.take("max_message_mb", float, default=d["max_message_mb"], check=lambda v: v > 0, need="> 0"),
+        task_timeout_s=f.take("task_timeout_s", float, default=d["task_timeout_s"], check=lambda v: v > 0, need="> 0"),
     )
     f.done()
     if config.heartbeat_timeout_s <= config.heartbeat_interval_s:
@@ -248,6 +258,17 @@ def _path(value: str | None, base: Path) -> Path | None:
 
 
 _MISSING = object()
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    """The defaults of a config dataclass's fields: the one place they are written."""
+    out = {}
+    for f in fields(cls):
+        if f.default is not MISSING:
+            out[f.name] = f.default
+        elif f.default_factory is not MISSING:
+            out[f.name] = f.default_factory()
+    return out
 
 
 class _Fields:

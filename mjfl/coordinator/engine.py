@@ -30,23 +30,26 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
+from mjfl.android_bridge.fleet import Fleet, Task, TaskResult, Weights
 from mjfl.coordinator.clock import Clock
+from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.fedavg import check_update, fedavg
-from mjfl.coordinator.fleet import DeviceFailure, Fleet, Task, TaskResult, Weights
 from mjfl.coordinator.records import DeviceRound, ProfileRefit, RoundRecord
+from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
-from mjfl.jobs.models import ModelSpec
+from mjfl.jobs.base import ModelSpec
+from mjfl.profiling.fit import ProfileRefiner
 from mjfl.schedulers.base import (
     CostWeights,
+    Decision,
     FleetModel,
     JobModel,
-    Plan,
     PlanContext,
     RoundOutcome,
     Scheduler,
     plan_size,
 )
-from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
+from mjfl.schedulers.cost import cost_model
 
 log = logging.getLogger(__name__)
 
@@ -55,33 +58,30 @@ Evaluator = Callable[[ModelSpec, Weights, NDArray[np.float32], NDArray[np.int64]
 
 @dataclass(eq=False)
 class EngineJob:
-    """One FL job as the engine runs it."""
+    """One FL job as the engine runs it: its configuration (``config``) and its state.
 
-    name: JobId
+    ``max_rounds`` is R_m, the job's round budget: the configured cap unless
+    Formula 10 set a smaller one from earlier runs.
+    """
+
+    config: JobConfig  # what the job trains and how (epochs, lr, C_m, target, deadline ...)
     spec: ModelSpec
     scheduler: Scheduler
     samples: Mapping[DeviceId, int]  # D_k^m: the devices holding a shard of this job
     test_x: NDArray[np.float32]
     test_y: NDArray[np.int64]
     weights: Weights  # the global model; replaced after every aggregated round
-    epochs: int = 1
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
-    fraction: float = 0.1  # C_m
-    target_accuracy: float | None = None
-    target_loss: float | None = None
-    max_rounds: int = 50  # R_m
-    deadline_s: float | None = None  # per task; None waits for every device
+    max_rounds: int = 0  # R_m; 0 takes config.max_rounds
     rounds_done: int = 0  # > 0 when resuming
     best_accuracy: float = 0.0
     stopped: str | None = None  # why the job ended: "target", "budget", "no devices"
 
-    def reached(self, accuracy: float, loss: float) -> bool:
-        if self.target_accuracy is not None and accuracy >= self.target_accuracy:
-            return True
-        return self.target_loss is not None and loss <= self.target_loss
+    def __post_init__(self) -> None:
+        self.max_rounds = self.max_rounds or self.config.max_rounds
+
+    @property
+    def name(self) -> JobId:
+        return self.config.name
 
 
 class RoundSink(Protocol):
@@ -124,7 +124,7 @@ class Engine:
         frequencies: Mapping[JobId, Mapping[DeviceId, int]] | None = None,
     ) -> None:
         if len({job.name for job in jobs}) != len(jobs):
-            raise ValueError("job names must be unique")
+            raise AssertionError("job names must be unique (the config checks it)")
         self.jobs = list(jobs)
         self.fleet = fleet
         self.clock = clock
@@ -142,8 +142,6 @@ class Engine:
         self._start = 0.0
         self._refiner = None
         if self.settings.profile_window > 0:
-            from mjfl.profiling.fit import ProfileRefiner
-
             self._refiner = ProfileRefiner(
                 window=self.settings.profile_window, min_observations=self.settings.profile_min_observations
             )
@@ -175,7 +173,7 @@ class Engine:
         async with self._released:
             self._released.notify_all()
 
-    async def _wait_and_plan(self, job: EngineJob) -> tuple[PlanContext, Plan, list[DeviceId]] | None:
+    async def _wait_and_plan(self, job: EngineJob) -> tuple[PlanContext, Decision, list[DeviceId]] | None:
         """Wait until enough devices are free, then plan and occupy them (no await in between).
 
         Devices are released by other jobs' tasks (which notify); a remote
@@ -200,13 +198,13 @@ class Engine:
                 except TimeoutError:
                     pass
 
-    def _plan(self, job: EngineJob) -> tuple[PlanContext, Plan, list[DeviceId]] | None:
+    def _plan(self, job: EngineJob) -> tuple[PlanContext, Decision, list[DeviceId]] | None:
         profiles = [p for p in self.fleet.profiles() if p.device in job.samples]
         if not profiles:
             return None
         devices = [p.device for p in profiles]
         free = np.array([d not in self.busy for d in devices])
-        size = plan_size(job.fraction, len(devices), int(free.sum()), self.settings.min_plan)
+        size = plan_size(job.config.fraction, len(devices), int(free.sum()), self.settings.min_plan)
         if size == 0:
             return None
         a = np.array([self._refined.get(p.device, (p.a, p.mu))[0] for p in profiles])
@@ -218,7 +216,7 @@ class Engine:
             # Devices without a shard of another job still need a D for its cost
             # terms; they never train it, so any positive count will do.
             counts = np.array([other.samples.get(d, 1) for d in devices], dtype=np.int64)
-            jobs.append(JobModel(other.name, other.epochs, counts, other.fraction))
+            jobs.append(JobModel(other.name, other.config.epochs, counts, other.config.fraction))
             frequencies.append([self.frequencies[other.name].get(d, 0) for d in devices])
             in_flight = tuple(sorted(index[d] for d in self._in_flight[other.name] if d in index))
             current.append(in_flight or None)
@@ -228,21 +226,22 @@ class Engine:
             frequencies=np.asarray(frequencies, dtype=np.int64), current_plans=tuple(current),
             size=size, weights=self.settings.weights,
         )
-        plan = job.scheduler.plan(ctx)
-        chosen = [devices[k] for k in plan]
+        decision = job.scheduler.plan(ctx)
+        chosen = [devices[k] for k in decision.plan]
         if len(chosen) != size or any(d in self.busy for d in chosen):
             raise AssertionError(f"{job.scheduler.name} planned busy or too many devices: {chosen}")
         for device in chosen:
             self.busy[device] = job.name
             self.frequencies[job.name][device] = self.frequencies[job.name].get(device, 0) + 1
         self._in_flight[job.name] = set(chosen)
-        return ctx, plan, chosen
+        return ctx, decision, chosen
 
-    async def _run_round(self, job: EngineJob, planned: tuple[PlanContext, Plan, list[DeviceId]]) -> None:
-        ctx, plan, devices = planned
+    async def _run_round(self, job: EngineJob, planned: tuple[PlanContext, Decision, list[DeviceId]]) -> None:
+        ctx, decision, devices = planned
+        plan, costs = decision.plan, cost_model(ctx)
         round_ = job.rounds_done + 1
         started = self.now()
-        expected = float(ctx.costs.time(np.asarray(plan)) * ctx.costs.reference_time)
+        expected = float(costs.time(np.asarray(plan)) * costs.reference_time)
         task_for = {d: self._task(job, round_, d) for d in devices}
         results = await asyncio.gather(*(self._train(job, d, task_for[d]) for d in devices))
         ended = self.now()
@@ -269,27 +268,24 @@ class Engine:
         job.best_accuracy = max(job.best_accuracy, accuracy)
 
         round_outcome = RoundOutcome(ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started)
-        cost = ctx.costs.observed_cost(round_outcome)
-        winner, choices = None, None
-        if isinstance(job.scheduler, MetaGreedyScheduler) and job.scheduler.choices:
-            choice = job.scheduler.choices[-1]
-            winner, choices = choice.winner, choice.recost
+        cost = costs.observed_cost(round_outcome)
         job.scheduler.observe(ctx, round_outcome)
         record = RoundRecord(
             self.run_id, job.name, round_, started, ended, tuple(device_rounds), accuracy, loss,
-            aggregated, expected, cost, winner,
+            aggregated, expected, cost, decision.chosen_by,
         )
-        if job.reached(accuracy, loss):
+        if job.config.target.reached(accuracy, loss):
             job.stopped = "target"
         if self.sink is not None:
-            self.sink.round_finished(job, record, choices)
+            self.sink.round_finished(job, record, decision.candidates or None)
         self._refit_profiles(devices)
 
     def _task(self, job: EngineJob, round_: int, device: DeviceId) -> Task:
         digest = hashlib.sha256(f"{self.settings.seed}/{job.name}/{round_}/{device}".encode()).digest()
+        c = job.config
         return Task(
-            job.name, round_, job.weights, job.epochs, job.batch_size, job.lr, job.momentum,
-            job.weight_decay, job.deadline_s, seed=int.from_bytes(digest[:4], "little"),
+            job.name, round_, job.weights, c.epochs, c.batch_size, c.lr, c.momentum,
+            c.weight_decay, c.deadline_s, seed=int.from_bytes(digest[:4], "little"),
         )
 
     async def _train(self, job: EngineJob, device: DeviceId, task: Task) -> TaskResult | DeviceFailure:
@@ -316,7 +312,7 @@ class Engine:
 
     def _observe_profile(self, job: EngineJob, device: DeviceId, result: TaskResult) -> None:
         if self._refiner is not None:
-            self._refiner.observe(device, result.duration_s, job.epochs, job.samples[device])
+            self._refiner.observe(device, result.duration_s, job.config.epochs, job.samples[device])
 
     def _refit_profiles(self, devices: Sequence[DeviceId]) -> None:
         if self._refiner is None:

@@ -7,6 +7,7 @@ can be rebuilt from the database alone.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -14,6 +15,33 @@ from mjfl.ids import DeviceId, JobId
 
 DeviceStatus = Literal["ok", "failed", "rejected"]
 RunMode = Literal["virtual", "real"]
+
+
+@dataclass(frozen=True)
+class Target:
+    """When a job is done: a test accuracy to reach, a test loss to reach, or both.
+
+    The one definition of "target reached", for the engine (when to stop a
+    job) and the reports (time to target): a round reaches the target when it
+    meets any target set (docs/config.md). NaN meets none; a job without a
+    target never reaches it and runs to its round budget.
+    """
+
+    accuracy: float | None = None
+    loss: float | None = None
+
+    def reached(self, accuracy: float, loss: float) -> bool:
+        if self.accuracy is not None and not math.isnan(accuracy) and accuracy >= self.accuracy:
+            return True
+        return self.loss is not None and not math.isnan(loss) and loss <= self.loss
+
+    def __str__(self) -> str:
+        parts = []
+        if self.accuracy is not None:
+            parts.append(f"acc >= {self.accuracy:g}")
+        if self.loss is not None:
+            parts.append(f"loss <= {self.loss:g}")
+        return " or ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -40,6 +68,10 @@ class JobInfo:
     target_loss: float | None
     max_rounds: int
     job_key: str  # identifies "the same job" across runs (for Formula 10's history)
+
+    @property
+    def target(self) -> Target:
+        return Target(self.target_accuracy, self.target_loss)
 
 
 @dataclass(frozen=True)

@@ -80,16 +80,8 @@ CSV_COLUMNS: tuple[str, ...] = (
 
 
 def reached_target(job: JobInfo, record: RoundRecord) -> bool:
-    """Whether ``record`` meets ``job``'s target.
-
-    The accuracy target decides when set; the loss target only when it is the
-    only target. A job without a target never reaches it. NaN never does.
-    """
-    if job.target_accuracy is not None:
-        return record.accuracy >= job.target_accuracy
-    if job.target_loss is not None:
-        return record.loss <= job.target_loss
-    return False
+    """Whether ``record`` meets ``job``'s target (``records.Target``, as the engine decides)."""
+    return job.target.reached(record.accuracy, record.loss)
 
 
 def job_outcomes(
@@ -553,11 +545,7 @@ def _cell(kind: str, value: float | None) -> str:
 
 
 def _target_text(job: JobInfo) -> str:
-    if job.target_accuracy is not None:
-        return f"acc >= {job.target_accuracy:g}"
-    if job.target_loss is not None:
-        return f"loss <= {job.target_loss:g}"
-    return ""
+    return str(job.target)
 
 
 def _number(value: float | None, digits: int) -> str:

@@ -3,18 +3,16 @@
 Phones and emulated devices connect here and speak protocol v1
 (docs/protocol.md); ``RemoteFleet`` turns them into the engine's ``Fleet``.
 
-One connection, one device session, three tasks in the connection's
-TaskGroup (the connection task itself is owned by websockets' ``Server``,
-which ``CoordinatorServer`` closes and awaits)::
+One connection, one device session, served by the connection runner
+(``mjfl.android_bridge.connection``: reader, writer, heartbeats, close; the
+same runner serves emulated devices), whose task is owned by websockets'
+``Server``, which ``CoordinatorServer`` closes and awaits. This module
+answers the hello (credentials, welcome, the device registry), settles the
+tasks ``RemoteFleet`` waits on (results, errors, a session's end) and records
+heartbeat round trips.
 
-    reader      ws messages -> CoordinatorSession.receive -> events
-                (results settle the waiting run_task, acks record RTTs)
-    writer      the only task that writes: drains session.data_to_send()
-                in order, then closes the WebSocket once the session is closed
-    heartbeats  heartbeat_due -> send_heartbeat; is_expired -> bye heartbeat_timeout
-
-The protocol lives in the sans-I/O session; this module only moves bytes,
-keeps time and maps outcomes onto the engine's vocabulary: a task answered
+The protocol lives in the sans-I/O session; this module maps its outcomes
+onto the engine's vocabulary: a task answered
 with a valid update is a ``TaskResult``; anything else is a
 ``DeviceFailure`` ("rejected" when the device broke the protocol or sent an
 invalid update, "failed" when it disconnected, said bye, reported an error
@@ -45,21 +43,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import itertools
 import logging
 import math
 import statistics
-import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 import numpy as np
 from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
 
+from mjfl.android_bridge.connection import Connection
+from mjfl.android_bridge.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
 from mjfl.android_bridge.protocol import (
     DEFAULT_MAX_CONTROL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -70,25 +69,14 @@ from mjfl.android_bridge.protocol import (
     Hello,
     Program,
     Result,
-    SessionClosed,
     Shard,
     State,
     TensorPack,
 )
 from mjfl.android_bridge.protocol import ModelSpec as WireModelSpec
-from mjfl.coordinator.fleet import (
-    DeviceFailure,
-    DeviceProfileView,
-    JobArtifacts,
-    Task,
-    TaskResult,
-    Timing,
-)
-from mjfl.errors import ConfigError, RunError
+from mjfl.errors import ConfigError, DeviceFailure, EncodeError, RunError, SessionClosed, UserError
 from mjfl.ids import DeviceId, JobId
-
-if TYPE_CHECKING:
-    from mjfl.profiling.profiles import DeviceProfile
+from mjfl.profiling.profiles import DeviceProfile
 
 log = logging.getLogger(__name__)
 
@@ -193,14 +181,15 @@ class _Waiter:
 
 
 @dataclass(eq=False)
-class _Connection:
-    """One device's live session: the WebSocket, the session and the tasks in flight."""
+class DeviceLink:
+    """One device's live session as the coordinator keeps it: its connection and tasks in flight.
 
-    ws: ServerConnection
-    session: CoordinatorSession
+    ``RemoteFleet`` sends through it and waits on it; the server settles it
+    as the device answers (or goes away).
+    """
+
+    conn: Connection
     info: ConnectedDevice | None = None
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     waiters: dict[str, _Waiter] = field(default_factory=dict)
     abandoned: set[str] = field(default_factory=set)  # cancelled, answer not in yet
@@ -212,36 +201,19 @@ class _Connection:
         self.idle.set()
 
     @property
+    def session(self) -> CoordinatorSession:
+        assert isinstance(self.conn.session, CoordinatorSession)
+        return self.conn.session
+
+    @property
     def open(self) -> bool:
         """Neither closed by the protocol nor lost (it may still be unwinding)."""
-        return not self.session.closed and not self.closed.is_set()
+        return self.conn.open
 
     @property
     def device(self) -> DeviceId:
         assert self.info is not None
         return self.info.device
-
-    def flush(self) -> None:
-        """Hand what the session queued to the writer."""
-        self.wake.set()
-
-    def finish(self) -> None:
-        """The reader is done: wake everyone who waits on this connection, so they end too."""
-        self.closed.set()
-        self.wake.set()
-        self.idle.set()
-
-    def close(self, code: str, reason: str) -> None:
-        """End the session with a bye (no-op once it is closed)."""
-        if not self.session.closed:
-            self.session.send_bye(code, reason)
-        self.flush()
-
-    def abort(self) -> None:
-        """Drop the TCP connection at once (a peer that no longer reads)."""
-        transport = self.ws.transport
-        if transport is not None:
-            transport.abort()
 
     def update_idle(self) -> None:
         if self.waiters or self.abandoned:
@@ -319,10 +291,10 @@ class CoordinatorServer:
         self.fleet = RemoteFleet(self)
         self.heartbeat_rtts: deque[float] = deque(maxlen=self.settings.heartbeat_samples)
         """Round-trip times (seconds) of the coordinator's heartbeats, newest last."""
-        self._connections: dict[DeviceId, _Connection] = {}
-        self._handlers: set[_Connection] = set()
+        self._links: dict[DeviceId, DeviceLink] = {}  # the welcomed session of each device
+        self._handlers: set[DeviceLink] = set()  # every connection being served
         self._order: dict[DeviceId, int] = {}  # first-seen order: profiles() stays stable
-        self._changed = asyncio.Condition()
+        self._changed = asyncio.Event()  # replaced by a fresh one on every change
         self._server: Server | None = None
         self._closing = False
 
@@ -345,7 +317,20 @@ class CoordinatorServer:
         if self._server is not None:
             raise RuntimeError("the server is already started")
         self._closing = False
-        self._server = await serve(
+        try:
+            self._server = await self._listen()
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UserError(
+                    f"cannot listen on {self.host}:{self.port}: the port is in use; stop what holds it,"
+                    " or pick another with --port (0 picks a free one)"
+                ) from None
+            raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
+        sockets = list(self._server.sockets)
+        self.port = sockets[0].getsockname()[1]
+
+    async def _listen(self) -> Server:
+        return await serve(
             self._handle,
             self.host,
             self.port,
@@ -358,8 +343,6 @@ class CoordinatorServer:
             close_timeout=self.settings.close_timeout,
             backlog=self.settings.backlog,
         )
-        sockets = list(self._server.sockets)
-        self.port = sockets[0].getsockname()[1]
 
     @property
     def url(self) -> str:
@@ -383,20 +366,20 @@ class CoordinatorServer:
         self._closing = True
         server = self._server
         server.close(close_connections=False)  # stop accepting; we close connections ourselves
-        for conn in list(self._handlers):
+        for link in list(self._handlers):
             if graceful:
-                conn.end_reason = conn.end_reason or "coordinator shutdown"
-                conn.close("going_away", "coordinator shutdown")
+                link.end_reason = link.end_reason or "coordinator shutdown"
+                link.conn.close("going_away", "coordinator shutdown")
             else:
-                conn.end_reason = conn.end_reason or "coordinator dropped the connection"
-                conn.abort()
+                link.end_reason = link.end_reason or "coordinator dropped the connection"
+                link.conn.abort()
         try:
             async with asyncio.timeout(self.settings.shutdown_timeout):
                 await server.wait_closed()
         except TimeoutError:
             log.warning("%d connections did not close in time; dropping them", len(self._handlers))
-            for conn in list(self._handlers):
-                conn.abort()
+            for link in list(self._handlers):
+                link.conn.abort()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.close_timeout):
                     await server.wait_closed()
@@ -406,16 +389,20 @@ class CoordinatorServer:
 
     def connected(self) -> dict[DeviceId, ConnectedDevice]:
         """Devices with an open session (welcomed), by id, in first-seen order."""
-        conns = sorted(self._connections.values(), key=lambda c: self._order[c.device])
-        return {c.device: c.info for c in conns if c.info is not None and c.open}
+        return {link.device: link.info for link in self.links() if link.info is not None}
 
     def available(self) -> list[ConnectedDevice]:
         """Connected devices that can take a task: not still answering a cancelled one."""
-        return [
-            c.info
-            for c in sorted(self._connections.values(), key=lambda c: self._order[c.device])
-            if c.info is not None and c.open and not c.abandoned
-        ]
+        return [link.info for link in self.links() if link.info is not None and not link.abandoned]
+
+    def links(self) -> list[DeviceLink]:
+        """The open sessions of welcomed devices, in first-seen order."""
+        links = sorted(self._links.values(), key=lambda link: self._order[link.device])
+        return [link for link in links if link.open]
+
+    def link(self, device: DeviceId) -> DeviceLink | None:
+        """The latest session of ``device``, open or unwinding; None if it never connected or left."""
+        return self._links.get(device)
 
     async def wait_for_devices(
         self, n: int, timeout: float | None = None, *, progress: ProgressCallback | None = None
@@ -424,27 +411,41 @@ class CoordinatorServer:
 
         Raises RunError when ``timeout`` seconds pass first.
         """
+        await self.wait_until(lambda connected: len(connected) >= n, timeout, progress=progress, needed=n)
+
+    async def wait_until(
+        self,
+        ready: Callable[[dict[DeviceId, ConnectedDevice]], bool],
+        timeout: float | None = None,
+        *,
+        progress: ProgressCallback | None = None,
+        needed: int = 0,
+    ) -> None:
+        """Wait until ``ready(connected())`` holds; ``progress(len(connected), needed)`` on every change.
+
+        Raises RunError when ``timeout`` seconds pass first.
+        """
         last = -1
-
-        def report() -> bool:
-            nonlocal last
-            count = len(self.connected())
-            if progress is not None and count != last:
-                progress(count, n)
-            last = count
-            return count >= n
-
         try:
-            async with asyncio.timeout(timeout), self._changed:
-                await self._changed.wait_for(report)
+            async with asyncio.timeout(timeout):
+                while True:
+                    changed = self._changed
+                    connected = self.connected()
+                    if progress is not None and len(connected) != last:
+                        progress(len(connected), needed)
+                    last = len(connected)
+                    if ready(connected):
+                        return
+                    await changed.wait()
         except TimeoutError:
             raise RunError(
-                f"only {len(self.connected())} of {n} devices connected within {timeout:g} s"
+                f"only {len(self.connected())} of {needed} devices connected within {timeout:g} s"
             ) from None
 
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+    def _notify(self) -> None:
+        """Wake everyone waiting for the registry to change."""
+        self._changed.set()
+        self._changed = asyncio.Event()
 
     def _profile(self, hello: Hello) -> tuple[DeviceProfileView, str]:
         device = hello.device_id
@@ -468,188 +469,95 @@ class CoordinatorServer:
             heartbeat_interval=s.heartbeat_interval,
             heartbeat_timeout=s.heartbeat_timeout,
         )
-        conn = _Connection(ws, session)
-        self._handlers.add(conn)
+        link: DeviceLink
+        conn = Connection(
+            ws, session, name=str(ws.remote_address), on_event=lambda event, arrived, _: self._on_event(link, event, arrived),
+            # The session has no clock before its welcome: the hello must come in time.
+            open_timeout=s.handshake_timeout, open_timeout_reason="no hello in time", close_timeout=s.close_timeout,
+        )
+        link = DeviceLink(conn)
+        self._handlers.add(link)
         try:
-            async with asyncio.TaskGroup() as group:
-                writer = group.create_task(self._write(conn), name="writer")
-                if await self._handshake(conn):
-                    beats = group.create_task(self._heartbeats(conn), name="heartbeats")
-                    await self._read(conn)
-                    beats.cancel()
-                conn.finish()
-                if not writer.done():
-                    # Give the writer the time to say bye and close; then drop the peer.
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(s.close_timeout):
-                            await asyncio.shield(writer)
-                    conn.abort()
+            await conn.run()
         except Exception:
             # Our bug (the peer's faults never raise): log it, end only this device.
-            log.exception("connection handler failed for %s", conn.info and conn.device)
+            log.exception("connection handler failed for %s", link.info and link.device)
             conn.abort()
         finally:
-            self._handlers.discard(conn)
-            await self._unregister(conn)
+            self._handlers.discard(link)
+            self._unregister(link)
 
-    async def _handshake(self, conn: _Connection) -> bool:
-        """Hello -> welcome (or bye); True when the session is open."""
-        session = conn.session
-        try:
-            async with asyncio.timeout(self.settings.handshake_timeout):
-                while session.state is State.START:
-                    message = await conn.ws.recv()
-                    session.receive(message)
-        except TimeoutError:
-            log.info("no hello within %s s from %s", self.settings.handshake_timeout, conn.ws.remote_address)
-            # A liveness timeout: the peer said nothing in time.
-            conn.close("heartbeat_timeout", "no hello in time")
-            return False
-        except ConnectionClosed:
-            return False
-        for event in session.events_received():
-            if isinstance(event, Closed):
-                log.info("refused %s before its hello: %s (%s)", conn.ws.remote_address, event.code, event.reason)
-        if session.closed:
-            conn.flush()
-            return False
-        hello = session.hello
-        assert hello is not None
-        if self._closing:
-            conn.close("going_away", "coordinator shutdown")
-            return False
-        token = self.settings.token
-        if (token is not None and hello.token != token) or (
-            self.authorize is not None and not self.authorize(hello)
-        ):
-            log.warning("refused device %s: bad credentials", hello.device_id)
-            conn.close("unauthorized", "credentials refused")
-            return False
-        session.send_welcome()
-        conn.flush()
-        profile, source = self._profile(hello)
-        loop = asyncio.get_running_loop()
-        conn.info = ConnectedDevice(hello.device_id, hello, profile, source, loop.time())
-        older = self._connections.get(hello.device_id)
-        if older is not None:
-            log.info("device %s reconnected: replacing its older connection", hello.device_id)
-            older.end_reason = "replaced by a newer connection of the same device"
-            older.fail_all(older.end_reason, "failed")
-            older.close("going_away", "replaced by a newer connection of the same device id")
-        self._connections[hello.device_id] = conn
-        self._order.setdefault(hello.device_id, len(self._order))
-        log.info(
-            "device %s connected from %s (runtime %s, profile from %s)",
-            hello.device_id, conn.ws.remote_address, hello.runtime, source,
-        )
-        await self._notify()
-        return True
-
-    async def _read(self, conn: _Connection) -> None:
-        session = conn.session
-        loop = asyncio.get_running_loop()
-        try:
-            async for message in conn.ws:
-                arrived = loop.time()
-                session.receive(message)
-                for event in session.events_received():
-                    self._on_event(conn, event, arrived)
-                conn.flush()
-                if session.closed:
-                    break
-        except ConnectionClosed:
-            pass
-        if not session.closed:
-            code = conn.ws.close_code
-            conn.end_reason = conn.end_reason or f"connection lost (close code {code})"
-        conn.fail_all(conn.end_reason or "session closed", conn.end_status)
-
-    def _on_event(self, conn: _Connection, event: Any, arrived: float) -> None:
-        if isinstance(event, Result):
-            conn.settle(event.task_id, (event, arrived))
+    def _on_event(self, link: DeviceLink, event: Any, arrived: float) -> None:
+        if isinstance(event, Hello):
+            self._answer_hello(link, event)
+        elif isinstance(event, Result):
+            link.settle(event.task_id, (event, arrived))
         elif isinstance(event, HeartbeatAck):
             self.heartbeat_rtts.append(arrived - event.echo)
         elif isinstance(event, Error):
             if event.task_id is not None:
-                failure = DeviceFailure(conn.device, f"device error {event.code}: {event.reason}", status="failed")
-                conn.settle(event.task_id, failure)
+                failure = DeviceFailure(link.device, f"device error {event.code}: {event.reason}", status="failed")
+                link.settle(event.task_id, failure)
             else:
-                log.info("device %s reports %s: %s", conn.device, event.code, event.reason)
+                log.info("device %s reports %s: %s", link.device, event.code, event.reason)
         elif isinstance(event, Closed):
-            if event.by_peer:
-                conn.end_reason = f"device said bye {event.code}: {event.reason}"
+            if link.info is None:
+                log.info("refused %s before its hello: %s (%s)", link.conn.ws.remote_address, event.code, event.reason)
+            elif event.by_peer:
+                link.end_reason = f"device said bye {event.code}: {event.reason}"
             else:
-                conn.end_reason = f"{event.code}: {event.reason}"
-                log.warning("closed device %s: %s (%s)", conn.device, event.code, event.reason)
+                link.end_reason = f"{event.code}: {event.reason}"
+                log.warning("closed device %s: %s (%s)", link.device, event.code, event.reason)
                 if event.code not in _FAILED_CODES:
-                    conn.end_status = "rejected"
+                    link.end_status = "rejected"
 
-    async def _write(self, conn: _Connection) -> None:
-        """Write what the session queued, in order; close the WebSocket after the session's bye."""
-        session, ws = conn.session, conn.ws
-        try:
-            while True:
-                for data in session.data_to_send():
-                    await ws.send(data)
-                if session.closed:
-                    code, reason = session.websocket_close()
-                    await ws.close(code, reason)
-                    return
-                if conn.closed.is_set():
-                    return
-                conn.wake.clear()
-                await conn.wake.wait()
-        except ConnectionClosed:
+    def _answer_hello(self, link: DeviceLink, hello: Hello) -> None:
+        """Welcome the device (replacing an older session of its id), or refuse it with a bye."""
+        session = link.session
+        if session.state is not State.HELLO:
+            return  # the session refused the hello itself (e.g. no common version)
+        if self._closing:
+            link.conn.close("going_away", "coordinator shutdown")
             return
-
-    async def _heartbeats(self, conn: _Connection) -> None:
-        session = conn.session
-        interval, timeout = self.settings.heartbeat_interval, self.settings.heartbeat_timeout
-        if interval is None:
+        token = self.settings.token
+        if (token is not None and hello.token != token) or (self.authorize is not None and not self.authorize(hello)):
+            log.warning("refused device %s: bad credentials", hello.device_id)
+            link.conn.close("unauthorized", "credentials refused")
             return
-        loop = asyncio.get_running_loop()
-        # Devices that connected together would heartbeat in step, and each
-        # round trip would then measure the queue of all the others: spread
-        # them over the interval by a phase fixed per device id.
-        next_beat = loop.time() + heartbeat_phase(conn.device, interval)
-        while not conn.closed.is_set() and not session.closed:
-            now = loop.time()
-            if session.is_expired(now):
-                conn.end_reason = "heartbeat timeout"
-                conn.close("heartbeat_timeout", f"no answer for {timeout:g} s")
-                # The writer may be stuck sending to a peer that no longer reads.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.settings.close_timeout):
-                        await conn.closed.wait()
-                conn.abort()
-                return
-            if now >= next_beat:
-                session.send_heartbeat(now)
-                conn.flush()
-                next_beat = max(next_beat + interval, now)
-            # Wake for the next heartbeat, and at least four times per timeout
-            # to notice expiry. A plain sleep is the cheapest wake-up; the
-            # handler cancels this task when the reader ends.
-            wake = next_beat - now
-            if timeout is not None:
-                wake = min(wake, timeout / 4)
-            await asyncio.sleep(wake)
+        session.send_welcome()
+        link.conn.name = hello.device_id  # fixes its heartbeat phase
+        profile, source = self._profile(hello)
+        link.info = ConnectedDevice(hello.device_id, hello, profile, source, asyncio.get_running_loop().time())
+        older = self._links.get(hello.device_id)
+        if older is not None:
+            log.info("device %s reconnected: replacing its older connection", hello.device_id)
+            older.end_reason = "replaced by a newer connection of the same device"
+            older.fail_all(older.end_reason, "failed")
+            older.conn.close("going_away", "replaced by a newer connection of the same device id")
+        self._links[hello.device_id] = link
+        self._order.setdefault(hello.device_id, len(self._order))
+        log.info(
+            "device %s connected from %s (runtime %s, profile from %s)",
+            hello.device_id, link.conn.ws.remote_address, hello.runtime, source,
+        )
+        self._notify()
 
-    async def _unregister(self, conn: _Connection) -> None:
-        conn.fail_all(conn.end_reason or "session closed", conn.end_status)
-        if conn.info is not None and self._connections.get(conn.device) is conn:
-            del self._connections[conn.device]
-            log.info("device %s disconnected: %s", conn.device, conn.end_reason)
-            await self._notify()
-
-    # -- for the fleet --------------------------------------------------------
-
-    def _connection(self, device: DeviceId) -> _Connection | None:
-        return self._connections.get(device)
+    def _unregister(self, link: DeviceLink) -> None:
+        session = link.session
+        if link.end_reason is None:
+            if session.closed:
+                link.end_reason = f"{session.close_code}: {session.close_reason}"
+            else:
+                link.end_reason = f"connection lost (close code {link.conn.ws.close_code})"
+        link.fail_all(link.end_reason, link.end_status)
+        if link.info is not None and self._links.get(link.device) is link:
+            del self._links[link.device]
+            log.info("device %s disconnected: %s", link.device, link.end_reason)
+            self._notify()
 
 
 class RemoteFleet:
-    """The engine's Fleet over the server's connected devices (see ``mjfl.coordinator.fleet``)."""
+    """The engine's Fleet over the server's connected devices (see ``mjfl.android_bridge.fleet``)."""
 
     def __init__(self, server: CoordinatorServer) -> None:
         self._server = server
@@ -673,8 +581,8 @@ class RemoteFleet:
             # A job prepared again (new program or shards) is provisioned again.
             for key in [k for k in self._shards if k[0] == job.job]:
                 del self._shards[key]
-            for conn in self._server._connections.values():
-                conn.provisioned.discard(job.job)
+            for link in self._server.links():
+                link.provisioned.discard(job.job)
 
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
         """Provision (once per device and job), send the task, wait for a valid update.
@@ -688,50 +596,50 @@ class RemoteFleet:
         started = loop.time()
         limits = [x for x in (task.deadline_s, self._server.settings.task_timeout) if x is not None]
         limit = min(limits) if limits else None
-        conn = self._server._connection(device)
-        if conn is None or not conn.open:
+        link = self._server.link(device)
+        if link is None or not link.open:
             raise DeviceFailure(device, "not connected", status="failed")
-        if not conn.idle.is_set():
+        if not link.idle.is_set():
             # Still answering a cancelled task: never two tasks on one device.
             try:
                 async with asyncio.timeout(limit):
-                    await conn.idle.wait()  # also set when the connection ends
+                    await link.idle.wait()  # also set when the connection ends
             except TimeoutError:
                 raise DeviceFailure(
                     device, "still busy with a cancelled task", status="failed", after_s=loop.time() - started
                 ) from None
-            if not conn.open:
-                raise DeviceFailure(device, conn.end_reason or "disconnected", status="failed")
+            if not link.open:
+                raise DeviceFailure(device, link.end_reason or "disconnected", status="failed")
         job, wire, program = self._job(task.job)
         task_id = f"{task.job}/{task.round}/{next(self._ids)}"
         try:
-            if task.job not in conn.provisioned:
+            if task.job not in link.provisioned:
                 shard = self._shard(job, device)
-                conn.session.send_provision(task.job, wire, program, shard)
-                conn.provisioned.add(task.job)
-            conn.session.send_task(
+                link.session.send_provision(task.job, wire, program, shard)
+                link.provisioned.add(task.job)
+            link.session.send_task(
                 task_id=task_id, job_id=task.job, round=task.round, weights=self._pack(task),
                 epochs=task.epochs, batch_size=task.batch_size, lr=task.lr, momentum=task.momentum,
                 weight_decay=task.weight_decay, deadline_s=task.deadline_s,
             )
         except SessionClosed as exc:
             raise DeviceFailure(device, f"session closed: {exc.reason}", status="failed") from None
-        except ValueError as exc:
+        except EncodeError as exc:
             # E.g. the message exceeds the device's announced size limit.
             raise DeviceFailure(device, f"cannot send the task: {exc}", status="failed") from None
         # No await since the checks above: the connection is still open here.
         sent_at = loop.time()
         waiter = _Waiter(loop.create_future(), sent_at)
-        conn.waiters[task_id] = waiter
-        conn.update_idle()
-        conn.flush()
+        link.waiters[task_id] = waiter
+        link.update_idle()
+        link.conn.flush()
         outcome = "failed"
         try:
             async with asyncio.timeout(limit):
                 result, arrived = await waiter.future
             outcome = "ok"
         except TimeoutError:
-            self._abandon(conn, task_id, f"no result within {limit:g} s")
+            self._abandon(link, task_id, f"no result within {limit:g} s")
             raise DeviceFailure(
                 device, f"no result within the {limit:g} s deadline", status="failed", after_s=loop.time() - sent_at
             ) from None
@@ -739,7 +647,7 @@ class RemoteFleet:
             outcome = failure.status
             raise
         except asyncio.CancelledError:
-            self._abandon(conn, task_id, "the coordinator no longer needs it")
+            self._abandon(link, task_id, "the coordinator no longer needs it")
             raise
         finally:
             self.task_log.append((device, task.job, task.round, sent_at, loop.time(), outcome))
@@ -750,16 +658,16 @@ class RemoteFleet:
             Timing(t.download_s, t.compute_s, t.upload_s or 0.0),
         )
 
-    def _abandon(self, conn: _Connection, task_id: str, reason: str) -> None:
+    def _abandon(self, link: DeviceLink, task_id: str, reason: str) -> None:
         """Stop waiting for a task; cancel it on the device, which stays busy until it answers."""
-        waiter = conn.waiters.pop(task_id, None)
+        waiter = link.waiters.pop(task_id, None)
         if waiter is None:
             return
-        if not conn.session.closed and task_id in conn.session.pending_tasks:
-            conn.abandoned.add(task_id)
-            conn.session.send_cancel(task_id, reason)
-            conn.flush()
-        conn.update_idle()
+        if not link.session.closed and task_id in link.session.pending_tasks:
+            link.abandoned.add(task_id)
+            link.session.send_cancel(task_id, reason)
+            link.conn.flush()
+        link.update_idle()
 
     def _job(self, job_id: JobId) -> tuple[JobArtifacts, WireModelSpec, Program]:
         try:
@@ -787,11 +695,6 @@ class RemoteFleet:
         return pack
 
 
-def heartbeat_phase(name: str, interval: float) -> float:
-    """A delay in [0, interval) fixed by ``name``: where in the interval its heartbeats fall."""
-    return zlib.crc32(name.encode("utf-8")) / 2**32 * interval
-
-
 def _number(value: object) -> float | None:
     """A finite JSON number as a float, else None (booleans are not numbers)."""
     if type(value) in (int, float) and math.isfinite(value):  # type: ignore[arg-type]
@@ -804,6 +707,7 @@ __all__ = [
     "DEFAULT_MU",
     "ConnectedDevice",
     "CoordinatorServer",
+    "DeviceLink",
     "RemoteFleet",
     "ServerSettings",
 ]

@@ -3,10 +3,12 @@
 Each simulated device trains its shard for real, with the same trainers as
 emulated devices and phones (ExecuTorch by default, PyTorch selectable), in a
 pool of worker processes (the ExecuTorch runtime holds the GIL while it trains,
-so threads would not run two devices at once). The round time a device
-reports is not how long that took on this machine but a draw from its
-shifted-exponential profile (Formula 4) for the task's epochs and its shard
-size, slept on the virtual clock.
+so threads would not run two devices at once). How long a round takes, whether
+the device drops out and what a deadline does is the device model's
+(``mjfl.android_bridge.device``, shared with emulated devices): the round time
+a device reports is not how long training took on this machine but a draw from
+its shifted-exponential profile (Formula 4) for the task's epochs and its
+shard size, slept on the virtual clock.
 
 Determinism: every device has its own random stream for round times and
 failures, and training is seeded per task, so a seed gives the same schedule,
@@ -15,27 +17,31 @@ the same virtual times and the same models whatever the number of workers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Self, TypeVar
 
 import numpy as np
 
-from mjfl.coordinator.clock import Clock
-from mjfl.coordinator.fleet import (
-    DeviceFailure,
-    DeviceProfileView,
-    JobArtifacts,
-    Task,
-    TaskResult,
-    Timing,
-)
+from mjfl import logs
+from mjfl.android_bridge.device import DeviceModel, TrainerCache
+from mjfl.android_bridge.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
+from mjfl.coordinator.clock import Clock, VirtualClock, run_virtual
+from mjfl.coordinator.config import RunConfig
+from mjfl.coordinator.driver import Output, ReadyFleet
+from mjfl.coordinator.preparation import fleet_profiles
+from mjfl.coordinator.records import RunMode
+from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
-from mjfl.schedulers import round_time
+from mjfl.jobs.base import ModelSpec
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -70,11 +76,12 @@ class SimulatedFleet:
         self.runtime = runtime
         # One stream per device, so one device's draws never shift another's.
         streams = np.random.SeedSequence(seed).spawn(len(devices))
-        self._rng = {d.device: np.random.default_rng(s) for d, s in zip(devices, streams)}
+        self._models = {
+            d.device: DeviceModel(d.a, d.mu, dropout=d.dropout, rng=np.random.default_rng(stream))
+            for d, stream in zip(devices, streams)
+        }
         self._own_executor = executor is None
-        self._executor = executor or ProcessPoolExecutor(
-            max_workers=workers or os.cpu_count() or 1, initializer=_init_worker
-        )
+        self._executor = executor or worker_pool(workers)
         self._artifacts: dict[JobId, JobArtifacts] = {}
         self._programs: dict[JobId, tuple[str, str]] = {}
         self._program_dir = tempfile.TemporaryDirectory(prefix="mjfl-programs-")
@@ -93,27 +100,23 @@ class SimulatedFleet:
             self._programs[job.job] = (str(path), digest)
 
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
-        spec = self.devices[device]
         artifacts = self._artifacts[task.job]
         x, y = artifacts.shards[device]
-        rng = self._rng[device]
-        # Draw before training so that the stream does not depend on the outcome.
-        shift, rate = round_time.shift_and_rate(spec.a, spec.mu, task.epochs, len(y))
-        duration = float(round_time.sample(rng, shift, rate))
-        drops = bool(rng.random() < spec.dropout)
-        if drops or (task.deadline_s is not None and duration > task.deadline_s):
-            # The coordinator learns of a lost device only when its deadline passes.
-            wait = task.deadline_s if task.deadline_s is not None else duration
-            await self.clock.sleep(wait)
-            reason = "dropped out" if drops else f"missed the {task.deadline_s:.1f} s deadline"
-            raise DeviceFailure(device, reason, after_s=wait)
+        # The round's fate is drawn before training, so the stream does not depend on the outcome.
+        fate = self._models[device].draw(task.epochs, len(y))
+        failure = fate.failure(task.deadline_s)
+        if failure is not None:
+            after, reason = failure
+            await self.clock.sleep(after)
+            raise DeviceFailure(device, reason, after_s=after)
         trained = await self.clock.run_blocking(
             self._executor, train_in_worker, self.runtime, artifacts.spec, *self._programs[task.job],
             task.weights, x, y, task.epochs, task.batch_size, task.lr, task.momentum, task.weight_decay, task.seed,
         )
-        await self.clock.sleep(duration)
+        assert fate.duration_s is not None  # simulated devices always have a profile
+        await self.clock.sleep(fate.duration_s)
         weights, samples, mean_loss = trained
-        return TaskResult(device, weights, samples, mean_loss, duration, Timing(compute_s=duration))
+        return TaskResult(device, weights, samples, mean_loss, fate.duration_s, Timing(compute_s=fate.duration_s))
 
     def close(self) -> None:
         if self._own_executor:
@@ -121,34 +124,67 @@ class SimulatedFleet:
         self._program_dir.cleanup()
 
 
+class SimulatedDevices:
+    """`mjfl simulate`'s devices: the config's fleet, simulated, on the virtual clock.
+
+    Use as a context manager: it holds the worker processes that train for
+    every run of the command. Each run gets a fresh fleet with the same seed,
+    so every method meets identical devices and round times.
+    """
+
+    mode: RunMode = "virtual"
+    kind = "simulate"
+
+    def __init__(self, config: RunConfig, output: Output) -> None:
+        self.config = config
+        self.profiles = fleet_profiles(config)
+        self._pool = worker_pool(config.fleet.workers, log_file=output.log_file, verbose=output.verbose)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        return run_virtual(main)
+
+    @contextlib.asynccontextmanager
+    async def fleet(self) -> AsyncIterator[ReadyFleet]:
+        clock = VirtualClock()
+        devices = [SimulatedDevice(DeviceId(p.device_id), p.a, p.mu, self.config.fleet.dropout) for p in self.profiles]
+        fleet = SimulatedFleet(devices, clock, seed=self.config.seed, runtime=self.config.fleet.runtime, executor=self._pool)
+        try:
+            yield ReadyFleet(fleet, clock, [d.device for d in devices])
+        finally:
+            fleet.close()
+
+
+def worker_pool(workers: int | None = None, *, log_file: Path | None = None, verbose: bool = False) -> ProcessPoolExecutor:
+    """The processes simulated devices train in (one per core by default), logging to ``log_file``."""
+    return ProcessPoolExecutor(max_workers=workers or os.cpu_count() or 1, initializer=_init_worker, initargs=(log_file, verbose))
+
+
 # -- worker side --------------------------------------------------------------
 
-_TRAINERS: dict[tuple[str, str], object] = {}
+
+def _init_worker(log_file: Path | None, verbose: bool) -> None:
+    logs.setup_worker(log_file, verbose=verbose)
 
 
-def _init_worker() -> None:
-    import torch
-
-    # One device per worker process: intra-op threads would only fight the
-    # other workers for the same cores.
-    torch.set_num_threads(1)
+# One device per worker process at a time: intra-op threads would only fight
+# the other workers for the same cores.
+_TRAINERS = TrainerCache(torch_threads=1)
 
 
 def train_in_worker(
-    runtime: str, spec: object, program_path: str, program_sha: str, weights: Mapping[str, np.ndarray],
+    runtime: str, spec: ModelSpec, program_path: str, program_sha: str, weights: Mapping[str, np.ndarray],
     x: np.ndarray, y: np.ndarray, epochs: int, batch_size: int, lr: float, momentum: float,
     weight_decay: float, seed: int,
 ) -> tuple[dict[str, np.ndarray], int, float]:
-    """Train one task with a trainer cached per (runtime, program) in this process."""
-    from mjfl.jobs.trainers import make_trainer
-
-    key = (runtime, program_sha)
-    trainer = _TRAINERS.get(key)
-    if trainer is None:
-        program = Path(program_path).read_bytes()
-        trainer = _TRAINERS[key] = make_trainer(runtime, spec, program)  # type: ignore[arg-type]
-    result = trainer.train(  # type: ignore[attr-defined]
-        weights, x, y, epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
-        weight_decay=weight_decay, seed=seed,
+    """Train one task with this process's trainer cache (the device model's, as emulated devices do)."""
+    result, _ = _TRAINERS.train(
+        runtime, spec, program_sha, Path(program_path).read_bytes, weights, x, y, epochs=epochs,
+        batch_size=batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay, seed=seed,
     )
     return result.weights, result.samples, result.mean_loss

@@ -41,7 +41,7 @@ from mjfl.coordinator.records import (
     RunInfo,
     SchedulerChoice,
 )
-from mjfl.errors import DataError, RunError, UserError
+from mjfl.errors import DataError, DuplicateRoundError, StorageError, UnknownRunError
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import (
     FORMAT,
@@ -50,33 +50,10 @@ from mjfl.profiling.profiles import (
     profiles_to_document,
 )
 
-__all__ = [
-    "RUN_STATUSES",
-    "SCHEMA_VERSION",
-    "DuplicateRoundError",
-    "RunStatus",
-    "Storage",
-    "StorageError",
-    "UnknownRunError",
-]
+__all__ = ["RUN_STATUSES", "SCHEMA_VERSION", "RunStatus", "Storage"]
 
 RunStatus: TypeAlias = Literal["running", "finished", "interrupted", "failed"]
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
-
-
-class StorageError(RunError):
-    """The run database refused a write (a constraint, an inconsistent record)."""
-
-
-class DuplicateRoundError(StorageError):
-    """A (run, job, round) that is already recorded was recorded again.
-
-    Resume must never repeat a finished round, so this is never an overwrite.
-    """
-
-
-class UnknownRunError(UserError, LookupError):
-    """No run with this id in the database (e.g. a mistyped ``--resume`` id)."""
 
 
 # --- schema -----------------------------------------------------------------
@@ -248,6 +225,11 @@ class Storage:
         except BaseException:
             self._conn.close()
             raise
+
+    @property
+    def path(self) -> str:
+        """The database file (or ``:memory:``)."""
+        return self._origin
 
     # --- lifecycle -----------------------------------------------------------
 

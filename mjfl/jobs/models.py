@@ -24,13 +24,13 @@ replaced; see docs/models.md). All 3x3 convolutions use padding 1.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from mjfl.errors import ConfigError
+from mjfl.jobs.base import MODEL_NAMES, ModelSpec
 from mjfl.jobs.layers import EagerOps, Ops
 
 __all__ = [
@@ -45,32 +45,6 @@ __all__ = [
     "parameter_count",
     "state_to_numpy",
 ]
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Which network a job trains, for which inputs.
-
-    `dropout` overrides every dropout probability of the architecture
-    (None keeps the paper's rates; 0.0 turns dropout off, e.g. to compare
-    runtimes step by step).
-    """
-
-    name: str
-    input_shape: tuple[int, int, int]
-    num_classes: int
-    dropout: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.name not in MODELS:
-            raise ConfigError("model", f"unknown model {self.name!r}; known: {', '.join(MODELS)}")
-        if len(self.input_shape) != 3 or any(int(d) <= 0 for d in self.input_shape):
-            raise ConfigError("input_shape", f"expected positive (C, H, W), got {self.input_shape!r}")
-        if self.num_classes < 2:
-            raise ConfigError("num_classes", f"need at least 2 classes, got {self.num_classes}")
-        if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
-        object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
 
 
 class ZooModel(nn.Module):
@@ -317,6 +291,7 @@ MODELS: dict[str, Callable[[tuple[int, int, int], int, float | None], ZooModel]]
     "resnet13": lambda s, k, p: ResNet13(s, k),
     "alexnet": lambda s, k, p: AlexNetSmall(s, k, _drop(p, 0.5)),
 }
+assert tuple(MODELS) == MODEL_NAMES, "jobs/base.py names the zoo's models in this order"
 
 
 def build_model(

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from mjfl.errors import ProgramError
+from mjfl.jobs.base import ModelSpec, Trainer, TrainResult, Weights
 from mjfl.jobs.export import PARAM_PREFIX, validate_program
 from mjfl.jobs.layers import EagerOps
 from mjfl.jobs.models import (
-    ModelSpec,
     batch_norm_pixels,
     build_model,
     dropout_shapes,
@@ -48,53 +47,6 @@ __all__ = [
     "evaluate",
     "make_trainer",
 ]
-
-Weights = Mapping[str, np.ndarray]
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """What one `Trainer.train` call produced.
-
-    `weights` are keyed and ordered like the eager model's `state_dict()`
-    (float32). `samples` is the shard size (FedAvg's weight D_k^m); the
-    call processed `samples * epochs` samples in `steps` SGD steps.
-    `mean_loss` is the sample-weighted mean training loss over all steps.
-    Times are wall-clock seconds: `compute_s` is the whole call, split into
-    `setup_s` (writing weights, building the optimizer), `step_s` (forward,
-    backward, optimizer) and `readback_s` (copying weights out).
-    """
-
-    weights: dict[str, np.ndarray]
-    samples: int
-    epochs: int
-    steps: int
-    mean_loss: float
-    compute_s: float
-    setup_s: float = 0.0
-    step_s: float = 0.0
-    readback_s: float = 0.0
-    step_times_s: tuple[float, ...] = field(default=(), repr=False)
-
-
-class Trainer(Protocol):
-    """Trains a job's model on a device's shard for one round."""
-
-    def train(
-        self,
-        weights: Weights,
-        x: np.ndarray,
-        y: np.ndarray,
-        *,
-        epochs: int,
-        batch_size: int,
-        lr: float,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        seed: int = 0,
-    ) -> TrainResult:
-        """SGD from `weights` on (x, y); x is (N, C, H, W) float32, y (N,) labels."""
-        ...
 
 
 def batches(n: int, *, epochs: int, batch_size: int, seed: int) -> list[np.ndarray]:

@@ -39,14 +39,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-from mjfl.errors import UserError
+from mjfl.errors import FitError
 from mjfl.ids import DeviceId
 
 __all__ = [
     "COMBINED_UNIT",
     "COMPUTE_UNIT",
     "ComponentFits",
-    "FitError",
     "ProfileRefiner",
     "ShiftedExponentialFit",
     "fit_components",
@@ -66,16 +65,6 @@ FloatArray = NDArray[np.float64]
 # Rows of simulated samples handled at once by ks_pvalue_estimated, bounded so
 # that one chunk holds about a million floats whatever n is.
 _CHUNK_FLOATS = 1_000_000
-
-
-class FitError(UserError, ValueError):
-    """Observations that cannot be fitted.
-
-    Raised for fewer than two observations, non-finite or negative times,
-    non-positive epochs or sample counts, mismatched lengths, or observations
-    that are all equal (the scale would be zero). It is a ``UserError`` (the
-    data is at fault) and a ``ValueError`` (for callers that expect one).
-    """
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any, Literal, TypeAlias
 
 import numpy as np
 
-from mjfl.errors import DataError, UserError
+from mjfl.errors import DataError, ProfileError
 from mjfl.ids import DeviceId
 from mjfl.profiling.fit import (
     COMBINED_UNIT,
@@ -43,7 +43,6 @@ __all__ = [
     "SOURCES",
     "DeviceProfile",
     "HardwareValue",
-    "ProfileError",
     "Source",
     "TimingModel",
     "draw_fleet",
@@ -63,15 +62,6 @@ SOURCES: tuple[str, ...] = ("profiled", "synthetic", "refined", "drawn")
 
 HardwareValue: TypeAlias = str | int | float | bool | None
 Interval: TypeAlias = tuple[float, float]
-
-
-class ProfileError(UserError, ValueError):
-    """A profile field has an invalid value; ``field`` names it."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"profile field '{field}': {problem}")
-        self.field = field
-        self.problem = problem
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mjfl.coordinator.fleet import DeviceFailure, Fleet, JobArtifacts, Task
+from mjfl.android_bridge.fleet import Fleet, JobArtifacts, Task
+from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.fit import fit_components
 from mjfl.profiling.profiles import DeviceProfile

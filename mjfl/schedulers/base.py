@@ -1,4 +1,4 @@
-"""What a scheduler sees and returns: plans, planning contexts, round outcomes.
+"""What a scheduler sees and returns: plans, planning contexts, decisions, round outcomes.
 
 Devices are addressed by their index in the fleet (``FleetModel.ids[i]``), jobs
 by their index in ``PlanContext.jobs``; a plan is a sorted tuple of device
@@ -10,17 +10,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from mjfl.ids import DeviceId, JobId
-from mjfl.schedulers import round_time
-
-if TYPE_CHECKING:
-    from mjfl.schedulers.cost import CostModel
 
 Plan = tuple[int, ...]
 Omega = Literal["sqrt", "linear", "log"]
@@ -91,13 +86,14 @@ def plan_size(fraction: float, fleet_size: int, free: int, minimum: int = 1) -> 
 
 @dataclass(frozen=True, eq=False)
 class PlanContext:
-    """Everything one plan call may use (the inputs of Algorithms 1-4).
+    """Everything one plan call may use (the inputs of Algorithms 1-4), as plain data.
 
     ``frequencies[m, k]`` is s_{k,m} of Formula 6 counting every plan already
     issued to job m, in-flight ones included; ``current_plans[m]`` is job m's
     plan in flight (None when it is between rounds). ``free`` excludes every
     device in any in-flight plan, so any plan over ``free`` keeps devices
-    exclusive across jobs.
+    exclusive across jobs. What follows from these (round times, costs) is
+    computed by the cost model: ``mjfl.schedulers.cost.cost_model(ctx)``.
     """
 
     job: int
@@ -125,32 +121,25 @@ class PlanContext:
     def job_model(self) -> JobModel:
         return self.jobs[self.job]
 
-    @cached_property
+    @property
     def free_indices(self) -> NDArray[np.intp]:
         return np.flatnonzero(self.free)
 
-    def timer(self, job: int) -> round_time.PlanTimer:
-        """The plan timer of one job over the whole fleet, built once per context."""
-        timers: dict[int, round_time.PlanTimer] = self.__dict__.setdefault("_timers", {})
-        if job not in timers:
-            timers[job] = round_time.PlanTimer(*self.shift_rate(job), max_plan_size=self.fleet.size)
-        return timers[job]
 
-    @cached_property
-    def costs(self) -> CostModel:
-        """The cost model of this context, shared by every scheduler asked to plan it."""
-        from mjfl.schedulers.cost import CostModel
+@dataclass(frozen=True)
+class Decision:
+    """A scheduler's answer for one round: the plan, and how it was reached.
 
-        return CostModel(self)
+    A scheduler made of schedulers (Meta-Greedy, Algorithm 4) names the member
+    whose plan it kept in ``chosen_by`` and each member's score in
+    ``candidates`` (ReCost, Formula 12); a single method leaves both empty.
+    The engine records them with the round without knowing which scheduler
+    it asked.
+    """
 
-    def shift_rate(self, job: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
-        spec = self.jobs[job]
-        return round_time.shift_and_rate(self.fleet.a, self.fleet.mu, spec.epochs, spec.samples)
-
-    @cached_property
-    def device_times(self) -> NDArray[np.float64]:
-        """Expected round time of each device for this job: tau*D*(a + 1/mu)."""
-        return round_time.mean(*self.shift_rate(self.job))
+    plan: Plan
+    chosen_by: str | None = None
+    candidates: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -176,7 +165,7 @@ class Scheduler(Protocol):
 
     name: str
 
-    def plan(self, ctx: PlanContext) -> Plan:
+    def plan(self, ctx: PlanContext) -> Decision:
         """A plan of exactly ``ctx.size`` free devices for ``ctx.job`` in ``ctx.round``."""
         ...
 

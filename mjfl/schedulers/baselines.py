@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from mjfl.schedulers import round_time
-from mjfl.schedulers.base import Plan, PlanContext, RoundOutcome, as_plan
+from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
+from mjfl.schedulers.cost import cost_model
 
 Seed = int | np.random.Generator
 
@@ -23,8 +24,8 @@ class RandomScheduler:
     def __init__(self, seed: Seed = 0) -> None:
         self.rng = as_generator(seed)
 
-    def plan(self, ctx: PlanContext) -> Plan:
-        return as_plan(self.rng.choice(ctx.free_indices, size=ctx.size, replace=False))
+    def plan(self, ctx: PlanContext) -> Decision:
+        return Decision(as_plan(self.rng.choice(ctx.free_indices, size=ctx.size, replace=False)))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         pass
@@ -41,10 +42,10 @@ class GreedyScheduler:
     def __init__(self, seed: Seed = 0) -> None:
         del seed  # nothing random; the argument keeps every scheduler's signature alike
 
-    def plan(self, ctx: PlanContext) -> Plan:
+    def plan(self, ctx: PlanContext) -> Decision:
         free = ctx.free_indices
-        order = np.argsort(ctx.device_times[free], kind="stable")
-        return as_plan(free[order[: ctx.size]])
+        order = np.argsort(cost_model(ctx).device_times[free], kind="stable")
+        return Decision(as_plan(free[order[: ctx.size]]))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         pass
@@ -82,9 +83,9 @@ class FedCSScheduler:
         self.pool_factor = pool_factor
         self.confidence = confidence
 
-    def plan(self, ctx: PlanContext) -> Plan:
+    def plan(self, ctx: PlanContext) -> Decision:
         free = ctx.free_indices
-        shift, rate = ctx.shift_rate(ctx.job)
+        shift, rate = cost_model(ctx).shift_rate(ctx.job)
         completion = round_time.quantile(self.confidence, shift[free], rate[free])
         deadline = self.deadline_s if self.deadline_s is not None else float(np.median(completion))
         pool_size = min(free.size, max(ctx.size, int(np.ceil(self.pool_factor * ctx.size))))
@@ -96,7 +97,7 @@ class FedCSScheduler:
             late = pool[completion[pool] > deadline]
             late = late[np.argsort(completion[late], kind="stable")]
             chosen = np.concatenate([fits, late[: ctx.size - fits.size]])
-        return as_plan(free[chosen])
+        return Decision(as_plan(free[chosen]))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         pass

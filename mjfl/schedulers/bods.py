@@ -12,7 +12,8 @@ Encoding. A plan is encoded by what determines its cost, so the GP generalises
 across rounds whose free devices differ: its expected round time under the
 profiles, the same under profiles stretched by how much slower than profiled
 each device has run so far, its fairness increment, and the share of its
-devices that failed recently.
+devices that failed recently. What each device revealed is kept by device id,
+so devices that leave and join a real fleet keep their own history.
 
 Targets. The GP models the plan-dependent part of TotalCost
 (``CostModel.marginal``): the other jobs' terms of Formula 8 and the unfairness
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
+from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
@@ -36,10 +38,11 @@ from skopt.acquisition import gaussian_ei
 from skopt.learning import GaussianProcessRegressor
 from skopt.learning.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
 
+from mjfl.ids import DeviceId
 from mjfl.schedulers import round_time
-from mjfl.schedulers.base import Plan, PlanContext, RoundOutcome, as_plan
+from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
-from mjfl.schedulers.cost import fairness_scale
+from mjfl.schedulers.cost import cost_model, fairness_scale, omega
 from mjfl.schedulers.genetic import top_members
 
 FEATURES = 4
@@ -47,10 +50,11 @@ FEATURES = 4
 
 def encode(ctx: PlanContext, plans: NDArray[np.intp], history: DeviceHistory) -> NDArray[np.float64]:
     """Plan encodings, shape (B, FEATURES), for plans of device indices (B, n)."""
-    costs = ctx.costs
-    shift, rate = ctx.shift_rate(ctx.job)
+    costs = cost_model(ctx)
+    shift, rate = costs.shift_rate(ctx.job)
+    slowdown, failure_rate = history.slowdown(ctx.fleet.ids), history.failure_rate(ctx.fleet.ids)
     # Formula 4 with every device stretched by the slowdown observed on it.
-    learned = round_time.PlanTimer(shift * history.slowdown, rate / history.slowdown, ctx.fleet.size)
+    learned = round_time.PlanTimer(shift * slowdown, rate / slowdown, ctx.fleet.size)
     freq = ctx.frequencies[ctx.job].astype(np.float64)
     excess = freq[plans] - freq.mean()
     return np.column_stack(
@@ -58,44 +62,61 @@ def encode(ctx: PlanContext, plans: NDArray[np.intp], history: DeviceHistory) ->
             costs.time(plans),
             learned.expected_max(plans) / costs.reference_time,
             2.0 * excess.sum(axis=1) / freq.size / fairness_scale(plans.shape[1], freq.size),
-            history.failure_rate[plans].mean(axis=1),
+            failure_rate[plans].mean(axis=1),
         ]
     )
 
 
 class DeviceHistory:
-    """What rounds revealed about each device, decayed so that old news fades.
+    """What rounds revealed about each device, by device id, decayed so that old news fades.
 
     ``slowdown`` is the mean ratio of observed to expected round time over a
     device's rounds, shrunk toward 1 (as profiled) by one pseudo-observation;
     ``failure_rate`` the share of its rounds it did not return. Both forget
-    with ``decay`` per observed round of the device.
+    with ``decay`` per observed round of the device. A device that leaves the
+    fleet keeps its history for when it comes back; a device never seen
+    starts as profiled.
     """
 
-    def __init__(self, devices: int, decay: float = 0.9) -> None:
+    def __init__(self, decay: float = 0.9) -> None:
         self.decay = decay
-        self._ratio_sum = np.zeros(devices)
-        self._returned = np.zeros(devices)
-        self._failed = np.zeros(devices)
-        self._scheduled = np.zeros(devices)
+        self._row: dict[DeviceId, int] = {}
+        # Per known device: sum of time ratios, rounds returned, failed, scheduled.
+        self._counts = np.zeros((4, 0))
 
-    @property
-    def slowdown(self) -> NDArray[np.float64]:
-        return (1.0 + self._ratio_sum) / (1.0 + self._returned)
+    def slowdown(self, devices: Sequence[DeviceId]) -> NDArray[np.float64]:
+        ratio_sum, returned, _, _ = self._columns(devices)
+        return (1.0 + ratio_sum) / (1.0 + returned)
 
-    @property
-    def failure_rate(self) -> NDArray[np.float64]:
-        return self._failed / (self._scheduled + 1.0)
+    def failure_rate(self, devices: Sequence[DeviceId]) -> NDArray[np.float64]:
+        _, _, failed, scheduled = self._columns(devices)
+        return failed / (scheduled + 1.0)
 
     def record(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
-        plan, failed = list(outcome.plan), list(outcome.failed)
-        for counts in (self._ratio_sum, self._returned, self._failed, self._scheduled):
-            counts[plan] *= self.decay
+        ids, times = ctx.fleet.ids, cost_model(ctx).device_times
+        rows = self._rows([ids[k] for k in outcome.plan])
+        self._counts[:, rows] *= self.decay
         for device, seconds in outcome.durations.items():
-            self._ratio_sum[device] += seconds / ctx.device_times[device]
-            self._returned[device] += 1
-        self._scheduled[plan] += 1
-        self._failed[failed] += 1
+            row = self._row[ids[device]]
+            self._counts[0, row] += seconds / times[device]
+            self._counts[1, row] += 1
+        self._counts[3, rows] += 1
+        self._counts[2, self._rows([ids[k] for k in outcome.failed])] += 1
+
+    def _rows(self, devices: Sequence[DeviceId]) -> NDArray[np.intp]:
+        new = [d for d in dict.fromkeys(devices) if d not in self._row]
+        if new:
+            self._row.update({d: len(self._row) + i for i, d in enumerate(new)})
+            self._counts = np.concatenate([self._counts, np.zeros((4, len(new)))], axis=1)
+        return np.fromiter((self._row[d] for d in devices), dtype=np.intp, count=len(devices))
+
+    def _columns(self, devices: Sequence[DeviceId]) -> NDArray[np.float64]:
+        """The four counts of each device, shape (4, len(devices)); zeros for devices never seen."""
+        known = np.fromiter((self._row.get(d, -1) for d in devices), dtype=np.intp, count=len(devices))
+        out = np.zeros((4, len(devices)))
+        seen = known >= 0
+        out[:, seen] = self._counts[:, known[seen]]
+        return out
 
 
 class BODSScheduler:
@@ -128,36 +149,36 @@ class BODSScheduler:
             length_scale=np.ones(FEATURES), length_scale_bounds=(1e-2, 1e3), nu=nu
         ) + WhiteKernel(0.1, (1e-2, 1e1))
         self._since_refit = 0
-        self._history: DeviceHistory | None = None
+        self.history = DeviceHistory()
         self._incumbent = 0.0
 
-    def plan(self, ctx: PlanContext) -> Plan:
-        history = self._history_for(ctx)
+    def plan(self, ctx: PlanContext) -> Decision:
+        history = self.history
         if self.gp is None:
             # Algorithm 1 line 1: random observation points scored by the cost model.
-            plans = ctx.free_indices[self._sample(ctx, self.initial_points, uniform=True)]
-            self._add(encode(ctx, plans, history), ctx.costs.marginal(plans))
+            plans = ctx.free_indices[self.candidate_plans(ctx, self.initial_points, uniform=True)]
+            self._add(encode(ctx, plans, history), cost_model(ctx).marginal(plans))
             self._fit(optimise=True)
         # Line 3: candidate plans over the free devices; line 4: the largest EI.
-        plans = ctx.free_indices[self._sample(ctx, self.candidates, uniform=False)]
+        plans = ctx.free_indices[self.candidate_plans(ctx, self.candidates, uniform=False)]
         X = encode(ctx, plans, history)
         assert self.gp is not None
         ei = gaussian_ei(X, self.gp, y_opt=self._incumbent, xi=self.xi)
-        return as_plan(plans[int(np.argmax(ei))])
+        return Decision(as_plan(plans[int(np.argmax(ei))]))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         """Lines 6-7: the observed cost of the executed round joins the observations."""
-        history = self._history_for(ctx)
+        costs = cost_model(ctx)
         plan = np.asarray([outcome.plan], dtype=np.intp)
-        observed_time = np.array([outcome.round_time / ctx.costs.reference_time])
+        observed_time = np.array([outcome.round_time / costs.reference_time])
         # Encode with what was known when the plan was made, then learn from it.
-        self._add(encode(ctx, plan, history), ctx.costs.marginal(plan, time=observed_time))
-        history.record(ctx, outcome)
+        self._add(encode(ctx, plan, self.history), costs.marginal(plan, time=observed_time))
+        self.history.record(ctx, outcome)
         self._since_refit += 1
         self._fit(optimise=self._since_refit >= self.refit_every)
 
-    def _sample(self, ctx: PlanContext, count: int, *, uniform: bool) -> NDArray[np.intp]:
-        """Feasible plans (positions in the free set) from uniform to strongly cost-biased.
+    def candidate_plans(self, ctx: PlanContext, count: int, *, uniform: bool) -> NDArray[np.intp]:
+        """Algorithm 1 line 3: feasible plans (positions in the free set), uniform to strongly cost-biased.
 
         Plan i takes the ``size`` largest of ``u - temperature_i * score`` with
         Gumbel noise u: a Plackett-Luce sample whose bias toward cheap devices
@@ -168,10 +189,12 @@ class BODSScheduler:
         if uniform:
             return top_members(gumbel, ctx.size)
         freq = ctx.frequencies[ctx.job][free].astype(np.float64)
-        times = (ctx.device_times * self._history_for(ctx).slowdown)[free]
+        times = (cost_model(ctx).device_times * self.history.slowdown(ctx.fleet.ids))[free]
+        # Fairness weighs in as in ReCost (Formula 13): beta * Omega(r), Omega as configured.
+        fairness_weight = ctx.weights.beta * omega(ctx.round, ctx.weights.omega)
         score = (
             ctx.weights.alpha * (times - times.mean()) / (times.std() + 1e-12)
-            + ctx.weights.beta * np.sqrt(ctx.round) * (freq - freq.mean()) / (freq.std() + 1.0)
+            + fairness_weight * (freq - freq.mean()) / (freq.std() + 1.0)
         )
         bias = np.geomspace(0.05, 20.0, count)
         bias[: max(1, count // 8)] = 0.0
@@ -196,8 +219,3 @@ class BODSScheduler:
         # Round times are noisy, so the incumbent C+ of Formula 15 is the best
         # *predicted* cost of an observed plan, not the luckiest observation.
         self._incumbent = float(gp.predict(X).min())
-
-    def _history_for(self, ctx: PlanContext) -> DeviceHistory:
-        if self._history is None or self._history.slowdown.size != ctx.fleet.size:
-            self._history = DeviceHistory(ctx.fleet.size)
-        return self._history

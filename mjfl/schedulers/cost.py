@@ -21,13 +21,14 @@ the job goes on (Formula 13), to beta = 0.2 by round 16. See docs/cost-model.md.
 
 from __future__ import annotations
 
+import weakref
 from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from mjfl.schedulers import round_time
-from mjfl.schedulers.base import Omega, PlanContext, RoundOutcome
+from mjfl.schedulers.base import FleetModel, JobModel, Omega, PlanContext, RoundOutcome
 
 FloatArray = NDArray[np.float64]
 
@@ -71,27 +72,58 @@ def omega(round_: int, kind: Omega) -> float:
     return float(np.log(round_))
 
 
+def cost_model(ctx: PlanContext) -> CostModel:
+    """The cost model of ``ctx``, built once per context.
+
+    Every scheduler asked to plan the same context (Meta-Greedy's members, the
+    engine scoring the plan) shares it, and so its plan timers.
+    """
+    model = _MODELS.get(ctx)
+    if model is None:
+        model = _MODELS[ctx] = CostModel(ctx)
+    return model
+
+
 class CostModel:
-    """Formulas 2, 8, 12-13 evaluated for plans of the context's job."""
+    """Formulas 2-8 and 12-13 evaluated for plans of ``ctx``'s job."""
 
     def __init__(self, ctx: PlanContext) -> None:
-        self.ctx = ctx
+        # The context's fields, not the context: cost_model() caches models by
+        # context in a weak mapping, which a reference back would keep alive.
+        self.job, self.round, self.size = ctx.job, ctx.round, ctx.size
+        self.fleet, self.jobs = ctx.fleet, ctx.jobs
+        self.frequencies, self.current_plans = ctx.frequencies, ctx.current_plans
+        self.weights = ctx.weights
         self.alpha = ctx.weights.alpha
         self.beta = ctx.weights.beta
+
+    def shift_rate(self, job: int) -> tuple[FloatArray, FloatArray]:
+        """Formula 4's shift and rate of every device for job ``job`` of the context."""
+        spec = self.jobs[job]
+        return round_time.shift_and_rate(self.fleet.a, self.fleet.mu, spec.epochs, spec.samples)
+
+    def timer(self, job: int) -> round_time.PlanTimer:
+        """The plan timer of job ``job`` over the whole fleet (shared by contexts of one fleet and job)."""
+        return _timer(self.fleet, self.jobs[job])
+
+    @cached_property
+    def device_times(self) -> FloatArray:
+        """Expected round time of each device for this job: tau*D*(a + 1/mu)."""
+        return round_time.mean(*self.shift_rate(self.job))
 
     @cached_property
     def reference_time(self) -> float:
         """Mean expected round time of one device of the fleet for this job."""
-        return float(self.ctx.device_times.mean())
+        return float(self.device_times.mean())
 
     def time(self, plans: ArrayLike) -> FloatArray:
         """Expected round time (Formula 3 under Formula 4) over the reference time."""
-        return self.ctx.timer(self.ctx.job).expected_max(plans) / self.reference_time
+        return self.timer(self.job).expected_max(plans) / self.reference_time
 
     @cached_property
     def _frequencies(self) -> tuple[FloatArray, float, float]:
         """The job's frequency vector, its mean and its variance before the plan."""
-        freq = self.ctx.frequencies[self.ctx.job].astype(np.float64)
+        freq = self.frequencies[self.job].astype(np.float64)
         return freq, float(freq.mean()), float(freq.var())
 
     def fairness(self, plans: ArrayLike) -> FloatArray:
@@ -115,13 +147,13 @@ class CostModel:
     def others(self) -> float:
         """Formula 8's other terms: every other job's Cost under its plan in flight."""
         total = 0.0
-        ctx = self.ctx
-        for m, plan in enumerate(ctx.current_plans):
-            if m == ctx.job or not plan:
+        for m, plan in enumerate(self.current_plans):
+            if m == self.job or not plan:
                 continue
-            times = round_time.expected_max(*(x[list(plan)] for x in ctx.shift_rate(m)))
-            reference = float(round_time.mean(*ctx.shift_rate(m)).mean())
-            freq = ctx.frequencies[m].astype(np.float64)  # already counts the plan in flight
+            shift, rate = self.shift_rate(m)
+            times = round_time.expected_max(shift[list(plan)], rate[list(plan)])
+            reference = float(round_time.mean(shift, rate).mean())
+            freq = self.frequencies[m].astype(np.float64)  # already counts the plan in flight
             spread = freq.var() / fairness_scale(len(plan), freq.size)
             total += self.alpha * float(times) / reference + self.beta * spread
         return total
@@ -132,14 +164,14 @@ class CostModel:
 
     def recost(self, plans: ArrayLike) -> FloatArray:
         """Formulas 12-13: ``alpha * T + beta * Omega(r) * F`` (Meta-Greedy's selector)."""
-        weight = self.beta * omega(self.ctx.round, self.ctx.weights.omega)
+        weight = self.beta * omega(self.round, self.weights.omega)
         return self.alpha * self.time(plans) + weight * self.fairness(plans)
 
     @cached_property
     def fairness_before(self) -> float:
         """The job's normalised fairness before the plan (Formula 5 without V)."""
         freq, _, freq_var = self._frequencies
-        return freq_var / fairness_scale(self.ctx.size, freq.size)
+        return freq_var / fairness_scale(self.size, freq.size)
 
     def marginal(self, plans: ArrayLike, time: ArrayLike | None = None) -> FloatArray:
         """The part of TotalCost that depends on the plan: ``alpha*T + beta*(F(V) - F(no plan))``.
@@ -164,3 +196,21 @@ class CostModel:
         time = outcome.round_time / self.reference_time
         return float(self.alpha * time + self.beta * self.fairness(plan) + self.others)
 
+
+
+# Contexts and the timers of (fleet, job) pairs, kept only as long as their
+# keys live: the engine builds fresh ones every plan call.
+_MODELS: weakref.WeakKeyDictionary[PlanContext, CostModel] = weakref.WeakKeyDictionary()
+_TIMERS: weakref.WeakKeyDictionary[JobModel, tuple[weakref.ref[FleetModel], round_time.PlanTimer]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _timer(fleet: FleetModel, job: JobModel) -> round_time.PlanTimer:
+    cached = _TIMERS.get(job)
+    if cached is not None and cached[0]() is fleet:
+        return cached[1]
+    shift, rate = round_time.shift_and_rate(fleet.a, fleet.mu, job.epochs, job.samples)
+    timer = round_time.PlanTimer(shift, rate, max_plan_size=fleet.size)
+    _TIMERS[job] = (weakref.ref(fleet), timer)
+    return timer

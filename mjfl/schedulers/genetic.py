@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from mjfl.schedulers.base import Plan, PlanContext, RoundOutcome, as_plan
+from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
+from mjfl.schedulers.cost import cost_model
 
 IntArray = NDArray[np.intp]
 
@@ -56,14 +57,15 @@ class GeneticScheduler:
         self.mutation = mutation
         self.elite = elite
 
-    def plan(self, ctx: PlanContext) -> Plan:
+    def plan(self, ctx: PlanContext) -> Decision:
         rng, free, size = self.rng, ctx.free_indices, ctx.size
         if size == free.size:
-            return as_plan(free)
+            return Decision(as_plan(free))
+        costs = cost_model(ctx)
         P, F = self.population, free.size
         members = random_plans(rng, P, F, size)
-        members[0] = np.argsort(ctx.device_times[free], kind="stable")[:size]
-        fitness = ctx.costs.total(free[members])
+        members[0] = np.argsort(costs.device_times[free], kind="stable")[:size]
+        fitness = costs.total(free[members])
         rows = np.arange(P)[:, None]
         for _ in range(self.generations):
             # Tournament selection of two parents per child.
@@ -77,14 +79,14 @@ class GeneticScheduler:
             mutate = rng.random((P, F)) < self.mutation * size / F
             keys += 3.0 * mutate
             children = top_members(keys, size)
-            child_fitness = ctx.costs.total(free[children])
+            child_fitness = costs.total(free[children])
             # Elitism: the best of the old generation survive unchanged.
             best_old = np.argsort(fitness, kind="stable")[: self.elite]
             worst_new = np.argsort(child_fitness, kind="stable")[::-1][: self.elite]
             children[worst_new] = members[best_old]
             child_fitness[worst_new] = fitness[best_old]
             members, fitness = children, child_fitness
-        return as_plan(free[members[int(np.argmin(fitness))]])
+        return Decision(as_plan(free[members[int(np.argmin(fitness))]]))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         pass
@@ -118,15 +120,16 @@ class AnnealingScheduler:
         self.t_start = t_start
         self.t_end = t_end
 
-    def plan(self, ctx: PlanContext) -> Plan:
+    def plan(self, ctx: PlanContext) -> Decision:
         rng, free, size = self.rng, ctx.free_indices, ctx.size
         if size == free.size:
-            return as_plan(free)
+            return Decision(as_plan(free))
+        costs = cost_model(ctx)
         C, F = self.chains, free.size
         members = random_plans(rng, C, F, size)
         inside = np.zeros((C, F), dtype=bool)
         inside[np.arange(C)[:, None], members] = True
-        cost = ctx.costs.total(free[members])
+        cost = costs.total(free[members])
         best, best_cost = members.copy(), cost.copy()
         spread = max(float(np.ptp(cost)), 1e-3 * float(np.abs(cost).mean()), 1e-12)
         temperatures = spread * np.geomspace(self.t_start, self.t_end, self.steps)
@@ -137,14 +140,14 @@ class AnnealingScheduler:
             outside = np.where(inside, -1.0, rng.random((C, F))).argmax(axis=1)
             proposal = members.copy()
             proposal[chain, slot] = outside
-            new_cost = ctx.costs.total(free[proposal])
+            new_cost = costs.total(free[proposal])
             accept = rng.random(C) < np.exp(-np.maximum(new_cost - cost, 0.0) / temperature)
             inside[chain[accept], members[chain[accept], slot[accept]]] = False
             inside[chain[accept], outside[accept]] = True
             members[accept], cost[accept] = proposal[accept], new_cost[accept]
             improved = cost < best_cost
             best[improved], best_cost[improved] = members[improved], cost[improved]
-        return as_plan(free[best[int(np.argmin(best_cost))]])
+        return Decision(as_plan(free[best[int(np.argmin(best_cost))]]))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         pass

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mjfl.schedulers.base import CostWeights, Plan, PlanContext, RoundOutcome, Scheduler
-from mjfl.schedulers.cost import omega
+from mjfl.schedulers.base import CostWeights, Decision, Plan, PlanContext, RoundOutcome, Scheduler
+from mjfl.schedulers.cost import cost_model, omega
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class MetaGreedyScheduler:
 
     Ties go to the member listed first. Every member observes every executed
     round, whoever proposed it, so learning members (BODS, RLDS) keep learning
-    from plans they did not win. ``choices`` records each round's decision.
+    from plans they did not win. The returned Decision names the winner and
+    every member's ReCost; ``choices`` keeps each round's decision.
     """
 
     name = "meta-greedy"
@@ -57,13 +58,14 @@ class MetaGreedyScheduler:
         weights = CostWeights(w.alpha, w.beta * omega(ctx.round, w.omega), w.omega)
         return dataclasses.replace(ctx, weights=weights)
 
-    def plan(self, ctx: PlanContext) -> Plan:
+    def plan(self, ctx: PlanContext) -> Decision:
         inner = self.member_context(ctx)
-        plans = {member.name: member.plan(inner) for member in self.members}
-        costs = ctx.costs.recost(np.asarray(list(plans.values()), dtype=np.intp))
+        plans = {member.name: member.plan(inner).plan for member in self.members}
+        costs = cost_model(ctx).recost(np.asarray(list(plans.values()), dtype=np.intp))
         winner = list(plans)[int(np.argmin(costs))]
-        self.choices.append(Choice(ctx.round, winner, plans, dict(zip(plans, map(float, costs)))))
-        return plans[winner]
+        recost = dict(zip(plans, map(float, costs)))
+        self.choices.append(Choice(ctx.round, winner, plans, recost))
+        return Decision(plans[winner], chosen_by=winner, candidates=recost)
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         inner = self.member_context(ctx)

@@ -38,8 +38,9 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
-from mjfl.schedulers.base import Plan, PlanContext, RoundOutcome, as_plan
+from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
+from mjfl.schedulers.cost import cost_model
 
 FEATURES = 7
 
@@ -59,8 +60,9 @@ def single_threaded() -> Iterator[None]:
 
 def device_features(ctx: PlanContext) -> NDArray[np.float32]:
     """Per-device inputs of the policy network, shape (K, FEATURES)."""
-    shift, rate = ctx.shift_rate(ctx.job)
-    reference = ctx.costs.reference_time
+    costs = cost_model(ctx)
+    shift, rate = costs.shift_rate(ctx.job)
+    reference = costs.reference_time
     freq = ctx.frequencies.astype(np.float64)
     own = freq[ctx.job]
     others = np.delete(freq, ctx.job, axis=0).sum(axis=0) if freq.shape[0] > 1 else np.zeros_like(own)
@@ -71,7 +73,7 @@ def device_features(ctx: PlanContext) -> NDArray[np.float32]:
     spread = np.sqrt(max(own.var(), 1.0))
     return np.column_stack(
         [
-            np.log(ctx.device_times / reference),
+            np.log(costs.device_times / reference),
             shift / reference,
             (1.0 / rate) / reference,
             (own - own.mean()) / spread,
@@ -142,11 +144,11 @@ class RLDSScheduler:
 
     # -- Algorithm 3: plan with the latest policy, learn from the executed round --
 
-    def plan(self, ctx: PlanContext) -> Plan:
+    def plan(self, ctx: PlanContext) -> Decision:
         with single_threaded():
-            return self._plan(ctx)
+            return Decision(self._plan(ctx))
 
-    def _plan(self, ctx: PlanContext) -> Plan:
+    def _plan(self, ctx: PlanContext) -> tuple[int, ...]:
         if not self.pretrained:
             self.pretrain(ctx)
         features = device_features(ctx)
@@ -171,8 +173,9 @@ class RLDSScheduler:
                 logits = self.policy(torch.from_numpy(features)).numpy()
             plan = np.asarray(outcome.plan)
             decision = _Decision(features, ctx.free.copy(), tuple(plan[np.argsort(-logits[plan])]))
-        observed_time = outcome.round_time / ctx.costs.reference_time
-        reward = -ctx.costs.marginal(np.asarray(outcome.plan), time=observed_time)
+        costs = cost_model(ctx)
+        observed_time = outcome.round_time / costs.reference_time
+        reward = -costs.marginal(np.asarray(outcome.plan), time=observed_time)
         self._update(decision.features, decision.free, [decision.order], np.atleast_1d(reward))
 
     # -- Algorithm 2: pre-training on the cost model --
@@ -206,7 +209,7 @@ class RLDSScheduler:
             with torch.no_grad():
                 logits = self.policy(torch.from_numpy(features)).numpy().astype(np.float64)
             orders = [self._draw(logits, free, ctx.size) for _ in range(self.pretrain_plans)]
-            costs = sim.costs.marginal(np.asarray(orders))
+            costs = cost_model(sim).marginal(np.asarray(orders))
             self._update(features, free, orders, -costs)
             history.append(float(costs.mean()))
             best = orders[int(np.argmin(costs))]

@@ -91,7 +91,7 @@ def drive(
                 frequencies=frequencies.copy(), current_plans=tuple(current), size=size, weights=weights,
             )
             start = timer() if timer else 0.0
-            plan = scheduler.plan(ctx)
+            plan = scheduler.plan(ctx).plan
             elapsed = timer() - start if timer else 0.0
             if on_plan:
                 on_plan(ctx, plan, elapsed)

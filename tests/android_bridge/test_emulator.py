@@ -26,9 +26,10 @@ from mjfl.android_bridge.emulator import (
     echo_trainer,
     run_emulated_fleet,
 )
+from mjfl.android_bridge.fleet import JobArtifacts, Task
 from mjfl.android_bridge.protocol import Shard
-from mjfl.coordinator.fleet import DeviceFailure, JobArtifacts, Task
 from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec, initial_weights
 from mjfl.profiling.profiles import DeviceProfile

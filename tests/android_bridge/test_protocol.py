@@ -41,7 +41,7 @@ from mjfl.android_bridge.protocol import (
     decode_text,
     encode,
 )
-from mjfl.errors import ProtocolError
+from mjfl.errors import EncodeError, ProtocolError
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 SHA_A, SHA_B = "a" * 64, "b" * 64
@@ -331,13 +331,13 @@ def test_the_wire_layout_is_the_documented_one() -> None:
 
 
 def test_encode_refuses_what_the_peer_would_refuse() -> None:
-    with pytest.raises(ValueError, match="epochs"):
+    with pytest.raises(EncodeError, match="epochs"):
         encode(Task("t", "j", 0, {}, 0, 1, 0.1, 0.0, 0.0, None, SHA_A, SHA_B))
-    with pytest.raises(ValueError, match="code"):
+    with pytest.raises(EncodeError, match="code"):
         encode(Error("Bad Code", "", None))
-    with pytest.raises(ValueError):
+    with pytest.raises(EncodeError):
         encode(Heartbeat(1, math.nan))
-    with pytest.raises(ValueError, match="dtype"):
+    with pytest.raises(EncodeError, match="dtype"):
         encode(Result("t", "j", 0, {"c": np.zeros(2, np.complex64)}, 1, 0.0, Timing(0, 0, None)))
 
 
@@ -859,7 +859,7 @@ def test_send_methods_check_state_and_arguments() -> None:
         )
     with pytest.raises(ValueError, match="already pending"):
         c.send_task(task_id="t1", job_id="j", round=0, weights={}, epochs=1, batch_size=1, lr=0.1)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(EncodeError, match="NaN"):
         c.send_task(
             task_id="t2",
             job_id="j",
@@ -869,15 +869,15 @@ def test_send_methods_check_state_and_arguments() -> None:
             batch_size=1,
             lr=0.1,
         )
-    with pytest.raises(ValueError, match="input shape"):
+    with pytest.raises(EncodeError, match="input shape"):
         c.send_provision("k", ModelSpec("m", (2,), 3), *artifacts())
     trained = {k: np.array(v) for k, v in task.weights.items()}
     with pytest.raises(ValueError, match="not pending"):
         d.send_result("t404", weights=trained, samples=1, mean_loss=0.0, timing=Timing(0, 0, None))
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(EncodeError, match="missing"):
         d.send_result("t1", weights={}, samples=1, mean_loss=0.0, timing=Timing(0, 0, None))
     trained["conv.bias"][0] = np.inf
-    with pytest.raises(ValueError, match="send_error"):
+    with pytest.raises(EncodeError, match="send_error"):
         d.send_result("t1", weights=trained, samples=1, mean_loss=0.0, timing=Timing(0, 0, None))
     assert c.failure is None and d.failure is None and d.pending_tasks == {"t1"}
     d.send_bye()
@@ -888,7 +888,7 @@ def test_send_methods_check_state_and_arguments() -> None:
 def test_messages_larger_than_the_peer_accepts_are_not_sent() -> None:
     c, _ = open_pair(device={"max_message_bytes": 4096})
     c.send_provision("j", MODEL, *artifacts())
-    with pytest.raises(ValueError, match="peer's limit of 4096"):
+    with pytest.raises(EncodeError, match="peer's limit of 4096"):
         c.send_task(
             task_id="t",
             job_id="j",

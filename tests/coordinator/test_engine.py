@@ -5,17 +5,22 @@ time drawn from its Formula 4 profile and returns the global model plus one,
 so a job's model after r aggregated rounds is r and "accuracy" is r / 10.
 """
 
+import dataclasses
 import itertools
 from collections import defaultdict
 
 import numpy as np
 import pytest
 
+from mjfl.android_bridge.fleet import DeviceProfileView, TaskResult
 from mjfl.coordinator.clock import VirtualClock, run_virtual
+from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.fleet import DeviceFailure, DeviceProfileView, TaskResult
+from mjfl.coordinator.records import JobInfo
+from mjfl.coordinator.report import job_outcomes
+from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
-from mjfl.jobs.models import ModelSpec
+from mjfl.jobs.base import ModelSpec
 from mjfl.schedulers import round_time
 from mjfl.schedulers.registry import make_scheduler
 
@@ -75,13 +80,16 @@ class Sink:
         self.refits.append(refit)
 
 
-def make_jobs(count, method="random", target=0.5, max_rounds=30, fraction=0.3, size=10):
+def make_jobs(count, method="random", target=0.5, max_rounds=30, fraction=0.3, size=10, target_loss=None):
     return [
         EngineJob(
-            name=JobId(f"job{m}"), spec=SPEC, scheduler=make_scheduler(method, seed=m, options={"rlds": {"pretrain_rounds": 3}}),
+            JobConfig(
+                JobId(f"job{m}"), "lenet5", fraction=fraction, target_accuracy=target, target_loss=target_loss,
+                max_rounds=max_rounds,
+            ),
+            spec=SPEC, scheduler=make_scheduler(method, seed=m, options={"rlds": {"pretrain_rounds": 3}}),
             samples={DeviceId(f"d{k}"): 20 for k in range(size)}, test_x=np.zeros((1, 1, 16, 16), np.float32),
-            test_y=np.zeros(1, np.int64), weights={"w": np.zeros(1, np.float32)}, fraction=fraction,
-            target_accuracy=target, max_rounds=max_rounds,
+            test_y=np.zeros(1, np.int64), weights={"w": np.zeros(1, np.float32)},
         )
         for m in range(count)
     ]
@@ -119,7 +127,7 @@ def test_concurrent_jobs_never_share_a_device(method):
 
 def test_jobs_stop_at_their_target_and_at_their_budget():
     jobs = make_jobs(2, target=0.5)
-    jobs[1].target_accuracy = None
+    jobs[1].config = dataclasses.replace(jobs[1].config, target_accuracy=None)
     jobs[1].max_rounds = 7
     records, _ = run(jobs)
     by_job = defaultdict(list)
@@ -132,6 +140,19 @@ def test_jobs_stop_at_their_target_and_at_their_budget():
     # The clock is the run's: rounds follow each other in time.
     for rs in by_job.values():
         assert all(a.ended_s <= b.started_s + 1e-9 for a, b in itertools.pairwise(rs))
+
+
+def test_the_engine_stops_a_job_where_the_report_says_it_reached_its_target():
+    # Accuracy r/10 reaches 0.9 in round 9; loss 1/(1+r) reaches 0.25 in round 3.
+    # Both targets set: the first one met ends the job, and the report (one
+    # definition of "target reached") dates the job's time to target there.
+    jobs = make_jobs(1, target=0.9, target_loss=0.25)
+    records, _ = run(jobs)
+    assert [r.round for r in records] == [1, 2, 3] and jobs[0].stopped == "target"
+    c = jobs[0].config
+    info = JobInfo("t", c.name, c.model, c.dataset, c.target_accuracy, c.target_loss, c.max_rounds, "k")
+    outcome = job_outcomes([info], records)[c.name]
+    assert outcome.reached_target and outcome.time_to_target_s == records[-1].ended_s
 
 
 def test_same_seed_same_schedule_and_times():

@@ -160,8 +160,9 @@ def test_job_outcomes_edge_cases() -> None:
         "r", LENET, [(3, 1.0, 0.0)]
     )
     outcomes = job_outcomes([both, neither, empty], list(reversed(records)))
-    # With both targets the accuracy decides: the loss target met in round 1 does not count.
-    assert outcomes[CNN].time_to_target_s == 9.0 and outcomes[CNN].reached_target
+    # With both targets the first one met counts (the engine stops the job there):
+    # the loss target, met in round 1.
+    assert outcomes[CNN].time_to_target_s == 5.0 and outcomes[CNN].reached_target
     assert outcomes[CNN].final_accuracy == 0.91  # last by round, not by list order
     assert outcomes[LENET].time_to_target_s is None and not outcomes[LENET].reached_target
     assert outcomes[JobId("idle")].rounds == 0 and math.isnan(

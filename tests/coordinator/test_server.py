@@ -26,14 +26,15 @@ from mjfl.android_bridge.emulator import (
     echo_trainer,
     run_emulated_fleet,
 )
+from mjfl.android_bridge.fleet import JobArtifacts, Task
 from mjfl.android_bridge.protocol import Result, Timing, decode_bytes, encode
 from mjfl.android_bridge.protocol import Task as WireTask
 from mjfl.coordinator.clock import RealClock
+from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine import Engine, EngineJob
 from mjfl.coordinator.fedavg import fedavg
-from mjfl.coordinator.fleet import DeviceFailure, JobArtifacts, Task
 from mjfl.coordinator.server import DEFAULT_A, DEFAULT_MU, CoordinatorServer, ServerSettings
-from mjfl.errors import ConfigError, RunError
+from mjfl.errors import ConfigError, DeviceFailure, RunError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec, build_model, initial_weights, load_weights
 from mjfl.profiling.profiles import DeviceProfile
@@ -200,10 +201,10 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
         shards = {d: (np.ascontiguousarray(data.train_x[p]), np.ascontiguousarray(data.train_y[p])) for d, p in zip(ids, parts)}
         prepared.append(JobArtifacts(JobId(name), SPEC, b"torch runtime: no program", shards))
         jobs.append(EngineJob(
-            name=JobId(name), spec=SPEC, scheduler=make_scheduler("random", seed=m),
+            JobConfig(JobId(name), "lenet5", epochs=2, batch_size=16, lr=0.05, momentum=0.5, fraction=0.5, max_rounds=3),
+            spec=SPEC, scheduler=make_scheduler("random", seed=m),
             samples={d: len(y) for d, (_, y) in shards.items()}, test_x=data.test_x, test_y=data.test_y,
-            weights=initial_weights(SPEC, m), epochs=2, batch_size=16, lr=0.05, momentum=0.5,
-            fraction=0.5, max_rounds=3,
+            weights=initial_weights(SPEC, m),
         ))
     before = [evaluate(SPEC, job.weights, data.test_x, data.test_y) for job in jobs]
     sink = Sink()
@@ -256,9 +257,10 @@ async def test_a_device_killed_mid_round_fails_fast_and_the_round_completes():
             await server.wait_for_devices(3, 5)
             await server.fleet.prepare([artifacts(["d0", "d1", "slow"])])
             job = EngineJob(
-                name=JobId("j"), spec=SPEC, scheduler=make_scheduler("random", seed=0),
+                JobConfig(JobId("j"), "lenet5", fraction=1.0, max_rounds=1), spec=SPEC,
+                scheduler=make_scheduler("random", seed=0),
                 samples={DeviceId(d): 6 for d in ("d0", "d1", "slow")}, test_x=np.zeros((1, 1, 16, 16), np.float32),
-                test_y=np.zeros(1, np.int64), weights=dict(WEIGHTS), fraction=1.0, max_rounds=1,
+                test_y=np.zeros(1, np.int64), weights=dict(WEIGHTS),
             )
 
             async def kill_when_training():

@@ -4,9 +4,11 @@ import itertools
 import json
 
 import pytest
+from rich.console import Console
 
+from mjfl.commands.simulate import simulate
 from mjfl.coordinator.config import parse_config
-from mjfl.coordinator.simulate import simulate
+from mjfl.coordinator.driver import Output
 from mjfl.coordinator.storage import Storage
 
 pytestmark = pytest.mark.slow
@@ -32,7 +34,7 @@ def two_jobs(tmp_path, seed=0, method="meta-greedy"):
 def test_two_jobs_reach_their_targets_and_everything_is_written(tmp_path):
     config = two_jobs(tmp_path)
     out = tmp_path / "out"
-    summary = simulate(config, ["meta-greedy", "random"], out, live=False)
+    summary = simulate(config, ["meta-greedy", "random"], Output(out, Console(), live=False))
     assert set(summary["methods"]) == {"meta-greedy", "random"}
     for method, result in summary["methods"].items():
         for job, row in result["jobs"].items():
@@ -61,7 +63,7 @@ def test_two_jobs_reach_their_targets_and_everything_is_written(tmp_path):
 def test_same_seed_same_schedule_and_virtual_times(tmp_path):
     def schedule(folder):
         config = two_jobs(folder, seed=3, method="greedy")
-        simulate(config, ["greedy"], folder / "out", live=False)
+        simulate(config, ["greedy"], Output(folder / "out", Console(), live=False))
         with Storage(config.database_path) as storage:
             run = storage.runs()[0][0].run_id
             return [(r.job, r.round, r.plan, round(r.started_s, 9), round(r.ended_s, 9)) for r in storage.rounds(run)]

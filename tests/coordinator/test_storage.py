@@ -19,14 +19,15 @@ from mjfl.coordinator.records import (
     RunInfo,
     SchedulerChoice,
 )
-from mjfl.coordinator.storage import (
-    SCHEMA_VERSION,
+from mjfl.coordinator.storage import SCHEMA_VERSION, Storage
+from mjfl.errors import (
+    DataError,
     DuplicateRoundError,
-    Storage,
+    RunError,
     StorageError,
     UnknownRunError,
+    UserError,
 )
-from mjfl.errors import DataError, RunError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import DeviceProfile, TimingModel
 

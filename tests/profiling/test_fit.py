@@ -10,11 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from mjfl.errors import UserError
+from mjfl.errors import FitError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.fit import (
     COMPUTE_UNIT,
-    FitError,
     ProfileRefiner,
     fit_components,
     fit_round_times,

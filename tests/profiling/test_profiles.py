@@ -15,13 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mjfl.errors import DataError, UserError
+from mjfl.errors import DataError, ProfileError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.fit import fit_components, fit_round_times, sample_round_times
 from mjfl.profiling.profiles import (
     FORMAT,
     DeviceProfile,
-    ProfileError,
     TimingModel,
     draw_fleet,
     load_profiles,

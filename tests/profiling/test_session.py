@@ -5,8 +5,9 @@ import json
 import pytest
 from rich.console import Console
 
+from mjfl.commands.profile import profile_run, show
 from mjfl.coordinator.config import parse_config
-from mjfl.profiling.command import profile_run, show
+from mjfl.coordinator.driver import Output
 from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
 from mjfl.profiling.session import Observation, fit_profiles
 
@@ -35,7 +36,7 @@ def test_session_recovers_the_impersonated_profiles(tmp_path):
     )
     console = Console(record=True, width=200)
     out = tmp_path / "out" / "profile"
-    profiles = profile_run(config, emulate=4, rounds=12, out_dir=out, console=console)
+    profiles = profile_run(config, Output(out, console), emulate=4, rounds=12)
 
     assert len(profiles) == 4
     saved = {p.device_id: p for p in load_profiles(out / "profiles.json")}

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from mjfl.schedulers import round_time as rt
 from mjfl.schedulers.base import CostWeights, RoundOutcome, plan_size
-from mjfl.schedulers.cost import fairness, fairness_scale, omega, update_frequencies
+from mjfl.schedulers.cost import cost_model, fairness, fairness_scale, omega, update_frequencies
 
 
 def test_fairness_hand_computed():
@@ -48,7 +48,7 @@ def test_cost_total_and_recost_hand_computed(context_factory):
         frequencies=[[0, 1, 2, 3], [1, 1, 0, 0]], current=[None, (0, 1)],
         free=[False, False, True, True], weights=CostWeights(alpha=2.0, beta=0.5, omega="sqrt"),
     )
-    costs = ctx.costs
+    costs = cost_model(ctx)
     # Device times for job 0: a + 1/mu = [2, 2, 3, 5]; reference = 3.
     assert costs.reference_time == pytest.approx(3.0)
     plan = np.array([2, 3])
@@ -76,4 +76,4 @@ def test_scales_make_alpha_and_beta_fleet_independent(context_factory):
     plans = np.stack([rng.choice(30, 5, replace=False) for _ in range(10)])
     slow = context_factory(a * 100, mu / 100, samples, size=5, frequencies=freq)
     fast = context_factory(a, mu, samples, size=5, frequencies=freq)
-    assert slow.costs.cost(plans) == pytest.approx(fast.costs.cost(plans), rel=1e-6)
+    assert cost_model(slow).cost(plans) == pytest.approx(cost_model(fast).cost(plans), rel=1e-6)

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
-from mjfl.schedulers.base import CostWeights, FleetModel, PlanContext
-from mjfl.schedulers.cost import fairness_scale
+from mjfl.ids import DeviceId, JobId
+from mjfl.schedulers.base import CostWeights, FleetModel, JobModel, PlanContext, RoundOutcome
+from mjfl.schedulers.bods import BODSScheduler, encode
+from mjfl.schedulers.cost import cost_model, fairness_scale
 from mjfl.schedulers.registry import make_scheduler
 from mjfl.schedulers.rlds import RLDSScheduler
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
@@ -35,8 +37,8 @@ def mismatched_run(method, seed, beta, rounds=45):
     for ctx, outcome in zip(contexts, outcomes):
         freq = ctx.frequencies[0].astype(float)
         before = freq.var() / fairness_scale(len(outcome.plan), freq.size)
-        increment = ctx.costs.fairness(np.asarray(outcome.plan)) - before
-        costs.append(outcome.round_time / ctx.costs.reference_time + beta * increment)
+        increment = cost_model(ctx).fairness(np.asarray(outcome.plan)) - before
+        costs.append(outcome.round_time / cost_model(ctx).reference_time + beta * increment)
     return slow_picked, np.asarray(costs)
 
 
@@ -70,8 +72,8 @@ def test_rlds_pretraining_lowers_total_cost_of_sampled_plans():
     rlds.pretrained = True
 
     def sampled_cost():
-        plans = np.asarray([rlds.plan(ctx) for _ in range(200)])
-        return float(ctx.costs.total(plans).mean())
+        plans = np.asarray([rlds.plan(ctx).plan for _ in range(200)])
+        return float(cost_model(ctx).total(plans).mean())
 
     before = sampled_cost()
     history = rlds.pretrain(ctx, rounds=60)
@@ -94,3 +96,50 @@ def test_rlds_policy_saves_and_loads(tmp_path):
         assert np.array_equal(tensor.numpy(), loaded.policy.state_dict()[name].numpy()), name
     with pytest.raises(ValueError, match="hidden"):
         RLDSScheduler(0, hidden=8, policy_path=tmp_path / "policy.pt")
+
+
+def _context(ids, *, round_=1, frequencies=None, weights=CostWeights()):  # noqa: B008 - frozen dataclass
+    """One job over devices ``ids`` that are all profiled alike (a = 1, mu = 10, one sample)."""
+    K = len(ids)
+    fleet = FleetModel(tuple(DeviceId(d) for d in ids), np.ones(K), np.full(K, 10.0))
+    job = JobModel(JobId("j"), 1, np.ones(K, np.int64), 0.5)
+    freq = np.zeros((1, K), np.int64) if frequencies is None else np.asarray([frequencies], np.int64)
+    return PlanContext(
+        job=0, round=round_, fleet=fleet, jobs=(job,), free=np.ones(K, bool),
+        frequencies=freq, current_plans=(None,), size=2, weights=weights,
+    )
+
+
+def test_bods_keeps_what_it_learned_of_a_device_by_its_id_as_the_fleet_changes():
+    bods = BODSScheduler(0)
+    first = _context(["a", "b", "c", "d"])
+    expected = cost_model(first).device_times[0]
+    # b took three times its profile's expectation, c exactly it.
+    bods.observe(first, RoundOutcome(0, 1, (1, 2), {1: 3 * expected, 2: expected}, frozenset(), 3 * expected))
+    assert bods.history.slowdown(["b", "c", "a"]) == pytest.approx([2.0, 1.0, 1.0])
+    # b leaves, e joins and the order changes: e must not inherit b's slowdown (its old position).
+    second = _context(["e", "a", "c", "d"])
+    bods.observe(second, RoundOutcome(0, 2, (0, 1), {0: expected, 1: expected}, frozenset(), expected))
+    assert bods.history.slowdown(["e", "a", "c", "d"]) == pytest.approx([1.0, 1.0, 1.0, 1.0])
+    # b comes back at yet another position with its history intact, and the GP's
+    # learned-time feature says a plan with b is slower than one without.
+    third = _context(["e", "d", "b", "a"])
+    assert bods.history.slowdown(["b"]) == pytest.approx([2.0])
+    features = encode(third, np.array([[2, 3], [0, 3]]), bods.history)
+    assert features[0, 1] > features[1, 1]
+    assert features[0, 0] == pytest.approx(features[1, 0])  # as profiled, the two plans are alike
+
+
+def test_bods_weighs_fairness_in_its_candidates_by_the_configured_omega():
+    # Identical devices; half of them scheduled ten times already. The heavier
+    # Omega(r) weighs fairness (Formula 13), the fewer over-used devices the
+    # candidate plans hold.
+    over_used = [10] * 10 + [0] * 10
+    picked = {}
+    for kind in ("linear", "sqrt", "log"):
+        ctx = _context([f"d{k}" for k in range(20)], round_=9, frequencies=over_used,
+                       weights=CostWeights(beta=0.2, omega=kind))
+        plans = BODSScheduler(3).candidate_plans(ctx, 256, uniform=False)
+        picked[kind] = int((ctx.free_indices[plans] < 10).sum())
+    # Omega(9): linear 9 > sqrt 3 > log 2.2
+    assert picked["linear"] < picked["sqrt"] < picked["log"]

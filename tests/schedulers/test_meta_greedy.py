@@ -3,7 +3,8 @@ import json
 import numpy as np
 import pytest
 
-from mjfl.schedulers.base import CostWeights, RoundOutcome
+from mjfl.schedulers.base import CostWeights, Decision, RoundOutcome
+from mjfl.schedulers.cost import cost_model
 from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
 from mjfl.schedulers.registry import META_MEMBERS, make_scheduler
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
@@ -16,7 +17,7 @@ class Fixed:
         self.name, self._plan, self.seen = name, plan, []
 
     def plan(self, ctx):
-        return self._plan
+        return Decision(self._plan)
 
     def observe(self, ctx, outcome):
         self.seen.append(outcome.round)
@@ -30,17 +31,20 @@ def test_meta_greedy_picks_the_least_recost_and_logs_the_winner(context_factory)
     )
     members = [Fixed("fast", (0,)), Fixed("middle", (1,)), Fixed("slow", (3,))]
     meta = MetaGreedyScheduler(members)
-    recost = ctx.costs.recost(np.array([[0], [1], [3]]))
-    assert meta.plan(ctx) == ((0,), (1,), (3,))[int(np.argmin(recost))]
+    recost = cost_model(ctx).recost(np.array([[0], [1], [3]]))
+    decision = meta.plan(ctx)
+    assert decision.plan == ((0,), (1,), (3,))[int(np.argmin(recost))]
+    # The decision itself says who won and what every member's plan cost (Formula 12).
+    assert decision.chosen_by == ["fast", "middle", "slow"][int(np.argmin(recost))]
+    assert decision.candidates == pytest.approx(dict(zip(["fast", "middle", "slow"], recost)))
     choice = meta.choices[-1]
-    assert choice.winner == ["fast", "middle", "slow"][int(np.argmin(recost))]
-    assert choice.recost == pytest.approx(dict(zip(["fast", "middle", "slow"], recost)))
+    assert (choice.winner, choice.recost) == (decision.chosen_by, decision.candidates)
     # With fairness weighted heavily the over-used fast device loses.
     heavy = context_factory(
         [1.0, 2.0, 3.0, 8.0], [10.0] * 4, [1, 1, 1, 1], size=1, round_=9,
         frequencies=[[6, 1, 1, 0]], weights=CostWeights(alpha=1.0, beta=5.0),
     )
-    assert meta.plan(heavy) != (0,)
+    assert meta.plan(heavy).plan != (0,)
     assert meta.wins()[meta.choices[-1].winner] >= 1
     meta.observe(ctx, RoundOutcome(0, 9, (1,), {1: 2.0}, frozenset(), 2.0))
     assert all(m.seen == [9] for m in members)  # every member learns from every round
@@ -49,8 +53,7 @@ def test_meta_greedy_picks_the_least_recost_and_logs_the_winner(context_factory)
 def test_meta_greedy_ties_go_to_the_first_member(context_factory):
     ctx = context_factory([1.0, 1.0], [1.0, 1.0], [1, 1], size=1)
     meta = MetaGreedyScheduler([Fixed("a", (0,)), Fixed("b", (1,))])
-    meta.plan(ctx)
-    assert meta.choices[-1].winner == "a"
+    assert meta.plan(ctx).chosen_by == "a"
 
 
 def test_meta_greedy_has_the_six_members_and_never_loses_to_them():

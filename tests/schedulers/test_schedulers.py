@@ -6,6 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mjfl.schedulers.base import PlanContext
+from mjfl.schedulers.cost import cost_model
 from mjfl.schedulers.registry import METHODS, make_scheduler
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
 
@@ -63,7 +64,7 @@ def test_randomised_methods_depend_on_the_seed(method):
 
 def test_greedy_takes_the_fastest_free_devices(context_factory):
     ctx = context_factory([3, 1, 2, 5, 4], [1] * 5, [1] * 5, size=2, free=[True, False, True, True, True])
-    assert make_scheduler("greedy").plan(ctx) == (0, 2)
+    assert make_scheduler("greedy").plan(ctx).plan == (0, 2)
 
 
 def test_fedcs_prefers_devices_within_its_deadline(context_factory):
@@ -71,7 +72,7 @@ def test_fedcs_prefers_devices_within_its_deadline(context_factory):
     a = [0.5] * 5 + [50.0] * 5
     ctx = context_factory(a, [100.0] * 10, [1] * 10, size=3)
     scheduler = make_scheduler("fedcs", seed=0, options={"fedcs": {"deadline_s": 5.0, "pool_factor": 10}})
-    plans = {scheduler.plan(ctx) for _ in range(30)}
+    plans = {scheduler.plan(ctx).plan for _ in range(30)}
     assert all(set(p) <= {0, 1, 2, 3, 4} for p in plans)
     assert len(plans) > 3  # random among those that fit, not always the same
 
@@ -83,7 +84,8 @@ def test_search_methods_beat_random_on_total_cost(context_factory):
     from mjfl.schedulers.base import PlanContext
 
     ctx = PlanContext(0, 1, fleet, jobs, np.ones(60, bool), np.zeros((1, 60), np.int64), (None,), 6)
-    random_costs = [float(ctx.costs.total(np.asarray(make_scheduler("random", s).plan(ctx)))) for s in range(20)]
+    costs = cost_model(ctx)
+    random_costs = [float(costs.total(np.asarray(make_scheduler("random", s).plan(ctx).plan))) for s in range(20)]
     for method in ("genetic", "sa"):
-        cost = float(ctx.costs.total(np.asarray(make_scheduler(method, 0).plan(ctx))))
+        cost = float(costs.total(np.asarray(make_scheduler(method, 0).plan(ctx).plan)))
         assert cost < np.percentile(random_costs, 5), method

@@ -1,7 +1,8 @@
-"""From a RunConfig to what the engine runs: data, partitions, programs, fleet, schedulers.
+"""From a RunConfig to what a run trains: the fleet's profiles, data, partitions, programs.
 
-Shared by `mjfl simulate` (virtual time) and `mjfl testbed run` (real time),
-so both train identical jobs on identical shards for a given seed.
+Used by the run driver for every command (`mjfl simulate`, `mjfl testbed
+run`, `mjfl profile`), so all of them train identical jobs on identical
+shards for a given seed.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from mjfl.android_bridge.fleet import JobArtifacts
 from mjfl.coordinator.config import JobConfig, RunConfig
-from mjfl.coordinator.engine import EngineJob
-from mjfl.coordinator.fleet import JobArtifacts
 from mjfl.coordinator.records import JobInfo
 from mjfl.ids import DeviceId, JobId
-from mjfl.jobs.models import ModelSpec
-from mjfl.profiling.profiles import DeviceProfile
+from mjfl.jobs.base import ModelSpec
+from mjfl.profiling.profiles import DeviceProfile, draw_fleet, load_profiles
+from mjfl.schedulers.synthetic import synthetic_fleet
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,6 @@ def job_key(config: JobConfig) -> str:
 
 def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
     """The fleet's devices: drawn from a profile file, or from the synthetic generator."""
-    from mjfl.profiling.profiles import draw_fleet, load_profiles
-    from mjfl.schedulers.synthetic import synthetic_fleet
-
     rng = np.random.default_rng([config.seed, 1])
     if config.fleet.profiles is not None:
         real = load_profiles(config.fleet.profiles)
@@ -101,24 +99,3 @@ def evaluate_job(spec: ModelSpec, weights: dict[str, NDArray[np.float32]], x: ND
     from mjfl.jobs.trainers import evaluate
 
     return evaluate(spec, None, None, weights, x, y)
-
-
-def engine_jobs(config: RunConfig, prepared: Sequence[PreparedJob], method: str) -> list[EngineJob]:
-    """Fresh engine jobs (initial model, new scheduler) for one method."""
-    from mjfl.schedulers.registry import make_scheduler
-
-    jobs = []
-    for m, job in enumerate(prepared):
-        c = job.config
-        scheduler = make_scheduler(
-            method, seed=int(np.random.SeedSequence([config.seed, 3, m]).generate_state(1)[0]),
-            options=config.scheduler.options, members=config.scheduler.members,
-        )
-        jobs.append(EngineJob(
-            name=c.name, spec=job.spec, scheduler=scheduler, samples=job.samples,
-            test_x=job.test_x, test_y=job.test_y, weights=dict(job.initial), epochs=c.epochs,
-            batch_size=c.batch_size, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay,
-            fraction=c.fraction, target_accuracy=c.target_accuracy, target_loss=c.target_loss,
-            max_rounds=c.max_rounds, deadline_s=c.deadline_s,
-        ))
-    return jobs

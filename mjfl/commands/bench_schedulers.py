@@ -20,7 +20,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from mjfl.errors import UserError
 from mjfl.schedulers.base import Plan, PlanContext
+from mjfl.schedulers.cost import cost_model
 from mjfl.schedulers.registry import METHODS, make_scheduler
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
 
@@ -36,7 +38,7 @@ def measure(method: str, devices: int, jobs: int, rounds: int, fraction: float, 
 
     def record(ctx: PlanContext, plan: Plan, seconds: float) -> None:
         latencies.append(seconds)
-        costs.append(float(ctx.costs.total(np.asarray(plan))))
+        costs.append(float(cost_model(ctx).total(np.asarray(plan))))
 
     drive(schedulers, fleet, job_models, rounds, rng, timer=time.perf_counter, on_plan=record)
     ms = np.asarray(latencies) * 1e3
@@ -62,8 +64,6 @@ def run_scheduler_bench(
     console: Console | None = None,
 ) -> dict[str, list[dict[str, float | int | str]]]:
     """Measure every method on every fleet size; print a table, optionally write JSON."""
-    from mjfl.errors import UserError
-
     methods = list(methods or METHODS)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:

@@ -1,10 +1,13 @@
-"""The engine's view of devices: one small interface, two kinds of fleet.
+"""The coordinator's view of devices: one small interface, two kinds of fleet.
 
 A Fleet runs one training task on one device and answers with its result or
-a failure. The virtual-time fleet (``simulated.py``) trains in worker
-processes and reports round times sampled from each device's profile; the
-real-time fleet (``server.py``) drives phones and emulated devices over
-WebSockets. The engine (``engine.py``) cannot tell them apart.
+raises ``DeviceFailure``. The virtual-time fleet (``coordinator/simulated.py``)
+trains in worker processes and reports round times sampled from each device's
+profile; the real-time fleet (``coordinator/server.py``) drives phones and
+emulated devices over WebSockets. Its clients, the engine
+(``coordinator/engine.py``) and profiling sessions (``profiling/session.py``),
+cannot tell them apart. The interface lives here, under both, because it is
+what the coordinator and the profiler ask of devices.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mjfl.ids import DeviceId, JobId
-from mjfl.jobs.models import ModelSpec
+from mjfl.jobs.base import ModelSpec
 
 Weights = dict[str, NDArray[np.float32]]
 
@@ -82,22 +85,6 @@ class TaskResult:
     timing: Timing = field(default_factory=Timing)
 
 
-class DeviceFailure(Exception):
-    """A device did not return a usable update (lost, late, or rejected).
-
-    Failures are data: the engine records them and feeds them to the
-    scheduler; ``status`` is "failed" (no answer in time) or "rejected" (an
-    answer that was not a valid update).
-    """
-
-    def __init__(self, device: DeviceId, reason: str, *, status: str = "failed", after_s: float = 0.0) -> None:
-        super().__init__(f"{device}: {reason}")
-        self.device = device
-        self.reason = reason
-        self.status = status
-        self.after_s = after_s
-
-
 class Fleet(Protocol):
     """Devices the engine can train on."""
 
@@ -110,5 +97,5 @@ class Fleet(Protocol):
         ...
 
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
-        """Train ``task`` on ``device``; raises DeviceFailure if no valid update comes back."""
+        """Train ``task`` on ``device``; raises ``mjfl.errors.DeviceFailure`` if no valid update comes back."""
         ...

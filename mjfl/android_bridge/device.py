@@ -1,0 +1,178 @@
+"""One device model: how a device takes a round, for simulated and emulated devices alike.
+
+A device's round time (Formula 4's t_k^m), its chance of dropping out, what a
+deadline does to a round, and the trainers it keeps loaded are decided here
+and nowhere else. The virtual-time fleet (``coordinator/simulated.py``) and
+the emulated devices (``emulator.py``) both ask this module, so a simulated
+device and an emulated device impersonating the same profile behave alike:
+one waits on the virtual clock, the other on the wall clock.
+
+Round time. A device with a profile takes ``t = tau*a*D + Exp(rate =
+mu/(tau*D))`` for a task of ``tau`` epochs over its ``D`` samples (Formula 4),
+however long the training really took on this machine; one without a profile
+takes as long as its training does.
+
+Drop-outs and deadlines. The fate of a round is drawn before it is trained,
+so a device's random stream never depends on how training went. A device that
+drops out never answers: the coordinator learns it at the task's deadline,
+or, with no deadline, when the round would have ended. A device slower than
+the deadline is given up at the deadline.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from mjfl.jobs.base import Trainer, TrainResult
+from mjfl.schedulers import round_time
+
+__all__ = ["DeviceModel", "ModelName", "RoundDraw", "TrainerCache", "TrainerFactory", "default_trainer_factory"]
+
+
+@dataclass(frozen=True)
+class RoundDraw:
+    """One round's fate: how long the device takes, and whether it drops out."""
+
+    duration_s: float | None  # None: as long as training takes here (no profile)
+    drops: bool = False
+
+    def failure(self, deadline_s: float | None) -> tuple[float, str] | None:
+        """``(after_s, reason)`` when the coordinator learns that this round failed, else None."""
+        if self.drops:
+            # A lost device is noticed only when its deadline passes.
+            after = deadline_s if deadline_s is not None else self.duration_s or 0.0
+            return after, "dropped out"
+        if deadline_s is not None and self.duration_s is not None and self.duration_s > deadline_s:
+            return deadline_s, f"missed the {deadline_s:.1f} s deadline"
+        return None
+
+
+class DeviceModel:
+    """Formula 4 round times and drop-outs of one device, drawn from its own random stream.
+
+    ``a``/``mu`` are the device's profile (None: it takes as long as it
+    trains); ``dropout`` the chance that a round never comes back.
+    """
+
+    def __init__(self, a: float | None, mu: float | None, *, dropout: float = 0.0, rng: np.random.Generator) -> None:
+        if (a is None) != (mu is None):
+            raise ValueError("give both a and mu, or neither")
+        if a is not None and mu is not None and not (a >= 0 and mu > 0):
+            raise ValueError(f"Formula 4 needs a >= 0 and mu > 0, got a={a}, mu={mu}")
+        if not 0 <= dropout <= 1:
+            raise ValueError(f"dropout must lie in [0, 1], got {dropout}")
+        self.a, self.mu, self.dropout, self.rng = a, mu, dropout, rng
+
+    def draw(self, epochs: int, samples: int) -> RoundDraw:
+        """The fate of a round of ``epochs`` local epochs over ``samples`` samples."""
+        duration = None
+        if self.a is not None and self.mu is not None:
+            shift, rate = round_time.shift_and_rate(self.a, self.mu, epochs, samples)
+            duration = float(round_time.sample(self.rng, shift, rate))
+        return RoundDraw(duration, bool(self.rng.random() < self.dropout))
+
+
+# -- trainers -----------------------------------------------------------------
+
+
+class ModelName(Protocol):
+    """A job's network as either side names it: the zoo's ModelSpec or the wire's."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def input_shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def num_classes(self) -> int: ...
+
+
+TrainerFactory = Callable[[str, ModelName, bytes], Trainer]
+"""``(runtime, model, program bytes) -> Trainer``; runs where the trainer will train.
+
+Must pickle to reach worker processes: a module-level function, or a
+``functools.partial`` of one.
+"""
+
+
+def default_trainer_factory(runtime: str, model: ModelName, program: bytes) -> Trainer:
+    """The trainers of ``mjfl.jobs.trainers`` (imports torch, where it is called)."""
+    from mjfl.jobs.base import ModelSpec
+    from mjfl.jobs.trainers import make_trainer
+
+    spec = model if isinstance(model, ModelSpec) else ModelSpec(model.name, tuple(model.input_shape), model.num_classes)  # type: ignore[arg-type]
+    return make_trainer(runtime, spec, program)
+
+
+class TrainerCache:
+    """Loaded trainers by (runtime, program sha256, model), least recently used dropped past ``size``.
+
+    A job's program is loaded once per cache, i.e. once per worker process of
+    the simulated fleet and once per training lane of emulated devices.
+    ``torch_threads`` sets torch's intra-op threads once torch is in (1 where
+    several processes share the cores).
+    """
+
+    def __init__(
+        self, make_trainer: TrainerFactory | None = None, *, size: int = 8, torch_threads: int | None = None
+    ) -> None:
+        self._make_trainer = make_trainer or default_trainer_factory
+        self._trainers: OrderedDict[tuple[str, str, ModelName], Trainer] = OrderedDict()
+        self._size = size
+        self._torch_threads = torch_threads
+
+    def train(
+        self,
+        runtime: str,
+        model: ModelName,
+        program_sha256: str,
+        program: Callable[[], bytes],
+        weights: Mapping[str, np.ndarray],
+        x: np.ndarray,
+        y: np.ndarray,
+        *,
+        epochs: int,
+        batch_size: int,
+        lr: float,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+    ) -> tuple[TrainResult, float]:
+        """Train with the cached trainer (loading it from ``program()`` first if needed).
+
+        Returns the result and the seconds spent loading the trainer (0 when cached).
+        """
+        started = time.perf_counter()
+        trainer = self._trainer(runtime, model, program_sha256, program)
+        loaded = time.perf_counter() - started
+        # Writable copies: weights received off the wire are read-only views.
+        weights = {name: np.array(value) for name, value in weights.items()}
+        result = trainer.train(
+            weights, x, y, epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
+            weight_decay=weight_decay, seed=seed,
+        )
+        return result, loaded
+
+    def _trainer(self, runtime: str, model: ModelName, sha256: str, program: Callable[[], bytes]) -> Trainer:
+        key = (runtime, sha256, model)
+        trainer = self._trainers.get(key)
+        if trainer is None:
+            trainer = self._make_trainer(runtime, model, program())
+            # Only once torch is in (a trainer that needs it imported it): a
+            # lightweight trainer should not pay for importing it.
+            if self._torch_threads is not None and "torch" in sys.modules:
+                sys.modules["torch"].set_num_threads(self._torch_threads)
+                self._torch_threads = None
+            self._trainers[key] = trainer
+            while len(self._trainers) > self._size:
+                self._trainers.popitem(last=False)
+        self._trainers.move_to_end(key)
+        return trainer

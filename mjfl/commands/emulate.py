@@ -1,0 +1,54 @@
+"""`mjfl device emulate`: emulated devices on this machine for a coordinator anywhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+
+from mjfl.android_bridge.emulator import run_emulated_fleet
+from mjfl.errors import UserError
+from mjfl.profiling.profiles import draw_fleet, load_profiles
+
+
+def emulate(
+    url: str,
+    count: int,
+    *,
+    runtime: str,
+    profile: Path | None,
+    dropout: float,
+    workers: int | None,
+    id_prefix: str | None,
+    seed: int,
+    token: str,
+    log_file: Path | None,
+    verbose: bool,
+    console: Console,
+) -> None:
+    """Run ``count`` emulated devices against ``url`` until Ctrl-C or the coordinator's bye."""
+    if not url.startswith(("ws://", "wss://")):
+        raise UserError(f"--url must look like ws://HOST:PORT, got {url!r}")
+    if not 0 <= dropout < 1:
+        raise UserError(f"--dropout must lie in [0, 1), got {dropout}")
+    profiles = None
+    if profile is not None:
+        real = load_profiles(profile)
+        if not real:
+            raise UserError(f"--profile {profile}: the file holds no profiles")
+        profiles = draw_fleet(real, count, np.random.default_rng(seed))
+    fleet = run_emulated_fleet(
+        url, count, runtime=runtime, profiles=profiles, dropout=dropout, workers=workers,  # type: ignore[arg-type]
+        id_prefix=id_prefix, seed=seed, token=token, log_file=log_file, verbose=verbose,
+    )
+    console.print(
+        f"{count} emulated devices ({', '.join(fleet.device_ids[:3])}{', ...' if count > 3 else ''})"
+        f" in {len(fleet.processes)} processes -> {url}; Ctrl-C stops them"
+    )
+    try:
+        fleet.wait()
+        console.print("every device has stopped (the coordinator said bye)")
+    except KeyboardInterrupt:
+        console.print("stopping the emulated devices ...")
+        fleet.stop()

@@ -1,0 +1,40 @@
+"""`mjfl export`: write a zoo model's ExecuTorch training program, the `.pte` a phone runs."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from rich.console import Console
+
+from mjfl.errors import ConfigError, UserError
+
+
+def export_program(model: str, out: Path, *, input_shape: str, classes: int, max_batch: int, console: Console) -> Path:
+    """Check the arguments (naming the bad one), export, write ``out``; returns it."""
+    from mjfl.jobs.base import ModelSpec
+    from mjfl.jobs.export import export_training_program
+    from mjfl.jobs.models import build_model
+
+    try:
+        shape = tuple(int(v) for v in input_shape.split(","))
+    except ValueError:
+        raise UserError(f"--input-shape must be C,H,W integers, got {input_shape!r}") from None
+    if len(shape) != 3:
+        raise UserError(f"--input-shape must be C,H,W, got {input_shape!r}")
+    if not 1 <= max_batch <= 65536:
+        raise UserError("--max-batch must be in [1, 65536]")
+    if out.is_dir():
+        raise UserError(f"--out {out}: a folder; give the .pte file to write")
+    try:
+        spec = ModelSpec(model, shape, classes)  # type: ignore[arg-type]
+        build_model(spec)  # checks the input is large enough for the architecture
+    except ConfigError as exc:  # name the argument, not a config field
+        arg = {"model": "MODEL", "input_shape": "--input-shape", "num_classes": "--classes"}.get(exc.field, exc.field)
+        raise UserError(f"{arg}: {exc.problem}") from None
+    console.print(f"exporting {model} for {shape}, {classes} classes (this takes a while) ...")
+    data = export_training_program(spec, max_batch=max_batch)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(data)
+    console.print(f"wrote {out} ({len(data):,} bytes, sha256 {hashlib.sha256(data).hexdigest()})")
+    return out

@@ -1,0 +1,41 @@
+"""`mjfl profile` and `mjfl profile show`: run a profiling session, inspect its profiles."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from mjfl.coordinator.config import FleetConfig, JobConfig, RunConfig
+from mjfl.coordinator.driver import Driver, Output
+from mjfl.coordinator.testbed import RemoteDevices
+from mjfl.errors import UserError
+from mjfl.ids import JobId
+from mjfl.profiling.profiles import DeviceProfile
+from mjfl.profiling.report import show_profiles
+
+# Without a config: one small calibration job (LeNet-5 on digits).
+DEFAULT_JOB = JobConfig(name=JobId("lenet5"), model="lenet5", image_size=12, batch_size=8, lr=0.05, partition="iid")
+
+
+def default_config(emulate: int) -> RunConfig:
+    """The configuration of a profiling session run without one."""
+    return RunConfig(jobs=(DEFAULT_JOB,), fleet=FleetConfig(size=max(emulate, 1)), out_dir=Path("runs/profile"))
+
+
+def profile_run(
+    config: RunConfig, output: Output, *, emulate: int = 0, devices: Sequence[str] = (), rounds: int = 10
+) -> list[DeviceProfile]:
+    """Profile connected (or emulated) devices; writes profiles.json, observations.csv, table and plots."""
+    if rounds < 3:
+        raise UserError("--rounds must be >= 3 (a fit needs at least 3 observations per device)")
+    fleet = RemoteDevices(config, output, emulate=emulate, only=devices, wanted=emulate or config.testbed.min_devices or 1)
+    return Driver(config, output).profile(fleet, rounds=rounds)
+
+
+def show(path: Path, *, console: Console, out_dir: Path | None = None) -> list[Path]:
+    """`mjfl profile show`: a profile file's table and CDF plots."""
+    if not path.is_file():
+        raise UserError(f"{path}: no such profile file")
+    return show_profiles(path, console=console, out_dir=out_dir)

@@ -1,0 +1,389 @@
+"""The run driver: the one path from a configuration to recorded, reported runs.
+
+`mjfl simulate`, `mjfl testbed run` and `mjfl profile` differ only in the
+devices they run on and the clock those keep: each command chooses its
+``Devices`` (simulated devices on the virtual clock, ``simulated.py``; devices
+that connect over the network on the wall clock, ``testbed.py``) and hands it
+to a ``Driver``. Everything else happens here, once:
+
+    output folder and its log -> the run database -> a run id (or the run to
+    resume) -> the fleet, ready -> job preparation (data, partitions,
+    programs) -> round budgets (Formula 10) -> checkpoints restored -> the
+    engine, with the live view -> every round recorded (and checkpointed) ->
+    the final report (summary.json, rounds.csv, plots, table)
+
+or, for a profiling session, the fleet and the prepared jobs -> calibration
+tasks -> Formula 4 fits -> profiles.json, observations.csv, the profile table
+and CDF plots.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import logging
+from collections.abc import Coroutine, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+from rich.console import Console
+from rich.progress import Progress
+
+from mjfl import logs
+from mjfl.android_bridge.fleet import Fleet
+from mjfl.coordinator import report
+from mjfl.coordinator.budget import round_budget
+from mjfl.coordinator.checkpoint import Checkpoints, JobCheckpoint
+from mjfl.coordinator.clock import Clock
+from mjfl.coordinator.config import RunConfig, config_to_dict
+from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.preparation import PreparedJob, evaluate_job, prepare_jobs
+from mjfl.coordinator.records import (
+    JobInfo,
+    ProfileRefit,
+    RoundRecord,
+    RunInfo,
+    RunMode,
+    SchedulerChoice,
+)
+from mjfl.coordinator.storage import Storage
+from mjfl.errors import RunError, UserError
+from mjfl.ids import DeviceId
+from mjfl.profiling.profiles import DeviceProfile, save_profiles
+from mjfl.profiling.report import show_profiles
+from mjfl.profiling.session import (
+    Observation,
+    calibration_jobs,
+    fit_profiles,
+    run_session,
+    write_observations,
+)
+from mjfl.schedulers.base import CostWeights
+from mjfl.schedulers.registry import make_scheduler
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a command's results, log and progress go."""
+
+    out_dir: Path
+    console: Console
+    live: bool = True
+    verbose: bool = False
+
+    @property
+    def log_file(self) -> Path:
+        return self.out_dir / logs.LOG_FILE
+
+
+@dataclass(frozen=True, eq=False)
+class ReadyFleet:
+    """A fleet whose devices are there, and the clock they keep."""
+
+    fleet: Fleet
+    clock: Clock
+    devices: list[DeviceId]  # the devices present, in a stable order
+    device_wait_s: float = 0.0  # how long a job waits for devices to (re)connect before giving up
+    hardware: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # by device (hello's facts)
+    impersonated: Mapping[str, DeviceProfile] = field(default_factory=dict)  # emulated devices' own profiles
+
+
+class Devices(Protocol):
+    """The devices a command runs on and their clock: all a command chooses."""
+
+    mode: RunMode  # "virtual" or "real"
+    kind: str  # in run ids: "simulate", "testbed"
+
+    def run(self, main: Coroutine[Any, Any, T]) -> T:
+        """Run ``main`` on an event loop that keeps these devices' time."""
+        ...
+
+    def fleet(self) -> AbstractAsyncContextManager[ReadyFleet]:
+        """The fleet, once its devices are there (started, connected); closed on exit."""
+        ...
+
+
+class Driver:
+    """Runs a configuration's jobs (``train``) or profiles its devices (``profile``).
+
+    Creating a driver checks the output folder and sends the log there
+    (``mjfl.log``, docs: ``mjfl.logs``); nothing else is written before a run.
+    """
+
+    def __init__(self, config: RunConfig, output: Output) -> None:
+        if output.out_dir.exists() and not output.out_dir.is_dir():
+            raise UserError(f"--out {output.out_dir}: a file is in the way; give a folder (it is created if missing)")
+        try:
+            output.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"--out {output.out_dir}: cannot create the folder: {exc.strerror or exc}") from None
+        logs.setup(output.log_file, verbose=output.verbose, stream=None)
+        self.config = config
+        self.output = output
+        self._prepared: dict[tuple[DeviceId, ...], list[PreparedJob]] = {}
+
+    # -- training runs --------------------------------------------------------
+
+    def train(self, methods: Sequence[str], devices: Devices, *, resume: bool = False) -> dict[str, Any]:
+        """One run per scheduling method on identical jobs and seed; returns the summary also written."""
+        console = self.output.console
+        results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
+        choices: list[SchedulerChoice] = []
+        with Storage(self.config.database_path) as storage:
+            view = report.LiveView(
+                enabled=self.output.live, console=console, clock="virtual" if devices.mode == "virtual" else "wall"
+            )
+            with view:
+                for method in methods:
+                    run = _Run.begin(storage, self.config, self.output.out_dir, method, devices, resume)
+                    if run.resumed:
+                        console.print(f"resuming run {run.info.run_id} after {run.progress(storage)}")
+                    status = "failed"
+                    try:
+                        devices.run(self._train(storage, run, devices, view))
+                        status = "finished"
+                    except KeyboardInterrupt:
+                        status = "interrupted"
+                        if run.checkpoints is not None and run.recorded:
+                            console.print(
+                                f"[yellow]interrupted[/]: every finished round is saved;"
+                                f" continue with --resume (run {run.info.run_id})"
+                            )
+                        raise
+                    finally:
+                        if run.recorded:
+                            storage.finish_run(run.info.run_id, status, _now())
+                    results[method] = (storage.jobs(run.info.run_id), storage.rounds(run.info.run_id))
+                    choices += storage.choices(run.info.run_id)
+            summary = report.summary(results)
+            self._report(results, choices, summary, storage)
+        return summary
+
+    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: report.LiveView) -> None:
+        config = self.config
+        async with devices.fleet() as ready:
+            ids = run.devices(ready.devices)
+            prepared = await ready.clock.run_blocking(None, self._prepare, tuple(ids))
+            infos = [job.info(run.info.run_id) for job in prepared]
+            if not run.recorded:
+                run.info = dataclasses.replace(
+                    run.info,
+                    config_json=json.dumps(config_to_dict(config) | {"method": run.info.method, "devices": len(ids)}),
+                )
+                storage.start_run(run.info, infos)
+                run.recorded = True
+            jobs = self._engine_jobs(prepared, run.info.method)
+            for job, info in zip(jobs, infos):
+                # R_m from earlier runs of the same job (Formula 10), capped by the configured maximum.
+                histories = storage.loss_history(info.job_key, exclude_run=run.info.run_id)
+                job.max_rounds, curve = round_budget(histories, job.config.target_loss, cap=job.config.max_rounds)
+                if curve is not None:
+                    log.info("job %s: R_m = %d rounds from %d earlier runs (%s)", job.name, job.max_rounds, len(histories), curve)
+            settings = self._settings(ready.device_wait_s)
+            frequencies = run.restore(storage, jobs, settings) if run.resumed else None
+            view.add_jobs(run.info.method, infos)
+            await ready.fleet.prepare([job.artifacts for job in prepared])
+            engine = Engine(
+                jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,
+                sink=_Sink(storage, run.checkpoints, run.info.method, view), frequencies=frequencies,
+            )
+            await engine.run()
+        if all(job.stopped == "no devices" for job in jobs):
+            raise RunError("no job could run: too few devices")
+
+    def _engine_jobs(self, prepared: Sequence[PreparedJob], method: str) -> list[EngineJob]:
+        """Fresh engine jobs (initial model, new scheduler) for one method."""
+        s = self.config.scheduler
+        return [
+            EngineJob(
+                config=job.config, spec=job.spec, samples=job.samples, test_x=job.test_x, test_y=job.test_y,
+                weights=dict(job.initial),
+                scheduler=make_scheduler(
+                    method, seed=int(np.random.SeedSequence([self.config.seed, 3, m]).generate_state(1)[0]),
+                    options=s.options, members=s.members,
+                ),
+            )
+            for m, job in enumerate(prepared)
+        ]
+
+    def _settings(self, device_wait_s: float) -> EngineSettings:
+        s = self.config.scheduler
+        return EngineSettings(
+            weights=CostWeights(alpha=s.alpha, beta=s.beta, omega=s.omega),  # type: ignore[arg-type]
+            min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed,
+            profile_window=s.profile_window, device_wait_s=device_wait_s,
+        )
+
+    def _prepare(self, devices: tuple[DeviceId, ...]) -> list[PreparedJob]:
+        """The jobs' data split over ``devices`` and their programs, prepared once per device list."""
+        if devices not in self._prepared:
+            with self.output.console.status(
+                f"preparing {len(self.config.jobs)} jobs over {len(devices)} devices (data, partitions, programs) ..."
+            ):
+                self._prepared[devices] = prepare_jobs(self.config, devices)
+        return self._prepared[devices]
+
+    def _report(
+        self,
+        results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]],
+        choices: Sequence[SchedulerChoice],
+        summary: Mapping[str, Any],
+        storage: Storage,
+    ) -> None:
+        out, console = self.output.out_dir, self.output.console
+        report.write_summary(out / "summary.json", summary)
+        report.write_rounds_csv(out / "rounds.csv", results)
+        report.plot_accuracy(out, results)
+        report.plot_meta_greedy_wins(out / "meta-greedy-wins.png", choices)
+        console.print(report.results_table(summary, next(iter(results.values()))[0]))
+        runs = ", ".join(jobs[0].run_id for jobs, _ in results.values() if jobs)
+        console.print(
+            f"wrote {out}/summary.json, rounds.csv and plots; records in {self.config.database_path}"
+            f" (run {runs}); log in {self.output.log_file}"
+        )
+
+    # -- profiling sessions ---------------------------------------------------
+
+    def profile(self, devices: Devices, *, rounds: int) -> list[DeviceProfile]:
+        """Calibration tasks on every device, a Formula 4 fit per device; writes and shows the profiles."""
+        if rounds < 3:
+            raise UserError("--rounds must be >= 3 (a fit needs at least 3 observations per device)")
+        out, console = self.output.out_dir, self.output.console
+        observations, ready = devices.run(self._calibrate(devices, rounds))
+        created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        write_observations(out / "observations.csv", observations)
+        profiles, skipped = fit_profiles(observations, ready.hardware)
+        if not profiles:
+            raise UserError(f"no device could be profiled: {skipped}")
+        save_profiles(out / "profiles.json", profiles, created=created)
+        with Storage(self.config.database_path) as storage:
+            storage.save_profiles(profiles, updated_at=created)
+        for device, why in skipped.items():
+            console.print(f"[yellow]{device}[/]: not profiled ({why})")
+        show_profiles(out / "profiles.json", console=console, truth=ready.impersonated)
+        console.print(
+            f"wrote {out}/profiles.json, observations.csv and plots; profiles saved in"
+            f" {self.config.database_path}; log in {self.output.log_file}"
+        )
+        return profiles
+
+    async def _calibrate(self, devices: Devices, rounds: int) -> tuple[list[Observation], ReadyFleet]:
+        console = self.output.console
+        async with devices.fleet() as ready:
+            prepared = await ready.clock.run_blocking(None, self._prepare, tuple(ready.devices))
+            jobs = calibration_jobs([(p.artifacts, p.initial, p.config.batch_size, p.config.lr) for p in prepared])
+            total = len(ready.devices) * rounds * len(prepared)
+            with Progress(console=console, transient=True) as bar:
+                task = bar.add_task(f"profiling {len(ready.devices)} devices", total=total)
+
+                def failed(device: DeviceId, why: str) -> None:
+                    bar.advance(task)
+                    console.print(f"[yellow]{device}[/]: task failed ({why})")
+
+                observations = await run_session(
+                    ready.fleet, jobs, ready.devices, rounds,
+                    on_observation=lambda _: bar.advance(task), on_failure=failed,
+                )
+        return observations, ready
+
+
+@dataclass(eq=False)
+class _Run:
+    """One run of one method: its record, and (in real time) its checkpoints."""
+
+    info: RunInfo
+    resumed: bool
+    recorded: bool  # in the database (a resumed run, or once its fleet was ready)
+    checkpoints: Checkpoints | None  # real-time runs only: they can crash and resume
+
+    @classmethod
+    def begin(
+        cls, storage: Storage, config: RunConfig, out_dir: Path, method: str, devices: Devices, resume: bool
+    ) -> _Run:
+        if resume:
+            run_id = _resumable_run(storage, out_dir, devices.mode, method)
+            info = storage.resume_run(run_id)
+        else:
+            stamp = dt.datetime.now(dt.UTC)
+            run_id = f"{stamp:%Y%m%dT%H%M%S}-{devices.kind}-{method}"
+            info = RunInfo(run_id, method, devices.mode, config.seed, "{}", stamp.isoformat())
+        checkpoints = Checkpoints(out_dir / "checkpoints" / run_id) if devices.mode == "real" else None
+        return cls(info, resume, resume, checkpoints)
+
+    def devices(self, present: Sequence[DeviceId]) -> list[DeviceId]:
+        """The run's devices: those present, or, when resuming, those it started with (same partition)."""
+        if self.checkpoints is None:
+            return list(present)
+        saved = self.checkpoints.root / "devices.json"
+        if self.resumed:
+            return [DeviceId(d) for d in json.loads(saved.read_text())]
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        saved.write_text(json.dumps(sorted(present)))
+        return sorted(present)
+
+    def restore(self, storage: Storage, jobs: Sequence[EngineJob], settings: EngineSettings) -> dict[Any, Any]:
+        """Continue each job after its last recorded round; returns the participation counts so far."""
+        assert self.checkpoints is not None
+        for job in jobs:
+            done = storage.last_round(self.info.run_id, job.name)
+            if done:
+                saved = self.checkpoints.load(job.name, done)
+                job.weights, job.scheduler = saved.weights, saved.scheduler
+                job.rounds_done, job.best_accuracy, job.stopped = done, saved.best_accuracy, saved.stopped
+        settings.time_offset = storage.elapsed_s(self.info.run_id)
+        return storage.participation(self.info.run_id)
+
+    def progress(self, storage: Storage) -> str:
+        return ", ".join(
+            f"{j.job}: round {storage.last_round(self.info.run_id, j.job)}" for j in storage.jobs(self.info.run_id)
+        )
+
+
+def _resumable_run(storage: Storage, out_dir: Path, mode: RunMode, method: str) -> str:
+    """The newest unfinished run of ``method`` in ``mode`` that wrote to ``out_dir``."""
+    for info, status in reversed(storage.runs()):
+        if (
+            info.mode == mode and info.method == method and status != "finished"
+            and json.loads(info.config_json).get("out_dir") == str(out_dir)
+        ):
+            return info.run_id
+    raise UserError(f"--resume: no unfinished {method} run recorded for {out_dir} in {storage.path}")
+
+
+class _Sink:
+    """Where the engine's finished rounds go: checkpoint first, then commit the round, then show it.
+
+    The checkpoint (real-time runs) is written before the round is committed
+    to the database, so resume is exact (see checkpoint.py).
+    """
+
+    def __init__(self, storage: Storage, checkpoints: Checkpoints | None, method: str, view: report.LiveView) -> None:
+        self.storage = storage
+        self.checkpoints = checkpoints
+        self.method = method
+        self.view = view
+
+    def round_finished(self, job: EngineJob, record: RoundRecord, choices: Mapping[str, float] | None) -> None:
+        if self.checkpoints is not None:
+            self.checkpoints.save(
+                job.name, JobCheckpoint(record.round, dict(job.weights), job.scheduler, job.best_accuracy, job.stopped)
+            )
+        self.storage.record_round(record, choices)
+        self.view.update(record, self.method)
+        if job.stopped is None and record.round >= job.max_rounds:
+            self.view.set_status(self.method, job.name, "stopped")
+
+    def profile_refitted(self, refit: ProfileRefit) -> None:
+        self.storage.record_refit(refit)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).isoformat()

@@ -1,0 +1,121 @@
+"""Where log lines go: a quiet terminal, everything in the run's log file.
+
+A user's terminal shows mjfl's progress and results (its rich console) and
+mjfl's own warnings; the rest goes to the log file of the run (``mjfl.log``
+in the output folder), or to the terminal as well with ``--verbose``. "The
+rest" is mostly third-party noise, of three kinds:
+
+* Python logging: torchao's "Failed to load ..." lines (logger ``torchao``,
+  on every import of ``executorch.exir``) and PyTorch's pytree deprecation
+  line (logger ``torch.utils._pytree``, which torch writes with a handler of
+  its own, so it is re-routed by name);
+* Python warnings (FutureWarning, DeprecationWarning), captured into logging;
+* C++ lines of ExecuTorch's runtime (``cpuinfo_utils.cpp`` ...), which
+  pybind11 writes to ``sys.stderr`` on the first training call of a process.
+  They appear only in worker processes (simulated devices, emulated devices),
+  whose ``sys.stderr`` ``setup_worker`` points at the log file.
+
+Every process calls ``setup`` (the command line, in ``cli.py``; the run
+driver once it knows the output folder) or ``setup_worker`` (worker
+processes) before importing torch or ExecuTorch.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import TextIO
+
+__all__ = ["LOG_FILE", "setup", "setup_worker"]
+
+LOG_FILE = "mjfl.log"
+"""The log file's name in a run's output folder."""
+
+# Loggers that write with handlers of their own instead of propagating to the root.
+_SELF_HANDLED = ("torch.utils._pytree",)
+_FORMAT = "%(asctime)s %(processName)s %(name)s %(levelname)s: %(message)s"
+_OURS = "mjfl"  # a handler attribute that marks the handlers set up here
+
+
+class _OwnRecords(logging.Filter):
+    """Lets through mjfl's own records only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.name == "mjfl" or record.name.startswith("mjfl.")
+
+
+def setup(log_file: Path | None = None, *, verbose: bool = False, stream: TextIO | None = None) -> None:
+    """Route this process's log records (see the module docstring); safe to call again.
+
+    ``log_file`` (appended to) receives every record at INFO and above (DEBUG
+    with ``verbose``). ``stream`` (default ``sys.stderr``) shows mjfl's own
+    warnings, or every record at INFO and above with ``verbose``.
+    """
+    handlers: list[logging.Handler] = []
+    console = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    console.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    if verbose:
+        console.setLevel(logging.INFO)
+    else:
+        console.setLevel(logging.WARNING)
+        console.addFilter(_OwnRecords())
+    handlers.append(console)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        to_file = logging.FileHandler(log_file, encoding="utf-8", delay=True)
+        to_file.setFormatter(logging.Formatter(_FORMAT))
+        handlers.append(to_file)
+    _install(handlers, level=logging.DEBUG if verbose else logging.INFO)
+
+
+def setup_worker(log_file: Path | None, *, verbose: bool = False, level: int = logging.INFO) -> None:
+    """A worker process: its records, warnings and native lines go to ``log_file``.
+
+    With ``verbose`` they go to the worker's stderr (the terminal) instead;
+    without a log file they are dropped. mjfl's own warnings reach the
+    terminal in every case.
+    """
+    import os
+
+    sink: TextIO
+    if verbose:
+        sink = sys.stderr
+    elif log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        sink = open(log_file, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    else:
+        sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives as long as the process
+    # Native libraries write through sys.stderr (pybind11 redirects std::cerr to it).
+    terminal = sys.stderr
+    sys.stderr = sink
+    handler = logging.StreamHandler(sink)
+    handler.setFormatter(logging.Formatter(_FORMAT))
+    handlers: list[logging.Handler] = [handler]
+    if not verbose:
+        console = logging.StreamHandler(terminal)
+        console.setFormatter(logging.Formatter("%(processName)s %(name)s: %(message)s"))
+        console.setLevel(logging.WARNING)
+        console.addFilter(_OwnRecords())
+        handlers.append(console)
+    _install(handlers, level=logging.DEBUG if verbose else level)
+
+
+def _install(handlers: list[logging.Handler], *, level: int) -> None:
+    for handler in handlers:
+        setattr(handler, _OURS, True)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, _OURS, False)]:
+        root.removeHandler(old)
+        old.close()
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+    logging.captureWarnings(True)
+    for name in _SELF_HANDLED:
+        logger = logging.getLogger(name)
+        logger.propagate = False
+        for old in [h for h in logger.handlers if getattr(h, _OURS, False)]:
+            logger.removeHandler(old)
+        for handler in handlers:
+            logger.addHandler(handler)

@@ -16,6 +16,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP)
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check mjfl tests
 	$(BIN)/python -m pytest -q
 
 demo: $(STAMP)

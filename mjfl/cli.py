@@ -15,7 +15,7 @@ import typer
 from rich.console import Console
 
 from mjfl import logs
-from mjfl.errors import UserError
+from mjfl.errors import MjflError, UserError
 
 if TYPE_CHECKING:
     from mjfl.coordinator.config import RunConfig
@@ -275,14 +275,27 @@ def normalise_argv(argv: list[str]) -> list[str]:
 
 
 def main() -> None:
-    """Console-script entry point: user errors print one clear line, exit 2."""
-    import sys
-
+    """Console-script entry point: the user's errors (exit 2) and a run's end (exit 1) print one line."""
     try:
         app(args=normalise_argv(sys.argv[1:]))
-    except UserError as exc:
-        console.print(f"[bold red]error:[/] {exc}")
-        raise SystemExit(2) from None
+    except (MjflError, ExceptionGroup) as exc:
+        error = _ours(exc)
+        if error is None:
+            raise
+        console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+        raise SystemExit(2 if isinstance(error, UserError) else 1) from None
+
+
+def _ours(exc: BaseException) -> MjflError | None:
+    """The error to show: ``exc`` itself, or the first of ours in a task group's exceptions."""
+    if isinstance(exc, MjflError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _ours(inner)
+            if found is not None:
+                return found
+    return None
 
 
 if __name__ == "__main__":

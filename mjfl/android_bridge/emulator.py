@@ -505,8 +505,12 @@ class EmulatedDevice:
 
         if fate.drops:
             # A lost round: silence until the coordinator gives up (its deadline
-            # cancels the task), or, with no deadline, an error when it would have ended.
-            await until(task.deadline_s if task.deadline_s is not None else fate.duration_s or 0.0)
+            # cancels the task; the grace keeps us from racing its timer), or,
+            # with no deadline, an error when the round would have ended.
+            if task.deadline_s is not None:
+                await until(2 * task.deadline_s + 1.0)
+            else:
+                await until(fate.duration_s or 0.0)
             if cancel.is_set():
                 return answer_error("cancelled", "cancelled by the coordinator", "cancelled")
             return answer_error("task_failed", "dropped out", "error")

@@ -343,18 +343,19 @@ def results_table(summary: Mapping[str, Any], jobs: Sequence[JobInfo]) -> Table:
             )
         table.add_row(*cells)
 
-    if baseline_time is not None:
-        fastest = min(
-            (name for name in methods if methods[name].get("total_time_s") is not None),
-            key=lambda name: methods[name]["total_time_s"],
-        )
-        speedup = _speedup(baseline_time, methods[fastest]["total_time_s"])
-        table.caption = (
-            f"fastest group: {fastest}, {speedup:.2f}x faster than {baseline}"
-            if speedup is not None
-            else None
-        )
+    table.caption = _fastest(methods, baseline)
     return table
+
+
+def _fastest(methods: Mapping[str, Any], baseline: str | None) -> str | None:
+    """The caption naming the fastest group against the baseline, when there is one to compare with."""
+    reached = {name: m["total_time_s"] for name, m in methods.items() if m.get("total_time_s") is not None}
+    if len(methods) < 2 or baseline is None or baseline not in reached:
+        return None
+    fastest = min(reached, key=reached.__getitem__)
+    if fastest == baseline:
+        return f"fastest group: {baseline}, the baseline"
+    return f"fastest group: {fastest}, {reached[baseline] / reached[fastest]:.2f}x faster than {baseline}"
 
 
 # --- live view -----------------------------------------------------------------

@@ -115,7 +115,14 @@ class RemoteDevices:
                 status.update(f"waiting for devices on {server.url}: {connected}/{needed} connected")
 
             if not self.only:
-                await server.wait_for_devices(self.wanted, timeout=timeout, progress=progress)
+                try:
+                    await server.wait_for_devices(self.wanted, timeout=timeout, progress=progress)
+                except RunError as exc:
+                    raise RunError(
+                        f"{exc} on {server.url}; connect phones or emulated devices"
+                        f" (mjfl device emulate --url {server.url} --count N), start some here with"
+                        " --emulate N, or wait longer (testbed.wait_timeout_s)"
+                    ) from None
                 return
             try:
                 await server.wait_until(

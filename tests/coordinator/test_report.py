@@ -244,6 +244,16 @@ def test_results_table_renders_the_numbers(results: dict) -> None:
     assert lenet_time[3] == "[bold green]20.0[/]"  # fedcs is fastest on lenet
 
 
+def test_the_caption_compares_only_what_can_be_compared(results: dict) -> None:
+    # One method: nothing to compare it with (not "random, 1.00x faster than random").
+    alone = {"random": results["random"]}
+    assert results_table(summary(alone), jobs_of("rnd")).caption is None
+    # The baseline itself fastest: said so, without a speedup of 1.
+    assert results_table(summary({"random": results["random"], "fedcs": results["fedcs"]}), jobs_of("mg")).caption == (
+        "fastest group: random, the baseline"
+    )
+
+
 def test_results_table_without_random_has_no_speedup(results: dict) -> None:
     del results["random"]
     table = results_table(summary(results), jobs_of("mg"))

@@ -120,41 +120,6 @@ def test_cached_program_exports_once(tmp_path: Path, lenet_program: tuple[Path, 
     assert len(calls) == 2
 
 
-def test_runtime_max_pool2d_backward_is_wrong() -> None:
-    """Why the zoo never exports nn.MaxPool2d (upstream executorch issue 21686).
-
-    A tiny net with the real max_pool2d, exported the standard way, gets
-    wrong gradients in the 1.5.1 runtime. If this starts failing, the
-    runtime was fixed and the tournament pooling in layers.py can go.
-    """
-    from executorch.exir import EdgeCompileConfig, to_edge
-    from executorch.extension.training import _load_for_executorch_for_training_from_buffer
-    from torch.export import export
-    from torch.export.experimental import _export_forward_backward
-
-    class Net(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.scale = torch.nn.Parameter(torch.randn(1, 4, 1, 1))
-            self.fc = torch.nn.Linear(4 * 4 * 4, 10)
-
-        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
-            h = F.max_pool2d(x * self.scale, 2)
-            return (F.cross_entropy(self.fc(h.flatten(1)), y),)
-
-    torch.manual_seed(0)
-    net = Net()
-    x = torch.randn(8, 1, 8, 8)
-    y = torch.randint(0, 10, (8,))
-    ep = _export_forward_backward(export(net, (x, y), strict=False))
-    data = to_edge(ep, compile_config=EdgeCompileConfig(_check_ir_validity=False)).to_executorch().buffer
-    module = _load_for_executorch_for_training_from_buffer(data)
-    module.forward_backward("forward", (x, y))
-    got = module.named_gradients()["scale"]
-    net(x, y)[0].backward()
-    assert (got - net.scale.grad).abs().max() > 1e-2
-
-
 def test_export_rejects_bad_max_batch() -> None:
     with pytest.raises(ValueError):
         export_mod.export_training_program(LENET, max_batch=0)

@@ -8,9 +8,9 @@ How it is compared. Under SGD with lr 0.01 and momentum 0.9 these ReLU
 networks are chaotic: a ReLU whose input sits within rounding of zero
 flips between two float32 implementations that sum in different orders
 (im2col + Eigen here, oneDNN in eager), and momentum carries the kink's
-1e-5 step forever after, or depth and batch norm amplify it; eager PyTorch
-against itself from weights perturbed by 1e-7 ends 20 steps apart by 1e-1
-for resnet13 (test_the_batch_norm_resnet_is_chaotic_even_in_eager). So:
+1e-5 step forever after, or depth and batch norm amplify it (eager PyTorch
+against itself from weights perturbed by 1e-7 can end 20 steps apart by
+1e-1 for resnet13, or not at all, depending on the machine's kernels). So:
 
 - every model takes 20 steps *from the same state* (teacher forcing: each
   runtime steps from the eager trajectory's weights and buffers) and every
@@ -136,20 +136,6 @@ def test_runtime_matches_eager_step_by_step(name: str, programs: dict[ModelSpec,
     assert _max_diff(w, w0) > 1e-3  # it trained
     assert max(diffs) < 1e-3, diffs
     assert sorted(diffs)[-2] < 1e-5, diffs  # at most one step at a ReLU kink
-
-
-def test_the_batch_norm_resnet_is_chaotic_even_in_eager(digits: tuple[np.ndarray, np.ndarray]) -> None:
-    """Why free-running comparisons are limited to LeNet-5 (module docstring)."""
-    spec = ModelSpec("resnet13", SHAPE, 10)
-    x, y = digits
-    w0 = initial_weights(spec, 7)
-    rng = np.random.default_rng(0)
-    nudged = {k: (v * (1 + 1e-7 * rng.standard_normal(v.shape))).astype(np.float32) for k, v in w0.items()}
-    trainer = TorchTrainer(spec, device="cpu")
-    kw = {"epochs": 1, "batch_size": 16, "lr": 0.01, "momentum": 0.9, "seed": 1}
-    a = trainer.train(w0, x[:320], y[:320], **kw)
-    b = trainer.train(nudged, x[:320], y[:320], **kw)
-    assert _max_diff(a.weights, b.weights) > 1e-3
 
 
 def test_loss_falls_on_digits(programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]) -> None:

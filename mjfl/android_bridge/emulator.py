@@ -609,14 +609,18 @@ class EmulatedFleet:
         processes: list[multiprocessing.process.BaseProcess],
         stop_event: multiprocessing.synchronize.Event,
         assignment: dict[str, int],
+        impersonated: dict[str, Impersonation] | None = None,
     ) -> None:
         self.processes = processes
         self._stop_event = stop_event
         self.assignment = assignment
-        """Worker index of every device id."""
+        """Worker index of every device id, in device index order."""
+        self.impersonated = impersonated or {}
+        """The profile each device impersonates, by device id."""
 
     @property
     def device_ids(self) -> list[str]:
+        """Every device id, in device index order (``<prefix>-<first_index>`` first)."""
         return list(self.assignment)
 
     def alive(self) -> bool:
@@ -707,7 +711,7 @@ def run_emulated_fleet(
     ctx = multiprocessing.get_context("spawn")
     stop_event = ctx.Event()
     processes: list[multiprocessing.process.BaseProcess] = []
-    assignment: dict[str, int] = {}
+    assignment = {device: i % workers for i, device in enumerate(ids)}
     for w in range(workers):
         mine = list(range(w, count, workers))
         config = _WorkerConfig(
@@ -718,8 +722,8 @@ def run_emulated_fleet(
         process = ctx.Process(target=_worker_main, args=(config, stop_event), name=f"mjfl-emulator-{w}", daemon=True)
         process.start()
         processes.append(process)
-        assignment.update({ids[i]: w for i in mine})
-    return EmulatedFleet(processes, stop_event, assignment)
+    impersonated = {device: profile for device, profile in zip(ids, chosen) if profile is not None}
+    return EmulatedFleet(processes, stop_event, assignment, impersonated)
 
 
 def _worker_main(config: _WorkerConfig, stop_event: multiprocessing.synchronize.Event) -> None:

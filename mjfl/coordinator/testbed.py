@@ -88,8 +88,8 @@ class RemoteDevices:
                         seed=config.seed, log_file=self.output.log_file, verbose=self.output.verbose,
                     )
                     impersonated = {
-                        d: dataclasses.replace(profiles[i % len(profiles)], device_id=d)
-                        for i, d in enumerate(emulated.device_ids)
+                        d: dataclasses.replace(p, device_id=d)  # type: ignore[type-var]
+                        for d, p in emulated.impersonated.items()
                     }
                     console.print(f"started {self.emulate} emulated devices ({config.fleet.runtime}) for {server.url}")
                 await self._wait(server, console)

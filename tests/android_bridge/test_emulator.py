@@ -224,8 +224,13 @@ async def test_an_executorch_device_trains_the_tasks_program_over_the_wire(lenet
 async def test_killing_a_worker_process_fails_its_devices_tasks_at_once():
     # Every device takes a 2 s round (impersonated, so they all wait concurrently).
     profile = DeviceProfile("steady", a=0.1, mu=1e6)
+    other = DeviceProfile("steady-too", a=0.1, mu=2e6)
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
-        fleet = run_emulated_fleet(server.url, 4, runtime="torch", workers=2, id_prefix="w", profiles=[profile], make_trainer=ECHO)
+        fleet = run_emulated_fleet(server.url, 4, runtime="torch", workers=2, id_prefix="w", profiles=[profile, other], make_trainer=ECHO)
+        # Device i impersonates profile i (mod their number), whichever worker it runs in.
+        assert fleet.device_ids == ["w-0", "w-1", "w-2", "w-3"]
+        assert [fleet.impersonated[d].device_id for d in fleet.device_ids] == ["steady", "steady-too"] * 2
+        assert [fleet.assignment[d] for d in fleet.device_ids] == [0, 1, 0, 1]
         async with fleet:
             await server.wait_for_devices(4, timeout=60)
             assert sorted(fleet.device_ids) == sorted(server.connected())

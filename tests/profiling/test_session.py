@@ -50,7 +50,13 @@ def test_session_recovers_the_impersonated_profiles(tmp_path):
     rows = (out / "observations.csv").read_text().strip().splitlines()
     assert len(rows) == 1 + 4 * 12  # the warm-up task is not kept
     assert len(list((out / "plots").glob("cdf-*.png"))) == 4
-    assert "emulated a" in console.export_text()
+    # The table's "emulated a" is each device's own impersonated phone.
+    text = console.export_text()
+    rows = {cells[0]: cells for line in text.splitlines()
+            if (cells := [c.strip() for c in line.split("│")[1:-1]]) and cells[0].startswith("emu-")}
+    assert "emulated a" in text and len(rows) == 4
+    for profile in profiles:
+        assert rows[profile.device_id][-1] == f"{profile.hardware['a'] * 1e3:.3f}"
     document = json.loads((out / "profiles.json").read_text())
     assert document["format"] == "mjfl-profiles/1" and len(document["devices"]) == 4
 

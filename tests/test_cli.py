@@ -25,7 +25,7 @@ max_rounds = 1
 
 def mjfl(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mjfl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=120,
+        [sys.executable, "-m", "mjfl.cli", *args], check=False, capture_output=True, text=True, cwd=cwd, timeout=120,
         stdin=subprocess.DEVNULL,
     )
 

@@ -38,6 +38,21 @@ _FORMAT = "%(asctime)s %(processName)s %(name)s %(levelname)s: %(message)s"
 _OURS = "mjfl"  # a handler attribute that marks the handlers set up here
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record comes (it may be swapped, e.g. by tests)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 class _OwnRecords(logging.Filter):
     """Lets through mjfl's own records only."""
 
@@ -53,7 +68,7 @@ def setup(log_file: Path | None = None, *, verbose: bool = False, stream: TextIO
     warnings, or every record at INFO and above with ``verbose``.
     """
     handlers: list[logging.Handler] = []
-    console = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    console = logging.StreamHandler(stream) if stream is not None else _Stderr()
     console.setFormatter(logging.Formatter("%(name)s: %(message)s"))
     if verbose:
         console.setLevel(logging.INFO)

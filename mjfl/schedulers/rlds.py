@@ -1,13 +1,21 @@
 """RLDS: reinforcement-learning-based device scheduling (Algorithms 2-3, Formula 14).
 
-Policy network: an LSTM reads the fleet device by device (features below) and
-a linear layer turns each hidden state into a logit, so a device's score can
-depend on the devices around it (the "device sharing relationship among
-jobs"). Policy converter: a plan is drawn device by device without
-replacement; each pick follows the policy's softmax over the remaining free
-devices with probability 1 - epsilon, and is uniform with probability epsilon
-(epsilon-greedy). The log-probability of a plan under this mixture is exact and
-differentiable, which is what Formula 14's REINFORCE update needs.
+Policy network: a bidirectional LSTM reads the fleet device by device
+(features below) and a linear layer turns each pair of hidden states into a
+logit, so a device's score can depend on the devices around it (the "device
+sharing relationship among jobs"). Policy converter: a plan is drawn device by
+device without replacement; each pick follows the policy's softmax over the
+remaining free devices with probability 1 - epsilon, and is uniform with
+probability epsilon (epsilon-greedy). The log-probability of a plan under this
+mixture is exact and differentiable, which is what Formula 14's REINFORCE
+update needs.
+
+Everything is numpy: the LSTM's forward pass, its backward pass
+(backpropagation through time), the gradient of the mixture's log-probability
+with respect to the logits (exact, in float64), and Adam. The network computes
+in float32, as it did under PyTorch. It is small and sequential (one step per
+device), so a deep-learning framework buys nothing here and would only contend
+with the trainers for cores.
 
 Reward: -TotalCost (Formula 8), with a moving baseline b_m (Algorithm 2 line 7),
 counting only TotalCost's plan-dependent part (``CostModel.marginal``): the rest
@@ -28,15 +36,13 @@ frequencies, whether the device is free, and whether another job holds it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from numpy.typing import NDArray
-from torch import nn
 
 from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
@@ -44,18 +50,8 @@ from mjfl.schedulers.cost import cost_model
 
 FEATURES = 7
 
-
-@contextmanager
-def single_threaded() -> Iterator[None]:
-    """Run torch on one thread: the policy is small and sequential (an LSTM over
-    devices), and intra-op threads only contend with the trainers for cores
-    (measured: a backward pass 20-30x slower with 2 threads on a busy 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+Vector = NDArray[np.float64]
+Array = NDArray[np.floating]
 
 
 def device_features(ctx: PlanContext) -> NDArray[np.float32]:
@@ -84,22 +80,298 @@ def device_features(ctx: PlanContext) -> NDArray[np.float32]:
     ).astype(np.float32)
 
 
-class PolicyNetwork(nn.Module):
-    """LSTM over the devices followed by a linear layer: one logit per device."""
-
-    def __init__(self, hidden: int = 32) -> None:
-        super().__init__()
-        self.hidden = hidden
-        self.lstm = nn.LSTM(FEATURES, hidden, batch_first=True, bidirectional=True)
-        self.head = nn.Linear(2 * hidden, 1)
-
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        out, _ = self.lstm(features.unsqueeze(0))
-        return self.head(out).squeeze(0).squeeze(-1)
+# Where each of PyTorch's gates (i, f, g, o) goes in a step's pre-activations:
+# [o, i, f, g], so the three sigmoid gates come first and [i, f] lines up with
+# [g, c] (see ``PolicyNetwork.forward``).
+GATES = (3, 0, 1, 2)
+TORCH_GATES = tuple(int(k) for k in np.argsort(GATES))
 
 
 @dataclass(frozen=True)
-class _Decision:
+class _Forward:
+    """What the forward pass keeps for the backward pass (layout: see ``PolicyNetwork``)."""
+
+    rows: Array  # (K + 1, width): a step's input row [h_fwd, h_rev, x fwd, x rev, 1, padding]
+    weights: Array  # (width, 8H), unscaled
+    activations: Array  # (K + 1, 10H): [tanh of the scaled pre-activations, c before the step]
+    cell_tanh: Array  # (K, 2H): tanh(c) after each step
+
+
+class PolicyNetwork:
+    """A bidirectional LSTM over the devices followed by a linear layer: one logit per device.
+
+    The parameters are PyTorch's ``nn.LSTM(FEATURES, hidden, bidirectional=True)``
+    and ``nn.Linear(2 * hidden, 1)``, under PyTorch's names, shapes, gate order
+    (i, f, g, o) and initialisation; they are views into one flat vector,
+    ``parameters``, so that Adam updates them all at once.
+
+    Both directions run in one loop: step s advances the forward direction at
+    device s and the reverse direction at device K-1-s. A step's input row is
+    [h_fwd, h_rev, x_s, x_(K-1-s), 1] and one product with a (width, 8H) matrix
+    (recurrent weights block-diagonal, input weights, biases) gives all its
+    pre-activations, gate by gate in the order ``GATES``, each gate [fwd, rev].
+    A step costs a few numpy calls on a few hundred numbers, so their Python
+    overhead, not arithmetic, bounds the speed: the loops below are written
+    for the fewest calls. ``dtype`` float32 is what the scheduler uses (as
+    PyTorch did); float64 serves gradient checks.
+    """
+
+    def __init__(
+        self,
+        hidden: int = 32,
+        rng: np.random.Generator | None = None,
+        dtype: type[np.floating] = np.float32,
+    ) -> None:
+        rng = rng if rng is not None else np.random.default_rng()
+        self.hidden = H = hidden
+        self.dtype = np.dtype(dtype)
+        shapes: dict[str, tuple[int, ...]] = {}
+        for suffix in ("", "_reverse"):
+            shapes[f"lstm.weight_ih_l0{suffix}"] = (4 * H, FEATURES)
+            shapes[f"lstm.weight_hh_l0{suffix}"] = (4 * H, H)
+            shapes[f"lstm.bias_ih_l0{suffix}"] = (4 * H,)
+            shapes[f"lstm.bias_hh_l0{suffix}"] = (4 * H,)
+        shapes["head.weight"] = (1, 2 * H)
+        shapes["head.bias"] = (1,)
+        self._shapes = shapes
+        self.parameters = np.empty(sum(math.prod(s) for s in shapes.values()), self.dtype)
+        self.params = self.named(self.parameters)
+        # PyTorch's defaults: U(-1/sqrt(H), 1/sqrt(H)) for every LSTM parameter,
+        # U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the head's weight and bias.
+        for name, value in self.params.items():
+            bound = 1 / math.sqrt(2 * H if name.startswith("head.") else H)
+            value[...] = rng.uniform(-bound, bound, value.shape)
+        # Row width of a step: state, both directions' inputs, the bias's 1,
+        # padded to a multiple of 8 (aligned rows make the products faster).
+        self._width = -(-(2 * H + 2 * FEATURES + 1) // 8) * 8
+        # sigmoid(z) = (1 + tanh(z / 2)) / 2: halving the o, i, f pre-activations
+        # up front leaves one tanh call for all four gates.
+        scale = np.full((4, 2 * H), 0.5, self.dtype)
+        scale[3] = 1.0
+        self._scale = scale.reshape(8 * H)
+        self._half = np.full(6 * H, 0.5, self.dtype)
+
+    def named(self, vector: Array) -> dict[str, Array]:
+        """Views of a vector laid out like ``parameters`` (a gradient, say), by parameter name."""
+        views, start = {}, 0
+        for name, shape in self._shapes.items():
+            size = math.prod(shape)
+            views[name] = vector[start : start + size].reshape(shape)
+            start += size
+        return views
+
+    def _weights(self) -> Array:
+        """The (width, 8H) matrix of a step: rows [h_fwd, h_rev, x fwd, x rev, 1, padding]."""
+        p, H, F = self.params, self.hidden, FEATURES
+        weights = np.zeros((self._width, 4, 2, H), self.dtype)
+        for d, suffix in enumerate(("", "_reverse")):
+            # h_fwd feeds only forward gates, h_rev only reverse ones.
+            recurrent = p[f"lstm.weight_hh_l0{suffix}"].reshape(4, H, H)[list(GATES)]
+            weights[d * H : (d + 1) * H, :, d] = recurrent.transpose(2, 0, 1)
+            inputs = p[f"lstm.weight_ih_l0{suffix}"].reshape(4, H, F)[list(GATES)]
+            weights[2 * H + d * F : 2 * H + (d + 1) * F, :, d] = inputs.transpose(2, 0, 1)
+            bias = p[f"lstm.bias_ih_l0{suffix}"] + p[f"lstm.bias_hh_l0{suffix}"]
+            weights[2 * H + 2 * F, :, d] = bias.reshape(4, H)[list(GATES)]
+        return weights.reshape(self._width, 8 * H)
+
+    def __call__(self, features: Array) -> Vector:
+        """The logits, shape (K,)."""
+        return self.forward(features)[0]
+
+    def forward(self, features: Array) -> tuple[Vector, _Forward]:
+        """The logits, shape (K,), and what ``backward`` needs."""
+        H, F, K = self.hidden, FEATURES, features.shape[0]
+        rows = np.zeros((K + 1, self._width), self.dtype)
+        rows[:K, 2 * H : 2 * H + F] = features
+        rows[:K, 2 * H + F : 2 * H + 2 * F] = features[::-1]
+        rows[:K, 2 * H + 2 * F] = 1.0
+        weights = self._weights()
+        scaled = weights * self._scale
+        # Row s: step s's activations [o, i, f, g], then c_(s-1), so that
+        # [sigma(i), sigma(f)] * [g, c_(s-1)] is one product and c_s = the sum
+        # of its halves, written straight into row s+1.
+        acts = np.empty((K + 1, 10 * H), self.dtype)
+        acts[0, 8 * H :] = 0.0  # c before the first step
+        cell_tanh = np.empty((K, 2 * H), self.dtype)
+        sig, half = np.empty(6 * H, self.dtype), self._half
+        both = np.empty(4 * H, self.dtype)
+        sig_o, sig_if, ig, fc = sig[: 2 * H], sig[2 * H :], both[: 2 * H], both[2 * H :]
+        dot, tanh, multiply, add = np.dot, np.tanh, np.multiply, np.add
+        steps = zip(
+            rows[:K], acts[:K, : 8 * H], acts[:K, : 6 * H], acts[:K, 6 * H :],
+            acts[1:, 8 * H :], cell_tanh, rows[1:, : 2 * H],
+        )
+        for row, a, a_oif, g_c, c, tc, h in steps:
+            dot(row, scaled, a)
+            tanh(a, a)
+            multiply(a_oif, half, sig)
+            add(sig, half, sig)
+            multiply(sig_if, g_c, both)
+            add(ig, fc, c)
+            tanh(c, tc)
+            multiply(sig_o, tc, h)
+        w, b = self.params["head.weight"][0].astype(np.float64), float(self.params["head.bias"][0])
+        hidden = rows[1:, : 2 * H]
+        logits = hidden[:, :H] @ w[:H] + hidden[::-1, H:] @ w[H:] + b
+        return logits, _Forward(rows, weights, acts, cell_tanh)
+
+    def backward(self, cache: _Forward, dlogits: Vector) -> Array:
+        """Backpropagation through time: the gradient over ``parameters`` given d/d logits."""
+        H, F, K = self.hidden, FEATURES, dlogits.shape[0]
+        dlogits = dlogits.astype(self.dtype)
+        w = self.params["head.weight"][0]
+        grad = np.empty_like(self.parameters)
+        named = self.named(grad)
+        hidden = cache.rows[1:, : 2 * H]
+        named["head.weight"][0, :H] = dlogits @ hidden[:, :H]
+        named["head.weight"][0, H:] = dlogits @ hidden[::-1, H:]
+        named["head.bias"][0] = dlogits.sum()
+        dh_out = np.empty((K, 2 * H), self.dtype)
+        dh_out[:, :H] = np.outer(dlogits, w[:H])
+        dh_out[:, H:] = np.outer(dlogits[::-1], w[H:])
+        # Local derivatives of every step at once; only dh and dc are sequential.
+        acts = cache.activations
+        gates = acts[:K, : 8 * H].reshape(K, 4, 2 * H)
+        sig = 0.5 * gates[:, :3] + 0.5
+        o, i, f, g = sig[:, 0], sig[:, 1], sig[:, 2], gates[:, 3]
+        c_prev, tc = acts[:K, 8 * H :], cache.cell_tanh
+        f_next = np.vstack([f[1:], np.zeros((1, 2 * H), self.dtype)])
+        through_h = o * (1 - tc * tc)  # dc += dh * through_h
+        local = np.empty((K, 4, 2 * H), self.dtype)  # dz = [dh, dc, dc, dc] * local
+        local[:, 0] = tc * o * (1 - o)
+        local[:, 1] = g * i * (1 - i)
+        local[:, 2] = c_prev * f * (1 - f)
+        local[:, 3] = i * (1 - g * g)
+        dz = np.zeros((K + 1, 8 * H), self.dtype)  # row K stays 0: nothing after the last step
+        recurrent_t = np.ascontiguousarray(cache.weights[: 2 * H].T)
+        dh, dch = np.empty(2 * H, self.dtype), np.empty(2 * H, self.dtype)
+        dc = np.zeros(2 * H, self.dtype)
+        dot, multiply, add = np.dot, np.multiply, np.add
+        steps = zip(
+            dz[K:0:-1], dh_out[::-1], f_next[::-1], through_h[::-1],
+            dz[K - 1 :: -1, : 2 * H], local[::-1, 0],
+            dz[:K, 2 * H :].reshape(K, 3, 2 * H)[::-1], local[::-1, 1:],
+        )
+        for dz_next, dh_s, f_s, th_s, dz_o, local_o, dz_ifg, local_ifg in steps:
+            dot(dz_next, recurrent_t, dh)
+            add(dh, dh_s, dh)
+            multiply(dc, f_s, dc)
+            add(dc, multiply(dh, th_s, dch), dc)
+            multiply(dh, local_o, dz_o)
+            multiply(dc, local_ifg, dz_ifg)
+        # Every step's row times its pre-activation gradients: all LSTM weights at
+        # once. einsum, not a BLAS product: OpenBLAS would run a product this size
+        # on several threads, which then spin and, on a busy machine, fight the
+        # trainers and this very loop for cores (measured: plan latency doubled).
+        dweights = np.einsum("ki,kj->ij", cache.rows[:K], dz[:K]).reshape(self._width, 4, 2, H)
+        dweights = dweights[:, list(TORCH_GATES)]
+        for d, suffix in enumerate(("", "_reverse")):
+            recurrent = dweights[d * H : (d + 1) * H, :, d].transpose(1, 2, 0)
+            named[f"lstm.weight_hh_l0{suffix}"][...] = recurrent.reshape(4 * H, H)
+            inputs = dweights[2 * H + d * F : 2 * H + (d + 1) * F, :, d].transpose(1, 2, 0)
+            named[f"lstm.weight_ih_l0{suffix}"][...] = inputs.reshape(4 * H, F)
+            named[f"lstm.bias_ih_l0{suffix}"][...] = dweights[2 * H + 2 * F, :, d].reshape(4 * H)
+            named[f"lstm.bias_hh_l0{suffix}"][...] = named[f"lstm.bias_ih_l0{suffix}"]
+        return grad
+
+    def state_dict(self) -> dict[str, Array]:
+        return {name: value.copy() for name, value in self.params.items()}
+
+    def load_state_dict(self, state: dict[str, Array]) -> None:
+        for name, value in self.params.items():
+            value[...] = np.asarray(state[name]).reshape(value.shape)
+
+
+class Adam:
+    """Adam (Kingma & Ba 2015) with bias correction, as ``torch.optim.Adam`` computes it."""
+
+    def __init__(
+        self,
+        parameters: Array,
+        lr: float,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
+        self.parameters = parameters
+        self.lr, self.betas, self.eps = lr, betas, eps
+        self.step_count = 0
+        self.exp_avg = np.zeros_like(parameters)
+        self.exp_avg_sq = np.zeros_like(parameters)
+
+    def step(self, grad: Array) -> None:
+        """One descent step on ``parameters`` (in place) along ``grad``."""
+        beta1, beta2 = self.betas
+        self.step_count += 1
+        self.exp_avg *= beta1
+        self.exp_avg += (1 - beta1) * grad
+        self.exp_avg_sq *= beta2
+        self.exp_avg_sq += (1 - beta2) * grad * grad
+        correction1 = 1 - beta1**self.step_count
+        correction2 = 1 - beta2**self.step_count
+        denominator = np.sqrt(self.exp_avg_sq) / math.sqrt(correction2) + self.eps
+        self.parameters -= (self.lr / correction1) * self.exp_avg / denominator
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "step": self.step_count,
+            "lr": self.lr,
+            "exp_avg": self.exp_avg.copy(),
+            "exp_avg_sq": self.exp_avg_sq.copy(),
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.step_count = int(state["step"])  # type: ignore[call-overload]
+        self.lr = float(state["lr"])  # type: ignore[arg-type]
+        self.exp_avg[...] = state["exp_avg"]
+        self.exp_avg_sq[...] = state["exp_avg_sq"]
+
+
+def order_log_probability(
+    logits: Vector, free: NDArray[np.bool_], orders: Sequence[Sequence[int]], epsilon: float
+) -> tuple[Vector, Vector]:
+    """log P of each drawn order under the epsilon mixture, shape (N,), and its gradient
+    with respect to the logits, shape (N, K).
+
+    Pick j of order n takes device d from the remaining free devices R (those
+    not taken before) with probability p = (1 - eps) softmax_R(l)_d + eps / |R|.
+    With w = (1 - eps) softmax_R(l)_d / p, the share of the pick owed to the
+    policy, d log p / d l = w (e_d - softmax_R(l)), zero outside R. Everything is
+    kept in logs, so no softmax over a set of tiny logits underflows.
+    """
+    order = np.asarray(orders, dtype=np.intp)
+    N, n = order.shape
+    K = logits.shape[0]
+    rows = np.arange(N)[:, None]
+    masked = np.where(free, logits - logits[free].max(), -np.inf)
+    picked = masked[order]  # (N, n)
+    # Softmax denominators over R at every pick: the free devices an order
+    # never takes, plus its own picks from j on (log-sum-exp from the right).
+    untaken = np.repeat(masked[None], N, axis=0)
+    untaken[rows, order] = -np.inf
+    top = untaken.max(axis=1, keepdims=True)
+    top[~np.isfinite(top)] = 0.0  # an order that took every free device: log 0 below
+    with np.errstate(divide="ignore"):
+        log_untaken = top[:, 0] + np.log(np.exp(untaken - top).sum(axis=1))
+    log_later = np.logaddexp.accumulate(picked[:, ::-1], axis=1)[:, ::-1]
+    log_norm = np.logaddexp(log_later, log_untaken[:, None])
+    log_soft = picked - log_norm
+    log_uniform = -np.log(int(free.sum()) - np.arange(n))
+    log_policy = math.log1p(-epsilon) if epsilon < 1 else -math.inf
+    log_random = math.log(epsilon) if epsilon > 0 else -math.inf
+    log_mix = np.logaddexp(log_policy + log_soft, log_random + log_uniform)
+    log_share = log_policy + log_soft - log_mix  # log w
+    # sum_j w_j softmax_Rj(l)_k runs over the picks j at which k was still
+    # remaining: up to k's own pick, or all n picks if the order never took k.
+    log_spread = np.logaddexp.accumulate(log_share - log_norm, axis=1)
+    last = np.full((N, K), n - 1)
+    last[rows, order] = np.arange(n)
+    grad = -np.exp(masked[None] + np.take_along_axis(log_spread, last, axis=1))
+    grad[rows, order] += np.exp(log_share)
+    return log_mix.sum(axis=1), grad
+
+
+@dataclass(frozen=True)
+class _Drawn:
     """What ``plan`` drew, kept so ``observe`` can credit the right choices."""
 
     features: NDArray[np.float32]
@@ -127,56 +399,43 @@ class RLDSScheduler:
         if not 0 <= epsilon <= 1 or not 0 < gamma <= 1 or pretrain_plans < 2:
             raise ValueError("rlds: epsilon in [0, 1], gamma in (0, 1], pretrain_plans >= 2 (N > 1)")
         self.rng = as_generator(seed)
-        torch_seed = int(self.rng.integers(2**62))
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(torch_seed)
-            self.policy = PolicyNetwork(hidden)
-        self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=lr)
+        self.policy = PolicyNetwork(hidden, self.rng)
+        self.optimizer = Adam(self.policy.parameters, lr=lr)
         self.epsilon = epsilon
         self.gamma = gamma
         self.pretrain_rounds = pretrain_rounds
         self.pretrain_plans = pretrain_plans
         self.baseline: float | None = None
         self.pretrained = False
-        self._decisions: dict[int, _Decision] = {}
+        self._decisions: dict[int, _Drawn] = {}
         if policy_path is not None:
             self.load(policy_path)
 
     # -- Algorithm 3: plan with the latest policy, learn from the executed round --
 
     def plan(self, ctx: PlanContext) -> Decision:
-        with single_threaded():
-            return Decision(self._plan(ctx))
-
-    def _plan(self, ctx: PlanContext) -> tuple[int, ...]:
         if not self.pretrained:
             self.pretrain(ctx)
         features = device_features(ctx)
-        with torch.no_grad():
-            logits = self.policy(torch.from_numpy(features)).numpy().astype(np.float64)
-        order = self._draw(logits, ctx.free, ctx.size)
-        self._decisions = {ctx.round: _Decision(features, ctx.free.copy(), order)}
-        return as_plan(order)
+        order = self._draw(self.policy(features), ctx.free, ctx.size)
+        self._decisions = {ctx.round: _Drawn(features, ctx.free.copy(), order)}
+        return Decision(as_plan(order))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         """Formula 14 with N = 1 on the executed plan, reward -TotalCost as observed."""
-        with single_threaded():
-            self._observe(ctx, outcome)
-
-    def _observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         decision = self._decisions.pop(outcome.round, None)
+        forward = None
         if decision is None or set(decision.order) != set(outcome.plan):
             # Another scheduler's plan (inside Meta-Greedy): credit it in the
             # order this policy would most likely have drawn it.
             features = device_features(ctx)
-            with torch.no_grad():
-                logits = self.policy(torch.from_numpy(features)).numpy()
+            forward = self.policy.forward(features)
             plan = np.asarray(outcome.plan)
-            decision = _Decision(features, ctx.free.copy(), tuple(plan[np.argsort(-logits[plan])]))
+            decision = _Drawn(features, ctx.free.copy(), tuple(plan[np.argsort(-forward[0][plan])]))
         costs = cost_model(ctx)
         observed_time = outcome.round_time / costs.reference_time
         reward = -costs.marginal(np.asarray(outcome.plan), time=observed_time)
-        self._update(decision.features, decision.free, [decision.order], np.atleast_1d(reward))
+        self._update(decision.features, decision.free, [decision.order], np.atleast_1d(reward), forward)
 
     # -- Algorithm 2: pre-training on the cost model --
 
@@ -188,8 +447,7 @@ class RLDSScheduler:
         devices' frequencies grow (Formula 6) and a fresh random set of devices
         is occupied by the other jobs, as many as in ``ctx``.
         """
-        with single_threaded():
-            history = self._pretrain(ctx, self.pretrain_rounds if rounds is None else rounds)
+        history = self._pretrain(ctx, self.pretrain_rounds if rounds is None else rounds)
         self.pretrained = True
         return history
 
@@ -206,11 +464,11 @@ class RLDSScheduler:
                 weights=ctx.weights,
             )
             features = device_features(sim)
-            with torch.no_grad():
-                logits = self.policy(torch.from_numpy(features)).numpy().astype(np.float64)
+            # One forward pass serves both the draws and the update.
+            logits, forward = self.policy.forward(features)
             orders = [self._draw(logits, free, ctx.size) for _ in range(self.pretrain_plans)]
             costs = cost_model(sim).marginal(np.asarray(orders))
-            self._update(features, free, orders, -costs)
+            self._update(features, free, orders, -costs, (logits, forward))
             history.append(float(costs.mean()))
             best = orders[int(np.argmin(costs))]
             frequencies = frequencies.copy()
@@ -220,61 +478,105 @@ class RLDSScheduler:
     # -- the policy converter and Formula 14 --
 
     def _draw(self, logits: NDArray[np.float64], free: NDArray[np.bool_], size: int) -> tuple[int, ...]:
-        """Epsilon-greedy draw of ``size`` free devices without replacement, in pick order."""
-        remaining = free.copy()
+        """Epsilon-greedy draw of ``size`` free devices without replacement, in pick order.
+
+        The same distribution as tossing each pick's epsilon coin and then
+        drawing from the uniform or the softmax over the remaining devices, at
+        a few Python operations a pick: all coins are tossed up front, a
+        softmax pick takes the next untaken device of one Plackett-Luce order
+        of the free devices (sorted logits + Gumbel noise), a uniform pick the
+        next untaken device of one random permutation. Whatever the other queue
+        took, the first untaken device of a Plackett-Luce order is a softmax
+        draw over the untaken ones (Luce's choice axiom), and likewise for the
+        permutation, so each pick has exactly the mixture's probability that
+        ``log_probability`` computes.
+        """
+        candidates = np.flatnonzero(free)
+        keys = logits[candidates] + self.rng.gumbel(size=candidates.size)
+        by_policy = candidates[np.argsort(-keys)].tolist()
+        by_chance = self.rng.permutation(candidates).tolist()
+        chance = (self.rng.random(size) < self.epsilon).tolist()
+        taken: set[int] = set()
         order = []
-        weights = np.exp(logits - logits[free].max())
-        for _ in range(size):
-            candidates = np.flatnonzero(remaining)
-            if self.rng.random() < self.epsilon:
-                pick = int(self.rng.choice(candidates))
+        p = q = 0  # the next device of each queue not yet looked at
+        for uniform in chance:
+            if uniform:
+                while by_chance[q] in taken:
+                    q += 1
+                pick = by_chance[q]
             else:
-                w = weights[candidates]
-                pick = int(self.rng.choice(candidates, p=w / w.sum()))
+                while by_policy[p] in taken:
+                    p += 1
+                pick = by_policy[p]
+            taken.add(pick)
             order.append(pick)
-            remaining[pick] = False
         return tuple(order)
 
-    def log_probability(self, features: NDArray[np.float32], free: NDArray[np.bool_], orders: list[tuple[int, ...]]) -> torch.Tensor:
+    def log_probability(
+        self, features: Array, free: NDArray[np.bool_], orders: Sequence[Sequence[int]]
+    ) -> Vector:
         """log P(plan) under the epsilon-mixture policy for each drawn order (Formula 14's sum)."""
-        logits = self.policy(torch.from_numpy(features))
-        orders_t = torch.as_tensor(np.asarray(orders), dtype=torch.long)  # (N, n)
-        N, n = orders_t.shape
-        K = logits.shape[0]
-        # picked[i, j, k]: order i took device k before its pick j.
-        position = torch.full((N, K), n, dtype=torch.long)
-        position.scatter_(1, orders_t, torch.arange(n).expand(N, n))
-        picked = position.unsqueeze(1) < torch.arange(n).view(1, n, 1)
-        remaining = torch.from_numpy(free).unsqueeze(0).unsqueeze(0) & ~picked
-        masked = logits.masked_fill(~remaining, float("-inf"))
-        log_soft = masked.log_softmax(dim=-1).gather(2, orders_t.unsqueeze(-1)).squeeze(-1)
-        uniform = -torch.log(remaining.sum(dim=-1).to(logits.dtype))
-        mix = torch.logaddexp(
-            log_soft + float(np.log1p(-self.epsilon)) if self.epsilon < 1 else torch.full_like(log_soft, float("-inf")),
-            uniform + float(np.log(self.epsilon)) if self.epsilon > 0 else torch.full_like(uniform, float("-inf")),
-        )
-        return mix.sum(dim=1)
+        return order_log_probability(self.policy(features), free, orders, self.epsilon)[0]
 
-    def _update(self, features: NDArray[np.float32], free: NDArray[np.bool_], orders: list[tuple[int, ...]], rewards: NDArray[np.float64]) -> None:
+    def loss_and_gradient(
+        self,
+        features: Array,
+        free: NDArray[np.bool_],
+        orders: Sequence[Sequence[int]],
+        advantage: Vector,
+        forward: tuple[Vector, _Forward] | None = None,
+    ) -> tuple[float, Array]:
+        """Formula 14's loss -1/N sum_n log P(V_n) (R_n - b) and its gradient over
+        ``policy.parameters`` (``policy.named`` names its parts).
+
+        ``forward`` is the policy's forward pass on ``features``, when already done.
+        """
+        logits, cache = forward if forward is not None else self.policy.forward(features)
+        log_p, dlog_p = order_log_probability(logits, free, orders, self.epsilon)
+        N = log_p.shape[0]
+        loss = -float(log_p @ advantage) / N
+        return loss, self.policy.backward(cache, -(advantage @ dlog_p) / N)
+
+    def _update(
+        self,
+        features: NDArray[np.float32],
+        free: NDArray[np.bool_],
+        orders: list[tuple[int, ...]],
+        rewards: NDArray[np.float64],
+        forward: tuple[Vector, _Forward] | None = None,
+    ) -> None:
         """Formula 14: theta += eta/N sum_n grad log P(V_n) (R_n - b), then Algorithm 2 line 7."""
         if self.baseline is None:
             self.baseline = float(rewards.mean())
-        advantage = torch.as_tensor(rewards - self.baseline, dtype=torch.float32)
-        loss = -(self.log_probability(features, free, orders) * advantage).mean()
-        self.optimizer.zero_grad()
-        loss.backward()
-        self.optimizer.step()
+        _, grad = self.loss_and_gradient(features, free, orders, rewards - self.baseline, forward)
+        self.optimizer.step(grad)
         self.baseline = (1 - self.gamma) * self.baseline + self.gamma * float(rewards.mean())
 
     # -- saving and loading the policy --
 
     def save(self, path: Path) -> None:
-        """Write the policy, its optimiser and baseline to ``path``."""
-        torch.save(self.state_dict(), path)
+        """Write the policy, its optimiser and baseline to ``path`` (numpy's .npz, no pickle)."""
+        arrays = {f"policy/{name}": value for name, value in self.policy.state_dict().items()}
+        for key, value in self.optimizer.state_dict().items():
+            arrays[f"optimizer/{key}"] = np.asarray(value)
+        arrays["hidden"] = np.asarray(self.policy.hidden)
+        arrays["baseline"] = np.asarray(np.nan if self.baseline is None else self.baseline)
+        # A file object, so numpy does not append ".npz" to the name.
+        with open(path, "wb") as file:
+            np.savez(file, **arrays)
 
     def load(self, path: Path) -> None:
         """Load a policy saved by ``save``; it counts as pre-trained."""
-        self.load_state_dict(torch.load(path, weights_only=False))
+        with np.load(path, allow_pickle=False) as data:
+            state: dict[str, object] = {"policy": {}, "optimizer": {}}
+            for key in data.files:
+                group, _, name = key.partition("/")
+                if name:
+                    state[group][name] = data[key]  # type: ignore[index]
+            baseline = float(data["baseline"])
+            state["baseline"] = None if math.isnan(baseline) else baseline
+            state["hidden"] = int(data["hidden"])
+        self.load_state_dict(state)
 
     def state_dict(self) -> dict[str, object]:
         return {
@@ -291,4 +593,3 @@ class RLDSScheduler:
         self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
         self.baseline = state["baseline"]  # type: ignore[assignment]
         self.pretrained = True
-

@@ -1,5 +1,8 @@
 """BODS and RLDS learn: from observed rounds (BODS) and from pre-training (RLDS)."""
 
+from collections import Counter
+from itertools import permutations
+
 import numpy as np
 import pytest
 
@@ -8,7 +11,7 @@ from mjfl.schedulers.base import CostWeights, FleetModel, JobModel, PlanContext,
 from mjfl.schedulers.bods import BODSScheduler, encode
 from mjfl.schedulers.cost import cost_model, fairness_scale
 from mjfl.schedulers.registry import make_scheduler
-from mjfl.schedulers.rlds import RLDSScheduler
+from mjfl.schedulers.rlds import FEATURES, PolicyNetwork, RLDSScheduler, order_log_probability
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
 
 
@@ -89,13 +92,13 @@ def test_rlds_policy_saves_and_loads(tmp_path):
     ctx = PlanContext(0, 1, fleet, jobs, np.ones(20, bool), np.zeros((1, 20), np.int64), (None,), 3)
     trained = RLDSScheduler(0, pretrain_rounds=5)
     trained.pretrain(ctx)
-    trained.save(tmp_path / "policy.pt")
-    loaded = RLDSScheduler(99, policy_path=tmp_path / "policy.pt")
+    trained.save(tmp_path / "policy.npz")
+    loaded = RLDSScheduler(99, policy_path=tmp_path / "policy.npz")
     assert loaded.pretrained
-    for name, tensor in trained.policy.state_dict().items():
-        assert np.array_equal(tensor.numpy(), loaded.policy.state_dict()[name].numpy()), name
+    for name, value in trained.policy.state_dict().items():
+        assert np.array_equal(value, loaded.policy.state_dict()[name]), name
     with pytest.raises(ValueError, match="hidden"):
-        RLDSScheduler(0, hidden=8, policy_path=tmp_path / "policy.pt")
+        RLDSScheduler(0, hidden=8, policy_path=tmp_path / "policy.npz")
 
 
 def _context(ids, *, round_=1, frequencies=None, weights=CostWeights()):  # noqa: B008 - frozen dataclass
@@ -143,3 +146,94 @@ def test_bods_weighs_fairness_in_its_candidates_by_the_configured_omega():
         picked[kind] = int((ctx.free_indices[plans] < 10).sum())
     # Omega(9): linear 9 > sqrt 3 > log 2.2
     assert picked["linear"] < picked["sqrt"] < picked["log"]
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.3])
+def test_rlds_gradient_matches_finite_differences(epsilon):
+    # Formula 14's loss on a small fleet, in float64: the analytic gradient
+    # (mixture log-probability -> logits -> head -> BPTT) against central
+    # differences, for a few entries of every parameter array.
+    rng = np.random.default_rng(5)
+    K, H = 6, 4
+    rlds = RLDSScheduler(0, hidden=H, epsilon=epsilon)
+    rlds.policy = PolicyNetwork(H, rng, dtype=np.float64)
+    features = rng.normal(size=(K, FEATURES))
+    free = np.array([True, True, False, True, True, True])
+    orders = [rlds._draw(rlds.policy(features), free, 3) for _ in range(4)]
+    advantage = rng.normal(size=4)
+    _, grad = rlds.loss_and_gradient(features, free, orders, advantage)
+    analytic = rlds.policy.named(grad)
+    step = 1e-6
+    for name, value in rlds.policy.params.items():
+        for index in rng.choice(value.size, size=min(4, value.size), replace=False):
+            flat = value.reshape(-1)
+            original = flat[index]
+            flat[index] = original + step
+            up, _ = rlds.loss_and_gradient(features, free, orders, advantage)
+            flat[index] = original - step
+            down, _ = rlds.loss_and_gradient(features, free, orders, advantage)
+            flat[index] = original
+            numeric = (up - down) / (2 * step)
+            exact = analytic[name].reshape(-1)[index]
+            if name == "head.bias":
+                # Adding a constant to every logit changes no softmax: its gradient is 0.
+                assert abs(numeric) < 1e-8 and abs(exact) < 1e-12, (numeric, exact)
+                continue
+            assert abs(exact) > 1e-7, (name, index, exact)  # a real check, not 0 == 0
+            # Relative error < 1e-4; below |g| = 1e-5 the differences' rounding
+            # (~1e-16 |loss| / step) would dominate, so the bound stops shrinking there.
+            bound = 1e-4 * max(abs(exact), 1e-5)
+            assert abs(numeric - exact) < bound, (name, index, numeric, exact)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.3, 1.0])
+def test_rlds_log_probability_sums_to_one_over_all_orders(epsilon):
+    rng = np.random.default_rng(6)
+    rlds = RLDSScheduler(1, epsilon=epsilon)
+    features = rng.normal(size=(5, FEATURES)).astype(np.float32)
+    free = np.array([True, False, True, True, True])  # 4 free devices
+    orders = list(permutations(np.flatnonzero(free).tolist(), 2))
+    assert len(orders) == 12
+    probabilities = np.exp(rlds.log_probability(features, free, orders))
+    assert abs(probabilities.sum() - 1) < 1e-9
+    # The policy matters unless every pick is uniform.
+    assert np.ptp(probabilities) > 1e-3 if epsilon < 1 else np.allclose(probabilities, 1 / 12)
+
+
+def test_rlds_draws_orders_with_the_probability_it_credits():
+    # _draw and log_probability describe the same epsilon mixture: empirical
+    # frequencies of 20000 draws within 5 standard errors of exp(log P).
+    rlds = RLDSScheduler(2, epsilon=0.3)
+    logits = np.array([1.5, -0.5, 0.3, 2.0, 0.0])
+    free = np.array([True, True, False, True, True])
+    draws = 20000
+    counts = Counter(rlds._draw(logits, free, 2) for _ in range(draws))
+    orders = list(permutations(np.flatnonzero(free).tolist(), 2))
+    assert set(counts) <= set(orders)
+    expected = np.exp(order_log_probability(logits, free, orders, 0.3)[0])
+    observed = np.array([counts[o] for o in orders]) / draws
+    assert np.all(np.abs(observed - expected) < 5 * np.sqrt(expected * (1 - expected) / draws))
+
+
+def test_rlds_saved_policy_plans_like_the_original(tmp_path):
+    # Pre-train, save, load into a scheduler of another seed; with the same
+    # generator from then on, both plan and learn identically round after round
+    # (policy, Adam's moments and step, and the baseline all come back).
+    rng = np.random.default_rng(7)
+    fleet = synthetic_fleet(30, rng)
+    jobs = synthetic_jobs(2, 30, rng)
+    free, frequencies = np.ones(30, bool), np.zeros((2, 30), np.int64)
+    ctx = PlanContext(0, 1, fleet, jobs, free, frequencies, (None, None), 4)
+    trained = RLDSScheduler(0, pretrain_rounds=5)
+    trained.pretrain(ctx)
+    trained.save(tmp_path / "policy.npz")
+    loaded = RLDSScheduler(3, policy_path=tmp_path / "policy.npz")
+    assert loaded.baseline == trained.baseline
+    runs = []
+    for scheduler in (trained, loaded):
+        scheduler.rng = np.random.default_rng(11)
+        outcomes = drive([scheduler], fleet, jobs[:1], 6, np.random.default_rng(12))[0]
+        runs.append([o.plan for o in outcomes])
+    assert runs[0] == runs[1]
+    assert np.array_equal(trained.policy.parameters, loaded.policy.parameters)
+    assert trained.optimizer.step_count == loaded.optimizer.step_count == 5 + 6

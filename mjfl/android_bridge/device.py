@@ -165,14 +165,20 @@ class TrainerCache:
         key = (runtime, sha256, model)
         trainer = self._trainers.get(key)
         if trainer is None:
+            # Before the trainer's first op when torch is already in (a process
+            # forked from one that ran torch must not start its inherited thread
+            # pool: it can deadlock), else once a trainer that needs torch
+            # imported it (a lightweight trainer does not pay for importing it).
+            self._limit_torch_threads()
             trainer = self._make_trainer(runtime, model, program())
-            # Only once torch is in (a trainer that needs it imported it): a
-            # lightweight trainer should not pay for importing it.
-            if self._torch_threads is not None and "torch" in sys.modules:
-                sys.modules["torch"].set_num_threads(self._torch_threads)
-                self._torch_threads = None
+            self._limit_torch_threads()
             self._trainers[key] = trainer
             while len(self._trainers) > self._size:
                 self._trainers.popitem(last=False)
         self._trainers.move_to_end(key)
         return trainer
+
+    def _limit_torch_threads(self) -> None:
+        if self._torch_threads is not None and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(self._torch_threads)
+            self._torch_threads = None

@@ -12,8 +12,8 @@ tasks ``RemoteFleet`` waits on (results, errors, a session's end) and records
 heartbeat round trips.
 
 The protocol lives in the sans-I/O session; this module maps its outcomes
-onto the engine's vocabulary: a task answered
-with a valid update is a ``TaskResult``; anything else is a
+onto the engine's vocabulary: a task answered with a valid update is a
+``TaskResult``; anything else is a
 ``DeviceFailure`` ("rejected" when the device broke the protocol or sent an
 invalid update, "failed" when it disconnected, said bye, reported an error
 or missed its deadline), raised as soon as it is known.

@@ -51,10 +51,7 @@ FEATURES = 4
 def encode(ctx: PlanContext, plans: NDArray[np.intp], history: DeviceHistory) -> NDArray[np.float64]:
     """Plan encodings, shape (B, FEATURES), for plans of device indices (B, n)."""
     costs = cost_model(ctx)
-    shift, rate = costs.shift_rate(ctx.job)
-    slowdown, failure_rate = history.slowdown(ctx.fleet.ids), history.failure_rate(ctx.fleet.ids)
-    # Formula 4 with every device stretched by the slowdown observed on it.
-    learned = round_time.PlanTimer(shift * slowdown, rate / slowdown, ctx.fleet.size)
+    learned, failure_rate = history.learned(ctx)
     freq = ctx.frequencies[ctx.job].astype(np.float64)
     excess = freq[plans] - freq.mean()
     return np.column_stack(
@@ -83,6 +80,19 @@ class DeviceHistory:
         self._row: dict[DeviceId, int] = {}
         # Per known device: sum of time ratios, rounds returned, failed, scheduled.
         self._counts = np.zeros((4, 0))
+        self._learned: tuple[PlanContext, round_time.PlanTimer, NDArray[np.float64]] | None = None
+
+    def learned(self, ctx: PlanContext) -> tuple[round_time.PlanTimer, NDArray[np.float64]]:
+        """Formula 4 with every device of ``ctx`` stretched by its slowdown, and its failure rates.
+
+        Built once per context and history (a round's plan and its observation share it).
+        """
+        if self._learned is None or self._learned[0] is not ctx:
+            shift, rate = cost_model(ctx).shift_rate(ctx.job)
+            slowdown = self.slowdown(ctx.fleet.ids)
+            timer = round_time.PlanTimer(shift * slowdown, rate / slowdown, ctx.fleet.size)
+            self._learned = (ctx, timer, self.failure_rate(ctx.fleet.ids))
+        return self._learned[1], self._learned[2]
 
     def slowdown(self, devices: Sequence[DeviceId]) -> NDArray[np.float64]:
         ratio_sum, returned, _, _ = self._columns(devices)
@@ -93,6 +103,7 @@ class DeviceHistory:
         return failed / (scheduled + 1.0)
 
     def record(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        self._learned = None
         ids, times = ctx.fleet.ids, cost_model(ctx).device_times
         rows = self._rows([ids[k] for k in outcome.plan])
         self._counts[:, rows] *= self.decay

@@ -94,7 +94,8 @@ class PlanTimer:
     largest shift: past L every device's cdf is smooth, so the integral is
     computed on quadrature nodes shared by every plan of the fleet. ``exp(-rate_k s_j)`` is tabulated once per device and node, so scoring
     a batch of plans costs one product per (plan, device, node) and no
-    transcendental functions beyond one exp per (plan, device).
+    transcendental functions beyond one exp per (plan, device). A timer reuses
+    one scratch buffer: score plans from one thread at a time.
     """
 
     def __init__(self, shift: ArrayLike, rate: ArrayLike, max_plan_size: int | None = None) -> None:
@@ -109,6 +110,7 @@ class PlanTimer:
         n = max_plan_size or self.shift.size
         self._nodes, self._weights = _integration_nodes(self.rate.min(), self.rate.max(), n)
         self._decay = np.exp(-np.outer(self.rate, self._nodes))  # (K, G)
+        self._scratch = np.empty(0)
 
     def expected_max(self, plans: ArrayLike) -> FloatArray:
         """Expected round time of each plan; ``plans`` holds device indices, shape (..., n)."""
@@ -119,8 +121,21 @@ class PlanTimer:
         largest = shift.max(axis=-1)
         # Device k has already run lag_k past its own shift when the slowest shift ends.
         head = np.exp(-self.rate[plans] * (largest[..., None] - shift))  # (..., n)
-        all_done = np.prod(1.0 - head[..., None] * self._decay[plans], axis=-2)  # (..., G)
+        # 1 - head_k * decay_k(s) per device and node, computed in one reused
+        # buffer: fresh megabyte-sized temporaries on every call cost more
+        # than the arithmetic (each is mapped and faulted in anew by malloc).
+        factors = self._buffer((*plans.shape, self._nodes.size))
+        np.take(self._decay, plans, axis=0, out=factors)
+        factors *= head[..., None]
+        np.subtract(1.0, factors, out=factors)
+        all_done = np.prod(factors, axis=-2)  # (..., G)
         return largest + (1.0 - all_done) @ self._weights
+
+    def _buffer(self, shape: tuple[int, ...]) -> FloatArray:
+        size = int(np.prod(shape))
+        if self._scratch.size < size:
+            self._scratch = np.empty(size)
+        return self._scratch[:size].reshape(shape)
 
 
 def expected_max(shift: ArrayLike, rate: ArrayLike) -> FloatArray:

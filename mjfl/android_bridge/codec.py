@@ -84,6 +84,7 @@ MAX_ID_CHARS = 256
 MAX_REASON_CHARS = 1024
 MAX_TOKEN_CHARS = 4096
 MAX_LIST = 4096
+MAX_BATCH_NORM_LAYERS = 1024
 INT64_MAX = 2**63 - 1
 _CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -305,8 +306,12 @@ class _Fields:
 
     def number(self, key: str, *, low: float | None = None, positive: bool = False) -> float:
         value = self.get(key)
-        # abs(int) bound first: math.isfinite(10**400) raises OverflowError.
-        if type(value) not in (int, float) or abs(value) > 1e300 or not math.isfinite(value):
+        # Any finite double (section 2); an int beyond the double range is not one
+        # (compared exactly: math.isfinite(10**400) would raise OverflowError).
+        finite = (type(value) is int and abs(value) <= sys.float_info.max) or (
+            type(value) is float and math.isfinite(value)
+        )
+        if not finite:
             self.fail(key, "must be a finite number")
         if low is not None and value < low:
             self.fail(key, f"must be >= {low}")
@@ -398,7 +403,12 @@ def _model(f: _Fields) -> ModelSpec:
     shape = f.array("input_shape", max_len=8)
     if not shape or not all(type(d) is int and 1 <= d <= INT64_MAX for d in shape):
         f.fail("input_shape", "must be a list of 1 to 8 ints >= 1")
-    return ModelSpec(f.ident("name"), tuple(shape), f.integer("num_classes", low=1))
+    pixels: list[Any] = []
+    if f.obj.get("batch_norm_pixels") is not None:  # optional (a v1 minor addition)
+        pixels = f.array("batch_norm_pixels", max_len=MAX_BATCH_NORM_LAYERS)
+        if not all(type(p) is int and 1 <= p <= INT64_MAX for p in pixels):
+            f.fail("batch_norm_pixels", f"must be a list of at most {MAX_BATCH_NORM_LAYERS} ints >= 1")
+    return ModelSpec(f.ident("name"), tuple(shape), f.integer("num_classes", low=1), tuple(pixels))
 
 
 def _provision(f: _Fields, pack: TensorPack, verify: bool) -> Provision:
@@ -622,6 +632,8 @@ def _binary_json(
                     "name": m.model.name,
                     "input_shape": list(m.model.input_shape),
                     "num_classes": m.model.num_classes,
+                    # Written only for models with batch norm: older readers never see it.
+                    **({"batch_norm_pixels": list(m.model.batch_norm_pixels)} if m.model.batch_norm_pixels else {}),
                 },
                 "program_sha256": m.program_sha256,
                 "shard_sha256": m.shard_sha256,

@@ -33,6 +33,9 @@ from mjfl.android_bridge.session import CoordinatorSession, DeviceSession, Event
 
 log = logging.getLogger(__name__)
 
+BYE_GRACE_S = 0.5
+"""How long after the session's end messages that crossed the bye may still arrive."""
+
 EventHandler = Callable[[Event, float, float], None]
 """``on_event(event, arrived, ready)``: ``arrived`` when the message that carried it
 arrived, ``ready`` when it was decoded (event-loop time). Runs on the event loop;
@@ -119,10 +122,11 @@ class Connection:
                 beats.cancel()
                 if not writer.done():
                     # Give the writer the time to say bye and close; then drop the peer.
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(self.close_timeout):
-                            await asyncio.shield(writer)
-                    self.abort()
+                    ignored = group.create_task(self._drop_if_bye_ignored(), name=f"{self.name} after bye")
+                    await asyncio.wait({writer, ignored}, timeout=self.close_timeout, return_when=asyncio.FIRST_COMPLETED)
+                    ignored.cancel()
+                    if not writer.done():
+                        self.abort()
 
     async def _read(self) -> None:
         session, loop = self.session, asyncio.get_running_loop()
@@ -146,6 +150,22 @@ class Connection:
             log.info("%s: %s within %s s", self.name, self.open_timeout_reason, self.open_timeout)
             # A liveness timeout: the peer said nothing useful in time.
             self.close("heartbeat_timeout", self.open_timeout_reason)
+
+    async def _drop_if_bye_ignored(self) -> None:
+        """After the session's end the peer should only close (protocol.md 5.9).
+
+        A message that crossed the bye on the wire is fine; one still coming
+        ``BYE_GRACE_S`` later shows the peer ignores the bye, and waiting
+        ``close_timeout`` for a close it will not send helps nobody: drop it.
+        """
+        started = asyncio.get_running_loop().time()
+        with contextlib.suppress(ConnectionClosed):
+            while True:
+                await self.ws.recv()
+                if asyncio.get_running_loop().time() - started >= BYE_GRACE_S:
+                    log.info("%s: still sending after the bye; dropping the connection", self.name)
+                    self.abort()
+                    return
 
     async def _write(self) -> None:
         """Write what the session queued, in order; close the WebSocket after the session's bye."""

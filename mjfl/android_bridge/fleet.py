@@ -42,6 +42,7 @@ class JobArtifacts:
     spec: ModelSpec
     program: bytes
     shards: Mapping[DeviceId, tuple[NDArray[np.float32], NDArray[np.int64]]]
+    batch_norm_pixels: tuple[int, ...] = ()  # per batch-norm layer of the program (docs/models.md)
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,11 +63,15 @@ class Task:
 
 @dataclass(frozen=True)
 class Timing:
-    """Where a device's round went, as far as it can tell (seconds)."""
+    """Where a device's round went, as far as it can tell (seconds).
+
+    ``upload_s`` is the device's previous result's upload (protocol.md 5.5):
+    None when not measured (a session's first result, a simulated device).
+    """
 
     download_s: float = 0.0
     compute_s: float = 0.0
-    upload_s: float = 0.0
+    upload_s: float | None = None
 
 
 @dataclass(frozen=True, eq=False)

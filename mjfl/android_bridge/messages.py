@@ -25,11 +25,18 @@ RUNTIMES: tuple[Runtime, ...] = ("executorch", "torch")
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """What a torch-runtime device needs to build the eager model of a job."""
+    """A job's network as a device needs to know it (docs/protocol.md 5.3).
+
+    ``name``/``input_shape``/``num_classes`` build the eager model (torch
+    runtime); ``batch_norm_pixels`` gives, per batch-norm layer of the
+    program in output order, the pixels per channel it normalises, which a
+    device needs for the running-variance update (docs/models.md).
+    """
 
     name: str
     input_shape: tuple[int, ...]
     num_classes: int
+    batch_norm_pixels: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

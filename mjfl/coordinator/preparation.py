@@ -75,7 +75,7 @@ def prepare_jobs(config: RunConfig, devices: Sequence[DeviceId], *, cache_dir: P
     """Load each job's data, partition it over ``devices`` and export its program (cached)."""
     from mjfl.jobs.datasets import load_dataset
     from mjfl.jobs.export import cached_program
-    from mjfl.jobs.models import initial_weights
+    from mjfl.jobs.models import batch_norm_pixels, build_model, initial_weights
     from mjfl.jobs.partition import partition
 
     prepared = []
@@ -89,7 +89,8 @@ def prepare_jobs(config: RunConfig, devices: Sequence[DeviceId], *, cache_dir: P
         spec = ModelSpec(job.model, data.input_shape, data.num_classes)
         path, _ = cached_program(spec, cache_dir)
         shards = {d: (np.ascontiguousarray(data.train_x[idx]), np.ascontiguousarray(data.train_y[idx])) for d, idx in zip(devices, parts)}
-        artifacts = JobArtifacts(JobId(job.name), spec, path.read_bytes(), shards)
+        pixels = tuple(batch_norm_pixels(build_model(spec), spec.input_shape).values())
+        artifacts = JobArtifacts(JobId(job.name), spec, path.read_bytes(), shards, pixels)
         prepared.append(PreparedJob(job, spec, artifacts, data.test_x, data.test_y, initial_weights(spec, config.seed + m)))
     return prepared
 

@@ -576,7 +576,7 @@ class RemoteFleet:
         """Keep each job's program, model spec and shards; devices get them with their first task."""
         for job in jobs:
             spec = job.spec
-            wire = WireModelSpec(spec.name, tuple(spec.input_shape), spec.num_classes)
+            wire = WireModelSpec(spec.name, tuple(spec.input_shape), spec.num_classes, job.batch_norm_pixels)
             self._jobs[job.job] = (job, wire, Program(job.program))
             # A job prepared again (new program or shards) is provisioned again.
             for key in [k for k in self._shards if k[0] == job.job]:
@@ -655,7 +655,7 @@ class RemoteFleet:
         t = result.timing
         return TaskResult(
             device, weights, result.samples, result.mean_loss, arrived - sent_at,
-            Timing(t.download_s, t.compute_s, t.upload_s or 0.0),
+            Timing(t.download_s, t.compute_s, t.upload_s),
         )
 
     def _abandon(self, link: DeviceLink, task_id: str, reason: str) -> None:

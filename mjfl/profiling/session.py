@@ -51,7 +51,7 @@ class Observation:
     duration_s: float
     download_s: float
     compute_s: float
-    upload_s: float
+    upload_s: float | None  # None: not measured (a session's first result)
 
     @property
     def communication_s(self) -> float:
@@ -169,14 +169,14 @@ def fit_profiles(
 
 
 def write_observations(path: Path, observations: Sequence[Observation]) -> None:
-    """observations.csv: one row per calibration task (read back by ``mjfl profile show``)."""
+    """observations.csv: one row per calibration task (read back by ``mjfl profile show``); empty = not measured."""
     path.parent.mkdir(parents=True, exist_ok=True)
     names = [f.name for f in fields(Observation)]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=names)
         writer.writeheader()
         for obs in observations:
-            writer.writerow(asdict(obs))
+            writer.writerow({k: "" if v is None else v for k, v in asdict(obs).items()})
 
 
 def read_observations(path: Path) -> list[Observation]:
@@ -184,7 +184,7 @@ def read_observations(path: Path) -> list[Observation]:
         return [
             Observation(
                 r["device"], r["job"], int(r["epochs"]), int(r["samples"]), float(r["duration_s"]),
-                float(r["download_s"]), float(r["compute_s"]), float(r["upload_s"]),
+                float(r["download_s"]), float(r["compute_s"]), float(r["upload_s"]) if r["upload_s"] else None,
             )
             for r in csv.DictReader(f)
         ]

@@ -262,6 +262,29 @@ def test_provision_round_trip_with_and_without_artifacts() -> None:
     assert isinstance(bare, Provision) and bare.program is None and bare.shard is None
 
 
+def test_a_provision_tells_the_batch_norm_pixels_and_older_headers_still_decode() -> None:
+    program, shard = artifacts()
+    with_bn = ModelSpec("cnn", (1, 4, 4), 3, batch_norm_pixels=(16, 4))
+    data = encode(Provision("j", with_bn, program.sha256, shard.sha256, program, shard))
+    assert split(data)[0]["model"]["batch_norm_pixels"] == [16, 4]
+    assert decode_bytes(data).model == with_bn
+    # Without batch norm the field is not written, and a header without it decodes to ().
+    header, _ = split(encode(Provision("j", MODEL, program.sha256, shard.sha256, None, None)))
+    assert "batch_norm_pixels" not in header["model"]
+    for bad in ([0], [1.5], "16", [16] * 1025):
+        with pytest.raises(ProtocolError, match="batch_norm_pixels") as refused:
+            decode_bytes(frame({**header, "model": {**header["model"], "batch_norm_pixels": bad}}))
+        assert refused.value.code == "bad_message"
+
+
+def test_any_finite_double_is_a_number_and_nothing_beyond() -> None:
+    assert decode_text('{"type":"heartbeat","seq":1,"sent_at":1.5e308}') == Heartbeat(1, 1.5e308)
+    assert decode_text('{"type":"heartbeat","seq":1,"sent_at":-1e305}') == Heartbeat(1, -1e305)
+    for text in ('{"type":"heartbeat","seq":1,"sent_at":1e309}', '{"type":"heartbeat","seq":1,"sent_at":' + "9" * 400 + "}"):
+        with pytest.raises(ProtocolError, match="sent_at"):
+            decode_text(text)
+
+
 def finite_arrays(dtype: str) -> st.SearchStrategy[np.ndarray]:
     dt = np.dtype(dtype)
     elements = (

@@ -341,6 +341,22 @@ async def test_an_error_reply_fails_the_task_and_keeps_the_session():
         await ws.close()
 
 
+async def test_an_unmeasured_upload_stays_unmeasured():
+    # protocol.md 5.5: upload_s is null for a session's first result; it must not become 0.
+    async with coordinator_with_a_good_device() as (server, _good):
+        ws = await raw_client(server)
+        timings = []
+        for round_, upload in ((1, None), (2, 0.25)):
+            async with asyncio.TaskGroup() as group:
+                run = group.create_task(server.fleet.run_task(DeviceId("raw"), task(round_=round_)))
+                t = await received_task(ws)
+                weights = {k: np.array(v) for k, v in t.weights.items()}
+                await ws.send(encode(Result(t.task_id, t.job_id, t.round, weights, 6, 0.5, Timing(0.1, 0.2, upload))))
+            timings.append(run.result().timing)
+        assert [(t.download_s, t.compute_s, t.upload_s) for t in timings] == [(0.1, 0.2, None), (0.1, 0.2, 0.25)]
+        await ws.close()
+
+
 # -- a bad device is closed, nobody else notices ---------------------------------------------
 
 
@@ -587,3 +603,38 @@ def test_settings_are_checked():
         ServerSettings(task_timeout=-1)
     assert ServerSettings(max_message_bytes=None).websocket_max_size() is None
     assert math.isclose(ServerSettings().heartbeat_timeout, 60.0)
+
+
+async def test_a_device_that_ignores_the_bye_is_dropped_without_waiting_for_its_close():
+    # A raw TCP peer that keeps sending after the coordinator's bye (protocol.md
+    # 5.9 says nothing may follow a bye); the coordinator must not wait its whole
+    # close_timeout (30 s here) for a close frame that never comes.
+    import base64
+    import os
+
+    def text_frame(text: str) -> bytes:  # RFC 6455 5.2: a masked text frame of < 64 KiB
+        data, mask = text.encode(), os.urandom(4)
+        size = bytes([0x80 | len(data)]) if len(data) < 126 else bytes([0x80 | 126]) + len(data).to_bytes(2, "big")
+        return bytes([0x81]) + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
+
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | {"close_timeout": 30.0}))) as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write(
+            f"GET / HTTP/1.1\r\nHost: mjfl\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
+        )
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(text_frame(hello("stubborn")))
+        await server.wait_for_devices(1, 5)
+        writer.write(text_frame('{"type":"gossip"}'))  # -> bye unknown_type
+        started = time.monotonic()
+        with contextlib.suppress(ConnectionError):
+            for seq in itertools.count(1):
+                if server.link(DeviceId("stubborn")) is None:  # its handler has ended
+                    break
+                writer.write(text_frame(json.dumps({"type": "heartbeat", "seq": seq, "sent_at": 0.0})))
+                await writer.drain()
+                await asyncio.sleep(0.05)
+                assert time.monotonic() - started < 10, "the coordinator waited for a close that never came"
+        writer.close()

@@ -15,7 +15,7 @@ from typing import Any
 from mjfl.coordinator.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
-from mjfl.jobs.base import MODEL_NAMES
+from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES
 
 PARTITIONS = ("iid", "noniid", "dirichlet")
 RUNTIMES = ("executorch", "torch")
@@ -174,7 +174,7 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
         classes_per_device=f.take("classes_per_device", int, default=d["classes_per_device"], check=lambda v: v >= 1, need=">= 1"),
         dirichlet_alpha=f.take("dirichlet_alpha", float, default=d["dirichlet_alpha"], check=lambda v: v > 0, need="> 0"),
         epochs=f.take("epochs", int, default=d["epochs"], check=lambda v: v >= 1, need=">= 1"),
-        batch_size=f.take("batch_size", int, default=d["batch_size"], check=lambda v: v >= 1, need=">= 1"),
+        batch_size=f.take("batch_size", int, default=d["batch_size"], check=lambda v: 1 <= v <= MAX_BATCH, need=f"in [1, {MAX_BATCH}] (the training programs' batch bound)"),
         lr=f.take("lr", float, default=d["lr"], check=lambda v: v > 0, need="> 0"),
         momentum=f.take("momentum", float, default=d["momentum"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
         weight_decay=f.take("weight_decay", float, default=d["weight_decay"], check=lambda v: v >= 0, need=">= 0"),

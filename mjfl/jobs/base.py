@@ -16,10 +16,13 @@ import numpy as np
 
 from mjfl.errors import ConfigError
 
-__all__ = ["MODEL_NAMES", "ModelSpec", "TrainResult", "Trainer", "Weights"]
+__all__ = ["MAX_BATCH", "MODEL_NAMES", "ModelSpec", "TrainResult", "Trainer", "Weights"]
 
 MODEL_NAMES: tuple[str, ...] = ("lenet5", "cnn-a-iid", "cnn-a-noniid", "cnn-b", "vgg6", "resnet13", "alexnet")
 """The zoo's networks (docs/models.md), in the order the docs list them."""
+
+MAX_BATCH = 256
+"""The largest batch the engine's training programs take (their batch dimension is 1..MAX_BATCH)."""
 
 Weights = Mapping[str, np.ndarray]
 

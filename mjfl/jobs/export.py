@@ -38,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from mjfl.errors import ProgramError
-from mjfl.jobs.models import ModelSpec, dropout_shapes
+from mjfl.jobs.base import MAX_BATCH, ModelSpec
+from mjfl.jobs.models import dropout_shapes
 
 __all__ = [
     "DEFAULT_MAX_BATCH",
@@ -50,7 +51,7 @@ __all__ = [
     "validate_program",
 ]
 
-DEFAULT_MAX_BATCH = 256
+DEFAULT_MAX_BATCH = MAX_BATCH
 # The exported wrapper holds the zoo model as `model`; the runtime names
 # parameters "model.<state_dict key>".
 PARAM_PREFIX = "model."

@@ -31,6 +31,7 @@ def test_defaults_and_paths(tmp_path):
     "raw, field",
     [
         (minimal(lr=-0.1), "jobs[0].lr"),
+        (minimal(batch_size=257), "jobs[0].batch_size"),
         (minimal(lr="fast"), "jobs[0].lr"),
         (minimal(model="gpt"), "jobs[0].model"),
         (minimal(partition="weird"), "jobs[0].partition"),

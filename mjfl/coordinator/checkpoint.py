@@ -17,9 +17,10 @@ from __future__ import annotations
 import os
 import pickle
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -49,7 +50,7 @@ class Checkpoints:
         folder = self.root / job
         folder.mkdir(parents=True, exist_ok=True)
         stem = f"round-{checkpoint.round:06d}"
-        _atomic_write(folder / f"{stem}.npz", lambda f: np.savez(f, **checkpoint.weights))
+        write_atomically(folder / f"{stem}.npz", lambda f: np.savez(f, **checkpoint.weights))
         state = {
             "round": checkpoint.round,
             "scheduler": checkpoint.scheduler,
@@ -57,7 +58,7 @@ class Checkpoints:
             "stopped": checkpoint.stopped,
             "order": list(checkpoint.weights),
         }
-        _atomic_write(folder / f"{stem}.pkl", lambda f: pickle.dump(state, f))
+        write_atomically(folder / f"{stem}.pkl", lambda f: pickle.dump(state, f))
         for old in sorted(folder.glob("round-*.pkl"))[:-KEEP]:
             old.unlink(missing_ok=True)
             old.with_suffix(".npz").unlink(missing_ok=True)
@@ -74,8 +75,21 @@ class Checkpoints:
         return JobCheckpoint(state["round"], weights, state["scheduler"], state["best_accuracy"], state["stopped"])
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+def write_atomically(path: Path, write: Callable[[BinaryIO], Any] | bytes | str) -> Path:
+    """Write ``path`` through a temporary file and a rename: a file that exists is whole.
+
+    ``write`` is the content (text is UTF-8) or a function that writes it to a binary file.
+    """
+    if isinstance(write, str):
+        write = write.encode("utf-8")
+    if isinstance(write, bytes):
+        data = write
+
+        def write(f: BinaryIO) -> None:
+            f.write(data)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             write(f)
@@ -85,3 +99,4 @@ def _atomic_write(path: Path, write: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path

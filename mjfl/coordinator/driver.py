@@ -23,7 +23,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +37,11 @@ from mjfl import logs
 from mjfl.android_bridge.fleet import Fleet
 from mjfl.coordinator import report
 from mjfl.coordinator.budget import round_budget
-from mjfl.coordinator.checkpoint import Checkpoints, JobCheckpoint
+from mjfl.coordinator.checkpoint import Checkpoints, JobCheckpoint, write_atomically
 from mjfl.coordinator.clock import Clock
 from mjfl.coordinator.config import RunConfig, config_to_dict
 from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.preparation import PreparedJob, evaluate_job, prepare_jobs
+from mjfl.coordinator.preparation import Assignment, PreparedJob, evaluate_job, prepare_jobs
 from mjfl.coordinator.records import (
     JobInfo,
     ProfileRefit,
@@ -94,6 +94,8 @@ class ReadyFleet:
     device_wait_s: float = 0.0  # how long a job waits for devices to (re)connect before giving up
     hardware: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # by device (hello's facts)
     impersonated: Mapping[str, DeviceProfile] = field(default_factory=dict)  # emulated devices' own profiles
+    # Fleets that devices can join after the start: ``watch(fn)`` calls ``fn(device)`` when one connects.
+    watch: Callable[[Callable[[DeviceId], None]], None] | None = None
 
 
 class Devices(Protocol):
@@ -128,7 +130,7 @@ class Driver:
         logs.setup(output.log_file, verbose=output.verbose, stream=None)
         self.config = config
         self.output = output
-        self._prepared: dict[tuple[DeviceId, ...], list[PreparedJob]] = {}
+        self._prepared: dict[int, list[PreparedJob]] = {}
 
     # -- training runs --------------------------------------------------------
 
@@ -170,17 +172,20 @@ class Driver:
     async def _train(self, storage: Storage, run: _Run, devices: Devices, view: report.LiveView) -> None:
         config = self.config
         async with devices.fleet() as ready:
-            ids = run.devices(ready.devices)
-            prepared = await ready.clock.run_blocking(None, self._prepare, tuple(ids))
+            assignment = run.assignment(ready.devices, self._slots(devices, ready.devices))
+            prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
             infos = [job.info(run.info.run_id) for job in prepared]
             if not run.recorded:
                 run.info = dataclasses.replace(
                     run.info,
-                    config_json=json.dumps(config_to_dict(config) | {"method": run.info.method, "devices": len(ids)}),
+                    config_json=json.dumps(
+                        config_to_dict(config)
+                        | {"method": run.info.method, "devices": len(assignment.slot_of), "shards": assignment.slots}
+                    ),
                 )
                 storage.start_run(run.info, infos)
                 run.recorded = True
-            jobs = self._engine_jobs(prepared, run.info.method)
+            jobs = self._engine_jobs(prepared, run.info.method, assignment)
             for job, info in zip(jobs, infos):
                 # R_m from earlier runs of the same job (Formula 10), capped by the configured maximum.
                 histories = storage.loss_history(info.job_key, exclude_run=run.info.run_id)
@@ -190,7 +195,13 @@ class Driver:
             settings = self._settings(ready.device_wait_s)
             frequencies = run.restore(storage, jobs, settings) if run.resumed else None
             view.add_jobs(run.info.method, infos)
-            await ready.fleet.prepare([job.artifacts for job in prepared])
+            await ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
+            if ready.watch is not None:
+                # Devices that join later take a free shard and are planned like the others;
+                # so do those that connected while the jobs were being prepared.
+                ready.watch(lambda device: run.joined(assignment, device))
+                for profile in ready.fleet.profiles():
+                    run.joined(assignment, profile.device)
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,
                 sink=_Sink(storage, run.checkpoints, run.info.method, view), frequencies=frequencies,
@@ -199,13 +210,13 @@ class Driver:
         if all(job.stopped == "no devices" for job in jobs):
             raise RunError("no job could run: too few devices")
 
-    def _engine_jobs(self, prepared: Sequence[PreparedJob], method: str) -> list[EngineJob]:
+    def _engine_jobs(self, prepared: Sequence[PreparedJob], method: str, assignment: Assignment) -> list[EngineJob]:
         """Fresh engine jobs (initial model, new scheduler) for one method."""
         s = self.config.scheduler
         return [
             EngineJob(
-                config=job.config, spec=job.spec, samples=job.samples, test_x=job.test_x, test_y=job.test_y,
-                weights=dict(job.initial),
+                config=job.config, spec=job.spec, samples=job.samples(assignment), test_x=job.test_x,
+                test_y=job.test_y, weights=dict(job.initial),
                 scheduler=make_scheduler(
                     method, seed=int(np.random.SeedSequence([self.config.seed, 3, m]).generate_state(1)[0]),
                     options=s.options, members=s.members,
@@ -222,14 +233,20 @@ class Driver:
             profile_window=s.profile_window, device_wait_s=device_wait_s,
         )
 
-    def _prepare(self, devices: tuple[DeviceId, ...]) -> list[PreparedJob]:
-        """The jobs' data split over ``devices`` and their programs, prepared once per device list."""
-        if devices not in self._prepared:
+    def _slots(self, devices: Devices, present: Sequence[DeviceId]) -> int:
+        """How many shards to cut each job's data into: one per device, and room for late joiners."""
+        if devices.mode == "virtual":
+            return len(present)
+        return max(len(present), self.config.fleet.size or 0, self.config.testbed.min_devices or 0)
+
+    def _prepare(self, slots: int) -> list[PreparedJob]:
+        """The jobs' data cut into ``slots`` shards and their programs, prepared once per shard count."""
+        if slots not in self._prepared:
             with self.output.console.status(
-                f"preparing {len(self.config.jobs)} jobs over {len(devices)} devices (data, partitions, programs) ..."
+                f"preparing {len(self.config.jobs)} jobs over {slots} shards (data, partitions, programs) ..."
             ):
-                self._prepared[devices] = prepare_jobs(self.config, devices)
-        return self._prepared[devices]
+                self._prepared[slots] = prepare_jobs(self.config, slots)
+        return self._prepared[slots]
 
     def _report(
         self,
@@ -278,8 +295,11 @@ class Driver:
     async def _calibrate(self, devices: Devices, rounds: int) -> tuple[list[Observation], ReadyFleet]:
         console = self.output.console
         async with devices.fleet() as ready:
-            prepared = await ready.clock.run_blocking(None, self._prepare, tuple(ready.devices))
-            jobs = calibration_jobs([(p.artifacts, p.initial, p.config.batch_size, p.config.lr) for p in prepared])
+            assignment = Assignment(len(ready.devices), ready.devices)
+            prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
+            jobs = calibration_jobs(
+                [(p.artifacts(assignment), p.initial, p.config.batch_size, p.config.lr) for p in prepared]
+            )
             total = len(ready.devices) * rounds * len(prepared)
             with Progress(console=console, transient=True) as bar:
                 task = bar.add_task(f"profiling {len(ready.devices)} devices", total=total)
@@ -303,6 +323,7 @@ class _Run:
     resumed: bool
     recorded: bool  # in the database (a resumed run, or once its fleet was ready)
     checkpoints: Checkpoints | None  # real-time runs only: they can crash and resume
+    _refused: set[DeviceId] = field(default_factory=set)  # joined with no shard left (warned once)
 
     @classmethod
     def begin(
@@ -318,16 +339,41 @@ class _Run:
         checkpoints = Checkpoints(out_dir / "checkpoints" / run_id) if devices.mode == "real" else None
         return cls(info, resume, resume, checkpoints)
 
-    def devices(self, present: Sequence[DeviceId]) -> list[DeviceId]:
-        """The run's devices: those present, or, when resuming, those it started with (same partition)."""
+    def assignment(self, present: Sequence[DeviceId], slots: int) -> Assignment:
+        """Who holds which shard: the devices present, or, when resuming, as the run had it (same partition)."""
         if self.checkpoints is None:
-            return list(present)
-        saved = self.checkpoints.root / "devices.json"
+            return Assignment(slots, present)
         if self.resumed:
-            return [DeviceId(d) for d in json.loads(saved.read_text())]
-        saved.parent.mkdir(parents=True, exist_ok=True)
-        saved.write_text(json.dumps(sorted(present)))
-        return sorted(present)
+            saved = json.loads(self._assignment_file.read_text())
+            return Assignment(saved["shards"], held=saved["held"])
+        assignment = Assignment(slots, sorted(present))
+        self._save(assignment)
+        return assignment
+
+    def joined(self, assignment: Assignment, device: DeviceId) -> None:
+        """A device connected: give it a shard if it has none (saved, so a resumed run keeps it)."""
+        if device in assignment.slot_of:
+            return
+        slot = assignment.assign(device)
+        if slot is None:
+            if device not in self._refused:
+                self._refused.add(device)
+                log.warning("device %s joined, but all %d shards are taken: it gets no task", device, assignment.slots)
+            return
+        log.info("device %s joined: it holds shard %d of every job", device, slot)
+        self._save(assignment)
+
+    @property
+    def _assignment_file(self) -> Path:
+        assert self.checkpoints is not None
+        return self.checkpoints.root / "devices.json"
+
+    def _save(self, assignment: Assignment) -> None:
+        if self.checkpoints is None:
+            return
+        self._assignment_file.parent.mkdir(parents=True, exist_ok=True)
+        document = {"shards": assignment.slots, "held": dict(sorted(assignment.slot_of.items()))}
+        write_atomically(self._assignment_file, json.dumps(document, indent=1))
 
     def restore(self, storage: Storage, jobs: Sequence[EngineJob], settings: EngineSettings) -> dict[Any, Any]:
         """Continue each job after its last recorded round; returns the participation counts so far."""

@@ -8,9 +8,10 @@ shards for a given seed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,23 +26,76 @@ from mjfl.schedulers.synthetic import synthetic_fleet
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 PROGRAM_CACHE = Path(".mjfl-cache") / "programs"
+
+
+class Assignment:
+    """Which shard each device holds: a job's data is cut into ``slots`` shards, one per device.
+
+    The devices present when a run starts take the first shards; a device that
+    joins later (a phone plugged in late, back after a cable pull) takes the
+    next free one, for every job at once. A device keeps its shard for the
+    whole run, and past ``slots`` devices nobody gets one.
+    """
+
+    def __init__(self, slots: int, devices: Sequence[DeviceId] = (), *, held: Mapping[str, int] | None = None) -> None:
+        if slots < 1:
+            raise ValueError("a run needs at least one shard")
+        self.slots = slots
+        self.slot_of: dict[DeviceId, int] = {DeviceId(d): int(k) for d, k in (held or {}).items()}
+        for device in devices:
+            self.assign(device)
+
+    def assign(self, device: DeviceId) -> int | None:
+        """``device``'s shard, given now if it has none and one is free; None when none is."""
+        if device not in self.slot_of:
+            taken = set(self.slot_of.values())
+            free = next((k for k in range(self.slots) if k not in taken), None)
+            if free is None:
+                return None
+            self.slot_of[device] = free
+        return self.slot_of[device]
+
+
+class _ByDevice(Mapping[DeviceId, T]):
+    """A live view of per-shard values by the devices that hold the shards."""
+
+    def __init__(self, values: Sequence[T], assignment: Assignment) -> None:
+        self._values, self._assignment = values, assignment
+
+    def __getitem__(self, device: DeviceId) -> T:
+        return self._values[self._assignment.slot_of[device]]
+
+    def __iter__(self) -> Iterator[DeviceId]:
+        return iter(self._assignment.slot_of)
+
+    def __len__(self) -> int:
+        return len(self._assignment.slot_of)
 
 
 @dataclass(frozen=True, eq=False)
 class PreparedJob:
-    """A job with its data split over the fleet and its training program exported."""
+    """A job with its data cut into shards and its training program exported."""
 
     config: JobConfig
     spec: ModelSpec
-    artifacts: JobArtifacts
+    program: bytes
+    parts: Sequence[tuple[NDArray[np.float32], NDArray[np.int64]]]  # one shard per slot
+    batch_norm_pixels: tuple[int, ...]
     test_x: NDArray[np.float32]
     test_y: NDArray[np.int64]
     initial: dict[str, NDArray[np.float32]]
 
-    @property
-    def samples(self) -> dict[DeviceId, int]:
-        return {d: len(y) for d, (_, y) in self.artifacts.shards.items()}
+    def artifacts(self, assignment: Assignment) -> JobArtifacts:
+        """What devices need to train the job, its shards following ``assignment`` as it grows."""
+        shards = _ByDevice(self.parts, assignment)
+        return JobArtifacts(JobId(self.config.name), self.spec, self.program, shards, self.batch_norm_pixels)
+
+    def samples(self, assignment: Assignment) -> Mapping[DeviceId, int]:
+        """D_k^m of every device holding a shard, following ``assignment`` as it grows."""
+        return _ByDevice([len(y) for _, y in self.parts], assignment)
 
     def info(self, run_id: str) -> JobInfo:
         c = self.config
@@ -71,8 +125,8 @@ def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
     ]
 
 
-def prepare_jobs(config: RunConfig, devices: Sequence[DeviceId], *, cache_dir: Path = PROGRAM_CACHE) -> list[PreparedJob]:
-    """Load each job's data, partition it over ``devices`` and export its program (cached)."""
+def prepare_jobs(config: RunConfig, slots: int, *, cache_dir: Path = PROGRAM_CACHE) -> list[PreparedJob]:
+    """Load each job's data, cut it into ``slots`` shards and export its program (cached)."""
     from mjfl.jobs.datasets import load_dataset
     from mjfl.jobs.export import cached_program
     from mjfl.jobs.models import batch_norm_pixels, build_model, initial_weights
@@ -82,16 +136,17 @@ def prepare_jobs(config: RunConfig, devices: Sequence[DeviceId], *, cache_dir: P
     for m, job in enumerate(config.jobs):
         data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels, seed=config.seed)
         rng = np.random.default_rng([config.seed, 2, m])
-        parts = partition(
-            data.train_y, len(devices), job.partition, rng,
+        indices = partition(
+            data.train_y, slots, job.partition, rng,
             classes_per_device=job.classes_per_device, alpha=job.dirichlet_alpha,
         )
         spec = ModelSpec(job.model, data.input_shape, data.num_classes)
         path, _ = cached_program(spec, cache_dir)
-        shards = {d: (np.ascontiguousarray(data.train_x[idx]), np.ascontiguousarray(data.train_y[idx])) for d, idx in zip(devices, parts)}
+        parts = [(np.ascontiguousarray(data.train_x[idx]), np.ascontiguousarray(data.train_y[idx])) for idx in indices]
         pixels = tuple(batch_norm_pixels(build_model(spec), spec.input_shape).values())
-        artifacts = JobArtifacts(JobId(job.name), spec, path.read_bytes(), shards, pixels)
-        prepared.append(PreparedJob(job, spec, artifacts, data.test_x, data.test_y, initial_weights(spec, config.seed + m)))
+        prepared.append(PreparedJob(
+            job, spec, path.read_bytes(), parts, pixels, data.test_x, data.test_y, initial_weights(spec, config.seed + m),
+        ))
     return prepared
 
 

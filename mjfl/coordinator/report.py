@@ -22,7 +22,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from mjfl.coordinator.checkpoint import write_atomically
 from mjfl.coordinator.records import JobInfo, JobOutcome, RoundRecord, SchedulerChoice
 from mjfl.ids import JobId
 
@@ -138,7 +138,8 @@ def summary(results: Results) -> dict[str, Any]:
 def write_summary(path: str | os.PathLike[str], summary: Mapping[str, Any]) -> Path:
     """Write a ``summary()`` as JSON (None as null), atomically; returns the path."""
     text = json.dumps(summary, indent=2, allow_nan=False) + "\n"
-    return _write_atomically(Path(path), text)
+    # A temporary file and a rename: a crash never leaves half a summary.
+    return write_atomically(Path(path), text)
 
 
 def write_rounds_csv(path: str | os.PathLike[str], results: Results) -> Path:
@@ -562,17 +563,3 @@ def _clock_text(seconds: float | None) -> str:
 
 def _file_safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "job"
-
-
-def _write_atomically(file: Path, text: str) -> Path:
-    # A temporary file and a rename: a crash never leaves half a summary.
-    file.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.replace(temporary, file)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return file

@@ -295,6 +295,7 @@ class CoordinatorServer:
         self._handlers: set[DeviceLink] = set()  # every connection being served
         self._order: dict[DeviceId, int] = {}  # first-seen order: profiles() stays stable
         self._changed = asyncio.Event()  # replaced by a fresh one on every change
+        self._listeners: list[Callable[[DeviceId], None]] = []
         self._server: Server | None = None
         self._closing = False
 
@@ -442,6 +443,10 @@ class CoordinatorServer:
                 f"only {len(self.connected())} of {needed} devices connected within {timeout:g} s"
             ) from None
 
+    def on_connect(self, listener: Callable[[DeviceId], None]) -> None:
+        """Call ``listener(device)`` whenever a device is welcomed (on the event loop; it must not block)."""
+        self._listeners.append(listener)
+
     def _notify(self) -> None:
         """Wake everyone waiting for the registry to change."""
         self._changed.set()
@@ -541,6 +546,8 @@ class CoordinatorServer:
             hello.device_id, link.conn.ws.remote_address, hello.runtime, source,
         )
         self._notify()
+        for listener in self._listeners:
+            listener(hello.device_id)
 
     def _unregister(self, link: DeviceLink) -> None:
         session = link.session

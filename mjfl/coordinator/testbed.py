@@ -102,6 +102,7 @@ class RemoteDevices:
                     device_wait_s=tb.wait_timeout_s,
                     hardware={d: dict(connected[d].hello.hardware) for d in devices if d in connected},
                     impersonated=impersonated,
+                    watch=server.on_connect,
                 )
             finally:
                 if emulated is not None:

@@ -1,5 +1,6 @@
 """`mjfl testbed run` as lab staff run it: a real process, emulated devices, crashes and Ctrl-C."""
 
+import json
 import os
 import signal
 import sqlite3
@@ -138,3 +139,78 @@ def test_ctrl_c_stops_cleanly_and_keeps_every_round(tmp_path):
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
     assert len(rounds(db)) >= 2
+
+
+LATE = """
+seed = 1
+out_dir = "{out}"
+[fleet]
+size = 4
+workers = 1
+[scheduler]
+method = "random"
+[testbed]
+port = 0
+min_devices = 2
+wait_timeout_s = 120
+[[jobs]]
+name = "lenet"
+model = "lenet5"
+image_size = 12
+partition = "iid"
+batch_size = 8
+fraction = 1.0
+max_rounds = {rounds}
+"""
+
+
+def test_devices_that_join_a_running_run_take_a_shard_and_get_tasks(tmp_path):
+    # Two devices start the run; two more connect once it has recorded rounds.
+    # The data was cut for the fleet's four devices, so the late ones take the
+    # free shards and are planned like the others (fraction 1.0: every device).
+    import queue
+    import threading
+
+    out = tmp_path / "run"
+    config = tmp_path / "late.toml"
+    config.write_text(LATE.format(out=out, rounds=14))
+    db = out / "mjfl.db"
+    coordinator = subprocess.Popen(
+        [sys.executable, "-m", "mjfl.cli", "testbed", "run", str(config), "--emulate", "2", "--no-live"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True, text=True,
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in coordinator.stdout], daemon=True).start()
+    late = None
+    try:
+        url = None
+        while url is None:
+            line = lines.get(timeout=120)
+            if "emulated devices" in line and "ws://" in line:
+                url = line.split(" for ")[-1].strip()
+        wait_for(lambda: len(rounds(db)) >= 2, 300, coordinator)
+        late = subprocess.Popen(
+            [sys.executable, "-m", "mjfl.cli", "device", "emulate", "--url", url, "--count", "2",
+             "--id-prefix", "late", "--workers", "1", "--seed", "5"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        assert coordinator.wait(timeout=600) == 0
+        late.wait(timeout=60)  # the coordinator's bye going_away stops them
+    finally:
+        for proc in (coordinator, late):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT round, device, status FROM device_rounds ORDER BY round"
+        ).fetchall()
+        shards = json.loads(conn.execute("SELECT config_json FROM runs").fetchone()[0])["shards"]
+    assert shards == 4
+    first = min(r for r, d, _ in rows if d.startswith("late-"))
+    assert first > 1, "the late devices were there from the start"
+    for device in ("late-0", "late-1"):
+        ok = [r for r, d, s in rows if d == device and s == "ok"]
+        assert len(ok) >= 3, f"{device} trained in rounds {ok}"
+    # Every round after both had joined used all four devices (fraction 1.0).
+    joined = max(min(r for r, d, _ in rows if d == device) for device in ("late-0", "late-1"))
+    assert all(len({d for r, d, _ in rows if r == round_}) == 4 for round_ in range(joined + 1, 15))

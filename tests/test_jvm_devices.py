@@ -49,8 +49,8 @@ image_size = 12
 partition = "iid"
 batch_size = 8
 fraction = 1.0
-target_accuracy = 0.7
-max_rounds = 40
+target_accuracy = 0.85
+max_rounds = 60
 [[jobs]]
 name = "cnn"
 model = "cnn-a-noniid"
@@ -58,8 +58,8 @@ image_size = 8
 partition = "iid"
 batch_size = 8
 fraction = 1.0
-target_accuracy = 0.7
-max_rounds = 40
+target_accuracy = 0.85
+max_rounds = 60
 """
 
 
@@ -112,14 +112,15 @@ def test_java_devices_train_with_the_python_coordinator_fail_cleanly_and_join_la
                 url = line.split(" for ")[-1].strip()
         # Two Java devices make the four the run waits for.
         jvm = jvm_devices(url, 2, "jvm", tmp_path / "cache-a")
-        wait_for(lambda: sum(r[3] == "ok" and r[2].startswith("jvm-") for r in records(db)) >= 4, 300, coordinator, jvm)
-        # Kill the Java devices' process mid-run: every device is in every round
-        # (fraction 1.0), so one of its tasks is in flight.
-        done = {job: max(r[1] for r in records(db) if r[0] == job) for job in ("lenet", "cnn")}
+        wait_for(lambda: sum(r[3] == "ok" and r[2] in ("jvm-0", "jvm-1") for r in records(db)) >= 2, 300, coordinator, jvm)
+        # A Java device that connects to the running run takes a free shard and gets tasks.
+        late = jvm_devices(url, 1, "jvm-late", tmp_path / "cache-b")
+        wait_for(lambda: any(r[2] == "jvm-late-0" and r[3] == "ok" for r in records(db)), 300, coordinator, late)
+        # Kill the first Java devices' process mid-run: every device is in every
+        # round (fraction 1.0), so one of its tasks is in flight.
+        done = {job: max((r[1] for r in records(db) if r[0] == job), default=0) for job in ("lenet", "cnn")}
         os.killpg(jvm.pid, signal.SIGKILL)
         jvm.wait(timeout=10)
-        # A Java device that connects now takes a free shard and gets tasks.
-        late = jvm_devices(url, 1, "jvm-late", tmp_path / "cache-b")
         assert coordinator.wait(timeout=900) == 0
         late.wait(timeout=60)  # the coordinator's bye going_away stops it
     finally:
@@ -134,9 +135,9 @@ def test_java_devices_train_with_the_python_coordinator_fail_cleanly_and_join_la
     # The kill is a recorded failure of the round, which completed without them.
     lost = [r for r in rows if r[2] in ("jvm-0", "jvm-1") and r[3] == "failed"]
     assert lost and all("connection lost" in r[5] and r[1] > done[r[0]] for r in lost), lost
-    # The late device joined after the start and trained.
+    # The late device joined the running run and trained.
     late_ok = [r for r in rows if r[2] == "jvm-late-0" and r[3] == "ok"]
-    assert late_ok and all(r[1] > done[r[0]] for r in late_ok)
+    assert late_ok and min(r[1] for r in late_ok) > 1
     # Every job reached its target.
     summary = json.loads((out / "summary.json").read_text())
     for job, row in summary["methods"]["meta-greedy"]["jobs"].items():

@@ -53,7 +53,7 @@ from mjfl.coordinator.records import (
 from mjfl.coordinator.storage import Storage
 from mjfl.errors import RunError, UserError
 from mjfl.ids import DeviceId
-from mjfl.profiling.profiles import DeviceProfile, save_profiles
+from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
 from mjfl.profiling.report import show_profiles
 from mjfl.profiling.session import (
     Observation,
@@ -237,7 +237,9 @@ class Driver:
         """How many shards to cut each job's data into: one per device, and room for late joiners."""
         if devices.mode == "virtual":
             return len(present)
-        return max(len(present), self.config.fleet.size or 0, self.config.testbed.min_devices or 0)
+        fleet = self.config.fleet
+        size = fleet.size or (len(load_profiles(fleet.profiles)) if fleet.profiles is not None else 0)
+        return max(len(present), size, self.config.testbed.min_devices or 0)
 
     def _prepare(self, slots: int) -> list[PreparedJob]:
         """The jobs' data cut into ``slots`` shards and their programs, prepared once per shard count."""

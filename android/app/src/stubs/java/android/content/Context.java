@@ -1,0 +1,32 @@
+package android.content;
+
+import java.io.File;
+
+/** Compile-only stub of the Android SDK (API 34) API the app uses; see src/stubs/README.md. */
+public abstract class Context {
+    public Context() {}
+
+    public Context getApplicationContext() {
+        throw new UnsupportedOperationException("stub");
+    }
+
+    public final <T> T getSystemService(Class<T> serviceClass) {
+        throw new UnsupportedOperationException("stub");
+    }
+
+    public Intent registerReceiver(BroadcastReceiver receiver, IntentFilter filter) {
+        throw new UnsupportedOperationException("stub");
+    }
+
+    public File getFilesDir() {
+        throw new UnsupportedOperationException("stub");
+    }
+
+    public ComponentName startForegroundService(Intent service) {
+        throw new UnsupportedOperationException("stub");
+    }
+
+    public int checkSelfPermission(String permission) {
+        throw new UnsupportedOperationException("stub");
+    }
+}

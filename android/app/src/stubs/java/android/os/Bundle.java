@@ -1,0 +1,8 @@
+package android.os;
+
+/** Compile-only stub of the Android SDK (API 34) API the app uses; see src/stubs/README.md. */
+public final class Bundle {
+    public Bundle() {
+        throw new UnsupportedOperationException("stub");
+    }
+}

@@ -1,0 +1,225 @@
+package org.mjfl.app.training;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.SplittableRandom;
+import java.util.concurrent.CancellationException;
+import org.junit.jupiter.api.Test;
+import org.mjfl.client.protocol.DType;
+import org.mjfl.client.protocol.Message;
+import org.mjfl.client.protocol.Tensor;
+import org.mjfl.client.train.Shard;
+import org.mjfl.client.train.TrainingResult;
+import org.mjfl.client.train.TrainingTask;
+
+class ProgramTrainerTest {
+    private static final long[] SAMPLE = {2, 1, 2};
+    private static final Path PROGRAM = Path.of("job.pte");
+
+    /** n samples of two classes that a linear model separates: class = sign of the first value. */
+    private static Shard shard(int n) {
+        SplittableRandom rng = new SplittableRandom(11);
+        float[] x = new float[n * 4];
+        long[] y = new long[n];
+        for (int i = 0; i < n; i++) {
+            y[i] = i % 2;
+            for (int d = 0; d < 4; d++) {
+                x[i * 4 + d] = (float) (rng.nextDouble() - 0.5);
+            }
+            x[i * 4] = y[i] == 1 ? 1.5f : -1.5f;
+        }
+        return new Shard(n, List.of(2L, 1L, 2L), x, y);
+    }
+
+    private static List<Tensor> weights(boolean batchNorm, DType tracked) {
+        List<Tensor> w = new ArrayList<>();
+        w.add(Tensor.ofFloats("fc.weight", new long[] {2, 4}, new float[] {0.1f, 0, 0, 0, -0.1f, 0, 0, 0}));
+        if (batchNorm) {
+            w.add(Tensor.ofFloats("bn.running_mean", new long[] {2}, new float[] {0, 0}));
+            w.add(Tensor.ofFloats("bn.running_var", new long[] {2}, new float[] {1, 1}));
+            w.add(tracked == DType.INT64
+                    ? Tensor.ofBytes("bn.num_batches_tracked", DType.INT64, new long[] {}, new byte[] {5, 0, 0, 0, 0, 0, 0, 0})
+                    : Tensor.ofFloats("bn.num_batches_tracked", new long[] {}, new float[] {5}));
+        }
+        w.add(Tensor.ofFloats("fc.bias", new long[] {2}, new float[] {0, 0}));
+        return w;
+    }
+
+    private static TrainingTask task(Shard shard, List<Tensor> weights, long epochs, long batchSize, double momentum) {
+        Message.ModelSpec model = new Message.ModelSpec("fake", List.of(2L, 1L, 2L), 2);
+        return new TrainingTask("t-1", "job", 3, model, PROGRAM, shard, weights, epochs, batchSize, 0.5, momentum,
+                0.0, Double.POSITIVE_INFINITY);
+    }
+
+    private final List<FakeProgram> loaded = new ArrayList<>();
+
+    private ProgramTrainer trainer(boolean batchNorm, List<long[]> noise) {
+        return new ProgramTrainer(path -> {
+            FakeProgram p = new FakeProgram(SAMPLE, 2, 8, batchNorm, noise);
+            loaded.add(p);
+            return p;
+        }, new SplittableRandom(42));
+    }
+
+    @Test
+    void trainsEveryEpochOverAFreshPermutationWithAShortLastBatch() throws Exception {
+        ProgramTrainer t = trainer(false, List.of(new long[] {3}));
+        Shard shard = shard(10);
+        TrainingResult r = t.train(task(shard, weights(false, null), 3, 4, 0.9), new long[0], () -> false);
+        FakeProgram p = loaded.get(0);
+        assertEquals(List.of(4, 4, 2, 4, 4, 2, 4, 4, 2), p.batchSizes);
+        List<long[]> orders = new ArrayList<>();
+        for (int e = 0; e < 3; e++) {
+            long[] seen = new long[0];
+            for (int b = 0; b < 3; b++) {
+                long[] l = p.labels.get(3 * e + b);
+                long[] joined = Arrays.copyOf(seen, seen.length + l.length);
+                System.arraycopy(l, 0, joined, seen.length, l.length);
+                seen = joined;
+            }
+            orders.add(seen);
+        }
+        // Labels alternate 0, 1 with the index, so each epoch sees five of each.
+        for (long[] epoch : orders) {
+            assertEquals(10, epoch.length);
+            assertEquals(5, Arrays.stream(epoch).sum());
+        }
+        assertEquals(10, r.samples());
+        double expected = 0;
+        for (int i = 0; i < p.losses.size(); i++) {
+            expected += p.losses.get(i) * p.batchSizes.get(i);
+        }
+        assertEquals(expected / (10 * 3), r.meanLoss(), 1e-12);
+        assertTrue(r.computeS() >= 0);
+    }
+
+    @Test
+    void writesTheTaskWeightsBeforeTheFirstStepAndReturnsTheTrainedOnes() throws Exception {
+        ProgramTrainer t = trainer(false, List.of());
+        List<Tensor> w = weights(false, null);
+        TrainingResult r = t.train(task(shard(16), w, 2, 4, 0.0), new long[0], () -> false);
+        FakeProgram p = loaded.get(0);
+        assertEquals(1, p.starts.size());
+        assertArrayEquals(w.get(0).toFloats(), p.starts.get(0).get("model.fc.weight"));
+        assertArrayEquals(w.get(1).toFloats(), p.starts.get(0).get("model.fc.bias"));
+        assertEquals(2, r.weights().size());
+        for (int i = 0; i < w.size(); i++) {
+            assertTrue(w.get(i).sameSpec(r.weights().get(i)), r.weights().get(i).toString());
+        }
+        assertArrayEquals(p.params.get("model.fc.weight"), r.weights().get(0).toFloats());
+        assertFalse(Arrays.equals(w.get(0).toFloats(), r.weights().get(0).toFloats()));
+    }
+
+    @Test
+    void theLossFallsOverRoundsAndEachTaskStartsItsOwnOptimizer() throws Exception {
+        ProgramTrainer t = trainer(false, List.of());
+        List<Tensor> w = weights(false, null);
+        double first = Double.NaN;
+        double last = Double.NaN;
+        for (int round = 0; round < 4; round++) {
+            TrainingResult r = t.train(task(shard(32), w, 1, 8, 0.9), new long[0], () -> false);
+            w = r.weights();
+            if (round == 0) {
+                first = r.meanLoss();
+            }
+            last = r.meanLoss();
+        }
+        assertTrue(last < first / 2, first + " -> " + last);
+        assertEquals(1, loaded.size(), "the program is loaded once");
+        assertEquals(4, loaded.get(0).starts.size(), "one optimizer per task");
+    }
+
+    @Test
+    void batchNormStatisticsFollowEveryStep() throws Exception {
+        for (DType trackedType : new DType[] {DType.FLOAT32, DType.INT64}) {
+            loaded.clear();
+            ProgramTrainer t = trainer(true, List.of());
+            List<Tensor> w = weights(true, trackedType);
+            Shard shard = shard(6);
+            TrainingResult r = t.train(task(shard, w, 2, 4, 0.0), new long[] {2}, () -> false);
+            FakeProgram p = loaded.get(0);
+            float[] mean = {0, 0};
+            float[] var = {1, 1};
+            BatchNormStats expected = new BatchNormStats(new float[][] {mean}, new float[][] {var}, new double[] {5},
+                    new long[] {2});
+            for (int s = 0; s < p.outputs.size(); s++) {
+                List<float[]> stats = p.outputs.get(s).batchStats();
+                expected.update(0, stats.get(0), stats.get(1), p.batchSizes.get(s));
+            }
+            assertEquals(4, p.outputs.size());
+            assertEquals(List.of("fc.weight", "bn.running_mean", "bn.running_var", "bn.num_batches_tracked", "fc.bias"),
+                    r.weights().stream().map(Tensor::name).toList());
+            assertArrayEquals(mean, r.weights().get(1).toFloats());
+            assertArrayEquals(var, r.weights().get(2).toFloats());
+            assertEquals(trackedType, r.weights().get(3).dtype());
+            assertEquals(9.0, r.weights().get(3).toDoubles()[0]);
+            assertFalse(Arrays.equals(new float[] {0, 0}, mean));
+        }
+    }
+
+    @Test
+    void cancellationIsCheckedBeforeEveryStep() {
+        ProgramTrainer t = trainer(false, List.of());
+        int[] asked = {0};
+        assertThrows(CancellationException.class,
+                () -> t.train(task(shard(40), weights(false, null), 5, 4, 0.0), new long[0], () -> ++asked[0] > 3));
+        assertEquals(3, loaded.get(0).batchSizes.size());
+    }
+
+    @Test
+    void aNonFiniteLossEndsTrainingAndTheMeanLossSaysSo() throws Exception {
+        ProgramTrainer t = trainer(false, List.of());
+        t.train(task(shard(8), weights(false, null), 1, 4, 0.0), new long[0], () -> false);
+        loaded.get(0).nanAt = loaded.get(0).losses.size() + 1;
+        TrainingResult r = t.train(task(shard(40), weights(false, null), 3, 4, 0.0), new long[0], () -> false);
+        assertTrue(Double.isNaN(r.meanLoss()));
+        assertEquals(2 + 2, loaded.get(0).batchSizes.size(), "stops after the step that diverged");
+    }
+
+    @Test
+    void refusesBatchesAboveTheProgramsBoundAndMismatchedWeights() {
+        ProgramTrainer t = trainer(false, List.of());
+        ProgramException big = assertThrows(ProgramException.class,
+                () -> t.train(task(shard(40), weights(false, null), 1, 9, 0.0), new long[0], () -> false));
+        assertTrue(big.getMessage().contains("batch_size"), big.getMessage());
+        List<Tensor> wrong = List.of(Tensor.ofFloats("fc.weight", new long[] {4, 2}, new float[8]),
+                Tensor.ofFloats("fc.bias", new long[] {2}, new float[2]));
+        assertThrows(ProgramException.class, () -> t.train(task(shard(4), wrong, 1, 2, 0.0), new long[0], () -> false));
+        Shard otherShape = new Shard(2, List.of(4L), new float[8], new long[2]);
+        assertThrows(ProgramException.class,
+                () -> t.train(task(otherShape, weights(false, null), 1, 2, 0.0), new long[0], () -> false));
+    }
+
+    @Test
+    void keepsAFewProgramsLoadedAndClosesTheRest() throws Exception {
+        Map<Path, Integer> loads = new HashMap<>();
+        List<FakeProgram> all = new ArrayList<>();
+        ProgramTrainer t = new ProgramTrainer(path -> {
+            loads.merge(path, 1, Integer::sum);
+            FakeProgram p = new FakeProgram(SAMPLE, 2, 8, false, List.of());
+            all.add(p);
+            return p;
+        }, new SplittableRandom(1));
+        for (int job = 0; job <= ProgramTrainer.KEPT_PROGRAMS; job++) {
+            TrainingTask base = task(shard(4), weights(false, null), 1, 2, 0.0);
+            TrainingTask other = new TrainingTask(base.taskId(), "job" + job, base.round(), base.model(),
+                    Path.of("job" + job + ".pte"), base.shard(), base.weights(), 1, 2, 0.1, 0, 0, base.deadlineAt());
+            t.train(other, new long[0], () -> false);
+        }
+        assertTrue(all.get(0).closed);
+        assertFalse(all.get(1).closed);
+        t.close();
+        assertTrue(all.stream().allMatch(p -> p.closed));
+        assertEquals(ProgramTrainer.KEPT_PROGRAMS + 1, loads.size());
+    }
+}

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test demo bench clean
+.PHONY: setup test java-test demo bench clean
 
 setup: $(STAMP)
 
@@ -19,6 +19,10 @@ test: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check mjfl tests
 	$(BIN)/python -m pytest -q
+
+# The phone client's Java core (android/client-core), with javac and the JUnit console launcher.
+java-test:
+	android/build-jvm.sh
 
 demo: $(STAMP)
 	$(BIN)/mjfl testbed run examples/quickstart.toml --emulate 20 --out runs/demo

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Builds and tests android/client-core on a plain JDK 17, without Gradle or Maven Central
+# (machines with Gradle use settings.gradle instead). Libraries come from the system's jars
+# (Debian: libokhttp-java, libgoogle-gson-java, junit5), or from $MJFL_JVM_LIBS.
+#
+#   android/build-jvm.sh            compile main and tests, run the tests (prints the summary)
+#   android/build-jvm.sh --no-test  compile main only (what bin/mjfl-device calls)
+#
+# Idempotent: a step runs only when its sources changed. Exit status is non-zero on a compile
+# error, a failed test, or when no test ran.
+set -euo pipefail
+
+ANDROID="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO="$(dirname "$ANDROID")"
+CORE="$ANDROID/client-core"
+OUT="$CORE/build/jvm"
+LIBS="${MJFL_JVM_LIBS:-/usr/share/java}"
+CORE_DEPS="$LIBS/okhttp.jar:$LIBS/okio.jar:$LIBS/gson.jar"
+JUNIT="$LIBS/junit-platform-console-standalone.jar"
+GOLDEN="$REPO/tests/golden/protocol"
+JAVAC_FLAGS=(--release 17 -Xlint:all -encoding UTF-8)
+
+die() { echo "build-jvm.sh: $*" >&2; exit 1; }
+
+# compile NAME SRC_DIR DEST CLASSPATH: javac every .java under SRC_DIR into DEST, unless DEST's
+# stamp is newer than every source and lists the same files (a deleted source forces a rebuild).
+compile() {
+    local name="$1" src="$2" dest="$3" cp="$4"
+    local stamp="$dest/.sources" list
+    list="$(find "$src" -name '*.java' | LC_ALL=C sort)"
+    [[ -n "$list" ]] || die "no Java sources under $src"
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$list" && -z "$(find "$src" -newer "$stamp" -print -quit)" ]]; then
+        return 0
+    fi
+    # Compile beside DEST, then rename it into place: a launcher running from DEST does not find
+    # it emptied for the length of a compile.
+    local tmp="$dest.tmp.$$"
+    rm -rf "$tmp"
+    mkdir -p "$tmp"
+    # shellcheck disable=SC2086
+    javac "${JAVAC_FLAGS[@]}" -d "$tmp" -cp "$cp" $list || { rm -rf "$tmp"; die "$name: compilation failed"; }
+    printf '%s\n' "$list" >"$tmp/.sources"
+    if [[ -d "$dest" ]]; then
+        mv "$dest" "$dest.old.$$"
+    fi
+    mv "$tmp" "$dest"
+    rm -rf "$dest.old.$$"
+}
+
+# stale DEST DEP...: forget DEST's stamp when a DEP was rebuilt after it (compile() looks at
+# DEST's own sources only).
+stale() {
+    local dest="$1" dep
+    shift
+    [[ -f "$dest/.sources" ]] || return 0
+    for dep in "$@"; do
+        if [[ -n "$(find "$dep" -newer "$dest/.sources" -print -quit)" ]]; then
+            rm -f "$dest/.sources"
+            return 0
+        fi
+    done
+}
+
+check_libs() {
+    local jar
+    for jar in okhttp.jar okio.jar gson.jar "$@"; do
+        [[ -f "$LIBS/$jar" ]] || die "missing $LIBS/$jar (set MJFL_JVM_LIBS to a folder that has it)"
+    done
+}
+
+build_core() {
+    check_libs
+    compile client-core "$CORE/src/main/java" "$OUT/classes" "$CORE_DEPS"
+}
+
+test_core() {
+    check_libs junit-platform-console-standalone.jar
+    [[ -f "$GOLDEN/manifest.json" ]] || die "golden frames not found at $GOLDEN"
+    stale "$OUT/test-classes" "$OUT/classes"
+    compile client-core-tests "$CORE/src/test/java" "$OUT/test-classes" "$OUT/classes:$CORE_DEPS:$JUNIT"
+    # The console launcher prints failures in full and the summary table; exit 1 on a failure,
+    # 2 when no test was found.
+    java -Dmjfl.golden="$GOLDEN" -Djava.util.logging.config.file="$CORE/src/test/resources/logging.properties" \
+        -jar "$JUNIT" \
+        --disable-banner --disable-ansi-colors --details=summary --fail-if-no-tests \
+        --class-path "$OUT/test-classes:$CORE/src/test/resources:$OUT/classes:$CORE_DEPS" \
+        --scan-class-path "$OUT/test-classes"
+}
+
+# Hook for the Android `app` module (its author's section): it must not need Gradle, and must
+# leave this script quiet on success.
+#
+# android/app: its sources are compiled against compile-only stubs of the Android SDK and of
+# ExecuTorch (app/src/stubs, never packaged) and client-core, so that a typo or a wrong signature
+# fails the build; then the JUnit tests of its plain-Java parts (the training contract) run here.
+# Their output is shown only when one fails.
+APP="$ANDROID/app"
+APP_OUT="$APP/build/jvm"
+
+build_app() {
+    check_libs junit-platform-console-standalone.jar
+    local deps="$OUT/classes:$CORE_DEPS" log
+    compile app-stubs "$APP/src/stubs/java" "$APP_OUT/stubs" ""
+    stale "$APP_OUT/classes" "$APP_OUT/stubs" "$OUT/classes"
+    compile app "$APP/src/main/java" "$APP_OUT/classes" "$APP_OUT/stubs:$deps"
+    stale "$APP_OUT/test-classes" "$APP_OUT/classes"
+    compile app-tests "$APP/src/test/java" "$APP_OUT/test-classes" "$APP_OUT/classes:$deps:$JUNIT"
+    # The stubs are not on the tests' class path: a test that reaches android.* or ExecuTorch fails.
+    if ! log="$(java -jar "$JUNIT" --disable-banner --disable-ansi-colors --details=summary --fail-if-no-tests \
+            --class-path "$APP_OUT/test-classes:$APP/src/test/resources:$APP_OUT/classes:$deps" \
+            --scan-class-path "$APP_OUT/test-classes" 2>&1)"; then
+        printf '%s\n' "$log" >&2
+        die "android/app: tests failed"
+    fi
+}
+
+main() {
+    command -v javac >/dev/null || die "javac not found (JDK 17 needed)"
+    build_core
+    if [[ "${1:-}" == "--no-test" ]]; then
+        return 0
+    fi
+    build_app
+    test_core
+}
+
+main "$@"

@@ -1,0 +1,256 @@
+package org.mjfl.client;
+
+import java.io.IOException;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.TimeUnit;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import okhttp3.OkHttpClient;
+import org.mjfl.client.cache.ArtifactCache;
+import org.mjfl.client.net.Backoff;
+import org.mjfl.client.protocol.Sha256;
+import org.mjfl.client.train.StandInTrainer;
+
+/**
+ * {@code mjfl-device}: N protocol v1 devices in one JVM, with the stand-in trainer. Runs until
+ * Ctrl-C (every device says bye going_away) or until the coordinator says bye going_away/normal
+ * to every device, then exits within seconds.
+ */
+public final class DeviceMain {
+    private DeviceMain() {}
+
+    static final String HELP = String.join("\n",
+            "usage: mjfl-device --url ws://HOST:PORT --count N [--id-prefix P] [--token T] [--cache DIR] [--seed S] [--verbose]",
+            "",
+            "Runs N mjfl devices (protocol v1, docs/protocol.md) in one JVM, with ids P-0 .. P-(N-1).",
+            "",
+            "STAND-IN TRAINER: a plain JVM has no ExecuTorch runtime, so these devices do NOT run the",
+            "job's program and do NOT learn. Each task walks the shard for the task's epochs (real,",
+            "timed work), then returns the global weights times (1 - 1e-4 * lr), samples = shard",
+            "size, mean_loss = 0.0. Use them to exercise the wire protocol, scheduling and timing;",
+            "the Android app plugs in a real trainer.",
+            "",
+            "  --url URL        the coordinator, e.g. ws://127.0.0.1:8765 (required)",
+            "  --count N        number of devices (required, >= 1)",
+            "  --id-prefix P    device id prefix (default jvm-<hostname>)",
+            "  --token T        credentials for the hello (default empty)",
+            "  --cache DIR      artifact cache; each device keeps DIR/<id>/ (default ~/.cache/mjfl/jvm-devices)",
+            "  --seed S         seeds the reconnect jitter (default 0)",
+            "  --verbose        log every task and heartbeat",
+            "",
+            "Devices reconnect with backoff (0.5 s doubling to 30 s, jitter) after a lost connection;",
+            "they stop on Ctrl-C, on the coordinator's bye going_away/normal, and on unauthorized or",
+            "unsupported_version. Exit status: 0 stopped, 2 bad arguments, 3 refused by the coordinator.");
+
+    public static void main(String[] args) throws Exception {
+        Args a;
+        try {
+            a = Args.parse(args);
+        } catch (IllegalArgumentException e) {
+            System.err.println("mjfl-device: " + e.getMessage() + "\n\n" + HELP);
+            System.exit(2);
+            return;
+        }
+        if (a.help) {
+            System.out.println(HELP);
+            return;
+        }
+        Logs.setUp(a.verbose);
+        int status = run(a);
+        if (status >= 0) {
+            System.exit(status);
+        } // else the JVM is shutting down (Ctrl-C): exit() would block there; the hook finishes the job
+    }
+
+    /** Runs the devices; the exit status, or -1 when the JVM is already shutting down. */
+    static int run(Args a) throws IOException, InterruptedException {
+        ScheduledExecutorService timers = Executors.newScheduledThreadPool(2, r -> {
+            Thread t = new Thread(r, "mjfl-timers");
+            t.setDaemon(true);
+            return t;
+        });
+        OkHttpClient http = new OkHttpClient.Builder()
+                .connectTimeout(Duration.ofSeconds(10))
+                .readTimeout(Duration.ZERO) // liveness is the protocol's heartbeats (section 10)
+                .writeTimeout(Duration.ZERO)
+                .build();
+        // OkHttp 3 and 4 read each WebSocket on a dispatcher thread that counts as a running call.
+        http.dispatcher().setMaxRequests(a.count + 16);
+        http.dispatcher().setMaxRequestsPerHost(a.count + 16);
+
+        List<Device> devices = new ArrayList<>();
+        for (int i = 0; i < a.count; i++) {
+            String id = a.prefix + "-" + i;
+            ArtifactCache cache = new ArtifactCache(a.cache.resolve(dirName(id)));
+            devices.add(new Device(DeviceConfig.builder(a.url, id, new StandInTrainer(), cache)
+                    .token(a.token)
+                    .facts(new JvmFacts("stand-in")) // no ExecuTorch on a JVM: its results do not learn
+                    .backoff(Backoff.defaults(new Random(a.seed * 1_000_003L + i)))
+                    .build(), http, timers));
+        }
+        Logger log = Logger.getLogger("org.mjfl.client");
+        log.info(a.count + " stand-in devices " + a.prefix + "-0.." + (a.count - 1) + " -> " + a.url
+                + " (cache " + a.cache + ")");
+
+        List<Thread> threads = new ArrayList<>();
+        Device.Stop[] stops = new Device.Stop[a.count];
+        for (int i = 0; i < a.count; i++) {
+            Device d = devices.get(i);
+            int k = i;
+            Thread t = new Thread(() -> {
+                try {
+                    stops[k] = d.run();
+                } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                } catch (RuntimeException e) {
+                    log.log(Level.SEVERE, d.id() + ": stopped by a bug", e);
+                }
+            }, "mjfl-device-" + d.id());
+            threads.add(t);
+            t.start();
+        }
+        Thread hook = new Thread(() -> {
+            log.info("stopping: every device says bye going_away");
+            devices.forEach(Device::stop);
+            joinAll(threads, 5000);
+            shutDown(http, timers);
+        }, "mjfl-shutdown");
+        Runtime.getRuntime().addShutdownHook(hook);
+
+        joinAll(threads, Long.MAX_VALUE);
+        try {
+            Runtime.getRuntime().removeShutdownHook(hook);
+        } catch (IllegalStateException e) {
+            return -1; // already shutting down (Ctrl-C)
+        }
+        shutDown(http, timers);
+        boolean refused = false;
+        for (int i = 0; i < a.count; i++) {
+            log.info(devices.get(i).id() + ": " + stops[i] + "; " + devices.get(i).stats());
+            refused |= stops[i] == Device.Stop.REFUSED;
+        }
+        return refused ? 3 : 0;
+    }
+
+    /**
+     * OkHttp's dispatcher threads are not daemons and idle for 60 s: without this a JVM whose
+     * devices have all stopped would linger a minute.
+     */
+    static void shutDown(OkHttpClient http, ScheduledExecutorService timers) {
+        http.dispatcher().cancelAll();
+        http.dispatcher().executorService().shutdown();
+        http.connectionPool().evictAll();
+        timers.shutdownNow();
+        try {
+            http.dispatcher().executorService().awaitTermination(2, TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+        }
+    }
+
+    private static void joinAll(List<Thread> threads, long timeoutMs) {
+        long deadline = timeoutMs == Long.MAX_VALUE ? Long.MAX_VALUE : System.currentTimeMillis() + timeoutMs;
+        for (Thread t : threads) {
+            try {
+                long left = deadline == Long.MAX_VALUE ? 0 : Math.max(1, deadline - System.currentTimeMillis());
+                t.join(left);
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                return;
+            }
+        }
+    }
+
+    /** A directory name for an id (ids are any 1 to 256 characters): safe characters, plus a hash if changed. */
+    static String dirName(String id) {
+        String safe = id.replaceAll("[^A-Za-z0-9._-]", "_").replaceFirst("^\\.", "_"); // no "..", no hidden dirs
+        if (safe.equals(id) && safe.length() <= 100) {
+            return safe;
+        }
+        String cut = safe.length() > 80 ? safe.substring(0, 80) : safe;
+        return cut + "-" + Sha256.of(id.getBytes(java.nio.charset.StandardCharsets.UTF_8)).substring(0, 12);
+    }
+
+    static final class Args {
+        String url;
+        int count;
+        String prefix = "jvm-" + JvmFacts.hostname();
+        String token = "";
+        Path cache = Paths.get(System.getProperty("user.home"), ".cache", "mjfl", "jvm-devices");
+        long seed;
+        boolean verbose;
+        boolean help;
+
+        static Args parse(String[] argv) {
+            Args a = new Args();
+            for (int i = 0; i < argv.length; i++) {
+                String opt = argv[i];
+                if (opt.equals("--help") || opt.equals("-h")) {
+                    a.help = true;
+                    return a;
+                }
+                if (opt.equals("--verbose") || opt.equals("-v")) {
+                    a.verbose = true;
+                    continue;
+                }
+                String value;
+                int eq = opt.indexOf('=');
+                if (opt.startsWith("--") && eq > 0) {
+                    value = opt.substring(eq + 1);
+                    opt = opt.substring(0, eq);
+                } else if (i + 1 < argv.length) {
+                    value = argv[++i];
+                } else {
+                    throw new IllegalArgumentException(opt + " needs a value");
+                }
+                switch (opt) {
+                    case "--url":
+                        a.url = value;
+                        break;
+                    case "--count":
+                        a.count = parseInt(opt, value);
+                        break;
+                    case "--id-prefix":
+                        a.prefix = value;
+                        break;
+                    case "--token":
+                        a.token = value;
+                        break;
+                    case "--cache":
+                        a.cache = Paths.get(value);
+                        break;
+                    case "--seed":
+                        a.seed = parseInt(opt, value);
+                        break;
+                    default:
+                        throw new IllegalArgumentException("unknown option " + opt);
+                }
+            }
+            if (a.url == null || !(a.url.startsWith("ws://") || a.url.startsWith("wss://"))) {
+                throw new IllegalArgumentException("--url ws://HOST:PORT is required");
+            }
+            if (a.count < 1) {
+                throw new IllegalArgumentException("--count N (>= 1) is required");
+            }
+            if (a.prefix.isEmpty()) {
+                throw new IllegalArgumentException("--id-prefix must not be empty");
+            }
+            return a;
+        }
+
+        private static int parseInt(String opt, String v) {
+            try {
+                return Integer.parseInt(v);
+            } catch (NumberFormatException e) {
+                throw new IllegalArgumentException(opt + " needs a number, not " + v);
+            }
+        }
+    }
+}

@@ -5,9 +5,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test java-test demo bench clean
+.PHONY: setup java-setup test java-test demo bench clean
 
-setup: $(STAMP)
+# The JVM side (android/client-core and the app's compile check) needs a JDK 17,
+# JUnit 5, Gson and OkHttp: Debian's packages, installed here when missing.
+JAVA_PACKAGES := default-jdk-headless junit5 libgoogle-gson-java libokhttp-java
+JAVA_JARS := /usr/share/java/junit-platform-console-standalone.jar /usr/share/java/gson.jar /usr/share/java/okhttp.jar /usr/share/java/okio.jar
+
+setup: $(STAMP) java-setup
+
+java-setup:
+	@missing=; command -v javac >/dev/null 2>&1 || missing=javac; \
+	for jar in $(JAVA_JARS); do [ -f $$jar ] || missing="$$missing $$jar"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing the JVM side's packages: $(JAVA_PACKAGES)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(JAVA_PACKAGES) >/dev/null; \
+	  else \
+	    echo "missing:$$missing"; \
+	    echo "install them with: sudo apt-get install $(JAVA_PACKAGES)  (Debian 12 / Ubuntu)"; exit 1; \
+	  fi; \
+	fi
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,13 +33,15 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) java-setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check mjfl tests
+	android/build-jvm.sh
 	$(BIN)/python -m pytest -q
 
-# The phone client's Java core (android/client-core), with javac and the JUnit console launcher.
-java-test:
+# The phone client's Java core (android/client-core) and the app's compile check, with
+# javac and the JUnit console launcher (no Gradle, no Android SDK needed).
+java-test: java-setup
 	android/build-jvm.sh
 
 demo: $(STAMP)

@@ -55,6 +55,7 @@ from mjfl.android_bridge.messages import (
     Welcome,
 )
 from mjfl.android_bridge.tensors import (
+    MAX_NDIM,
     Buffer,
     TensorInfo,
     TensorPack,
@@ -85,6 +86,7 @@ MAX_REASON_CHARS = 1024
 MAX_TOKEN_CHARS = 4096
 MAX_LIST = 4096
 MAX_BATCH_NORM_LAYERS = 1024
+MAX_DROPOUT_SITES = 1024
 INT64_MAX = 2**63 - 1
 _CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -408,7 +410,17 @@ def _model(f: _Fields) -> ModelSpec:
         pixels = f.array("batch_norm_pixels", max_len=MAX_BATCH_NORM_LAYERS)
         if not all(type(p) is int and 1 <= p <= INT64_MAX for p in pixels):
             f.fail("batch_norm_pixels", f"must be a list of at most {MAX_BATCH_NORM_LAYERS} ints >= 1")
-    return ModelSpec(f.ident("name"), tuple(shape), f.integer("num_classes", low=1), tuple(pixels))
+    noise: list[Any] = []
+    if f.obj.get("dropout_shapes") is not None:  # optional (a v1 minor addition)
+        noise = f.array("dropout_shapes", max_len=MAX_DROPOUT_SITES)
+        if not all(
+            isinstance(site, list) and 1 <= len(site) <= MAX_NDIM and all(type(d) is int and 1 <= d <= INT64_MAX for d in site)
+            for site in noise
+        ):
+            f.fail("dropout_shapes", f"must be a list of at most {MAX_DROPOUT_SITES} shapes (1 to {MAX_NDIM} ints >= 1)")
+    return ModelSpec(
+        f.ident("name"), tuple(shape), f.integer("num_classes", low=1), tuple(pixels), tuple(tuple(s) for s in noise)
+    )
 
 
 def _provision(f: _Fields, pack: TensorPack, verify: bool) -> Provision:
@@ -634,6 +646,7 @@ def _binary_json(
                     "num_classes": m.model.num_classes,
                     # Written only for models with batch norm: older readers never see it.
                     **({"batch_norm_pixels": list(m.model.batch_norm_pixels)} if m.model.batch_norm_pixels else {}),
+                    **({"dropout_shapes": [list(s) for s in m.model.dropout_shapes]} if m.model.dropout_shapes else {}),
                 },
                 "program_sha256": m.program_sha256,
                 "shard_sha256": m.shard_sha256,

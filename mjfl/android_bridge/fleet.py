@@ -43,6 +43,7 @@ class JobArtifacts:
     program: bytes
     shards: Mapping[DeviceId, tuple[NDArray[np.float32], NDArray[np.int64]]]
     batch_norm_pixels: tuple[int, ...] = ()  # per batch-norm layer of the program (docs/models.md)
+    dropout_shapes: tuple[tuple[int, ...], ...] = ()  # per dropout noise input of the program
 
 
 @dataclass(frozen=True, eq=False)

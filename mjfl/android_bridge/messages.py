@@ -30,13 +30,16 @@ class ModelSpec:
     ``name``/``input_shape``/``num_classes`` build the eager model (torch
     runtime); ``batch_norm_pixels`` gives, per batch-norm layer of the
     program in output order, the pixels per channel it normalises, which a
-    device needs for the running-variance update (docs/models.md).
+    device needs for the running-variance update; ``dropout_shapes`` the
+    per-sample shape of each dropout noise input, in input order
+    (docs/models.md, "Training a task on a device").
     """
 
     name: str
     input_shape: tuple[int, ...]
     num_classes: int
     batch_norm_pixels: tuple[int, ...] = ()
+    dropout_shapes: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)

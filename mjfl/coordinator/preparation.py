@@ -84,6 +84,7 @@ class PreparedJob:
     program: bytes
     parts: Sequence[tuple[NDArray[np.float32], NDArray[np.int64]]]  # one shard per slot
     batch_norm_pixels: tuple[int, ...]
+    dropout_shapes: tuple[tuple[int, ...], ...]
     test_x: NDArray[np.float32]
     test_y: NDArray[np.int64]
     initial: dict[str, NDArray[np.float32]]
@@ -91,7 +92,9 @@ class PreparedJob:
     def artifacts(self, assignment: Assignment) -> JobArtifacts:
         """What devices need to train the job, its shards following ``assignment`` as it grows."""
         shards = _ByDevice(self.parts, assignment)
-        return JobArtifacts(JobId(self.config.name), self.spec, self.program, shards, self.batch_norm_pixels)
+        return JobArtifacts(
+            JobId(self.config.name), self.spec, self.program, shards, self.batch_norm_pixels, self.dropout_shapes
+        )
 
     def samples(self, assignment: Assignment) -> Mapping[DeviceId, int]:
         """D_k^m of every device holding a shard, following ``assignment`` as it grows."""
@@ -129,7 +132,7 @@ def prepare_jobs(config: RunConfig, slots: int, *, cache_dir: Path = PROGRAM_CAC
     """Load each job's data, cut it into ``slots`` shards and export its program (cached)."""
     from mjfl.jobs.datasets import load_dataset
     from mjfl.jobs.export import cached_program
-    from mjfl.jobs.models import batch_norm_pixels, build_model, initial_weights
+    from mjfl.jobs.models import batch_norm_pixels, build_model, dropout_shapes, initial_weights
     from mjfl.jobs.partition import partition
 
     prepared = []
@@ -143,9 +146,12 @@ def prepare_jobs(config: RunConfig, slots: int, *, cache_dir: Path = PROGRAM_CAC
         spec = ModelSpec(job.model, data.input_shape, data.num_classes)
         path, _ = cached_program(spec, cache_dir)
         parts = [(np.ascontiguousarray(data.train_x[idx]), np.ascontiguousarray(data.train_y[idx])) for idx in indices]
-        pixels = tuple(batch_norm_pixels(build_model(spec), spec.input_shape).values())
+        model = build_model(spec)
+        pixels = tuple(batch_norm_pixels(model, spec.input_shape).values())
+        noise = tuple(tuple(s) for s in dropout_shapes(model, spec.input_shape))
         prepared.append(PreparedJob(
-            job, spec, path.read_bytes(), parts, pixels, data.test_x, data.test_y, initial_weights(spec, config.seed + m),
+            job, spec, path.read_bytes(), parts, pixels, noise, data.test_x, data.test_y,
+            initial_weights(spec, config.seed + m),
         ))
     return prepared
 

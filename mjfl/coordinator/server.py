@@ -583,7 +583,9 @@ class RemoteFleet:
         """Keep each job's program, model spec and shards; devices get them with their first task."""
         for job in jobs:
             spec = job.spec
-            wire = WireModelSpec(spec.name, tuple(spec.input_shape), spec.num_classes, job.batch_norm_pixels)
+            wire = WireModelSpec(
+                spec.name, tuple(spec.input_shape), spec.num_classes, job.batch_norm_pixels, job.dropout_shapes
+            )
             self._jobs[job.job] = (job, wire, Program(job.program))
             # A job prepared again (new program or shards) is provisioned again.
             for key in [k for k in self._shards if k[0] == job.job]:

@@ -66,6 +66,11 @@ def _messages() -> dict[str, Any]:
         "welcome": Welcome(1, "coord-1", Settings(10.0, 60.0, 268435456, 65536)),
         "provision": Provision("cnn", model, program.sha256, shard.sha256, program, shard),
         "provision-cached": Provision("cnn", model, program.sha256, shard.sha256, None, None),
+        # A model with batch norm and dropout says what the device needs to train it (docs/models.md).
+        "provision-layers": Provision(
+            "cnn", ModelSpec("cnn", (1, 2, 2), 2, batch_norm_pixels=(4, 1), dropout_shapes=((3, 1, 1), (5,))),
+            program.sha256, shard.sha256, None, None,
+        ),
         "task": Task("t-0007", "cnn", 3, weights, 5, 32, 0.01, 0.9, 0.0, 120.0, program.sha256, shard.sha256),
         "result": Result(
             "t-0007", "cnn", 3, {"fc.bias": np.array([0.5, -1.0], np.float32), "steps": np.array([3], np.int64)},

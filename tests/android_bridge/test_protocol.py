@@ -277,6 +277,19 @@ def test_a_provision_tells_the_batch_norm_pixels_and_older_headers_still_decode(
         assert refused.value.code == "bad_message"
 
 
+def test_a_provision_tells_the_dropout_noise_shapes() -> None:
+    program, shard = artifacts()
+    with_dropout = ModelSpec("cnn", (1, 4, 4), 3, dropout_shapes=((8, 2, 2), (16,)))
+    data = encode(Provision("j", with_dropout, program.sha256, shard.sha256, None, None))
+    header = split(data)[0]
+    assert header["model"]["dropout_shapes"] == [[8, 2, 2], [16]]
+    assert decode_bytes(data).model == with_dropout
+    for bad in ([[0]], [[]], [8], [[1.5]], [[1] * 33]):
+        with pytest.raises(ProtocolError, match="dropout_shapes") as refused:
+            decode_bytes(frame({**header, "model": {**header["model"], "dropout_shapes": bad}}))
+        assert refused.value.code == "bad_message"
+
+
 def test_any_finite_double_is_a_number_and_nothing_beyond() -> None:
     assert decode_text('{"type":"heartbeat","seq":1,"sent_at":1.5e308}') == Heartbeat(1, 1.5e308)
     assert decode_text('{"type":"heartbeat","seq":1,"sent_at":-1e305}') == Heartbeat(1, -1e305)

@@ -21,15 +21,9 @@ public final class ExecuTorchTrainer implements Trainer, AutoCloseable {
         return trainer.train(task, batchNormPixels(task.model()), cancelled);
     }
 
-    /**
-     * The provision's {@code batch_norm_pixels} (protocol.md 5.3). client-core's
-     * {@code Message.ModelSpec} does not carry it yet: until it does, every model is taken to
-     * have no batch norm, and a task of one that has (the task holds running statistics) fails
-     * with {@code task_failed} ("the provision's batch_norm_pixels lists 0") instead of training
-     * with wrong statistics.
-     */
+    /** The provision's {@code batch_norm_pixels} (protocol.md 5.3): empty for a model without batch norm. */
     static long[] batchNormPixels(Message.ModelSpec model) {
-        return new long[0];
+        return model.batchNormPixels().stream().mapToLong(Long::longValue).toArray();
     }
 
     @Override

@@ -42,6 +42,7 @@ public final class Codec {
     static final int MAX_TENSOR_NAME = 1024;
     static final int MAX_DIMS = 32;
     static final int MAX_INPUT_DIMS = 8;
+    static final int MAX_LAYERS = 1024; // batch_norm_pixels and dropout_shapes entries (5.3)
 
     /** Smallest multiple of 64 that is >= n (section 3). */
     public static long align64(long n) {
@@ -370,7 +371,29 @@ public final class Codec {
                 for (JsonElement d : dims) {
                     inputShape.add(m.integerOf(d, "input_shape", 1, Long.MAX_VALUE));
                 }
-                Message.ModelSpec model = new Message.ModelSpec(name, inputShape, m.integer("num_classes", 1, Long.MAX_VALUE));
+                long numClasses = m.integer("num_classes", 1, Long.MAX_VALUE);
+                // Optional (v1 minor additions): absent or null means none.
+                List<Long> pixels = new ArrayList<>();
+                if (!m.isNull("batch_norm_pixels")) {
+                    for (JsonElement p : m.array("batch_norm_pixels", MAX_LAYERS)) {
+                        pixels.add(m.integerOf(p, "batch_norm_pixels", 1, Long.MAX_VALUE));
+                    }
+                }
+                List<List<Long>> noise = new ArrayList<>();
+                if (!m.isNull("dropout_shapes")) {
+                    for (JsonElement site : m.array("dropout_shapes", MAX_LAYERS)) {
+                        if (!site.isJsonArray() || site.getAsJsonArray().size() == 0
+                                || site.getAsJsonArray().size() > MAX_DIMS) {
+                            throw m.fail("dropout_shapes must hold shapes of 1 to " + MAX_DIMS + " ints");
+                        }
+                        List<Long> shape = new ArrayList<>();
+                        for (JsonElement d : site.getAsJsonArray()) {
+                            shape.add(m.integerOf(d, "dropout_shapes", 1, Long.MAX_VALUE));
+                        }
+                        noise.add(shape);
+                    }
+                }
+                Message.ModelSpec model = new Message.ModelSpec(name, inputShape, numClasses, pixels, noise);
                 String program = f.sha256("program_sha256");
                 String shard = f.sha256("shard_sha256");
                 checkProvisionTable(f, table, model);
@@ -458,7 +481,22 @@ public final class Codec {
             w.key("job_id").value(p.jobId()).key("model").beginObject()
                     .key("name").value(p.model().name()).key("input_shape").beginArray();
             p.model().inputShape().forEach(d -> w.value((long) d));
-            w.endArray().key("num_classes").value(p.model().numClasses()).endObject()
+            w.endArray().key("num_classes").value(p.model().numClasses());
+            if (!p.model().batchNormPixels().isEmpty()) {
+                w.key("batch_norm_pixels").beginArray();
+                p.model().batchNormPixels().forEach(d -> w.value((long) d));
+                w.endArray();
+            }
+            if (!p.model().dropoutShapes().isEmpty()) {
+                w.key("dropout_shapes").beginArray();
+                for (List<Long> shape : p.model().dropoutShapes()) {
+                    w.beginArray();
+                    shape.forEach(d -> w.value((long) d));
+                    w.endArray();
+                }
+                w.endArray();
+            }
+            w.endObject()
                     .key("program_sha256").value(p.programSha256()).key("shard_sha256").value(p.shardSha256());
         } else if (m instanceof Message.Task) {
             Message.Task t = (Message.Task) m;

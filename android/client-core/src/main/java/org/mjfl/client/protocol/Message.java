@@ -41,9 +41,23 @@ public sealed interface Message {
     record Settings(Double heartbeatIntervalS, Double heartbeatTimeoutS, Long maxMessageBytes, Long maxControlBytes) {}
 
     /** 5.3's model spec. */
-    record ModelSpec(String name, List<Long> inputShape, long numClasses) {
+    /**
+     * 5.3's {@code model}. {@code batchNormPixels}: per batch-norm layer of the program, in output
+     * order, the pixels per channel it normalises; {@code dropoutShapes}: the per-sample shape of
+     * each dropout noise input, in input order (both empty when the model has none; docs/models.md,
+     * "Training a task on a device").
+     */
+    record ModelSpec(String name, List<Long> inputShape, long numClasses, List<Long> batchNormPixels,
+            List<List<Long>> dropoutShapes) {
         public ModelSpec {
             inputShape = List.copyOf(inputShape);
+            batchNormPixels = List.copyOf(batchNormPixels);
+            dropoutShapes = dropoutShapes.stream().map(List::copyOf).toList();
+        }
+
+        /** A model without batch norm or dropout. */
+        public ModelSpec(String name, List<Long> inputShape, long numClasses) {
+            this(name, inputShape, numClasses, List.of(), List.of());
         }
 
         /** Values in one sample: product(input_shape). */

@@ -177,6 +177,20 @@ class GoldenFramesTest {
             p.model().inputShape().forEach(shape::add);
             model.add("input_shape", shape);
             model.addProperty("num_classes", p.model().numClasses());
+            if (!p.model().batchNormPixels().isEmpty()) {
+                JsonArray pixels = new JsonArray();
+                p.model().batchNormPixels().forEach(pixels::add);
+                model.add("batch_norm_pixels", pixels);
+            }
+            if (!p.model().dropoutShapes().isEmpty()) {
+                JsonArray shapes = new JsonArray();
+                for (List<Long> site : p.model().dropoutShapes()) {
+                    JsonArray dims = new JsonArray();
+                    site.forEach(dims::add);
+                    shapes.add(dims);
+                }
+                model.add("dropout_shapes", shapes);
+            }
             o.add("model", model);
             o.addProperty("program_sha256", p.programSha256());
             o.addProperty("shard_sha256", p.shardSha256());

@@ -500,6 +500,8 @@ def _result(f: _Fields, pack: TensorPack, verify: bool) -> Result:
             compute_s=t.number("compute_s", low=0.0),
             upload_s=t.opt_number("upload_s", low=0.0),
         ),
+        # Optional (a v1 minor addition): what the device knows of its state, free-form.
+        device_state=None if f.obj.get("device_state") is None else f.fields("device_state").obj,
     )
 
 
@@ -682,6 +684,7 @@ def _binary_json(
                     "compute_s": t.compute_s,
                     "upload_s": t.upload_s,
                 },
+                **({"device_state": dict(m.device_state)} if m.device_state is not None else {}),
             }
             return header, m.weights
 

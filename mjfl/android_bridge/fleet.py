@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -89,6 +89,7 @@ class TaskResult:
     mean_loss: float
     duration_s: float
     timing: Timing = field(default_factory=Timing)
+    device_state: Mapping[str, Any] | None = None  # battery, charging, thermal status, as the device told
 
 
 class Fleet(Protocol):

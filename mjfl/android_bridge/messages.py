@@ -168,6 +168,7 @@ class Result:
     samples: int
     mean_loss: float
     timing: Timing
+    device_state: Mapping[str, Any] | None = None  # battery, charging, thermal status (5.5); None: not told
 
 
 @dataclass(frozen=True)

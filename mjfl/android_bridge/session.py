@@ -606,11 +606,13 @@ class DeviceSession(_Session):
         samples: int,
         mean_loss: float,
         timing: Timing,
+        device_state: Mapping[str, Any] | None = None,
     ) -> None:
         """Answer a pending task with trained weights (same names, dtypes and shapes, in order).
 
         A task whose training diverged is answered with send_error(task_id=...)
         instead: weights holding NaN or infinities raise EncodeError here.
+        ``device_state``: battery, charging, thermal status (protocol.md 5.5).
         """
         self._require(State.OPEN)
         pending = self._tasks.get(TaskId(task_id))
@@ -626,7 +628,8 @@ class DeviceSession(_Session):
             )
         self._queue(
             Result(
-                TaskId(task_id), pending.job_id, pending.round, arrays, samples, mean_loss, timing
+                TaskId(task_id), pending.job_id, pending.round, arrays, samples, mean_loss, timing,
+                device_state,
             )
         )
         del self._tasks[TaskId(task_id)]

@@ -254,6 +254,7 @@ class Engine:
                 device_rounds.append(DeviceRound(
                     device, "ok", outcome.samples, outcome.mean_loss, outcome.duration_s,
                     outcome.timing.download_s, outcome.timing.compute_s, outcome.timing.upload_s,
+                    device_state=outcome.device_state,
                 ))
                 self._observe_profile(job, device, outcome)
             else:

@@ -8,8 +8,9 @@ can be rebuilt from the database alone.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from mjfl.ids import DeviceId, JobId
 
@@ -87,6 +88,7 @@ class DeviceRound:
     compute_s: float | None = None
     upload_s: float | None = None
     error: str | None = None
+    device_state: Mapping[str, Any] | None = None  # battery, charging, thermal status (protocol.md 5.5)
 
 
 @dataclass(frozen=True)

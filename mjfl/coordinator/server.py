@@ -664,7 +664,7 @@ class RemoteFleet:
         t = result.timing
         return TaskResult(
             device, weights, result.samples, result.mean_loss, arrived - sent_at,
-            Timing(t.download_s, t.compute_s, t.upload_s),
+            Timing(t.download_s, t.compute_s, t.upload_s), result.device_state,
         )
 
     def _abandon(self, link: DeviceLink, task_id: str, reason: str) -> None:

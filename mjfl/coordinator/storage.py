@@ -182,7 +182,10 @@ _SCHEMA_V1 = (
     """,
 )
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1,)
+# Version 2: what a device told of its state with each result (protocol.md 5.5), as JSON.
+_SCHEMA_V2 = ("ALTER TABLE device_rounds ADD COLUMN device_state TEXT",)
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _BUSY_TIMEOUT_S = 5.0  # a reader (mjfl report) may briefly hold the WAL; wait, don't fail
@@ -397,8 +400,8 @@ class Storage:
                 )
                 conn.executemany(
                     "INSERT INTO device_rounds (run_id, job, round, position, device, status,"
-                    " samples, mean_loss, duration_s, download_s, compute_s, upload_s, error)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " samples, mean_loss, duration_s, download_s, compute_s, upload_s, error,"
+                    " device_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             *key,
@@ -412,6 +415,7 @@ class Storage:
                             d.compute_s,
                             d.upload_s,
                             d.error,
+                            _json_or_null(d.device_state),
                         )
                         for position, d in enumerate(record.devices)
                     ],
@@ -442,7 +446,7 @@ class Storage:
             ).fetchall()
             device_rows = self._conn.execute(
                 "SELECT job, round, device, status, samples, mean_loss, duration_s, download_s,"
-                f" compute_s, upload_s, error FROM device_rounds WHERE {where}"
+                f" compute_s, upload_s, error, device_state FROM device_rounds WHERE {where}"
                 " ORDER BY job, round, position",
                 params,
             ).fetchall()
@@ -459,6 +463,7 @@ class Storage:
                     compute_s=d[8],
                     upload_s=d[9],
                     error=d[10],
+                    device_state=None if d[11] is None else json.loads(d[11]),
                 )
             )
         return [

@@ -277,6 +277,19 @@ def test_a_provision_tells_the_batch_norm_pixels_and_older_headers_still_decode(
         assert refused.value.code == "bad_message"
 
 
+def test_a_result_may_say_the_device_state() -> None:
+    weights = {"b": np.zeros(2, np.float32)}
+    state = {"battery_pct": 64, "charging": True, "thermal_status": 2}
+    data = encode(Result("t", "j", 1, weights, 3, 0.5, Timing(0.0, 1.0, None), state))
+    assert split(data)[0]["device_state"] == state
+    assert decode_bytes(data).device_state == state
+    plain = encode(Result("t", "j", 1, weights, 3, 0.5, Timing(0.0, 1.0, None)))
+    assert "device_state" not in split(plain)[0] and decode_bytes(plain).device_state is None
+    header, payload = split(plain)
+    with pytest.raises(ProtocolError, match="device_state"):
+        decode_bytes(frame({**header, "device_state": [64]}, payload))
+
+
 def test_a_provision_tells_the_dropout_noise_shapes() -> None:
     program, shard = artifacts()
     with_dropout = ModelSpec("cnn", (1, 4, 4), 3, dropout_shapes=((8, 2, 2), (16,)))

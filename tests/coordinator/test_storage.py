@@ -326,6 +326,36 @@ def test_file_database_uses_wal_and_survives_reopening(tmp_path: Path) -> None:
         assert db.rounds("r1") == [round_record(A, 1)]
 
 
+def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -> None:
+    from mjfl.coordinator import storage as storage_module
+
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for statement in storage_module._SCHEMA_V1:
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+    conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
+    conn.execute("INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')")
+    conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)")
+    conn.execute(
+        "INSERT INTO device_rounds (run_id, job, round, position, device, status, samples, duration_s)"
+        " VALUES ('r1', 'cnn', 1, 0, 'p1', 'ok', 10, 1.0)"
+    )
+    conn.commit()
+    conn.close()
+    with Storage(path) as db:
+        assert db.schema_version == SCHEMA_VERSION == 2
+        (old,) = db.rounds("r1")
+        assert old.devices[0].device == "p1" and old.devices[0].device_state is None
+        state = {"battery_pct": 81.0, "charging": False, "thermal_status": 1}
+        db.record_round(
+            dataclasses.replace(round_record(A, 2), devices=(device("p1", device_state=state), device("p2")))
+        )
+        stored = db.rounds("r1", A)[-1].devices
+        assert [d.device_state for d in stored] == [state, None]
+
+
 def test_foreign_keys_and_sync_pragmas_are_on(tmp_path: Path) -> None:
     with Storage(tmp_path / "db.sqlite") as db:
         conn = db._conn  # the pragmas are per connection: check this one

@@ -85,9 +85,10 @@ def wait_for(predicate, timeout: float, *procs: subprocess.Popen) -> None:
         time.sleep(0.2)
 
 
-def jvm_devices(url: str, count: int, prefix: str, cache: Path) -> subprocess.Popen:
+def jvm_devices(url: str, count: int, prefix: str, cache: Path, round_s: float = 0.0) -> subprocess.Popen:
     return subprocess.Popen(
-        [str(LAUNCHER), "--url", url, "--count", str(count), "--id-prefix", prefix, "--cache", str(cache)],
+        [str(LAUNCHER), "--url", url, "--count", str(count), "--id-prefix", prefix, "--cache", str(cache),
+         "--round-s", str(round_s)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
 
@@ -110,8 +111,9 @@ def test_java_devices_train_with_the_python_coordinator_fail_cleanly_and_join_la
             line = lines.get(timeout=120)
             if "emulated devices" in line and "ws://" in line:
                 url = line.split(" for ")[-1].strip()
-        # Two Java devices make the four the run waits for.
-        jvm = jvm_devices(url, 2, "jvm", tmp_path / "cache-a")
+        # Two Java devices make the four the run waits for; they take 3 s a round, like slow
+        # phones, so that they are busy with a task whenever they are killed below.
+        jvm = jvm_devices(url, 2, "jvm", tmp_path / "cache-a", round_s=3.0)
         wait_for(lambda: sum(r[3] == "ok" and r[2] in ("jvm-0", "jvm-1") for r in records(db)) >= 2, 300, coordinator, jvm)
         # A Java device that connects to the running run takes a free shard and gets tasks.
         late = jvm_devices(url, 1, "jvm-late", tmp_path / "cache-b")

@@ -27,7 +27,8 @@ public final class DeviceMain {
     private DeviceMain() {}
 
     static final String HELP = String.join("\n",
-            "usage: mjfl-device --url ws://HOST:PORT --count N [--id-prefix P] [--token T] [--cache DIR] [--seed S] [--verbose]",
+            "usage: mjfl-device --url ws://HOST:PORT --count N [--id-prefix P] [--token T] [--cache DIR] [--seed S]",
+            "                   [--round-s S] [--verbose]",
             "",
             "Runs N mjfl devices (protocol v1, docs/protocol.md) in one JVM, with ids P-0 .. P-(N-1).",
             "",
@@ -43,6 +44,8 @@ public final class DeviceMain {
             "  --token T        credentials for the hello (default empty)",
             "  --cache DIR      artifact cache; each device keeps DIR/<id>/ (default ~/.cache/mjfl/jvm-devices)",
             "  --seed S         seeds the reconnect jitter (default 0)",
+            "  --round-s S      answer each task no sooner than S seconds after it started, like a",
+            "                   slower phone (the stand-in itself takes milliseconds; default 0)",
             "  --verbose        log every task and heartbeat",
             "",
             "Devices reconnect with backoff (0.5 s doubling to 30 s, jitter) after a lost connection;",
@@ -89,7 +92,7 @@ public final class DeviceMain {
         for (int i = 0; i < a.count; i++) {
             String id = a.prefix + "-" + i;
             ArtifactCache cache = new ArtifactCache(a.cache.resolve(dirName(id)));
-            devices.add(new Device(DeviceConfig.builder(a.url, id, new StandInTrainer(), cache)
+            devices.add(new Device(DeviceConfig.builder(a.url, id, new StandInTrainer(a.roundS), cache)
                     .token(a.token)
                     .facts(new JvmFacts("stand-in")) // no ExecuTorch on a JVM: its results do not learn
                     .backoff(Backoff.defaults(new Random(a.seed * 1_000_003L + i)))
@@ -185,6 +188,7 @@ public final class DeviceMain {
         String token = "";
         Path cache = Paths.get(System.getProperty("user.home"), ".cache", "mjfl", "jvm-devices");
         long seed;
+        double roundS;
         boolean verbose;
         boolean help;
 
@@ -228,6 +232,16 @@ public final class DeviceMain {
                         break;
                     case "--seed":
                         a.seed = parseInt(opt, value);
+                        break;
+                    case "--round-s":
+                        try {
+                            a.roundS = Double.parseDouble(value);
+                        } catch (NumberFormatException e) {
+                            throw new IllegalArgumentException("--round-s needs a number of seconds, got " + value);
+                        }
+                        if (!(a.roundS >= 0) || Double.isInfinite(a.roundS)) {
+                            throw new IllegalArgumentException("--round-s must be >= 0, got " + value);
+                        }
                         break;
                     default:
                         throw new IllegalArgumentException("unknown option " + opt);

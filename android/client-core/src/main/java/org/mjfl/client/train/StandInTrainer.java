@@ -19,10 +19,26 @@ import org.mjfl.client.protocol.Tensor;
  *
  * <p>Its results are valid protocol traffic that moves a global model by almost nothing: use it
  * to test the wire, scheduling and timing, never to measure learning.
+ *
+ * <p>{@code roundS}: take at least this long per task, as a slower phone would (the walk takes
+ * milliseconds); the wait counts in {@code compute_s}, as an emulated device's stretch does, and
+ * a cancel ends it at once.
  */
 public final class StandInTrainer implements Trainer {
     /** Keeps the JIT from discarding the walk over the inputs. */
     private volatile double sink;
+    private final double roundS;
+
+    public StandInTrainer() {
+        this(0);
+    }
+
+    public StandInTrainer(double roundS) {
+        if (!(roundS >= 0) || Double.isInfinite(roundS)) {
+            throw new IllegalArgumentException("roundS must be a finite number >= 0, got " + roundS);
+        }
+        this.roundS = roundS;
+    }
 
     @Override
     public TrainingResult train(TrainingTask task, BooleanSupplier cancelled) {
@@ -43,6 +59,18 @@ public final class StandInTrainer implements Trainer {
             }
         }
         sink = acc;
+        long until = start + (long) (roundS * 1e9);
+        while (System.nanoTime() < until) {
+            if (cancelled.getAsBoolean()) {
+                throw new CancellationException("cancelled");
+            }
+            try {
+                Thread.sleep(Math.max(1, Math.min(20, (until - System.nanoTime()) / 1_000_000)));
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new CancellationException("interrupted");
+            }
+        }
         float scale = (float) (1 - 1e-4 * task.lr());
         List<Tensor> out = new ArrayList<>(task.weights().size());
         for (Tensor w : task.weights()) {

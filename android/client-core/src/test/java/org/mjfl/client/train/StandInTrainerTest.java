@@ -79,4 +79,15 @@ class StandInTrainerTest {
         assertArrayEquals(new long[] {0, 1}, s.y());
         assertThrows(IllegalArgumentException.class, () -> Shard.fromArtifact(new byte[7], MODEL));
     }
+
+    @Test
+    void aSlowerPhonesRoundEndsAtACancel() {
+        // An hour-long round (--round-s 3600) answers a cancel that comes after the walk.
+        List<Tensor> w = List.of(Tensor.ofFloats("w", new long[] {1}, new float[] {1}));
+        AtomicInteger checks = new AtomicInteger();
+        StandInTrainer slow = new StandInTrainer(3600);
+        assertThrows(CancellationException.class, () -> slow.train(task(w, 0.1, 1, 5), () -> checks.incrementAndGet() > 3));
+        assertTrue(checks.get() > 3, "the cancel was seen during the wait, not before it");
+        assertThrows(IllegalArgumentException.class, () -> new StandInTrainer(-1));
+    }
 }

@@ -525,9 +525,18 @@ def _reject_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _unique_fields(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"field {twice[:40]!r} appears twice")  # section 2: no field twice
+    return obj
+
+
 def _load_json(text: str) -> dict[str, Any]:
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_fields)
     except (ValueError, RecursionError) as exc:
         # JSONDecodeError says where parsing stopped, never what the text held.
         raise _bad(f"malformed JSON: {str(exc)[:100]}") from None

@@ -114,6 +114,14 @@ def _invalid() -> dict[str, tuple[str | bytes, str]]:
         "missing-field.txt": ('{"type":"heartbeat","sent_at":1.0}', "bad_message"),
         "bad-code.txt": ('{"type":"error","code":"Bad Code","reason":"","task_id":null}', "bad_message"),
         "binary-type-as-text.txt": ('{"type":"result","task_id":"t"}', "bad_message"),
+        "field-twice.txt": ('{"type":"heartbeat","seq":1,"seq":2,"sent_at":0.0}', "bad_message"),
+        "no-tensor-table.bin": (_binary(result), "bad_tensor_table"),
+        "label-out-of-range.bin": (_binary(
+            {"type": "provision", "job_id": "cnn", "model": {"name": "cnn", "input_shape": [1], "num_classes": 2},
+             "program_sha256": "a" * 64, "shard_sha256": "b" * 64,
+             "tensors": [{"name": "x", "dtype": "float32", "shape": [1, 1], "offset": 0, "nbytes": 4},
+                         {"name": "y", "dtype": "int64", "shape": [1], "offset": 64, "nbytes": 8}]},
+            bytes(4) + bytes(60) + (2).to_bytes(8, "little")), "bad_message"),
     }
 
 

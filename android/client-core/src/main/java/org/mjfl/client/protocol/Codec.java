@@ -295,13 +295,13 @@ public final class Codec {
     /**
      * Section 3: "The layout is canonical" - first tensor at 0, each next at align64 of the
      * previous end, nbytes = product(shape) x itemsize, unique names, and the table covers
-     * the payload exactly. A missing {@code tensors} field is a missing field (bad_message);
-     * anything wrong inside the table is bad_tensor_table.
+     * the payload exactly. Anything wrong with the table, its absence included, is
+     * bad_tensor_table (section 8).
      */
     private static List<Entry> table(JsonObject o, String type, long payloadLen) {
-        JsonElement t = Fields.of(o, type).get("tensors");
         Fields tf = new Fields(o, type, Codes.BAD_TENSOR_TABLE);
-        if (!t.isJsonArray()) {
+        JsonElement t = o.get("tensors");
+        if (t == null || !t.isJsonArray()) {
             throw tf.fail("tensors must be a list");
         }
         List<Entry> entries = new ArrayList<>();
@@ -397,7 +397,19 @@ public final class Codec {
                 String program = f.sha256("program_sha256");
                 String shard = f.sha256("shard_sha256");
                 checkProvisionTable(f, table, model);
-                return ts -> new Message.Provision(jobId, model, program, shard, ts);
+                return ts -> {
+                    // 5.3: every label in [0, num_classes), else bad_message.
+                    for (Tensor t : ts) {
+                        if (t.name().equals("y")) {
+                            for (long label : t.toLongs()) {
+                                if (label < 0 || label >= numClasses) {
+                                    throw f.fail("label " + label + " outside [0, " + numClasses + ")");
+                                }
+                            }
+                        }
+                    }
+                    return new Message.Provision(jobId, model, program, shard, ts);
+                };
             }
             case "task": {
                 String taskId = f.id("task_id");

@@ -336,7 +336,7 @@ class CodecTest {
                 ? Frames.binary(String.format(RESULT, ONE).replace("\"samples\":2", "\"samples\":-1"), Frames.f32(1, 2))
                 : null);
         bin(Codes.BAD_MESSAGE, Frames.binary(String.format(RESULT, ONE).replace("\"download_s\":0.0", "\"download_s\":-0.5"), Frames.f32(1, 2)));
-        bin(Codes.BAD_MESSAGE, Frames.binary(String.format(RESULT, ONE).replace(",\"tensors\":" + ONE, ""), Frames.f32(1, 2)));
+        bin(Codes.BAD_TENSOR_TABLE, Frames.binary(String.format(RESULT, ONE).replace(",\"tensors\":" + ONE, ""), Frames.f32(1, 2)));
     }
 
     @Test

@@ -1,0 +1,107 @@
+"""Running mjfl as lab staff do: real processes, read back through the run database.
+
+Shared by the tests that start `mjfl testbed run`, `mjfl device emulate` or the
+JVM devices as separate processes, each in its own process group (the
+``processes`` fixture of conftest.py kills them when a test ends, whatever
+happened). Importable as ``processes`` (pytest puts tests/ on the path for
+its conftest.py).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+class Process:
+    """A started process; ``lines`` gets its merged stdout/stderr when ``read`` is set."""
+
+    def __init__(self, args: list[str], *, read: bool) -> None:
+        self.proc = subprocess.Popen(
+            args, stdout=subprocess.PIPE if read else subprocess.DEVNULL, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True, text=True,
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.output: list[str] = []
+        if read:
+            threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.output.append(line)
+            self.lines.put(line)
+
+    def line_with(self, text: str, timeout: float = 120) -> str:
+        """The first line (from now on) that holds ``text``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no line with {text!r} in {timeout:g} s:\n{''.join(self.output)}") from None
+            if text in line:
+                return line
+
+    def url(self) -> str:
+        """The coordinator's URL, as `mjfl testbed run --emulate N` announces it."""
+        return self.line_with("emulated devices").split(" for ")[-1].strip()
+
+    def wait(self, timeout: float) -> int:
+        return self.proc.wait(timeout=timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the command and the processes it started)."""
+        if group_alive(self.proc.pid):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def mjfl_args(*args: str) -> list[str]:
+    return [sys.executable, "-m", "mjfl.cli", *args]
+
+
+def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Rows of ``sql`` from the run database, read-only; [] until the schema is there."""
+    if not db.exists():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10) as conn:
+        try:
+            return conn.execute(sql).fetchall()
+        except sqlite3.OperationalError:
+            return []
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, *processes: Process) -> None:
+    """Poll ``predicate`` until it holds; fail at once if one of ``processes`` exits first."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        for process in processes:
+            if process.proc.poll() is not None:
+                raise AssertionError(
+                    f"{process.proc.args[:4]} exited early ({process.proc.returncode}):\n{''.join(process.output)}"
+                )
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.2)

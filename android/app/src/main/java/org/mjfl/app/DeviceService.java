@@ -23,6 +23,7 @@ import java.util.logging.Logger;
 import okhttp3.OkHttpClient;
 import org.mjfl.client.Device;
 import org.mjfl.client.DeviceConfig;
+import org.mjfl.client.DeviceListener;
 import org.mjfl.client.cache.ArtifactCache;
 
 /**
@@ -63,7 +64,7 @@ public final class DeviceService extends Service {
         } else {
             startForeground(NOTIFICATION, n);
         }
-        logcat = new LogcatHandler(board);
+        logcat = new LogcatHandler();
         // Held in a field: java.util.logging keeps loggers weakly, and this one's set-up must last.
         mjflLogger = Logger.getLogger("org.mjfl");
         mjflLogger.setUseParentHandlers(false); // logcat once, under MJFL, not also under the logger's name
@@ -123,6 +124,22 @@ public final class DeviceService extends Service {
                 .facts(new AndroidFacts(this, board))
                 .build();
         Device d = new Device(cfg, http, timers);
+        d.listen(new DeviceListener() {
+            @Override
+            public void welcomed(String coordinatorId) {
+                board.connection("connected to " + coordinatorId);
+            }
+
+            @Override
+            public void sessionEnded(String why) {
+                board.connection("disconnected: " + why);
+            }
+
+            @Override
+            public void reconnecting(double delayS) {
+                board.connection(String.format(java.util.Locale.ROOT, "reconnecting in %.2f s", delayS));
+            }
+        });
         device = d;
         runner = new Thread(() -> {
             Log.i(MainActivity.TAG, "device " + id + " -> " + url);

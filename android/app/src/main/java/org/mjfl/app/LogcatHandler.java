@@ -9,15 +9,10 @@ import java.util.logging.SimpleFormatter;
 
 /**
  * Sends client-core's and the app's java.util.logging records to logcat under the tag
- * {@code MJFL}, and the connection's ups and downs to the {@link StatusBoard}.
+ * {@code MJFL}.
  */
 final class LogcatHandler extends Handler {
     private final Formatter formatter = new SimpleFormatter();
-    private final StatusBoard board;
-
-    LogcatHandler(StatusBoard board) {
-        this.board = board;
-    }
 
     @Override
     public void publish(LogRecord r) {
@@ -36,7 +31,6 @@ final class LogcatHandler extends Handler {
         } else {
             Log.d(MainActivity.TAG, message, t);
         }
-        ConnectionLog.state(message).ifPresent(board::connection);
     }
 
     @Override

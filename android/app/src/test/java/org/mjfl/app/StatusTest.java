@@ -8,7 +8,6 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.Optional;
 import java.util.concurrent.CancellationException;
 import org.junit.jupiter.api.Test;
 import org.mjfl.client.protocol.Message;
@@ -17,16 +16,6 @@ import org.mjfl.client.train.TrainingResult;
 import org.mjfl.client.train.TrainingTask;
 
 class StatusTest {
-    @Test
-    void connectionStateComesFromTheDevicesLogLines() {
-        assertEquals(Optional.of("connected to coord-1"), ConnectionLog.state("pixel-1: welcomed by coord-1"));
-        assertEquals(Optional.of("reconnecting in 2.00 s"), ConnectionLog.state("pixel-1: reconnecting in 2.00 s"));
-        assertEquals(Optional.of("disconnected: failed: java.net.ConnectException"),
-                ConnectionLog.state("pixel-1: session ended: failed: java.net.ConnectException"));
-        assertEquals(Optional.empty(), ConnectionLog.state("pixel-1: heartbeat 3 round trip 2.0 ms"));
-        assertEquals(Optional.empty(), ConnectionLog.state(null));
-    }
-
     private static TrainingTask task() {
         return new TrainingTask("t-7", "cnn", 3, new Message.ModelSpec("cnn", List.of(1L), 2), Path.of("p.pte"),
                 new Shard(1, List.of(1L), new float[1], new long[1]), List.of(), 1, 1, 0.1, 0, 0,

@@ -40,6 +40,8 @@ import org.mjfl.client.train.TrainingTask;
  */
 public final class Device {
     private static final Logger LOG = Logger.getLogger(Device.class.getName());
+    private static final DeviceListener NO_LISTENER = new DeviceListener() {};
+    private volatile DeviceListener listener = NO_LISTENER;
     private static final int SHARDS_IN_MEMORY = 4;
 
     /** Why {@link #run()} returned. */
@@ -99,6 +101,11 @@ public final class Device {
         return cfg.deviceId();
     }
 
+    /** Tells {@code l} of the connection's ups and downs from now on (one listener; null for none). */
+    public void listen(DeviceListener l) {
+        listener = l == null ? NO_LISTENER : l;
+    }
+
     public Stats stats() {
         return stats;
     }
@@ -122,7 +129,9 @@ public final class Device {
                     stats.welcomed.incrementAndGet();
                     attempt = 0; // testbed.md section 3: reset by every welcomed session
                 }
-                LOG.info(id() + ": session ended: " + describe(end));
+                String why = describe(end);
+                LOG.info(id() + ": session ended: " + why);
+                listener.sessionEnded(why);
                 if (stopping) {
                     return Stop.STOPPED;
                 }
@@ -132,6 +141,7 @@ public final class Device {
                 }
                 double delay = cfg.backoff().delay(attempt++);
                 LOG.info(id() + String.format(": reconnecting in %.2f s", delay));
+                listener.reconnecting(delay);
                 synchronized (stopSignal) {
                     if (!stopping) {
                         stopSignal.wait(Math.max(1, (long) (delay * 1000)));
@@ -191,7 +201,9 @@ public final class Device {
     private void onEvents(Connection c, List<SessionEvent> events, double arrivedAt) {
         for (SessionEvent e : events) {
             if (e instanceof SessionEvent.Welcomed) {
-                LOG.info(id() + ": welcomed by " + ((SessionEvent.Welcomed) e).welcome().coordinatorId());
+                String coordinator = ((SessionEvent.Welcomed) e).welcome().coordinatorId();
+                LOG.info(id() + ": welcomed by " + coordinator);
+                listener.welcomed(coordinator);
             } else if (e instanceof SessionEvent.Provisioned) {
                 store(c, (SessionEvent.Provisioned) e);
             } else if (e instanceof SessionEvent.TaskArrived) {

@@ -110,6 +110,32 @@ class DeviceLoopbackTest {
 
     final RecordingBackoff backoff = new RecordingBackoff();
 
+    /** What the device told its listener, in order. */
+    static final class RecordingListener implements DeviceListener {
+        final List<String> events = new ArrayList<>();
+
+        @Override
+        public synchronized void welcomed(String coordinatorId) {
+            events.add("welcomed " + coordinatorId);
+        }
+
+        @Override
+        public synchronized void sessionEnded(String why) {
+            events.add("ended");
+        }
+
+        @Override
+        public synchronized void reconnecting(double delayS) {
+            events.add("reconnecting");
+        }
+
+        synchronized List<String> events() {
+            return List.copyOf(events);
+        }
+    }
+
+    final RecordingListener listener = new RecordingListener();
+
     DeviceConfig.Builder config(Trainer trainer) throws Exception {
         return DeviceConfig.builder(server.url(), "dev-1", trainer, new ArtifactCache(dir.resolve("cache")))
                 .backoff(backoff)
@@ -118,6 +144,7 @@ class DeviceLoopbackTest {
 
     CompletableFuture<Device.Stop> run(DeviceConfig cfg) {
         Device d = new Device(cfg, http, timers);
+        d.listen(listener);
         devices.add(d);
         CompletableFuture<Device.Stop> f = new CompletableFuture<>();
         Thread t = new Thread(() -> {
@@ -204,6 +231,8 @@ class DeviceLoopbackTest {
         assertEquals(List.of(0), backoff.attempts());
         q.sayBye(Codes.GOING_AWAY, "done", 1001);
         assertEquals(Device.Stop.COORDINATOR_BYE, stopOf(stop));
+        String welcomed = "welcomed coord";
+        assertEquals(List.of(welcomed, "ended", "reconnecting", welcomed, "ended"), listener.events());
     }
 
     @Test

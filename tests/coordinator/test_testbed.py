@@ -44,7 +44,7 @@ max_rounds = {rounds}
 ROUNDS = "SELECT job, round, started_s, ended_s, accuracy, loss FROM rounds ORDER BY job, round"
 
 
-def testbed_args(config: Path, *extra: str) -> list[str]:
+def coordinator_args(config: Path, *extra: str) -> list[str]:
     return mjfl_args("testbed", "run", str(config), "--emulate", "4", "--no-live", *extra)
 
 
@@ -53,7 +53,7 @@ def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_pa
     config = tmp_path / "testbed.toml"
     config.write_text(CONFIG.format(out=out, rounds=8))
     db = out / "mjfl.db"
-    first = processes(testbed_args(config), read=True)
+    first = processes(coordinator_args(config), read=True)
     wait_for(lambda: len(query(db, ROUNDS)) >= 4, 300, first)
     first.proc.kill()  # the coordinator alone, mid-run, as a crash would
     first.wait(30)
@@ -63,7 +63,7 @@ def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_pa
     before = query(db, ROUNDS)
     assert 4 <= len(before) < 16
 
-    second = processes(testbed_args(config, "--resume"), read=True)
+    second = processes(coordinator_args(config, "--resume"), read=True)
     assert second.wait(600) == 0, "".join(second.output)
     second.line_with("resuming run", timeout=5)
     after = query(db, ROUNDS)
@@ -82,7 +82,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_every_round(tmp_path, processes):
     config = tmp_path / "testbed.toml"
     config.write_text(CONFIG.format(out=out, rounds=50))
     db = out / "mjfl.db"
-    run = processes(testbed_args(config), read=True)
+    run = processes(coordinator_args(config), read=True)
     wait_for(lambda: len(query(db, ROUNDS)) >= 2, 300, run)
     os.killpg(run.pid, signal.SIGINT)
     assert run.wait(60) == 130, "".join(run.output)

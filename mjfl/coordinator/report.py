@@ -474,8 +474,11 @@ class LiveView:
         traceback: TracebackType | None,
     ) -> None:
         if self._live is not None:
-            # Stopping draws the final table once, terminal or not.
+            # Stopping draws the final table once, terminal or not; off a
+            # terminal rich leaves its last line open, so end it here.
             self._live.stop()
+            if not self._interactive:
+                self.console.line()
 
     def _announce(self, line: str) -> None:
         # On a terminal the table already shows it; elsewhere a line is the only news.

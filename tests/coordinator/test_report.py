@@ -279,6 +279,7 @@ def test_live_view_off_a_terminal_prints_a_few_lines_not_frames() -> None:
     assert "meta-greedy / cnn: target reached in round 2" in text
     assert "meta-greedy / lenet: stopped" in text
     assert len(text.splitlines()) < 20
+    assert text.endswith("┘\n"), "what prints next starts on a line of its own"
     cells = {c.header: list(c.cells) for c in row.columns}
     assert cells["round"] == ["3", "0"] and cells["accuracy"][0] == "0.7900"
     assert cells["best"][0] == "0.8200" and "reached" in cells["status"][0]

@@ -18,6 +18,7 @@ from mjfl import logs
 from mjfl.errors import MjflError, UserError
 
 if TYPE_CHECKING:
+    from mjfl.android_bridge.phones import PhoneOptions
     from mjfl.coordinator.config import RunConfig
     from mjfl.coordinator.driver import Output
 
@@ -29,8 +30,9 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmarks that print a table and write JSON figures.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
-device_app = typer.Typer(help="Device-side tools: emulated devices.", no_args_is_help=True)
-app.add_typer(device_app, name="device")
+device_app = typer.Typer(help="Devices: attached phones (over adb) and emulated ones.", no_args_is_help=True)
+app.add_typer(device_app, name="devices")
+app.add_typer(device_app, name="device", hidden=True)  # its old name
 
 # Logs and CI are not terminals: rich would squeeze tables into 80 columns.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -76,6 +78,9 @@ app.add_typer(testbed_app, name="testbed")
 def testbed_run(
     config: Annotated[Path, typer.Argument(help="Run configuration (TOML).")],
     emulate: Annotated[int, typer.Option(help="Also start N emulated devices on this machine.")] = 0,
+    phones: Annotated[bool, typer.Option("--phones", help="Also train on the phones attached over adb (the app started on each).")] = False,
+    adb: AdbOption = None,
+    apk: Annotated[Path | None, typer.Option(help="With --phones: install this app on them first.")] = None,
     host: Annotated[str | None, typer.Option(help="Listen address (default: the config's testbed.host).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port (default: the config's testbed.port; 0 picks one).")] = None,
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
@@ -85,9 +90,10 @@ def testbed_run(
     """Train the config's jobs over connected phones and/or emulated devices, in real time."""
     from mjfl.commands.testbed import testbed_run as run_testbed
 
+    phone_options = _phones(phones, adb, apk)
     run_config = _config(config, out=out, host=host, port=port)
     try:
-        run_testbed(run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume)
+        run_testbed(run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume, phones=phone_options)
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 
@@ -96,6 +102,9 @@ def testbed_run(
 def profile(
     config: Annotated[Path | None, typer.Argument(help="Run configuration whose jobs calibrate the devices (default: LeNet-5 on digits).")] = None,
     emulate: Annotated[int, typer.Option(help="Profile N local emulated devices (impersonating the config's fleet).")] = 0,
+    phones: Annotated[bool, typer.Option("--phones", help="Profile the phones attached over adb (the app started on each).")] = False,
+    adb: AdbOption = None,
+    apk: Annotated[Path | None, typer.Option(help="With --phones: install this app on them first.")] = None,
     devices: Annotated[list[str] | None, typer.Option(help="Only these device ids (space-separated; put CONFIG first).")] = None,
     rounds: Annotated[int, typer.Option(help="Calibration tasks per device and job.")] = 10,
     out: Annotated[Path | None, typer.Option(help="Output directory (default: <out_dir>/profile).")] = None,
@@ -109,9 +118,10 @@ def profile(
 
     if emulate < 0:
         raise UserError("--emulate must be >= 0")
+    phone_options = _phones(phones, adb, apk)
     run_config = _config(config, port=port) if config is not None else _config(None, port=port, default=default_config(emulate))
     out_dir = out or run_config.out_dir / "profile"
-    profile_run(run_config, _output(out_dir), emulate=emulate, devices=devices or [], rounds=rounds)
+    profile_run(run_config, _output(out_dir), emulate=emulate, devices=devices or [], rounds=rounds, phones=phone_options)
 
 
 @app.command("profile-show", hidden=True)
@@ -221,6 +231,38 @@ def export_program(
     from mjfl.commands.export import export_program as export
 
     export(model, out, input_shape=input_shape, classes=classes, max_batch=max_batch, console=console)
+
+
+AdbOption = Annotated[str | None, typer.Option("--adb", help="The adb server, HOST:PORT (default: adb's own, 127.0.0.1:5037).")]
+
+
+def _phones(phones: bool, adb: str | None, apk: Path | None) -> PhoneOptions | None:
+    from mjfl.android_bridge.phones import PhoneOptions
+
+    if not phones and (adb is not None or apk is not None):
+        raise UserError("--adb and --apk go with --phones")
+    return PhoneOptions(adb=adb, apk=apk) if phones else None
+
+
+@device_app.command("list")
+def devices_list(adb: AdbOption = None) -> None:
+    """The phones attached over adb: model, Android, ABI, cores, RAM, battery, thermal, and the mjfl app."""
+    from mjfl.android_bridge.phones import PhoneOptions
+    from mjfl.commands.devices import list_phones
+
+    list_phones(PhoneOptions(adb=adb), console=console)
+
+
+@device_app.command("prepare")
+def devices_prepare(
+    apk: Annotated[Path | None, typer.Option(help="The app to install (default: android/app/build/outputs/apk/debug/app-debug.apk when built).")] = None,
+    adb: AdbOption = None,
+) -> None:
+    """Install the mjfl app on every attached phone and set it up to train unattended."""
+    from mjfl.android_bridge.phones import PhoneOptions
+    from mjfl.commands.devices import prepare_phones
+
+    prepare_phones(PhoneOptions(adb=adb, apk=apk), console=console)
 
 
 @device_app.command("emulate")

@@ -7,7 +7,9 @@
     │   ├── ProgramError       an exported training program is corrupt or mismatched
     │   ├── FitError           too few or invalid observations to fit a profile
     │   ├── ProfileError       a profile record is invalid
-    │   └── UnknownRunError    no such run in the database
+    │   ├── UnknownRunError    no such run in the database
+    │   └── PhoneError         an attached phone cannot be used: no adb server, no phone,
+    │                          unauthorized, an install that failed (names the phone)
     ├── PeerError              a device's fault: close that device's session, keep running
     │   ├── ProtocolError      a malformed, oversized, out-of-order or unknown message
     │   ├── SessionClosed      sending on a session that has ended
@@ -75,6 +77,10 @@ class ProfileError(UserError, ValueError):
 
 class UnknownRunError(UserError, LookupError):
     """No run with this id in the database (e.g. a mistyped ``--resume`` id)."""
+
+
+class PhoneError(UserError):
+    """An attached phone cannot be used over adb; the message names the phone and what to do."""
 
 
 # -- the device's fault ---------------------------------------------------------

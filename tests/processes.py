@@ -1,6 +1,6 @@
 """Running mjfl as lab staff do: real processes, read back through the run database.
 
-Shared by the tests that start `mjfl testbed run`, `mjfl device emulate` or the
+Shared by the tests that start `mjfl testbed run`, `mjfl devices emulate` or the
 JVM devices as separate processes, each in its own process group (the
 ``processes`` fixture of conftest.py kills them when a test ends, whatever
 happened). Importable as ``processes`` (pytest puts tests/ on the path for

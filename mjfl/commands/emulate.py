@@ -1,4 +1,4 @@
-"""`mjfl device emulate`: emulated devices on this machine for a coordinator anywhere."""
+"""`mjfl devices emulate`: emulated devices on this machine for a coordinator anywhere."""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from mjfl.android_bridge.phones import PhoneOptions
+from mjfl.commands.testbed import attached_phones
 from mjfl.coordinator.config import FleetConfig, JobConfig, RunConfig
 from mjfl.coordinator.driver import Driver, Output
 from mjfl.coordinator.testbed import RemoteDevices
@@ -25,12 +27,20 @@ def default_config(emulate: int) -> RunConfig:
 
 
 def profile_run(
-    config: RunConfig, output: Output, *, emulate: int = 0, devices: Sequence[str] = (), rounds: int = 10
+    config: RunConfig,
+    output: Output,
+    *,
+    emulate: int = 0,
+    devices: Sequence[str] = (),
+    rounds: int = 10,
+    phones: PhoneOptions | None = None,
 ) -> list[DeviceProfile]:
-    """Profile connected (or emulated) devices; writes profiles.json, observations.csv, table and plots."""
+    """Profile connected, attached (``phones``) or emulated devices; writes profiles.json, observations.csv, table and plots."""
     if rounds < 3:
         raise UserError("--rounds must be >= 3 (a fit needs at least 3 observations per device)")
-    fleet = RemoteDevices(config, output, emulate=emulate, only=devices, wanted=emulate or config.testbed.min_devices or 1)
+    attached = attached_phones(phones, output)
+    wanted = None if attached is not None else emulate or config.testbed.min_devices or 1
+    fleet = RemoteDevices(config, output, emulate=emulate, only=devices, wanted=wanted, phones=attached)
     return Driver(config, output).profile(fleet, rounds=rounds)
 
 

@@ -9,12 +9,29 @@ from __future__ import annotations
 
 from typing import Any
 
+from mjfl.android_bridge.phones import PhoneOptions, Phones
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.driver import Driver, Output
 from mjfl.coordinator.testbed import RemoteDevices
 
 
-def testbed_run(config: RunConfig, output: Output, *, emulate: int = 0, resume: bool = False) -> dict[str, Any]:
-    """Run the config's jobs with its scheduler in real time; returns the summary also written."""
-    devices = RemoteDevices(config, output, emulate=emulate)
+def testbed_run(
+    config: RunConfig, output: Output, *, emulate: int = 0, resume: bool = False, phones: PhoneOptions | None = None
+) -> dict[str, Any]:
+    """Run the config's jobs with its scheduler in real time; returns the summary also written.
+
+    With ``phones``, the phones attached over adb train too: checked before
+    anything else (no phone: one line, nothing started), then pointed at the
+    coordinator once it listens.
+    """
+    devices = RemoteDevices(config, output, emulate=emulate, phones=attached_phones(phones, output))
     return Driver(config, output).train([config.scheduler.method], devices, resume=resume)
+
+
+def attached_phones(options: PhoneOptions | None, output: Output) -> Phones | None:
+    """The usable phones attached over adb (PhoneError when none), their logs going to <out>/phones/."""
+    if options is None:
+        return None
+    phones = Phones(options, log_dir=output.out_dir / "phones", say=lambda line: output.console.print(line, highlight=False))
+    phones.attached()
+    return phones

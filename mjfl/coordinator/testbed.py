@@ -1,11 +1,13 @@
 """The testbed's devices: whatever connects to the coordinator's server, on the wall clock.
 
 `mjfl testbed run` and `mjfl profile` train on these: phones and emulated
-devices elsewhere connect to the server (``server.py``, protocol v1), and
-``emulate`` emulated devices this command starts itself join them (the
-embedded default: no phone needed). The fleet is ready once enough devices
-are there; leaving it stops the emulated devices and shuts the server down,
-saying bye to every device.
+devices elsewhere connect to the server (``server.py``, protocol v1),
+attached phones this command points at it over adb join them (``phones``,
+``android_bridge/phones.py``), and so do ``emulate`` emulated devices it
+starts itself (the embedded default: no phone needed). The fleet is ready
+once enough devices are there; leaving it stops the emulated devices, takes
+the phones' port forwards back and shuts the server down, saying bye to
+every device.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, TypeVar
 from rich.console import Console
 
 from mjfl.android_bridge.emulator import run_emulated_fleet
+from mjfl.android_bridge.phones import Phones
 from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.driver import Output, ReadyFleet
@@ -33,11 +36,12 @@ T = TypeVar("T")
 
 
 class RemoteDevices:
-    """Devices over the network, and ``emulate`` emulated ones started here, in real time.
+    """Devices over the network, attached ``phones``, and ``emulate`` emulated ones started here, in real time.
 
     The fleet is ready when ``wanted`` devices are connected (default: the
-    config's ``testbed.min_devices``, else ``emulate``, else the fleet size),
-    or, with ``only``, when exactly those device ids are.
+    config's ``testbed.min_devices``, else the phones prepared plus
+    ``emulate``, else the fleet size), or, with ``only``, when exactly those
+    device ids are.
     """
 
     mode: RunMode = "real"
@@ -51,15 +55,22 @@ class RemoteDevices:
         emulate: int = 0,
         wanted: int | None = None,
         only: Sequence[str] = (),
+        phones: Phones | None = None,
     ) -> None:
         if emulate < 0:
             raise UserError("--emulate must be >= 0")
         self.config = config
         self.output = output
         self.emulate = emulate
+        self.phones = phones
         self.only = [DeviceId(d) for d in only]
-        tb = config.testbed
-        self.wanted = len(self.only) or wanted or tb.min_devices or emulate or config.fleet.size or 1
+        self._wanted = wanted
+        self._phones_ready: list[str] = []
+        self.wanted = self._count(len(phones.serials) if phones is not None else 0)
+
+    def _count(self, phones: int) -> int:
+        tb, fleet = self.config.testbed, self.config.fleet
+        return len(self.only) or self._wanted or tb.min_devices or (self.emulate + phones) or fleet.size or 1
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
@@ -72,10 +83,14 @@ class RemoteDevices:
             max_message_bytes=int(tb.max_message_mb * 2**20), task_timeout=tb.task_timeout_s,
         )
         lab = load_profiles(config.fleet.profiles) if config.fleet.profiles is not None else []
-        async with CoordinatorServer(tb.host, tb.port, settings=settings, profiles=lab) as server:
+        # The phones' serving ends after the server's bye, so they hear it before their port forward goes.
+        async with contextlib.AsyncExitStack() as stack, CoordinatorServer(tb.host, tb.port, settings=settings, profiles=lab) as server:
             impersonated: dict[str, DeviceProfile] = {}
             emulated = None
             try:
+                if self.phones is not None:
+                    self._phones_ready = await stack.enter_async_context(self.phones.serving(server.port))
+                    self.wanted = self._count(len(self._phones_ready))
                 if self.emulate:
                     # Emulated devices impersonate the config's fleet (a profile file,
                     # or the synthetic generator), so rounds are as heterogeneous as
@@ -119,9 +134,15 @@ class RemoteDevices:
                 try:
                     await server.wait_for_devices(self.wanted, timeout=timeout, progress=progress)
                 except RunError as exc:
+                    silent = [p for p in self._phones_ready if p not in server.connected()]
+                    if silent and self.phones is not None:
+                        raise RunError(
+                            f"{exc} on {server.url}; the app was started on {', '.join(silent)} but did not"
+                            f" connect: see {self.phones.log_dir}/ and docs/phones.md, troubleshooting"
+                        ) from None
                     raise RunError(
                         f"{exc} on {server.url}; connect phones or emulated devices"
-                        f" (mjfl device emulate --url {server.url} --count N), start some here with"
+                        f" (mjfl devices emulate --url {server.url} --count N), start some here with"
                         " --emulate N, or wait longer (testbed.wait_timeout_s)"
                     ) from None
                 return

@@ -27,10 +27,11 @@ public final class DeviceMain {
     private DeviceMain() {}
 
     static final String HELP = String.join("\n",
-            "usage: mjfl-device --url ws://HOST:PORT --count N [--id-prefix P] [--token T] [--cache DIR] [--seed S]",
-            "                   [--round-s S] [--verbose]",
+            "usage: mjfl-device --url ws://HOST:PORT (--count N [--id-prefix P] | --id ID) [--token T] [--cache DIR]",
+            "                   [--seed S] [--round-s S] [--verbose]",
             "",
-            "Runs N mjfl devices (protocol v1, docs/protocol.md) in one JVM, with ids P-0 .. P-(N-1).",
+            "Runs N mjfl devices (protocol v1, docs/protocol.md) in one JVM, with ids P-0 .. P-(N-1),",
+            "or one device named ID.",
             "",
             "STAND-IN TRAINER: a plain JVM has no ExecuTorch runtime, so these devices do NOT run the",
             "job's program and do NOT learn. Each task walks the shard for the task's epochs (real,",
@@ -41,6 +42,7 @@ public final class DeviceMain {
             "  --url URL        the coordinator, e.g. ws://127.0.0.1:8765 (required)",
             "  --count N        number of devices (required, >= 1)",
             "  --id-prefix P    device id prefix (default jvm-<hostname>)",
+            "  --id ID          one device with exactly this id, e.g. standing in for a phone's serial",
             "  --token T        credentials for the hello (default empty)",
             "  --cache DIR      artifact cache; each device keeps DIR/<id>/ (default ~/.cache/mjfl/jvm-devices)",
             "  --seed S         seeds the reconnect jitter (default 0)",
@@ -90,7 +92,7 @@ public final class DeviceMain {
 
         List<Device> devices = new ArrayList<>();
         for (int i = 0; i < a.count; i++) {
-            String id = a.prefix + "-" + i;
+            String id = a.id != null ? a.id : a.prefix + "-" + i;
             ArtifactCache cache = new ArtifactCache(a.cache.resolve(dirName(id)));
             devices.add(new Device(DeviceConfig.builder(a.url, id, new StandInTrainer(a.roundS), cache)
                     .token(a.token)
@@ -99,7 +101,8 @@ public final class DeviceMain {
                     .build(), http, timers));
         }
         Logger log = Logger.getLogger("org.mjfl.client");
-        log.info(a.count + " stand-in devices " + a.prefix + "-0.." + (a.count - 1) + " -> " + a.url
+        String ids = a.id != null ? a.id : a.prefix + "-0.." + (a.count - 1);
+        log.info(a.count + " stand-in devices " + ids + " -> " + a.url
                 + " (cache " + a.cache + ")");
 
         List<Thread> threads = new ArrayList<>();
@@ -185,6 +188,7 @@ public final class DeviceMain {
         String url;
         int count;
         String prefix = "jvm-" + JvmFacts.hostname();
+        String id;
         String token = "";
         Path cache = Paths.get(System.getProperty("user.home"), ".cache", "mjfl", "jvm-devices");
         long seed;
@@ -224,6 +228,9 @@ public final class DeviceMain {
                     case "--id-prefix":
                         a.prefix = value;
                         break;
+                    case "--id":
+                        a.id = value;
+                        break;
                     case "--token":
                         a.token = value;
                         break;
@@ -249,6 +256,15 @@ public final class DeviceMain {
             }
             if (a.url == null || !(a.url.startsWith("ws://") || a.url.startsWith("wss://"))) {
                 throw new IllegalArgumentException("--url ws://HOST:PORT is required");
+            }
+            if (a.id != null) {
+                if (a.id.isEmpty() || a.id.length() > 256) {
+                    throw new IllegalArgumentException("--id must be 1 to 256 characters");
+                }
+                if (a.count > 1) {
+                    throw new IllegalArgumentException("--id names one device: leave out --count (or give 1)");
+                }
+                a.count = 1;
             }
             if (a.count < 1) {
                 throw new IllegalArgumentException("--count N (>= 1) is required");

@@ -22,6 +22,9 @@ class DeviceMainTest {
         assertTrue(a.prefix.length() > 0);
         assertTrue(DeviceMain.Args.parse(new String[] {"--help"}).help);
         assertTrue(DeviceMain.Args.parse(new String[] {"--url", "ws://h:1", "--count", "1"}).prefix.startsWith("jvm-"));
+        DeviceMain.Args one = DeviceMain.Args.parse(new String[] {"--url", "ws://h:1", "--id", "28041FDH2004TQ"});
+        assertEquals("28041FDH2004TQ", one.id);
+        assertEquals(1, one.count);
     }
 
     @Test
@@ -32,6 +35,8 @@ class DeviceMainTest {
         assertThrows(IllegalArgumentException.class, () -> DeviceMain.Args.parse(new String[] {"--url", "ws://x", "--count", "two"}));
         assertThrows(IllegalArgumentException.class, () -> DeviceMain.Args.parse(new String[] {"--url", "ws://x", "--bogus", "1"}));
         assertThrows(IllegalArgumentException.class, () -> DeviceMain.Args.parse(new String[] {"--url"}));
+        assertThrows(IllegalArgumentException.class, () -> DeviceMain.Args.parse(new String[] {"--url", "ws://x", "--id", "a", "--count", "2"}));
+        assertThrows(IllegalArgumentException.class, () -> DeviceMain.Args.parse(new String[] {"--url", "ws://x", "--id", ""}));
     }
 
     @Test

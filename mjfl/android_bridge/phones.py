@@ -1,0 +1,236 @@
+"""The attached phones of one run: prepared, pointed at the coordinator, and kept pointed as they come and go.
+
+`mjfl testbed run --phones` and `mjfl profile --phones` use ``Phones``:
+before anything else, ``attached()`` says which phones can be used (or one
+line saying why none can); once the coordinator listens, ``serving(port)``
+prepares each phone (install when asked, ``adb reverse`` of the port, the
+app started with its extras), copies each phone's log into
+``<out>/phones/<serial>.logcat``, and follows hot-plug: a phone plugged in
+later, or back after a cable pull, gets its reverse forward again (adb drops
+it with the connection) and the app started if it is not running. The
+phones then connect like any device; the coordinator schedules them once
+they are welcomed.
+
+The adb calls block (adbutils), so each runs in a thread; the hot-plug and
+logcat streams have threads of their own, ended on exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import threading
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mjfl.android_bridge.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
+from mjfl.errors import PhoneError
+
+log = logging.getLogger(__name__)
+
+# Where `./gradlew :app:assembleDebug` puts the APK (docs/phones.md, section 1).
+BUILT_APK = Path("android/app/build/outputs/apk/debug/app-debug.apk")
+
+
+@dataclass(frozen=True)
+class PhoneOptions:
+    """How a command reaches the phones: the adb server, an APK to install, the app's token."""
+
+    adb: str | None = None  # "HOST:PORT"; default: adb's own (127.0.0.1:5037)
+    apk: Path | None = None  # install it first; default: install nothing
+    token: str = ""
+
+
+def describe(facts: PhoneFacts) -> str:
+    """One line on a phone, e.g. ``Google Pixel 7, Android 14, arm64-v8a, 8 cores, 7628 MB, battery 87% charging``."""
+    parts = [f"{facts.manufacturer} {facts.model}".strip() or "unknown model", f"Android {facts.android or '?'}"]
+    parts += [facts.abi or "unknown ABI", f"{facts.cores or '?'} cores", f"{facts.ram_mb or '?'} MB"]
+    if facts.battery_pct is not None:
+        parts.append(f"battery {facts.battery_pct}%" + (" charging" if facts.charging else ""))
+    if facts.thermal_status:
+        parts.append(f"thermal {facts.thermal}")
+    return ", ".join(parts)
+
+
+def log_name(serial: str) -> str:
+    """A file name for a serial (a Wi-Fi phone's serial is HOST:PORT)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", serial) + ".logcat"
+
+
+def prepare(adb: Adb, serial: str, *, apk: Path | None) -> PhoneFacts:
+    """Install (when ``apk``) and set the phone up to train unattended; returns its facts.
+
+    Beyond the install: the notification permission (Android 13+, so the
+    foreground service shows its state) and the app on the battery
+    optimisation allowlist, so Doze does not cut it off mid-run (both
+    harmless when already done).
+    """
+    if apk is not None:
+        adb.install(serial, apk)
+    facts = adb.facts(serial)
+    if not facts.app_installed:
+        raise PhoneError(
+            f"phone {serial}: the mjfl app is not installed; give --apk PATH"
+            f" (build it: docs/phones.md, section 1; by default {BUILT_APK})"
+        )
+    if facts.sdk is not None and facts.sdk >= 33:
+        adb.shell(serial, ["pm", "grant", APP_PACKAGE, "android.permission.POST_NOTIFICATIONS"])
+    adb.shell(serial, ["dumpsys", "deviceidle", "whitelist", f"+{APP_PACKAGE}"])
+    return facts
+
+
+class Phones:
+    """The phones attached to one adb server, for one run."""
+
+    def __init__(self, options: PhoneOptions, *, log_dir: Path, say: Callable[[str], None]) -> None:
+        self.options = options
+        self.adb = Adb(options.adb)
+        self.log_dir = log_dir
+        self.say = say
+        self.serials: list[str] = []
+        self._states: dict[str, str] = {}
+        self._stop = threading.Event()
+        self._threads: dict[str, threading.Thread] = {}
+
+    def attached(self) -> list[str]:
+        """The usable phones' serials; PhoneError (one line) when there is none.
+
+        Unusable ones (unauthorized, offline) are reported and left out.
+        """
+        phones = self.adb.phones()
+        for phone in phones:
+            if not phone.usable:
+                self.say(phone.problem())
+        self._states = {p.serial: p.state for p in phones}
+        self.serials = [p.serial for p in phones if p.usable]
+        if not self.serials:
+            why = "; ".join(p.problem() for p in phones) or "none is attached"
+            raise PhoneError(
+                f"no phone to use on the adb server at {self.adb.address}: {why}"
+                " (attach one by USB with USB debugging on: docs/phones.md)"
+            )
+        return self.serials
+
+    @contextlib.asynccontextmanager
+    async def serving(self, port: int) -> AsyncIterator[list[str]]:
+        """Point the attached phones at the coordinator on ``port`` while the body runs; yields their serials.
+
+        A phone that cannot be prepared is reported and left out; none at all is a PhoneError.
+        """
+        url = f"ws://127.0.0.1:{port}"
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        results = await asyncio.gather(
+            *(asyncio.to_thread(self._point, s, port, url, self.options.apk) for s in self.serials),
+            return_exceptions=True,
+        )
+        ready = []
+        for serial, result in zip(self.serials, results):
+            if isinstance(result, PhoneError):
+                self.say(str(result))
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                ready.append(serial)
+        if not ready:
+            raise PhoneError(f"none of the {len(self.serials)} attached phones could be prepared (see above)")
+        loop = asyncio.get_running_loop()
+        changes: asyncio.Queue[list[AttachedPhone]] = asyncio.Queue()
+        tracker = threading.Thread(
+            target=self._track, args=(lambda phones: loop.call_soon_threadsafe(changes.put_nowait, phones),),
+            name="adb-track", daemon=True,
+        )
+        tracker.start()
+        follower = asyncio.ensure_future(self._follow(changes, set(ready), port, url))
+        try:
+            yield ready
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+            await asyncio.to_thread(self._close, tracker, port)
+
+    # -- on a phone (worker threads) ------------------------------------------------
+
+    def _point(self, serial: str, port: int, url: str, apk: Path | None) -> PhoneFacts:
+        """Prepare a phone, forward the port to it, start the app, and copy its log."""
+        facts = prepare(self.adb, serial, apk=apk)
+        self.adb.reverse(serial, port)
+        self.adb.launch(serial, url=url, device_id=serial, token=self.options.token)
+        self._capture(serial)
+        self.say(f"phone {serial}: {describe(facts)}; app started for {url} (adb reverse tcp:{port})")
+        return facts
+
+    def _repoint(self, serial: str, port: int, url: str) -> None:
+        """A phone back after a cable pull (or a reboot): forward the port again; start the app if it is not running."""
+        self.adb.reverse(serial, port)
+        running = self.adb.app_running(serial)
+        if not running:
+            self.adb.launch(serial, url=url, device_id=serial, token=self.options.token)
+        self._capture(serial)
+        self.say(f"phone {serial} is back: adb reverse tcp:{port} restored" + ("" if running else ", app started"))
+
+    def _capture(self, serial: str) -> None:
+        """Copy the phone's app log to <out>/phones/<serial>.logcat (appending across reconnects)."""
+        old = self._threads.get(serial)
+        if old is not None and old.is_alive():
+            return
+
+        def copy() -> None:
+            with open(self.log_dir / log_name(serial), "ab") as sink, contextlib.suppress(PhoneError):
+                self.adb.logcat(serial, sink, self._stop)
+
+        thread = threading.Thread(target=copy, name=f"logcat-{serial}", daemon=True)
+        self._threads[serial] = thread
+        thread.start()
+
+    def _track(self, report: Callable[[list[AttachedPhone]], object]) -> None:
+        try:
+            self.adb.track(report, self._stop)
+        except PhoneError as exc:
+            self.say(f"{exc}; phones that leave now are not followed")
+
+    async def _follow(self, changes: asyncio.Queue[list[AttachedPhone]], ready: set[str], port: int, url: str) -> None:
+        """React to hot-plug: new usable phones are pointed, returning ones re-pointed.
+
+        A phone that could not be prepared at the start is tried again only
+        after it left and came back (e.g. replugged once the app is installed).
+        """
+        pointed = set(ready)  # phones the app was started on, this run
+        present = set(self.serials)  # usable phones, as last reported
+        states = dict(self._states)  # problems already said stay unsaid until the state changes
+        while True:
+            phones = await changes.get()
+            for phone in phones:
+                if states.get(phone.serial) != phone.state and not phone.usable:
+                    self.say(phone.problem())
+            states = {p.serial: p.state for p in phones}
+            usable = {p.serial for p in phones if p.usable}
+            for serial in sorted(present - usable):
+                self.say(f"phone {serial} left (unplugged or offline); its port forward is restored when it returns")
+            for serial in sorted(usable - present):
+                try:
+                    if serial in pointed:
+                        await asyncio.to_thread(self._repoint, serial, port, url)
+                    else:
+                        await asyncio.to_thread(self._point, serial, port, url, self.options.apk)
+                        pointed.add(serial)
+                except PhoneError as exc:
+                    self.say(str(exc))
+            present = usable
+
+    def _close(self, tracker: threading.Thread, port: int) -> None:
+        """End tracking and log copies; take the port's reverse forward back from phones still here."""
+        self._stop.set()
+        self.adb.interrupt()
+        self.adb.close_streams()
+        tracker.join(5)
+        for thread in self._threads.values():
+            thread.join(5)
+        with contextlib.suppress(PhoneError):
+            for phone in self.adb.phones():
+                if phone.usable:
+                    with contextlib.suppress(PhoneError):
+                        self.adb.unreverse(phone.serial, port)

@@ -1,0 +1,354 @@
+"""A stand-in adb server on loopback, for testing the adb bridge without phones.
+
+There is no phone (and no adb server with one) on a test machine, so this
+plays both: it speaks the adb server's real host protocol over TCP (a
+command is 4 hex digits of length then the text; the answer OKAY or FAIL
+plus a 4-hex-digit length block; ``host:track-devices`` a block per change;
+``host:tport:serial:`` switching the connection to a phone's services;
+``shell:``, ``reverse:`` and the ``sync:`` file protocol), and each phone
+answers its shell commands with the outputs in ``phones/<name>/`` (in the
+formats real phones print; see that folder's README).
+
+Every command is kept in ``transcript`` as (serial or None, command), so a
+test asserts what the bridge sent. Unplugging a phone does what a cable pull
+does: it leaves the lists, its open streams end, its reverse forwards go; the
+app on it keeps running unless the phone rebooted.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+PHONES = Path(__file__).parent / "phones"
+APP = "org.mjfl.app"
+# Files the recorded outputs come from, by the shell command that prints them.
+RECORDED = {
+    "getprop": "getprop.txt",
+    "cat /proc/meminfo": "meminfo.txt",
+    "cat /sys/devices/system/cpu/possible": "cpu_possible.txt",
+    "dumpsys battery": "battery.txt",
+    "dumpsys thermalservice": "thermalservice.txt",
+}
+
+
+@dataclass
+class FakePhone:
+    """One phone: its recorded outputs and the state mjfl changes on it."""
+
+    serial: str
+    outputs: dict[str, str]
+    state: str = "device"
+    installed: bool = False
+    app_pid: int | None = None
+    extras: dict[str, str] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+    pushed: list[tuple[str, bytes]] = field(default_factory=list)  # every file received, in order
+    reverses: set[str] = field(default_factory=set)
+    logcat: bytes = b""
+    install_failure: str | None = None  # e.g. INSTALL_FAILED_INSUFFICIENT_STORAGE
+
+    @classmethod
+    def recorded(cls, name: str, serial: str, **kwargs: Any) -> FakePhone:
+        folder = PHONES / name
+        outputs = {cmd: (folder / file).read_text() for cmd, file in RECORDED.items() if (folder / file).exists()}
+        log = folder / "logcat.txt"
+        return cls(serial, outputs, logcat=log.read_bytes() if log.exists() else b"", **kwargs)
+
+
+class FakeAdbServer:
+    """The adb server's host protocol on 127.0.0.1 (a free port), with ``phones`` attached."""
+
+    def __init__(
+        self,
+        phones: Sequence[FakePhone] = (),
+        *,
+        on_launch: Callable[[FakePhone], None] | None = None,
+        on_stop: Callable[[FakePhone], None] | None = None,
+    ) -> None:
+        """``on_launch(phone)`` runs when ``am start`` starts the app (not when it already runs),
+        ``on_stop(phone)`` when a reboot ends it: a test plays the app's process with them."""
+        self.phones: dict[str, FakePhone] = {p.serial: p for p in phones}
+        self.on_launch, self.on_stop = on_launch, on_stop
+        self.transcript: list[tuple[str | None, str]] = []
+        self._changed = threading.Condition()
+        self._lists: list[str] = []  # the phone list after each change
+        self._streams: dict[str, list[socket.socket]] = {}
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self.address = f"127.0.0.1:{self.port}"
+        self._closed = False
+        self._threads: list[threading.Thread] = []
+        self._accept = threading.Thread(target=self._serve, name="fake-adb", daemon=True)
+        self._accept.start()
+
+    # -- what a test does -------------------------------------------------------
+
+    def plug(self, phone: FakePhone) -> None:
+        with self._changed:
+            self.phones[phone.serial] = phone
+            self._bump()
+
+    def unplug(self, serial: str, *, reboot: bool = False) -> FakePhone:
+        """A cable pull: the phone leaves, its streams end, its reverse forwards go."""
+        with self._changed:
+            phone = self.phones.pop(serial)
+            phone.reverses.clear()
+            stopped = reboot and phone.app_pid is not None
+            if reboot:
+                phone.app_pid = None
+            for s in self._streams.pop(serial, []):
+                _shut(s)
+            self._bump()
+        if stopped and self.on_stop is not None:
+            self.on_stop(phone)
+        return phone
+
+    def set_state(self, serial: str, state: str) -> None:
+        with self._changed:
+            self.phones[serial].state = state
+            self._bump()
+
+    def commands(self, serial: str | None) -> list[str]:
+        with self._changed:
+            return [c for s, c in self.transcript if s == serial]
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 20.0) -> None:
+        """Until ``predicate()`` holds (checked after every command and change)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out; transcript: {self.transcript}")
+                self._changed.wait(left)
+
+    def close(self) -> None:
+        self._closed = True
+        _shut(self._sock)
+        with self._changed:
+            for streams in self._streams.values():
+                for s in streams:
+                    _shut(s)
+            self._bump()
+        for t in [self._accept, *self._threads]:
+            t.join(5)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the protocol -------------------------------------------------------------
+
+    def _bump(self) -> None:
+        listing = self._listing()
+        if not self._lists or self._lists[-1] != listing:
+            self._lists.append(listing)  # every list in turn, as adb reports each change
+        self._changed.notify_all()
+
+    def _serve(self) -> None:
+        while not self._closed:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            t = threading.Thread(target=self._connection, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _record(self, serial: str | None, command: str) -> None:
+        with self._changed:
+            self.transcript.append((serial, command))
+            self._bump()
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                self._host(conn)
+            except (OSError, EOFError):
+                pass
+
+    def _host(self, conn: socket.socket) -> None:
+        command = _read_command(conn)
+        self._record(None, command)
+        if command == "host:version":
+            conn.sendall(b"OKAY" + _block("0029"))
+        elif command in ("host:devices", "host:devices-l"):
+            conn.sendall(b"OKAY" + _block(self._listing()))
+        elif command == "host:track-devices":
+            self._track(conn)
+        elif command.startswith(("host:tport:serial:", "host:transport:")):
+            serial = command.rsplit(":", 1)[1]
+            phone = self.phones.get(serial)
+            if phone is None or phone.state != "device":
+                why = f"device '{serial}' not found" if phone is None else f"device {phone.state}"
+                conn.sendall(b"FAIL" + _block(why))
+                return
+            conn.sendall(b"OKAY" + (struct.pack("<Q", 1) if command.startswith("host:tport") else b""))
+            self._service(conn, phone, _read_command(conn))
+        else:
+            conn.sendall(b"FAIL" + _block(f"unknown host service '{command}'"))
+
+    def _listing(self) -> str:
+        with self._changed:
+            return "".join(f"{p.serial}\t{p.state}\n" for p in self.phones.values())
+
+    def _track(self, conn: socket.socket) -> None:
+        with self._changed:
+            conn.sendall(b"OKAY" + _block(self._listing()))
+            sent = len(self._lists)
+        while not self._closed:
+            with self._changed:
+                while sent == len(self._lists) and not self._closed:
+                    self._changed.wait()
+                news, sent = self._lists[sent:], len(self._lists)
+            for listing in news:  # a block per change
+                conn.sendall(_block(listing))
+
+    def _service(self, conn: socket.socket, phone: FakePhone, command: str) -> None:
+        if command.startswith("shell:logcat"):
+            self._logcat(conn, phone, command)
+            return
+        self._record(phone.serial, command)
+        if command.startswith("shell:"):
+            self._shell(conn, phone, command.removeprefix("shell:"))
+        elif command.startswith("reverse:forward:"):
+            spec = command.removeprefix("reverse:forward:")
+            with self._changed:
+                phone.reverses.add(spec.split(";")[0])
+                self._bump()
+            conn.sendall(b"OKAY" + b"OKAY")
+        elif command.startswith("reverse:killforward:"):
+            remote = command.removeprefix("reverse:killforward:")
+            if remote in phone.reverses:
+                phone.reverses.discard(remote)
+                conn.sendall(b"OKAY" + b"OKAY")
+            else:
+                conn.sendall(b"OKAY" + b"FAIL" + _block(f"listener '{remote}' not found"))
+        elif command == "sync:":
+            conn.sendall(b"OKAY")
+            self._sync(conn, phone)
+        else:
+            conn.sendall(b"FAIL" + _block(f"unknown service '{command}'"))
+
+    def _shell(self, conn: socket.socket, phone: FakePhone, line: str) -> None:
+        conn.sendall(b"OKAY" + self._run(phone, shlex.split(line)).encode())
+        conn.shutdown(socket.SHUT_WR)
+
+    def _logcat(self, conn: socket.socket, phone: FakePhone, command: str) -> None:
+        """The phone's log lines, then an open stream until the bridge or an unplug ends it."""
+        with self._changed:  # an unplug from now on ends it
+            self._streams.setdefault(phone.serial, []).append(conn)
+        conn.sendall(b"OKAY" + phone.logcat)
+        self._record(phone.serial, command)  # once seen, its lines are on their way
+        while conn.recv(4096):
+            pass
+
+    def _run(self, phone: FakePhone, args: list[str]) -> str:
+        """What the phone prints for a command (the state-changing ones act on the phone)."""
+        line = " ".join(args)
+        if args[:2] == ["pm", "path"]:
+            return f"package:/data/app/~~x/{APP}-1/base.apk\n" if phone.installed and args[2] == APP else ""
+        if args[:2] == ["pm", "install"]:
+            if args[-1] not in phone.files:
+                return f"Failure [INSTALL_FAILED_INVALID_URI: {args[-1]}]\n"
+            if phone.install_failure:
+                return f"Failure [{phone.install_failure}]\n"
+            phone.installed = True
+            return "Performing Streamed Install\nSuccess\n"
+        if args[:2] == ["rm", "-f"]:
+            phone.files.pop(args[2], None)
+            return ""
+        if args[:2] == ["am", "start"]:
+            if not phone.installed:
+                return f"Error: Activity class {{{APP}/{APP}.MainActivity}} does not exist.\n"
+            with self._changed:
+                phone.extras = _extras(args[4:])
+                started = phone.app_pid is None
+                phone.app_pid = phone.app_pid or 4242
+                self._bump()
+            if started and self.on_launch is not None:
+                self.on_launch(phone)
+            return f"Starting: Intent {{ cmp={APP}/.MainActivity (has extras) }}\n"
+        if args[:1] == ["pidof"]:
+            return f"{phone.app_pid}\n" if phone.app_pid and args[1] == APP else ""
+        if line in phone.outputs:
+            return phone.outputs[line]
+        if args[:1] == ["dumpsys"]:
+            return f"Can't find service: {args[1]}\n"
+        return f"/system/bin/sh: {args[0]}: inaccessible or not found\n"
+
+    def _sync(self, conn: socket.socket, phone: FakePhone) -> None:
+        """adb's file protocol: (id, little-endian length, data) requests."""
+        while True:
+            request, size = _read_exact(conn, 4).decode(), struct.unpack("<I", _read_exact(conn, 4))[0]
+            if request == "QUIT":
+                return
+            path = _read_exact(conn, size).decode()
+            self._record(phone.serial, f"sync:{request} {path}")
+            if request == "STAT":
+                data = phone.files.get(path)
+                conn.sendall(b"STAT" + struct.pack("<III", 0o100644 if data is not None else 0, len(data or b""), 0))
+            elif request == "SEND":
+                name = path.rsplit(",", 1)[0]
+                chunks = []
+                while True:
+                    kind, n = _read_exact(conn, 4), struct.unpack("<I", _read_exact(conn, 4))[0]
+                    if kind == b"DONE":
+                        break
+                    assert kind == b"DATA" and n <= 64 * 1024, (kind, n)
+                    chunks.append(_read_exact(conn, n))
+                phone.files[name] = b"".join(chunks)
+                phone.pushed.append((name, phone.files[name]))
+                conn.sendall(b"OKAY" + struct.pack("<I", 0))
+                return  # adbutils closes after one SEND
+            else:
+                conn.sendall(b"FAIL" + struct.pack("<I", 7) + b"unknown")
+                return
+
+
+def _extras(args: list[str]) -> dict[str, str]:
+    """``--es KEY VALUE`` pairs of an ``am start`` line."""
+    out, i = {}, 0
+    while i < len(args):
+        if args[i] == "--es":
+            out[args[i + 1]] = args[i + 2]
+            i += 3
+        else:
+            i += 1
+    return out
+
+
+def _block(text: str) -> bytes:
+    data = text.encode()
+    return f"{len(data):04x}".encode() + data
+
+
+def _read_exact(conn: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            raise EOFError
+        data += chunk
+    return data
+
+
+def _read_command(conn: socket.socket) -> str:
+    return _read_exact(conn, int(_read_exact(conn, 4), 16)).decode()
+
+
+def _shut(s: socket.socket) -> None:
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass

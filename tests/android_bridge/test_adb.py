@@ -1,0 +1,318 @@
+"""The adb bridge against a stand-in adb server (``fake_adb.py``): no phone can be attached here.
+
+The stand-in speaks the adb server's real host protocol over TCP and replays
+what phones print (``phones/``); every test asserts the commands the bridge
+sent, as the server received them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mjfl.android_bridge.adb import (
+    APP_ACTIVITY,
+    Adb,
+    AttachedPhone,
+    facts_from,
+    parse_battery,
+    parse_cpu_list,
+    parse_getprop,
+    parse_meminfo,
+    parse_thermal,
+)
+from mjfl.android_bridge.phones import PhoneOptions, Phones, log_name
+from mjfl.errors import PhoneError
+
+from fake_adb import PHONES, FakeAdbServer, FakePhone
+
+PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"
+FACTS_COMMANDS = [
+    "shell:getprop",
+    "shell:cat /proc/meminfo",
+    "shell:cat /sys/devices/system/cpu/possible",
+    "shell:dumpsys battery",
+    "shell:dumpsys thermalservice",
+    "shell:pm path org.mjfl.app",
+]
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def phones(**installed: bool) -> list[FakePhone]:
+    return [
+        FakePhone.recorded("pixel7", PIXEL, installed=installed.get("pixel", True)),
+        FakePhone.recorded("galaxy-a52", GALAXY, installed=installed.get("galaxy", True)),
+        FakePhone.recorded("moto-g7", MOTO, installed=installed.get("moto", True)),
+    ]
+
+
+@pytest.fixture
+def server():
+    with FakeAdbServer(phones()) as s:
+        yield s
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- what phones print ----------------------------------------------------------
+
+
+def test_the_recorded_phones_parse_to_their_facts() -> None:
+    def facts(name: str):
+        folder = PHONES / name
+        read = lambda f: (folder / f).read_text() if (folder / f).exists() else "Can't find service: thermalservice\n"  # noqa: E731
+        return facts_from(name, parse_getprop(read("getprop.txt")), read("meminfo.txt"), read("cpu_possible.txt"),
+                          read("battery.txt"), read("thermalservice.txt"), "")
+
+    pixel, galaxy, moto = facts("pixel7"), facts("galaxy-a52"), facts("moto-g7")
+    assert (pixel.model, pixel.android, pixel.sdk, pixel.abi) == ("Pixel 7", "14", 34, "arm64-v8a")
+    assert (pixel.ram_mb, pixel.cores, pixel.battery_pct, pixel.charging, pixel.thermal) == (7628, 8, 87, True, "none")
+    assert (galaxy.manufacturer, galaxy.battery_pct, galaxy.charging, galaxy.thermal) == ("samsung", 46, False, "light")
+    # Android 9 has no thermal service; its CPU list comes in two ranges.
+    assert (moto.thermal_status, moto.thermal, moto.cores, moto.charging) == (None, "unknown", 8, True)
+    assert not pixel.app_installed
+
+
+def test_parsers_say_none_rather_than_guess() -> None:
+    assert parse_getprop("[a.b]: [x y]\nnot a prop\n[c]: []\n") == {"a.b": "x y", "c": ""}
+    assert parse_meminfo("MemFree: 12 kB\n") is None
+    assert parse_cpu_list("") is None and parse_cpu_list("0-x") is None and parse_cpu_list("0") == 1
+    assert parse_battery("level: 5\nscale: 10\nUSB powered: false\n") == (50, False)
+    assert parse_battery("nothing\n") == (None, None)
+    assert parse_thermal("Can't find service: thermalservice\n") is None
+
+
+@given(st.lists(st.tuples(st.integers(0, 500), st.integers(0, 64)), min_size=1, max_size=6))
+def test_a_cpu_list_counts_every_cpu_it_names(ranges: list[tuple[int, int]]) -> None:
+    text = ",".join(f"{a}-{a + n}" if n else str(a) for a, n in ranges)
+    assert parse_cpu_list(text + "\n") == sum(n + 1 for _, n in ranges)
+
+
+# -- the adb server ---------------------------------------------------------------
+
+
+def test_no_adb_server_is_one_clear_error() -> None:
+    port = closed_port()
+    with pytest.raises(PhoneError, match=f"no adb server at 127.0.0.1:{port}: .*adb start-server"):
+        Adb(f"127.0.0.1:{port}").phones()
+    with pytest.raises(PhoneError, match="--adb nowhere: expected HOST:PORT"):
+        Adb("nowhere")
+
+
+def test_phones_are_listed_with_their_states_and_what_to_do(server: FakeAdbServer) -> None:
+    server.set_state(MOTO, "unauthorized")
+    listed = Adb(server.address).phones()
+    assert listed == [AttachedPhone(PIXEL, "device"), AttachedPhone(GALAXY, "device"), AttachedPhone(MOTO, "unauthorized")]
+    assert "accept the 'Allow USB debugging' prompt" in listed[2].problem() and listed[0].problem() == ""
+    assert server.commands(None) == ["host:devices"]
+
+
+def test_facts_come_from_six_commands_on_that_phone(server: FakeAdbServer) -> None:
+    facts = Adb(server.address).facts(GALAXY)
+    assert (facts.model, facts.cores, facts.ram_mb, facts.thermal, facts.app_installed) == ("SM-A525F", 8, 5574, "light", True)
+    assert server.commands(GALAXY) == FACTS_COMMANDS
+    assert server.commands(PIXEL) == [] and server.commands(MOTO) == []
+    # Each phone command travels on a connection switched to that phone.
+    assert set(server.commands(None)) == {"host:version", f"host:tport:serial:{GALAXY}"}
+
+
+def test_a_phone_not_attached_is_named(server: FakeAdbServer) -> None:
+    with pytest.raises(PhoneError, match="phone NOPE: getprop: it is not attached"):
+        Adb(server.address).facts("NOPE")
+
+
+def test_reverse_forwards_the_port_and_reads_both_answers(server: FakeAdbServer) -> None:
+    adb = Adb(server.address)
+    adb.reverse(PIXEL, 8765)
+    assert server.phones[PIXEL].reverses == {"tcp:8765"}
+    adb.unreverse(PIXEL, 8765)
+    assert server.phones[PIXEL].reverses == set()
+    # The second answer is the forward's own: a FAIL there is an error, not a success.
+    with pytest.raises(PhoneError, match=f"phone {PIXEL}: adb reverse --remove tcp:8765: listener 'tcp:8765' not found"):
+        adb.unreverse(PIXEL, 8765)
+    assert server.commands(PIXEL) == [
+        "reverse:forward:tcp:8765;tcp:8765", "reverse:killforward:tcp:8765", "reverse:killforward:tcp:8765",
+    ]  # fmt: skip
+
+
+def test_install_pushes_the_apk_intact_installs_it_and_cleans_up(server: FakeAdbServer, tmp_path: Path) -> None:
+    apk = tmp_path / "app-debug.apk"
+    apk.write_bytes(bytes(range(256)) * 700)  # 175 KiB: several DATA chunks
+    server.phones[PIXEL].installed = False
+    Adb(server.address).install(PIXEL, apk)
+    phone = server.phones[PIXEL]
+    assert phone.pushed == [("/data/local/tmp/mjfl-app.apk", apk.read_bytes())]
+    assert phone.installed and phone.files == {}
+    assert server.commands(PIXEL) == [
+        "sync:", "sync:STAT /data/local/tmp/mjfl-app.apk",
+        "sync:", "sync:SEND /data/local/tmp/mjfl-app.apk,33188",
+        "shell:pm install -r -t /data/local/tmp/mjfl-app.apk",
+        "shell:rm -f /data/local/tmp/mjfl-app.apk",
+    ]  # fmt: skip
+
+
+def test_a_failed_install_names_the_phone_and_the_reason_and_still_cleans_up(server: FakeAdbServer, tmp_path: Path) -> None:
+    apk = tmp_path / "app.apk"
+    apk.write_bytes(b"PK\x03\x04")
+    server.phones[GALAXY].install_failure = "INSTALL_FAILED_INSUFFICIENT_STORAGE"
+    with pytest.raises(PhoneError, match=f"phone {GALAXY}: installing .*app.apk failed: INSTALL_FAILED_INSUFFICIENT_STORAGE"):
+        Adb(server.address).install(GALAXY, apk)
+    assert server.commands(GALAXY)[-1] == "shell:rm -f /data/local/tmp/mjfl-app.apk"
+    with pytest.raises(PhoneError, match="missing.apk: no such APK"):
+        Adb(server.address).install(GALAXY, tmp_path / "missing.apk")
+
+
+def test_launch_passes_the_extras_through_the_phones_shell(server: FakeAdbServer) -> None:
+    adb = Adb(server.address)
+    token = "s3cret with spaces; 'quotes' $HOME"
+    adb.launch(PIXEL, url="ws://127.0.0.1:8765", device_id=PIXEL, token=token)
+    assert server.phones[PIXEL].extras == {"url": "ws://127.0.0.1:8765", "device_id": PIXEL, "token": token}
+    assert server.commands(PIXEL)[0].startswith(f"shell:am start -n {APP_ACTIVITY} --es url ws://127.0.0.1:8765")
+    assert adb.app_running(PIXEL) and not adb.app_running(GALAXY)
+    server.phones[GALAXY].installed = False
+    with pytest.raises(PhoneError, match=f"phone {GALAXY}: starting the app failed: Error: Activity class"):
+        adb.launch(GALAXY, url="ws://127.0.0.1:8765", device_id=GALAXY)
+
+
+def test_logcat_is_copied_until_the_phone_is_unplugged(server: FakeAdbServer) -> None:
+    adb, sink, stop = Adb(server.address), io.BytesIO(), threading.Event()
+    copier = threading.Thread(target=adb.logcat, args=(PIXEL, sink, stop))
+    copier.start()
+    server.wait_for(lambda: any(c.startswith("shell:logcat") for c in server.commands(PIXEL)))
+    server.unplug(PIXEL)
+    copier.join(10)
+    assert not copier.is_alive()
+    assert sink.getvalue() == server_phone_log("pixel7")
+    assert server.commands(PIXEL) == ["shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'"]
+
+
+def server_phone_log(name: str) -> bytes:
+    return (PHONES / name / "logcat.txt").read_bytes()
+
+
+def test_tracking_reports_every_plug_and_unplug(server: FakeAdbServer) -> None:
+    adb, stop = Adb(server.address), threading.Event()
+    seen: list[list[str]] = []
+    changed = threading.Condition()
+
+    def report(listed: list[AttachedPhone]) -> None:
+        with changed:
+            seen.append([f"{p.serial}:{p.state}" for p in listed])
+            changed.notify_all()
+
+    def until(n: int) -> None:
+        with changed:
+            assert changed.wait_for(lambda: len(seen) >= n, 10), seen
+
+    tracker = threading.Thread(target=adb.track, args=(report, stop))
+    tracker.start()
+    until(1)
+    pixel = server.unplug(PIXEL)
+    until(2)
+    server.plug(pixel)
+    until(3)
+    stop.set()
+    adb.interrupt()
+    tracker.join(10)
+    assert not tracker.is_alive()
+    everyone = [f"{PIXEL}:device", f"{GALAXY}:device", f"{MOTO}:device"]
+    assert seen == [everyone, everyone[1:], everyone[1:] + everyone[:1]]
+    assert server.commands(None) == ["host:track-devices"]
+
+
+# -- a run's phones ---------------------------------------------------------------
+
+
+class Said(list[str]):
+    def __call__(self, line: str) -> None:
+        self.append(line)
+
+
+def test_no_usable_phone_is_one_line_naming_why(tmp_path: Path) -> None:
+    with FakeAdbServer() as empty:
+        with pytest.raises(PhoneError, match=f"no phone to use on the adb server at {empty.address}: none is attached"):
+            Phones(PhoneOptions(adb=empty.address), log_dir=tmp_path, say=Said()).attached()
+    with FakeAdbServer([FakePhone.recorded("pixel7", PIXEL, state="unauthorized")]) as locked:
+        with pytest.raises(PhoneError, match=f"phone {PIXEL} is unauthorized: unlock it"):
+            Phones(PhoneOptions(adb=locked.address), log_dir=tmp_path, say=Said()).attached()
+
+
+async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through_hot_plug(tmp_path: Path) -> None:
+    server = FakeAdbServer(phones(moto=False))
+    server.set_state(GALAXY, "unauthorized")
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address, token="t"), log_dir=tmp_path / "phones", say=said)
+    try:
+        assert run.attached() == [PIXEL, MOTO]
+        async with run.serving(8765) as ready:
+            # The moto has no app (and no --apk): reported and left out; the pixel is pointed.
+            assert ready == [PIXEL]
+            assert any(f"phone {MOTO}: the mjfl app is not installed; give --apk PATH" in line for line in said)
+            pixel = server.phones[PIXEL]
+            assert pixel.reverses == {"tcp:8765"}
+            assert pixel.extras == {"url": "ws://127.0.0.1:8765", "device_id": PIXEL, "token": "t"}
+            # Its log is copied to <out>/phones/.
+            log = tmp_path / "phones" / log_name(PIXEL)
+            await wait(lambda: log.exists() and log.read_bytes() == server_phone_log("pixel7"))
+            assert server.commands(PIXEL)[:6] == FACTS_COMMANDS
+            assert server.commands(PIXEL)[6:] == [
+                "shell:pm grant org.mjfl.app android.permission.POST_NOTIFICATIONS",
+                "shell:dumpsys deviceidle whitelist +org.mjfl.app",
+                "reverse:forward:tcp:8765;tcp:8765",
+                "shell:am start -n org.mjfl.app/.MainActivity --es url ws://127.0.0.1:8765"
+                f" --es device_id {PIXEL} --es token t",
+                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+            ]
+
+            # A cable pull: the forward goes with the connection; back, it is restored,
+            # and the app, still running, is not started again.
+            before = len(server.commands(PIXEL))
+            server.plug(server.unplug(PIXEL))
+            await wait(lambda: any("is back" in line for line in said) and len(server.commands(PIXEL)) == before + 3)
+            assert server.commands(PIXEL)[before:] == [
+                "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
+                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+            ]  # fmt: skip
+            assert pixel.reverses == {"tcp:8765"}
+            # A reboot: the app is gone too, so it is started again.
+            before = len(server.commands(PIXEL))
+            server.plug(server.unplug(PIXEL, reboot=True))
+            await wait(lambda: sum("is back" in line for line in said) == 2 and len(server.commands(PIXEL)) == before + 4)
+            assert [c.split(" --es")[0] for c in server.commands(PIXEL)[before:]] == [
+                "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
+                "shell:am start -n org.mjfl.app/.MainActivity",
+                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+            ]  # fmt: skip
+            # The galaxy is authorized during the run: it is prepared and pointed like the first.
+            server.set_state(GALAXY, "device")
+            await wait(lambda: any(f"phone {GALAXY}: samsung SM-A525F, Android 12" in line for line in said))
+            assert server.phones[GALAXY].reverses == {"tcp:8765"} and server.phones[GALAXY].app_pid is not None
+            # Each problem was said once, not at every change of the list.
+            assert sum(f"phone {MOTO}: the mjfl app is not installed" in line for line in said) == 1
+            assert sum(f"phone {GALAXY} is unauthorized" in line for line in said) == 1
+        # Leaving takes the forwards back; nothing more is read from the phones.
+        assert server.phones[PIXEL].reverses == set() and server.phones[GALAXY].reverses == set()
+        assert server.commands(PIXEL)[-1] == "reverse:killforward:tcp:8765"
+    finally:
+        server.close()
+
+
+async def wait(predicate, timeout: float = 20.0) -> None:
+    """Until ``predicate()`` holds, checking as the event loop turns (the bridge works in threads)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.02)

@@ -52,7 +52,7 @@ def list_phones(options: PhoneOptions, *, console: Console) -> dict[str, PhoneFa
     for phone in phones:
         f = facts.get(phone.serial)
         if isinstance(f, PhoneFacts):
-            battery = "?" if f.battery_pct is None else f"{f.battery_pct}%" + (" +" if f.charging else "")
+            battery = "?" if f.battery_pct is None else f"{f.battery_pct}%" + (", charging" if f.charging else "")
             table.add_row(
                 f.serial, phone.state, f"{f.manufacturer} {f.model}".strip(),
                 f"{f.android} (SDK {f.sdk})" if f.sdk else f.android or "?", f.abi or "?",

@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from fake_adb import PHONES, FakeAdbServer, FakePhone
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,8 +31,6 @@ from mjfl.android_bridge.adb import (
 )
 from mjfl.android_bridge.phones import PhoneOptions, Phones, log_name
 from mjfl.errors import PhoneError
-
-from fake_adb import PHONES, FakeAdbServer, FakePhone
 
 PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"
 FACTS_COMMANDS = [
@@ -72,7 +71,7 @@ def closed_port() -> int:
 def test_the_recorded_phones_parse_to_their_facts() -> None:
     def facts(name: str):
         folder = PHONES / name
-        read = lambda f: (folder / f).read_text() if (folder / f).exists() else "Can't find service: thermalservice\n"  # noqa: E731
+        read = lambda f: (folder / f).read_text() if (folder / f).exists() else "Can't find service: thermalservice\n"
         return facts_from(name, parse_getprop(read("getprop.txt")), read("meminfo.txt"), read("cpu_possible.txt"),
                           read("battery.txt"), read("thermalservice.txt"), "")
 
@@ -241,12 +240,13 @@ class Said(list[str]):
 
 
 def test_no_usable_phone_is_one_line_naming_why(tmp_path: Path) -> None:
-    with FakeAdbServer() as empty:
-        with pytest.raises(PhoneError, match=f"no phone to use on the adb server at {empty.address}: none is attached"):
-            Phones(PhoneOptions(adb=empty.address), log_dir=tmp_path, say=Said()).attached()
-    with FakeAdbServer([FakePhone.recorded("pixel7", PIXEL, state="unauthorized")]) as locked:
-        with pytest.raises(PhoneError, match=f"phone {PIXEL} is unauthorized: unlock it"):
-            Phones(PhoneOptions(adb=locked.address), log_dir=tmp_path, say=Said()).attached()
+    with FakeAdbServer() as empty, pytest.raises(
+        PhoneError, match=f"no phone to use on the adb server at {empty.address}: none is attached"
+    ):
+        Phones(PhoneOptions(adb=empty.address), log_dir=tmp_path, say=Said()).attached()
+    locked_phone = FakePhone.recorded("pixel7", PIXEL, state="unauthorized")
+    with FakeAdbServer([locked_phone]) as locked, pytest.raises(PhoneError, match=f"phone {PIXEL} is unauthorized: unlock it"):
+        Phones(PhoneOptions(adb=locked.address), log_dir=tmp_path, say=Said()).attached()
 
 
 async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through_hot_plug(tmp_path: Path) -> None:
@@ -271,8 +271,10 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
                 "shell:pm grant org.mjfl.app android.permission.POST_NOTIFICATIONS",
                 "shell:dumpsys deviceidle whitelist +org.mjfl.app",
                 "reverse:forward:tcp:8765;tcp:8765",
-                "shell:am start -n org.mjfl.app/.MainActivity --es url ws://127.0.0.1:8765"
-                f" --es device_id {PIXEL} --es token t",
+                (
+                    "shell:am start -n org.mjfl.app/.MainActivity --es url ws://127.0.0.1:8765"
+                    f" --es device_id {PIXEL} --es token t"
+                ),
                 "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
             ]
 

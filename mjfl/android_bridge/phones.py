@@ -101,9 +101,6 @@ class Phones:
         Unusable ones (unauthorized, offline) are reported and left out.
         """
         phones = self.adb.phones()
-        for phone in phones:
-            if not phone.usable:
-                self.say(phone.problem())
         self._states = {p.serial: p.state for p in phones}
         self.serials = [p.serial for p in phones if p.usable]
         if not self.serials:
@@ -112,6 +109,9 @@ class Phones:
                 f"no phone to use on the adb server at {self.adb.address}: {why}"
                 " (attach one by USB with USB debugging on: docs/phones.md)"
             )
+        for phone in phones:
+            if not phone.usable:
+                self.say(phone.problem())
         return self.serials
 
     @contextlib.asynccontextmanager

@@ -73,7 +73,8 @@ class FakeAdbServer:
         on_launch: Callable[[FakePhone], None] | None = None,
         on_stop: Callable[[FakePhone], None] | None = None,
     ) -> None:
-        """``on_launch(phone)`` runs when ``am start`` starts the app (not when it already runs),
+        """``on_launch(phone)`` runs when ``am start`` starts the app or gives the running app new
+        extras (the app then points its session anew; the same extras again change nothing),
         ``on_stop(phone)`` when a reboot ends it: a test plays the app's process with them."""
         self.phones: dict[str, FakePhone] = {p.serial: p for p in phones}
         self.on_launch, self.on_stop = on_launch, on_stop
@@ -272,8 +273,10 @@ class FakeAdbServer:
             if not phone.installed:
                 return f"Error: Activity class {{{APP}/{APP}.MainActivity}} does not exist.\n"
             with self._changed:
-                phone.extras = _extras(args[4:])
-                started = phone.app_pid is None
+                extras = _extras(args[4:])
+                # Like the app: a new start, or new extras, (re)starts its session.
+                started = phone.app_pid is None or extras != phone.extras
+                phone.extras = extras
                 phone.app_pid = phone.app_pid or 4242
                 self._bump()
             if started and self.on_launch is not None:

@@ -265,7 +265,7 @@ async def _outcome(coro):
 async def test_the_device_emulate_command_runs_devices_until_ctrl_c():
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
         command = [
-            sys.executable, "-m", "mjfl.cli", "device", "emulate", "--url", server.url, "--count", "3",
+            sys.executable, "-m", "mjfl.cli", "devices", "emulate", "--url", server.url, "--count", "3",
             "--runtime", "torch", "--workers", "1", "--id-prefix", "cli",
         ]
         process = await asyncio.create_subprocess_exec(

@@ -126,7 +126,7 @@ def test_devices_that_join_a_running_run_take_a_shard_and_get_tasks(tmp_path, pr
     url = coordinator.url()
     wait_for(lambda: len(query(db, ROUNDS)) >= 2, 300, coordinator)
     late = processes(mjfl_args(
-        "device", "emulate", "--url", url, "--count", "2", "--id-prefix", "late", "--workers", "1", "--seed", "5",
+        "devices", "emulate", "--url", url, "--count", "2", "--id-prefix", "late", "--workers", "1", "--seed", "5",
     ))
     assert coordinator.wait(600) == 0, "".join(coordinator.output)
     late.wait(60)  # the coordinator's bye going_away stops them

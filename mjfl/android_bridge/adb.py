@@ -344,7 +344,7 @@ class Adb:
             raise PhoneError(f"phone {serial}: installing {apk} failed: {failure[1] if failure else output.strip()}")
 
     def launch(self, serial: str, *, url: str, device_id: str, token: str = "") -> None:
-        """Start the app with its extras (docs/phones.md section 3): it connects to ``url`` as ``device_id``."""
+        """Start the app with its extras (docs/phones.md, section 5): it connects to ``url`` as ``device_id``."""
         output = self.shell(serial, [
             "am", "start", "-n", APP_ACTIVITY,
             "--es", "url", url, "--es", "device_id", device_id, "--es", "token", token,

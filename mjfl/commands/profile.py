@@ -38,7 +38,7 @@ def profile_run(
     """Profile connected, attached (``phones``) or emulated devices; writes profiles.json, observations.csv, table and plots."""
     if rounds < 3:
         raise UserError("--rounds must be >= 3 (a fit needs at least 3 observations per device)")
-    attached = attached_phones(phones, output)
+    attached = attached_phones(config, phones, output)
     wanted = None if attached is not None else emulate or config.testbed.min_devices or 1
     fleet = RemoteDevices(config, output, emulate=emulate, only=devices, wanted=wanted, phones=attached)
     return Driver(config, output).profile(fleet, rounds=rounds)

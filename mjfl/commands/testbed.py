@@ -13,6 +13,7 @@ from mjfl.android_bridge.phones import PhoneOptions, Phones
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.driver import Driver, Output
 from mjfl.coordinator.testbed import RemoteDevices
+from mjfl.errors import ConfigError
 
 
 def testbed_run(
@@ -24,14 +25,24 @@ def testbed_run(
     anything else (no phone: one line, nothing started), then pointed at the
     coordinator once it listens.
     """
-    devices = RemoteDevices(config, output, emulate=emulate, phones=attached_phones(phones, output))
+    devices = RemoteDevices(config, output, emulate=emulate, phones=attached_phones(config, phones, output))
     return Driver(config, output).train([config.scheduler.method], devices, resume=resume)
 
 
-def attached_phones(options: PhoneOptions | None, output: Output) -> Phones | None:
+# Where `adb reverse` delivers a phone's connections: the workstation's loopback.
+REACHED_BY_REVERSE = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""}
+
+
+def attached_phones(config: RunConfig, options: PhoneOptions | None, output: Output) -> Phones | None:
     """The usable phones attached over adb (PhoneError when none), their logs going to <out>/phones/."""
     if options is None:
         return None
+    if config.testbed.host not in REACHED_BY_REVERSE:
+        raise ConfigError(
+            "testbed.host",
+            f"{config.testbed.host!r} is not reachable through adb reverse, which connects the phones to"
+            " 127.0.0.1: listen on 127.0.0.1 (the default) or 0.0.0.0 to train on attached phones",
+        )
     phones = Phones(options, log_dir=output.out_dir / "phones", say=lambda line: output.console.print(line, highlight=False))
     phones.attached()
     return phones

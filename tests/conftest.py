@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 
 import pytest
 from processes import Process, group_alive
+
+# A shell without job control starts background commands with SIGINT ignored,
+# and every process they start inherits that: mjfl would never see the Ctrl-C
+# that some tests press. A handler (unlike "ignored") is not inherited across
+# exec, so with one here the processes the tests start hear SIGINT again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

@@ -6,15 +6,19 @@ instance per job, and every ``plan`` call is timed: one call plans one job's
 round while the other jobs' plans are in flight. ``mean_cost`` is the mean
 TotalCost (Formula 8, expected round time) of the plans a method chose, so
 methods can be compared on quality as well as speed. Learning methods pay for
-their first call (RLDS pre-trains on it) inside these figures.
+their first call (RLDS pre-trains on it) inside these figures. For
+Meta-Greedy, ``wins`` is the share of its decisions each member's plan won;
+every member's own row repeats its share.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -23,12 +27,15 @@ from rich.table import Table
 from mjfl.errors import UserError
 from mjfl.schedulers.base import Plan, PlanContext
 from mjfl.schedulers.cost import cost_model
+from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
 from mjfl.schedulers.registry import METHODS, make_scheduler
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
 
+Row = dict[str, Any]
 
-def measure(method: str, devices: int, jobs: int, rounds: int, fraction: float, seed: int) -> dict[str, float | int | str]:
-    """One method on one fleet size: latency percentiles and mean TotalCost."""
+
+def measure(method: str, devices: int, jobs: int, rounds: int, fraction: float, seed: int) -> Row:
+    """One method on one fleet size: latency percentiles, mean TotalCost (and Meta-Greedy's wins)."""
     rng = np.random.default_rng(seed)
     fleet = synthetic_fleet(devices, rng)
     job_models = synthetic_jobs(jobs, devices, rng, fraction=fraction)
@@ -42,7 +49,7 @@ def measure(method: str, devices: int, jobs: int, rounds: int, fraction: float, 
 
     drive(schedulers, fleet, job_models, rounds, rng, timer=time.perf_counter, on_plan=record)
     ms = np.asarray(latencies) * 1e3
-    return {
+    row: Row = {
         "method": method,
         "devices": devices,
         "jobs": jobs,
@@ -50,6 +57,12 @@ def measure(method: str, devices: int, jobs: int, rounds: int, fraction: float, 
         "p95_ms": round(float(np.percentile(ms, 95)), 3),
         "mean_cost": round(float(np.mean(costs)), 4),
     }
+    metas = [s for s in schedulers if isinstance(s, MetaGreedyScheduler)]
+    if metas:
+        wins = Counter(choice.winner for meta in metas for choice in meta.choices)
+        decided = sum(wins.values())
+        row["wins"] = {m.name: round(wins[m.name] / decided, 4) for m in metas[0].members}
+    return row
 
 
 def run_scheduler_bench(
@@ -62,7 +75,7 @@ def run_scheduler_bench(
     seed: int = 0,
     json_path: Path | None = None,
     console: Console | None = None,
-) -> dict[str, list[dict[str, float | int | str]]]:
+) -> dict[str, list[Row]]:
     """Measure every method on every fleet size; print a table, optionally write JSON."""
     methods = list(methods or METHODS)
     unknown = [m for m in methods if m not in METHODS]
@@ -77,11 +90,20 @@ def run_scheduler_bench(
             for method in methods:
                 status.update(f"{method} on {size} devices ...")
                 results.append(measure(method, size, jobs, rounds, fraction, seed))
-    table = Table(title=f"Plan latency ({jobs} jobs, {rounds} rounds, C={fraction})")
-    for column in ("method", "devices", "median ms", "p95 ms", "mean TotalCost"):
+    for row in results:  # each member's share of Meta-Greedy's decisions on its fleet size
+        meta = next((r for r in results if r["method"] == "meta-greedy" and r["devices"] == row["devices"]), None)
+        if meta is not None and row["method"] in meta["wins"]:
+            row["wins"] = meta["wins"][row["method"]]
+    table = Table(title=f"Plans ({jobs} jobs, {rounds} rounds, C={fraction})")
+    for column in ("method", "devices", "median ms", "p95 ms", "mean TotalCost", "Meta-Greedy wins"):
         table.add_column(column, justify="left" if column == "method" else "right")
     for row in results:
-        table.add_row(row["method"], str(row["devices"]), f"{row['median_ms']:.2f}", f"{row['p95_ms']:.2f}", f"{row['mean_cost']:.3f}")
+        wins = row.get("wins")
+        share = f"{wins:.0%}" if isinstance(wins, float) else ""
+        table.add_row(
+            row["method"], str(row["devices"]), f"{row['median_ms']:.2f}", f"{row['p95_ms']:.2f}",
+            f"{row['mean_cost']:.3f}", share,
+        )
     console.print(table)
     report = {"results": results}
     if json_path is not None:

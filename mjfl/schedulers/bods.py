@@ -43,7 +43,7 @@ from mjfl.schedulers import round_time
 from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
 from mjfl.schedulers.cost import cost_model, fairness_scale, omega
-from mjfl.schedulers.genetic import top_members
+from mjfl.schedulers.genetic import biased_plans, device_scores, random_plans
 
 FEATURES = 4
 
@@ -191,25 +191,15 @@ class BODSScheduler:
     def candidate_plans(self, ctx: PlanContext, count: int, *, uniform: bool) -> NDArray[np.intp]:
         """Algorithm 1 line 3: feasible plans (positions in the free set), uniform to strongly cost-biased.
 
-        Plan i takes the ``size`` largest of ``u - temperature_i * score`` with
-        Gumbel noise u: a Plackett-Luce sample whose bias toward cheap devices
-        (short expected time, rarely scheduled) ranges from none to strong.
+        The bias is toward devices that are fast as learned so far (their
+        profiles stretched by their slowdown) and rarely scheduled, fairness
+        weighed as in ReCost (Formula 13): beta * Omega(r), Omega as configured.
         """
-        free = ctx.free_indices
-        gumbel = -np.log(-np.log(self.rng.random((count, free.size))))
         if uniform:
-            return top_members(gumbel, ctx.size)
-        freq = ctx.frequencies[ctx.job][free].astype(np.float64)
-        times = (cost_model(ctx).device_times * self.history.slowdown(ctx.fleet.ids))[free]
-        # Fairness weighs in as in ReCost (Formula 13): beta * Omega(r), Omega as configured.
+            return random_plans(self.rng, count, ctx.free_indices.size, ctx.size)
+        times = cost_model(ctx).device_times * self.history.slowdown(ctx.fleet.ids)
         fairness_weight = ctx.weights.beta * omega(ctx.round, ctx.weights.omega)
-        score = (
-            ctx.weights.alpha * (times - times.mean()) / (times.std() + 1e-12)
-            + fairness_weight * (freq - freq.mean()) / (freq.std() + 1.0)
-        )
-        bias = np.geomspace(0.05, 20.0, count)
-        bias[: max(1, count // 8)] = 0.0
-        return top_members(gumbel - bias[:, None] * score, ctx.size)
+        return biased_plans(self.rng, device_scores(ctx, times, fairness_weight), count, ctx.size)
 
     def _add(self, X: NDArray[np.float64], y: NDArray[np.float64]) -> None:
         for row, value in zip(X, y):

@@ -173,7 +173,7 @@ class CostModel:
         freq, _, freq_var = self._frequencies
         return freq_var / fairness_scale(self.size, freq.size)
 
-    def marginal(self, plans: ArrayLike, time: ArrayLike | None = None) -> FloatArray:
+    def marginal(self, plans: ArrayLike, time: ArrayLike | None = None, *, horizon: float = 1.0) -> FloatArray:
         """The part of TotalCost that depends on the plan: ``alpha*T + beta*(F(V) - F(no plan))``.
 
         TotalCost minus it is the same for every plan of a round (the other
@@ -181,10 +181,16 @@ class CostModel:
         same argmin; but that remainder drifts from round to round, so learners
         (BODS's GP, RLDS's rewards) fit this part. ``time`` replaces the
         expected normalised round time by an observed one.
+
+        ``horizon``: how many rounds' TotalCost the fairness increment is
+        charged for. The variance a plan adds stays in every later round's
+        TotalCost while the round time is paid once, so the plan's share of
+        the TotalCost summed over the next H rounds is ``alpha*T + beta*H*(F(V) - F(no plan))``
+        (RLDS's return, docs/cost-model.md).
         """
         plans = np.asarray(plans, dtype=np.intp)
         t = self.time(plans) if time is None else np.asarray(time, dtype=np.float64)
-        return self.alpha * t + self.beta * (self.fairness(plans) - self.fairness_before)
+        return self.alpha * t + self.beta * horizon * (self.fairness(plans) - self.fairness_before)
 
     def observed_cost(self, outcome: RoundOutcome) -> float:
         """Formula 8 with the round time that was observed instead of the expected one.

@@ -30,7 +30,9 @@ SINGLE: dict[str, Callable[..., Scheduler]] = {
 }
 # Algorithm 4's six members, in the paper's order.
 META_MEMBERS = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
-METHODS = (*SINGLE, "meta-greedy")
+# Meta-Greedy by name: mjfl's (the return selector) and the paper's Algorithm 4 as written (ReCost).
+META = {"meta-greedy": {"selector": "return"}, "meta-greedy-paper": {"selector": "recost"}}
+METHODS = (*SINGLE, *META)
 
 
 def make_scheduler(
@@ -43,17 +45,20 @@ def make_scheduler(
     """A scheduler by name; ``options[name]`` holds keyword arguments for that method.
 
     Meta-Greedy's members each get their own generator spawned from ``seed``,
-    so adding a member does not change the others' draws.
+    so adding a member does not change the others' draws. ``options[method]``
+    of a Meta-Greedy method overrides its defaults (``selector``, ``horizon``,
+    ``shared_objective``).
     """
     options = options or {}
-    if method == "meta-greedy":
+    if method in META:
         unknown = [m for m in members if m not in SINGLE]
         if unknown:
             raise ConfigError("scheduler.members", f"unknown method(s) {unknown}; choose from {list(SINGLE)}")
         rngs = as_generator(seed).spawn(len(members))
         return MetaGreedyScheduler(
             [SINGLE[m](rng, **options.get(m, {})) for m, rng in zip(members, rngs)],
-            **options.get("meta-greedy", {}),
+            name=method,
+            **{**META[method], **options.get(method, {})},
         )
     if method not in SINGLE:
         raise ConfigError("scheduler.method", f"unknown method {method!r}; choose from {list(METHODS)}")

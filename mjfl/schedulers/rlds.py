@@ -44,11 +44,12 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from mjfl.schedulers import round_time
 from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
 from mjfl.schedulers.cost import cost_model
 
-FEATURES = 7
+FEATURES = 8
 
 Vector = NDArray[np.float64]
 Array = NDArray[np.floating]
@@ -72,6 +73,7 @@ def device_features(ctx: PlanContext) -> NDArray[np.float32]:
             np.log(costs.device_times / reference),
             shift / reference,
             (1.0 / rate) / reference,
+            np.log(round_time.quantile(0.9, shift, rate) / reference),
             (own - own.mean()) / spread,
             (others - others.mean()) / np.sqrt(max(others.var(), 1.0)),
             ctx.free.astype(np.float64),
@@ -133,6 +135,7 @@ class PolicyNetwork:
             shapes[f"lstm.bias_hh_l0{suffix}"] = (4 * H,)
         shapes["head.weight"] = (1, 2 * H)
         shapes["head.bias"] = (1,)
+        shapes["skip.weight"] = (1, FEATURES)
         self._shapes = shapes
         self.parameters = np.empty(sum(math.prod(s) for s in shapes.values()), self.dtype)
         self.params = self.named(self.parameters)
@@ -141,6 +144,8 @@ class PolicyNetwork:
         for name, value in self.params.items():
             bound = 1 / math.sqrt(2 * H if name.startswith("head.") else H)
             value[...] = rng.uniform(-bound, bound, value.shape)
+        # The skip path starts at zero: at first the policy is the LSTM's alone.
+        self.params["skip.weight"][...] = 0.0
         # Row width of a step: state, both directions' inputs, the bias's 1,
         # padded to a multiple of 8 (aligned rows make the products faster).
         self._width = -(-(2 * H + 2 * FEATURES + 1) // 8) * 8
@@ -212,7 +217,8 @@ class PolicyNetwork:
             multiply(sig_o, tc, h)
         w, b = self.params["head.weight"][0].astype(np.float64), float(self.params["head.bias"][0])
         hidden = rows[1:, : 2 * H]
-        logits = hidden[:, :H] @ w[:H] + hidden[::-1, H:] @ w[H:] + b
+        skip = features.astype(np.float64) @ self.params["skip.weight"][0].astype(np.float64)
+        logits = hidden[:, :H] @ w[:H] + hidden[::-1, H:] @ w[H:] + b + skip
         return logits, _Forward(rows, weights, acts, cell_tanh)
 
     def backward(self, cache: _Forward, dlogits: Vector) -> Array:
@@ -226,6 +232,7 @@ class PolicyNetwork:
         named["head.weight"][0, :H] = dlogits @ hidden[:, :H]
         named["head.weight"][0, H:] = dlogits @ hidden[::-1, H:]
         named["head.bias"][0] = dlogits.sum()
+        named["skip.weight"][0] = dlogits @ cache.rows[:K, 2 * H : 2 * H + F]
         dh_out = np.empty((K, 2 * H), self.dtype)
         dh_out[:, :H] = np.outer(dlogits, w[:H])
         dh_out[:, H:] = np.outer(dlogits[::-1], w[H:])
@@ -294,6 +301,7 @@ class Adam:
     ) -> None:
         self.parameters = parameters
         self.lr, self.betas, self.eps = lr, betas, eps
+        self.scale = np.ones_like(parameters)  # per-parameter multiples of lr
         self.step_count = 0
         self.exp_avg = np.zeros_like(parameters)
         self.exp_avg_sq = np.zeros_like(parameters)
@@ -309,7 +317,7 @@ class Adam:
         correction1 = 1 - beta1**self.step_count
         correction2 = 1 - beta2**self.step_count
         denominator = np.sqrt(self.exp_avg_sq) / math.sqrt(correction2) + self.eps
-        self.parameters -= (self.lr / correction1) * self.exp_avg / denominator
+        self.parameters -= (self.lr / correction1) * self.exp_avg / denominator * self.scale
 
     def state_dict(self) -> dict[str, object]:
         return {
@@ -377,6 +385,7 @@ class _Drawn:
     features: NDArray[np.float32]
     free: NDArray[np.bool_]
     order: tuple[int, ...]
+    epsilon: float
 
 
 class RLDSScheduler:
@@ -390,19 +399,30 @@ class RLDSScheduler:
         *,
         hidden: int = 32,
         lr: float = 0.01,
-        epsilon: float = 0.1,
+        epsilon: float = 0.3,
+        epsilon_end: float | None = None,
+        epsilon_decay: float = 0.97,
         gamma: float = 0.1,
-        pretrain_rounds: int = 40,
-        pretrain_plans: int = 8,
+        horizon: float = 10.0,
+        skip_lr: float = 0.1,
+        pretrain_rounds: int = 100,
+        pretrain_plans: int = 32,
+        plans_per_round: int = 16,
         policy_path: Path | None = None,
     ) -> None:
-        if not 0 <= epsilon <= 1 or not 0 < gamma <= 1 or pretrain_plans < 2:
-            raise ValueError("rlds: epsilon in [0, 1], gamma in (0, 1], pretrain_plans >= 2 (N > 1)")
+        epsilon_end = min(epsilon, 0.05) if epsilon_end is None else epsilon_end
+        if not 0 <= epsilon_end <= epsilon <= 1 or not 0 < epsilon_decay <= 1:
+            raise ValueError("rlds: 0 <= epsilon_end <= epsilon <= 1 and epsilon_decay in (0, 1]")
+        if not 0 < gamma <= 1 or pretrain_plans < 2 or horizon < 1:
+            raise ValueError("rlds: gamma in (0, 1], pretrain_plans >= 2 (N > 1), horizon >= 1")
         self.rng = as_generator(seed)
         self.policy = PolicyNetwork(hidden, self.rng)
         self.optimizer = Adam(self.policy.parameters, lr=lr)
-        self.epsilon = epsilon
+        self.optimizer.scale[-FEATURES:] = skip_lr / lr
+        self.epsilon_start, self.epsilon_end, self.epsilon_decay = epsilon, epsilon_end, epsilon_decay
         self.gamma = gamma
+        self.horizon = horizon
+        self.plans_per_round = plans_per_round
         self.pretrain_rounds = pretrain_rounds
         self.pretrain_plans = pretrain_plans
         self.baseline: float | None = None
@@ -413,29 +433,45 @@ class RLDSScheduler:
 
     # -- Algorithm 3: plan with the latest policy, learn from the executed round --
 
+    @property
+    def epsilon(self) -> float:
+        """The exploration rate now: from ``epsilon`` down to ``epsilon_end``, decaying per update."""
+        decayed = self.epsilon_decay ** self.optimizer.step_count
+        return self.epsilon_end + (self.epsilon_start - self.epsilon_end) * decayed
+
     def plan(self, ctx: PlanContext) -> Decision:
         if not self.pretrained:
             self.pretrain(ctx)
         features = device_features(ctx)
-        order = self._draw(self.policy(features), ctx.free, ctx.size)
-        self._decisions = {ctx.round: _Drawn(features, ctx.free.copy(), order)}
+        epsilon = self.epsilon
+        logits, forward = self.policy.forward(features)
+        orders = [self._draw(logits, ctx.free, ctx.size, epsilon) for _ in range(self.plans_per_round)]
+        order = orders[0]
+        if len(orders) > 1:
+            costs = cost_model(ctx).marginal(np.asarray(orders), horizon=self.horizon)
+            self._update(features, ctx.free, orders, -costs, epsilon, (logits, forward))
+            order = orders[int(np.argmin(costs))]
+        self._decisions = {ctx.round: _Drawn(features, ctx.free.copy(), order, epsilon)}
         return Decision(as_plan(order))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
-        """Formula 14 with N = 1 on the executed plan, reward -TotalCost as observed."""
+        """Formula 14 with N = 1 on this policy's own plan of the round (on-policy).
+
+        The plan that ran is rewarded with its observed round time. When
+        another scheduler's plan ran instead (inside Meta-Greedy), crediting
+        that plan would be off-policy: its probability under this policy
+        says nothing of how it was chosen. The policy then learns from its
+        own plan of the round, on the cost model, as in pre-training.
+        """
         decision = self._decisions.pop(outcome.round, None)
-        forward = None
-        if decision is None or set(decision.order) != set(outcome.plan):
-            # Another scheduler's plan (inside Meta-Greedy): credit it in the
-            # order this policy would most likely have drawn it.
-            features = device_features(ctx)
-            forward = self.policy.forward(features)
-            plan = np.asarray(outcome.plan)
-            decision = _Drawn(features, ctx.free.copy(), tuple(plan[np.argsort(-forward[0][plan])]))
+        if decision is None:
+            return  # a round this policy did not plan
         costs = cost_model(ctx)
-        observed_time = outcome.round_time / costs.reference_time
-        reward = -costs.marginal(np.asarray(outcome.plan), time=observed_time)
-        self._update(decision.features, decision.free, [decision.order], np.atleast_1d(reward), forward)
+        plan = np.asarray(decision.order)
+        ran = set(decision.order) == set(outcome.plan)
+        observed_time = outcome.round_time / costs.reference_time if ran else None
+        reward = -costs.marginal(plan, time=observed_time, horizon=self.horizon)
+        self._update(decision.features, decision.free, [decision.order], np.atleast_1d(reward), decision.epsilon)
 
     # -- Algorithm 2: pre-training on the cost model --
 
@@ -466,9 +502,10 @@ class RLDSScheduler:
             features = device_features(sim)
             # One forward pass serves both the draws and the update.
             logits, forward = self.policy.forward(features)
-            orders = [self._draw(logits, free, ctx.size) for _ in range(self.pretrain_plans)]
-            costs = cost_model(sim).marginal(np.asarray(orders))
-            self._update(features, free, orders, -costs, (logits, forward))
+            epsilon = self.epsilon
+            orders = [self._draw(logits, free, ctx.size, epsilon) for _ in range(self.pretrain_plans)]
+            costs = cost_model(sim).marginal(np.asarray(orders), horizon=self.horizon)
+            self._update(features, free, orders, -costs, epsilon, (logits, forward))
             history.append(float(costs.mean()))
             best = orders[int(np.argmin(costs))]
             frequencies = frequencies.copy()
@@ -477,7 +514,9 @@ class RLDSScheduler:
 
     # -- the policy converter and Formula 14 --
 
-    def _draw(self, logits: NDArray[np.float64], free: NDArray[np.bool_], size: int) -> tuple[int, ...]:
+    def _draw(
+        self, logits: NDArray[np.float64], free: NDArray[np.bool_], size: int, epsilon: float
+    ) -> tuple[int, ...]:
         """Epsilon-greedy draw of ``size`` free devices without replacement, in pick order.
 
         The same distribution as tossing each pick's epsilon coin and then
@@ -495,7 +534,7 @@ class RLDSScheduler:
         keys = logits[candidates] + self.rng.gumbel(size=candidates.size)
         by_policy = candidates[np.argsort(-keys)].tolist()
         by_chance = self.rng.permutation(candidates).tolist()
-        chance = (self.rng.random(size) < self.epsilon).tolist()
+        chance = (self.rng.random(size) < epsilon).tolist()
         taken: set[int] = set()
         order = []
         p = q = 0  # the next device of each queue not yet looked at
@@ -513,10 +552,11 @@ class RLDSScheduler:
         return tuple(order)
 
     def log_probability(
-        self, features: Array, free: NDArray[np.bool_], orders: Sequence[Sequence[int]]
+        self, features: Array, free: NDArray[np.bool_], orders: Sequence[Sequence[int]], epsilon: float | None = None
     ) -> Vector:
         """log P(plan) under the epsilon-mixture policy for each drawn order (Formula 14's sum)."""
-        return order_log_probability(self.policy(features), free, orders, self.epsilon)[0]
+        epsilon = self.epsilon if epsilon is None else epsilon
+        return order_log_probability(self.policy(features), free, orders, epsilon)[0]
 
     def loss_and_gradient(
         self,
@@ -525,14 +565,17 @@ class RLDSScheduler:
         orders: Sequence[Sequence[int]],
         advantage: Vector,
         forward: tuple[Vector, _Forward] | None = None,
+        epsilon: float | None = None,
     ) -> tuple[float, Array]:
         """Formula 14's loss -1/N sum_n log P(V_n) (R_n - b) and its gradient over
         ``policy.parameters`` (``policy.named`` names its parts).
 
-        ``forward`` is the policy's forward pass on ``features``, when already done.
+        ``forward`` is the policy's forward pass on ``features``, when already
+        done; ``epsilon`` the exploration rate the orders were drawn with (now's by default).
         """
         logits, cache = forward if forward is not None else self.policy.forward(features)
-        log_p, dlog_p = order_log_probability(logits, free, orders, self.epsilon)
+        epsilon = self.epsilon if epsilon is None else epsilon
+        log_p, dlog_p = order_log_probability(logits, free, orders, epsilon)
         N = log_p.shape[0]
         loss = -float(log_p @ advantage) / N
         return loss, self.policy.backward(cache, -(advantage @ dlog_p) / N)
@@ -543,12 +586,17 @@ class RLDSScheduler:
         free: NDArray[np.bool_],
         orders: list[tuple[int, ...]],
         rewards: NDArray[np.float64],
+        epsilon: float,
         forward: tuple[Vector, _Forward] | None = None,
     ) -> None:
         """Formula 14: theta += eta/N sum_n grad log P(V_n) (R_n - b), then Algorithm 2 line 7."""
         if self.baseline is None:
             self.baseline = float(rewards.mean())
-        _, grad = self.loss_and_gradient(features, free, orders, rewards - self.baseline, forward)
+        if rewards.size > 1:
+            advantage = rewards - rewards.mean()
+        else:
+            advantage = rewards - self.baseline
+        _, grad = self.loss_and_gradient(features, free, orders, advantage, forward, epsilon)
         self.optimizer.step(grad)
         self.baseline = (1 - self.gamma) * self.baseline + self.gamma * float(rewards.mean())
 

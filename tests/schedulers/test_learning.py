@@ -159,7 +159,7 @@ def test_rlds_gradient_matches_finite_differences(epsilon):
     rlds.policy = PolicyNetwork(H, rng, dtype=np.float64)
     features = rng.normal(size=(K, FEATURES))
     free = np.array([True, True, False, True, True, True])
-    orders = [rlds._draw(rlds.policy(features), free, 3) for _ in range(4)]
+    orders = [rlds._draw(rlds.policy(features), free, 3, epsilon) for _ in range(4)]
     advantage = rng.normal(size=4)
     _, grad = rlds.loss_and_gradient(features, free, orders, advantage)
     analytic = rlds.policy.named(grad)
@@ -207,7 +207,7 @@ def test_rlds_draws_orders_with_the_probability_it_credits():
     logits = np.array([1.5, -0.5, 0.3, 2.0, 0.0])
     free = np.array([True, True, False, True, True])
     draws = 20000
-    counts = Counter(rlds._draw(logits, free, 2) for _ in range(draws))
+    counts = Counter(rlds._draw(logits, free, 2, 0.3) for _ in range(draws))
     orders = list(permutations(np.flatnonzero(free).tolist(), 2))
     assert set(counts) <= set(orders)
     expected = np.exp(order_log_probability(logits, free, orders, 0.3)[0])
@@ -236,4 +236,5 @@ def test_rlds_saved_policy_plans_like_the_original(tmp_path):
         runs.append([o.plan for o in outcomes])
     assert runs[0] == runs[1]
     assert np.array_equal(trained.policy.parameters, loaded.policy.parameters)
-    assert trained.optimizer.step_count == loaded.optimizer.step_count == 5 + 6
+    # 5 pre-training steps, then per round one update on its sampled plans and one on the outcome.
+    assert trained.optimizer.step_count == loaded.optimizer.step_count == 5 + 2 * 6

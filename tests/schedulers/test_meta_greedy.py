@@ -95,17 +95,49 @@ def test_bench_schedulers_cli_writes_the_documented_shape(tmp_path):
         (m, d) for d in (30, 40) for m in ("random", "greedy", "meta-greedy")
     ]
     for row in report["results"]:
-        assert set(row) == {"method", "devices", "jobs", "median_ms", "p95_ms", "mean_cost"}
+        assert set(row) == {"method", "devices", "jobs", "median_ms", "p95_ms", "mean_cost", "wins"}
         assert row["jobs"] == 2 and row["median_ms"] >= 0 and row["p95_ms"] >= row["median_ms"]
         assert row["mean_cost"] > 0
+    # Meta-Greedy's row: each member's share of its decisions; a member's row repeats its own.
+    for devices in (30, 40):
+        rows = {r["method"]: r for r in report["results"] if r["devices"] == devices}
+        wins = rows["meta-greedy"]["wins"]
+        assert list(wins) == list(META_MEMBERS) and sum(wins.values()) == pytest.approx(1, abs=1e-3)
+        assert rows["random"]["wins"] == wins["random"] and rows["greedy"]["wins"] == wins["greedy"]
 
 
-def test_members_plan_under_recost_weights_unless_told_otherwise(context_factory):
+def test_members_plan_with_their_own_objective_unless_told_to_share_recost(context_factory):
     ctx = context_factory([1.0, 1.0], [1.0, 1.0], [1, 1], size=1, round_=9)
-    shared = make_scheduler("meta-greedy", seed=0, options={"rlds": {"pretrain_rounds": 5}})
+    for method in ("meta-greedy", "meta-greedy-paper"):  # Algorithm 4: members see ctx as is
+        assert make_scheduler(method, seed=0).member_context(ctx) is ctx
+    shared = make_scheduler("meta-greedy-paper", seed=0, options={"meta-greedy-paper": {"shared_objective": True}})
     # Omega(9) = sqrt(9) = 3: members see ReCost's beta * Omega(r).
     assert shared.member_context(ctx).weights.beta == pytest.approx(3 * ctx.weights.beta)
-    literal = make_scheduler(
-        "meta-greedy", seed=0, options={"rlds": {"pretrain_rounds": 5}, "meta-greedy": {"shared_objective": False}}
+    with pytest.raises(ValueError, match="shared_objective"):
+        make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"shared_objective": True}})
+
+
+def test_the_paper_selector_keeps_the_least_recost_and_mjfls_the_least_return(context_factory):
+    # Device 0 is the fastest but was scheduled once more than every other device.
+    ctx = context_factory(
+        [1.0, 3.0, 3.0, 8.0, 8.0, 8.0, 8.0, 8.0], [10.0] * 8, [1] * 8, size=1, round_=4,
+        frequencies=[[2, 1, 1, 1, 1, 1, 1, 1]], weights=CostWeights(alpha=1.0, beta=0.05),
     )
-    assert literal.member_context(ctx) is ctx
+    plans = np.array([[0], [1], [3]])
+    model = cost_model(ctx)
+
+    def pick(method, **options):
+        meta = make_scheduler(method, seed=0, options={method: options})
+        meta.members = [Fixed("fast", (0,)), Fixed("middle", (1,)), Fixed("slow", (3,))]
+        return meta, meta.plan(ctx)
+
+    paper, decision = pick("meta-greedy-paper")
+    assert decision.plan == tuple(plans[int(np.argmin(model.recost(plans)))])
+    assert decision.candidates == pytest.approx(dict(zip(["fast", "middle", "slow"], model.recost(plans))))
+    mjfl, decision = pick("meta-greedy", horizon=10)
+    returns = model.marginal(plans, horizon=10)
+    assert decision.plan == tuple(plans[int(np.argmin(returns))])
+    assert decision.candidates == pytest.approx(dict(zip(["fast", "middle", "slow"], returns)))
+    # The two differ here: ReCost (beta * Omega(4) = 0.1) still takes the over-used fast
+    # device, the return (the increment charged for 10 rounds) the next fastest.
+    assert paper.choices[-1].winner == "fast" and mjfl.choices[-1].winner == "middle"

@@ -185,6 +185,7 @@ class Driver:
                 )
                 storage.start_run(run.info, infos)
                 run.recorded = True
+            self._say_coverage(prepared, assignment)
             jobs = self._engine_jobs(prepared, run.info.method, assignment)
             for job, info in zip(jobs, infos):
                 # R_m from earlier runs of the same job (Formula 10), capped by the configured maximum.
@@ -232,6 +233,28 @@ class Driver:
             min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed,
             profile_window=s.profile_window, device_wait_s=device_wait_s,
         )
+
+    def _say_coverage(self, prepared: Sequence[PreparedJob], assignment: Assignment) -> None:
+        """Up front: a job whose data the devices present do not cover may never reach its target.
+
+        The data is cut for the devices the run expects (``fleet.size``); with
+        fewer present, the other shards wait for devices to join, and a class
+        that only they hold is never trained.
+        """
+        present = len(assignment.slot_of)
+        if present >= assignment.slots:
+            return
+        for job in prepared:
+            missing, share = job.coverage(assignment)
+            if missing:
+                self.output.console.print(
+                    f"[yellow]job {job.config.name}: the {present} devices present hold {share:.0%} of its data"
+                    f" and none of its class(es) {', '.join(map(str, missing))}[/]: the data is cut into"
+                    f" {assignment.slots} shards (fleet.size) and the rest waits for devices to join, so its"
+                    f" target may be out of reach; connect more devices, or set fleet.size = {present}"
+                    " to cut the data for these",
+                    highlight=False,
+                )
 
     def _slots(self, devices: Devices, present: Sequence[DeviceId]) -> int:
         """How many shards to cut each job's data into: one per device, and room for late joiners."""

@@ -268,7 +268,9 @@ class Engine:
         job.rounds_done = round_
         job.best_accuracy = max(job.best_accuracy, accuracy)
 
-        round_outcome = RoundOutcome(ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started)
+        round_outcome = RoundOutcome(
+            ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started, accuracy=accuracy
+        )
         cost = costs.observed_cost(round_outcome)
         job.scheduler.observe(ctx, round_outcome)
         record = RoundRecord(

@@ -96,6 +96,15 @@ class PreparedJob:
             JobId(self.config.name), self.spec, self.program, shards, self.batch_norm_pixels, self.dropout_shapes
         )
 
+    def coverage(self, assignment: Assignment) -> tuple[list[int], float]:
+        """The classes no shard held by a device has, and the share of the training data held."""
+        held = sorted(set(assignment.slot_of.values()))
+        labels = [self.parts[k][1] for k in held]
+        present = set(np.unique(np.concatenate(labels)).tolist()) if labels else set()
+        every = set(np.unique(np.concatenate([y for _, y in self.parts])).tolist())
+        total = sum(len(y) for _, y in self.parts)
+        return sorted(every - present), sum(len(y) for y in labels) / max(total, 1)
+
     def samples(self, assignment: Assignment) -> Mapping[DeviceId, int]:
         """D_k^m of every device holding a shard, following ``assignment`` as it grows."""
         return _ByDevice([len(y) for _, y in self.parts], assignment)

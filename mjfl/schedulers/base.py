@@ -149,7 +149,9 @@ class RoundOutcome:
     ``durations`` holds the round time of each device that returned a valid
     update; ``failed`` the devices that did not return or were rejected;
     ``round_time`` is when the round closed (Formula 3 as observed: the slowest
-    returned device, or the deadline when one failed).
+    returned device, or the deadline when one failed); ``accuracy`` the job's
+    test accuracy after the round (None where nothing is trained, as in the
+    scheduler benchmark).
     """
 
     job: int
@@ -158,6 +160,7 @@ class RoundOutcome:
     durations: Mapping[int, float]
     failed: frozenset[int]
     round_time: float
+    accuracy: float | None = None
 
 
 class Scheduler(Protocol):

@@ -5,11 +5,16 @@ Two selectors (docs/cost-model.md compares them):
 * ``recost``, the paper's (Formulas 12-13): ``alpha*T + beta*Omega(r)*F``, a
   fairness weight that grows with the round. ``meta-greedy-paper`` is
   Algorithm 4 exactly: this selector, members planning with their own objectives.
-* ``return`` (``meta-greedy``'s): the plan's share of TotalCost summed over
-  the next ``horizon`` rounds, ``alpha*T + beta*H*(F(V) - F(no plan))``. The
-  variance a plan adds stays in every later round's TotalCost while its round
-  time is paid once, so this is what a run's summed TotalCost charges the
-  plan; it is also what RLDS learns to minimise.
+* ``return``: the plan's share of TotalCost summed over the next ``horizon``
+  rounds, ``alpha*T + beta*H*(F(V) - F(no plan))``. The variance a plan adds
+  stays in every later round's TotalCost while its round time is paid once, so
+  this is what a run's summed TotalCost charges the plan; it is also what RLDS
+  learns to minimise.
+* ``adaptive`` (``meta-greedy``'s): the return, with H chosen each round from
+  ``horizons`` by what each has bought on this run: the job's accuracy gained
+  per second of the rounds planned with it (a two-armed bandit with
+  forgetting). Where no accuracy comes back (the scheduler benchmark) it is
+  the return with ``horizon``.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ class Choice:
     winner: str
     plans: dict[str, Plan]
     recost: dict[str, float]
+    horizon: float | None = None
 
 
 class MetaGreedyScheduler:
@@ -49,8 +55,10 @@ class MetaGreedyScheduler:
         self,
         members: Sequence[Scheduler],
         *,
-        selector: Literal["recost", "return"] = "recost",
+        selector: Literal["recost", "return", "adaptive"] = "recost",
         horizon: float = 10.0,
+        horizons: Sequence[float] = (1.0, 10.0),
+        forget: float = 0.7,
         shared_objective: bool = False,
         name: str = "meta-greedy",
     ) -> None:
@@ -59,8 +67,10 @@ class MetaGreedyScheduler:
         names = [m.name for m in members]
         if len(set(names)) != len(names):
             raise ValueError(f"meta-greedy members must differ: {names}")
-        if selector not in ("recost", "return") or horizon < 1:
-            raise ValueError("meta-greedy: selector is 'recost' or 'return', horizon >= 1")
+        if selector not in ("recost", "return", "adaptive") or horizon < 1 or min(horizons, default=0) < 1:
+            raise ValueError("meta-greedy: selector is 'recost', 'return' or 'adaptive'; horizons >= 1")
+        if not 0 < forget <= 1:
+            raise ValueError("meta-greedy: forget in (0, 1]")
         if shared_objective and selector != "recost":
             raise ValueError("meta-greedy: shared_objective shares ReCost's weights, so it needs selector 'recost'")
         self.members = list(members)
@@ -69,6 +79,7 @@ class MetaGreedyScheduler:
         self.shared_objective = shared_objective
         self.name = name
         self.choices: list[Choice] = []
+        self.bandit = HorizonBandit(tuple(horizons), forget) if selector == "adaptive" else None
 
     def member_context(self, ctx: PlanContext) -> PlanContext:
         """The context members plan in.
@@ -90,20 +101,32 @@ class MetaGreedyScheduler:
     def plan(self, ctx: PlanContext) -> Decision:
         inner = self.member_context(ctx)
         plans = {member.name: member.plan(inner).plan for member in self.members}
-        costs = self.costs(ctx, np.asarray(list(plans.values()), dtype=np.intp))
+        horizon = self.horizon_for(ctx.round)
+        costs = self.costs(ctx, np.asarray(list(plans.values()), dtype=np.intp), horizon)
         winner = list(plans)[int(np.argmin(costs))]
         recost = dict(zip(plans, map(float, costs)))
-        self.choices.append(Choice(ctx.round, winner, plans, recost))
+        self.choices.append(Choice(ctx.round, winner, plans, recost, horizon))
         return Decision(plans[winner], chosen_by=winner, candidates=recost)
 
-    def costs(self, ctx: PlanContext, plans: np.ndarray) -> np.ndarray:
+    def horizon_for(self, round_: int) -> float | None:
+        """The return's horizon this round (None for ReCost)."""
+        if self.selector == "recost":
+            return None
+        if self.bandit is not None and self.bandit.informed:
+            return self.bandit.choose(round_)
+        return self.horizon
+
+    def costs(self, ctx: PlanContext, plans: np.ndarray, horizon: float | None = None) -> np.ndarray:
         """The selector's cost of each plan (rows of device indices)."""
         model = cost_model(ctx)
-        if self.selector == "recost":
+        if horizon is None:
             return model.recost(plans)
-        return model.marginal(plans, horizon=self.horizon)
+        return model.marginal(plans, horizon=horizon)
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        if self.bandit is not None:
+            used = next((c.horizon for c in reversed(self.choices) if c.round == outcome.round), None)
+            self.bandit.observe(used, outcome)
         inner = self.member_context(ctx)
         for member in self.members:
             member.observe(inner, outcome)
@@ -114,3 +137,57 @@ class MetaGreedyScheduler:
         for choice in self.choices:
             counts[choice.winner] += 1
         return counts
+
+
+class HorizonBandit:
+    """Which horizon buys accuracy fastest on this run: accuracy gained per second, per horizon.
+
+    Each round planned with horizon H adds its accuracy gain (accuracy minus
+    the previous round's) and its round time to H's totals; H's rate is gain
+    over time, a ratio of sums, so that the noise of a short round's accuracy
+    is not magnified by dividing it by that short time. Every new round
+    multiplies all earlier totals by ``forget``, so the comparison follows the
+    run (gains shrink as a job converges, for every horizon alike). Each
+    horizon is tried twice first (in turn, fairest first); then the best
+    scoring one plans, except every fourth round, which tries the others in
+    turn, so that a horizon that lost early can win back.
+    """
+
+    def __init__(self, horizons: tuple[float, ...], forget: float) -> None:
+        if not horizons:
+            raise ValueError("meta-greedy: give at least one horizon")
+        self.horizons = tuple(sorted(horizons, reverse=True))
+        self.forget = forget
+        self.gain = dict.fromkeys(self.horizons, 0.0)
+        self.seconds = dict.fromkeys(self.horizons, 0.0)
+        self.tried = dict.fromkeys(self.horizons, 0)
+        self.informed = False  # has any accuracy come back?
+        self._accuracy: float | None = None
+
+    def choose(self, round_: int) -> float:
+        for horizon in self.horizons:
+            if self.tried[horizon] < 2:
+                return horizon
+        best = max(self.horizons, key=self.rate)
+        if round_ % 4 == 0 and len(self.horizons) > 1:
+            others = [h for h in self.horizons if h != best]
+            return others[(round_ // 4) % len(others)]
+        return best
+
+    def rate(self, horizon: float) -> float:
+        """Accuracy gained per second of the rounds planned with ``horizon`` (forgetting old ones)."""
+        return self.gain[horizon] / max(self.seconds[horizon], 1e-12)
+
+    def observe(self, horizon: float | None, outcome: RoundOutcome) -> None:
+        if outcome.accuracy is None:
+            return
+        self.informed = True
+        previous, self._accuracy = self._accuracy, outcome.accuracy
+        if previous is None or horizon is None or horizon not in self.gain:
+            return
+        for h in self.horizons:
+            self.gain[h] *= self.forget
+            self.seconds[h] *= self.forget
+        self.gain[horizon] += outcome.accuracy - previous
+        self.seconds[horizon] += outcome.round_time
+        self.tried[horizon] += 1

@@ -30,8 +30,8 @@ SINGLE: dict[str, Callable[..., Scheduler]] = {
 }
 # Algorithm 4's six members, in the paper's order.
 META_MEMBERS = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
-# Meta-Greedy by name: mjfl's (the return selector) and the paper's Algorithm 4 as written (ReCost).
-META = {"meta-greedy": {"selector": "return"}, "meta-greedy-paper": {"selector": "recost"}}
+# Meta-Greedy by name: mjfl's (the adaptive return selector) and the paper's Algorithm 4 as written (ReCost).
+META = {"meta-greedy": {"selector": "adaptive"}, "meta-greedy-paper": {"selector": "recost"}}
 METHODS = (*SINGLE, *META)
 
 

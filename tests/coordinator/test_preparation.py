@@ -1,0 +1,25 @@
+"""How a run's data is shared among the devices present (coordinator/preparation.py)."""
+
+import dataclasses
+
+import numpy as np
+
+from mjfl.coordinator.preparation import Assignment, PreparedJob
+from mjfl.ids import DeviceId
+
+
+def job_with_shards(labels: list[list[int]]) -> PreparedJob:
+    parts = [(np.zeros((len(y), 1), np.float32), np.asarray(y, np.int64)) for y in labels]
+    fields = {f.name: None for f in dataclasses.fields(PreparedJob)}
+    return PreparedJob(**(fields | {"parts": parts}))
+
+
+def test_coverage_names_the_classes_only_absent_devices_hold():
+    job = job_with_shards([[0, 0, 1], [1, 2], [3, 3, 3, 3], [4, 0]])
+    two = Assignment(4, [DeviceId("a"), DeviceId("b")])  # shards 0 and 1 held
+    missing, share = job.coverage(two)
+    assert missing == [3, 4] and share == 5 / 11
+    # A device that joins takes the next shard, and with it class 3.
+    two.assign(DeviceId("c"))
+    assert job.coverage(two) == ([4], 9 / 11)
+    assert job.coverage(Assignment(4, [DeviceId(d) for d in "abcd"])) == ([], 1.0)

@@ -62,7 +62,7 @@ from mjfl.profiling.session import (
     run_session,
     write_observations,
 )
-from mjfl.schedulers.base import CostWeights
+from mjfl.schedulers.base import CostWeights, plan_size
 from mjfl.schedulers.registry import make_scheduler
 
 log = logging.getLogger(__name__)
@@ -235,16 +235,29 @@ class Driver:
         )
 
     def _say_coverage(self, prepared: Sequence[PreparedJob], assignment: Assignment) -> None:
-        """Up front: a job whose data the devices present do not cover may never reach its target.
+        """Up front: a job whose data the devices cannot cover may never reach its target.
 
-        The data is cut for the devices the run expects (``fleet.size``); with
-        fewer present, the other shards wait for devices to join, and a class
-        that only they hold is never trained.
+        Two cases. A round's plan whose devices hold fewer classes than the job
+        has (a small non-IID fleet, or a small fraction): FedAvg then averages
+        models that each saw a few classes, and accuracy swings. And fewer
+        devices present than the data was cut for (``fleet.size``): the other
+        shards wait for devices to join, and a class only they hold is never
+        trained.
         """
         present = len(assignment.slot_of)
-        if present >= assignment.slots:
-            return
         for job in prepared:
+            plan = plan_size(job.config.fraction, present, present)
+            seen, classes = job.classes_a_round(assignment, plan)
+            if seen < classes:
+                self.output.console.print(
+                    f"[yellow]job {job.config.name}: a round trains {plan} of the {present} devices"
+                    f" (fraction {job.config.fraction:g}), whose data holds at most {seen} of its {classes} classes[/]:"
+                    " averaging so few classes a round, a non-IID job's accuracy swings from round to round and"
+                    " may never reach its target; use more devices or a larger fraction",
+                    highlight=False,
+                )
+            if present >= assignment.slots:
+                continue
             missing, share = job.coverage(assignment)
             if missing:
                 self.output.console.print(

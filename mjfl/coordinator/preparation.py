@@ -105,6 +105,12 @@ class PreparedJob:
         total = sum(len(y) for _, y in self.parts)
         return sorted(every - present), sum(len(y) for y in labels) / max(total, 1)
 
+    def classes_a_round(self, assignment: Assignment, plan: int) -> tuple[int, int]:
+        """At most how many classes ``plan`` held shards cover together, and how many classes there are."""
+        counts = sorted((len(np.unique(self.parts[k][1])) for k in set(assignment.slot_of.values())), reverse=True)
+        every = len(np.unique(np.concatenate([y for _, y in self.parts])))
+        return min(every, sum(counts[:plan])), every
+
     def samples(self, assignment: Assignment) -> Mapping[DeviceId, int]:
         """D_k^m of every device holding a shard, following ``assignment`` as it grows."""
         return _ByDevice([len(y) for _, y in self.parts], assignment)

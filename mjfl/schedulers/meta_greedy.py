@@ -148,16 +148,21 @@ class HorizonBandit:
     is not magnified by dividing it by that short time. Every new round
     multiplies all earlier totals by ``forget``, so the comparison follows the
     run (gains shrink as a job converges, for every horizon alike). Each
-    horizon is tried twice first (in turn, fairest first); then the best
-    scoring one plans, except every fourth round, which tries the others in
-    turn, so that a horizon that lost early can win back.
+    horizon is tried twice first (in turn, shortest first); then the shortest
+    horizon (the fastest rounds) plans unless a longer one has bought accuracy
+    ``margin`` times faster, since a round's accuracy is noisy and the
+    shortest horizon's rounds are the cheap default; every ``explore``-th
+    round tries another horizon in turn, so that one that lost early can win
+    back.
     """
 
-    def __init__(self, horizons: tuple[float, ...], forget: float) -> None:
+    def __init__(self, horizons: tuple[float, ...], forget: float, margin: float = 3.0, explore: int = 8) -> None:
         if not horizons:
             raise ValueError("meta-greedy: give at least one horizon")
-        self.horizons = tuple(sorted(horizons, reverse=True))
+        self.horizons = tuple(sorted(horizons))
         self.forget = forget
+        self.margin = margin
+        self.explore = explore
         self.gain = dict.fromkeys(self.horizons, 0.0)
         self.seconds = dict.fromkeys(self.horizons, 0.0)
         self.tried = dict.fromkeys(self.horizons, 0)
@@ -168,10 +173,13 @@ class HorizonBandit:
         for horizon in self.horizons:
             if self.tried[horizon] < 2:
                 return horizon
+        shortest = self.horizons[0]
         best = max(self.horizons, key=self.rate)
-        if round_ % 4 == 0 and len(self.horizons) > 1:
+        if best != shortest and self.rate(best) <= self.margin * max(self.rate(shortest), 0.0):
+            best = shortest
+        if round_ % self.explore == 0 and len(self.horizons) > 1:
             others = [h for h in self.horizons if h != best]
-            return others[(round_ // 4) % len(others)]
+            return others[(round_ // self.explore) % len(others)]
         return best
 
     def rate(self, horizon: float) -> float:

@@ -23,3 +23,10 @@ def test_coverage_names_the_classes_only_absent_devices_hold():
     two.assign(DeviceId("c"))
     assert job.coverage(two) == ([4], 9 / 11)
     assert job.coverage(Assignment(4, [DeviceId(d) for d in "abcd"])) == ([], 1.0)
+
+
+def test_a_round_covers_at_most_the_classes_of_its_richest_shards():
+    job = job_with_shards([[0, 1], [2, 3, 3], [4], [5, 6, 7]])
+    everyone = Assignment(4, [DeviceId(d) for d in "abcd"])
+    assert job.classes_a_round(everyone, 2) == (5, 8)  # {5,6,7} and {0,1} (or {2,3})
+    assert job.classes_a_round(everyone, 4) == (8, 8)

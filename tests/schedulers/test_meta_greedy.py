@@ -141,3 +141,42 @@ def test_the_paper_selector_keeps_the_least_recost_and_mjfls_the_least_return(co
     # The two differ here: ReCost (beta * Omega(4) = 0.1) still takes the over-used fast
     # device, the return (the increment charged for 10 rounds) the next fastest.
     assert paper.choices[-1].winner == "fast" and mjfl.choices[-1].winner == "middle"
+
+
+def test_the_adaptive_selector_plans_with_the_horizon_that_buys_accuracy_fastest():
+    from mjfl.schedulers.meta_greedy import HorizonBandit
+
+    def run(gain_per_second: dict[float, float], rounds: int = 24) -> list[float]:
+        bandit, accuracy, used = HorizonBandit((1.0, 10.0), forget=0.7), 0.1, []
+        bandit.observe(None, RoundOutcome(0, 0, (0,), {}, frozenset(), 1.0, accuracy=accuracy))
+        for r in range(1, rounds + 1):
+            horizon = bandit.choose(r)
+            used.append(horizon)
+            seconds = 1.0 if horizon == 1.0 else 3.0  # fairer plans run longer rounds
+            accuracy += gain_per_second[horizon] * seconds
+            bandit.observe(horizon, RoundOutcome(0, r, (0,), {}, frozenset(), seconds, accuracy=accuracy))
+        return used
+
+    # Each horizon is tried twice, shortest first.
+    assert run({1.0: 0.01, 10.0: 0.01})[:4] == [1.0, 1.0, 10.0, 10.0]
+    # Fairness that does not buy accuracy clearly faster: the fast rounds plan
+    # (every 8th round explores).
+    used = run({1.0: 0.01, 10.0: 0.025})
+    assert all(h == 1.0 for r, h in enumerate(used, start=1) if r > 8 and r % 8)
+    assert used[15] == 10.0  # round 16 explores
+    # Fairness that buys it more than 3x faster: the fair rounds plan.
+    used = run({1.0: 0.01, 10.0: 0.04})
+    assert all(h == 10.0 for r, h in enumerate(used, start=1) if r > 8 and r % 8)
+
+
+def test_without_accuracy_the_adaptive_selector_is_the_return_with_its_horizon(context_factory):
+    ctx = context_factory([1.0, 3.0, 8.0], [10.0] * 3, [1] * 3, size=1, round_=3, frequencies=[[2, 1, 1]])
+    meta = make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"horizon": 7.0}})
+    meta.members = [Fixed("fast", (0,)), Fixed("slow", (2,))]
+    decision = meta.plan(ctx)
+    assert meta.choices[-1].horizon == 7.0
+    assert decision.candidates == pytest.approx(
+        dict(zip(["fast", "slow"], cost_model(ctx).marginal(np.array([[0], [2]]), horizon=7.0)))
+    )
+    meta.observe(ctx, RoundOutcome(0, 3, decision.plan, {}, frozenset(), 1.0))  # no accuracy: still uninformed
+    assert meta.horizon_for(4) == 7.0

@@ -34,12 +34,18 @@ from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
 Row = dict[str, Any]
 
 
-def measure(method: str, devices: int, jobs: int, rounds: int, fraction: float, seed: int) -> Row:
-    """One method on one fleet size: latency percentiles, mean TotalCost (and Meta-Greedy's wins)."""
+def measure(
+    method: str, devices: int, jobs: int, rounds: int, fraction: float, seed: int,
+    options: dict[str, dict[str, Any]] | None = None,
+) -> Row:
+    """One method on one fleet size: latency percentiles, mean TotalCost (and Meta-Greedy's wins).
+
+    ``options`` as in the config's ``[scheduler.options.<method>]``.
+    """
     rng = np.random.default_rng(seed)
     fleet = synthetic_fleet(devices, rng)
     job_models = synthetic_jobs(jobs, devices, rng, fraction=fraction)
-    schedulers = [make_scheduler(method, seed=seed * 1000 + m) for m in range(jobs)]
+    schedulers = [make_scheduler(method, seed=seed * 1000 + m, options=options) for m in range(jobs)]
     latencies: list[float] = []
     costs: list[float] = []
 

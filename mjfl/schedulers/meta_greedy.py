@@ -5,12 +5,13 @@ Two selectors (docs/cost-model.md compares them):
 * ``recost``, the paper's (Formulas 12-13): ``alpha*T + beta*Omega(r)*F``, a
   fairness weight that grows with the round. ``meta-greedy-paper`` is
   Algorithm 4 exactly: this selector, members planning with their own objectives.
-* ``return``: the plan's share of TotalCost summed over the next ``horizon``
-  rounds, ``alpha*T + beta*H*(F(V) - F(no plan))``. The variance a plan adds
-  stays in every later round's TotalCost while its round time is paid once, so
-  this is what a run's summed TotalCost charges the plan; it is also what RLDS
-  learns to minimise.
-* ``adaptive`` (``meta-greedy``'s): the return, with H chosen each round from
+* ``return`` (``meta-greedy``'s, with H = 1: the least TotalCost, the fastest
+  to target measured): the plan's share of TotalCost summed over the next
+  ``horizon`` rounds, ``alpha*T + beta*H*(F(V) - F(no plan))``. The variance a
+  plan adds stays in every later round's TotalCost while its round time is
+  paid once, so with H = the rounds to come this is what a run's summed
+  TotalCost charges the plan; it is also what RLDS learns to minimise (H = 10).
+* ``adaptive``: the return, with H chosen each round from
   ``horizons`` by what each has bought on this run: the job's accuracy gained
   per second of the rounds planned with it (a two-armed bandit with
   forgetting). Where no accuracy comes back (the scheduler benchmark) it is

@@ -17,21 +17,31 @@ in float32, as it did under PyTorch. It is small and sequential (one step per
 device), so a deep-learning framework buys nothing here and would only contend
 with the trainers for cores.
 
-Reward: -TotalCost (Formula 8), with a moving baseline b_m (Algorithm 2 line 7),
-counting only TotalCost's plan-dependent part (``CostModel.marginal``): the rest
-is the same for every plan of a round, so the rewards rank plans exactly as
-TotalCost does, but it grows from round to round with the unfairness already
-accumulated, which a moving baseline cannot follow.
-Pre-training (Algorithm 2) runs on the cost model with N > 1 plans a round over
-a simulated run of the job; online (Algorithm 3) each executed round updates the
-policy once with N = 1 and the observed cost. The baseline starts from the first
-batch's mean reward rather than 0, so the first update is not dominated by the
-reward's offset.
+Reward: -TotalCost (Formula 8) as a return: only TotalCost's plan-dependent
+part counts (``CostModel.marginal``; the rest is the same for every plan of a
+round but drifts from round to round), with the plan's fairness increment
+charged for ``horizon`` rounds, because the variance a plan adds stays in
+every later round's TotalCost while its round time is paid once
+(docs/cost-model.md, "A plan's return"). Baseline: with N > 1 plans the
+batch's mean reward; with N = 1 the moving baseline b_m (Algorithm 2 line 7),
+which starts from the first batch's mean rather than 0.
+
+Pre-training (Algorithm 2) runs on the cost model with N > 1 plans a round
+over a simulated run of the job. Online (Algorithm 3, on-policy): every plan
+call draws ``plans_per_round`` plans, updates the policy on their returns under
+the cost model and proposes the best of them; when the round's outcome comes
+back, the policy learns from its own plan again, with the observed round time
+if that plan ran (inside Meta-Greedy another member's plan may have run
+instead: crediting that plan would be off-policy, so it is never used).
+Exploration: epsilon decays per update from ``epsilon`` to ``epsilon_end``.
 
 Device features (per device, for the job being planned): expected round time,
-shift and fluctuation over the reference time (Formula 4), the job's scheduling
-frequency relative to the mean (Formula 5's deviation), the other jobs'
-frequencies, whether the device is free, and whether another job holds it.
+shift and fluctuation over the reference time (Formula 4), the 90% quantile of
+the round time, the job's scheduling frequency relative to the mean (Formula
+5's deviation), the other jobs' frequencies, whether the device is free, and
+whether another job holds it. Besides the LSTM and its head, a linear skip
+path from the features to the logit (its own learning rate ``skip_lr``) learns
+the plain preferences quickly.
 """
 
 from __future__ import annotations

@@ -70,6 +70,17 @@ def simulate(
     run_simulation(run_config, [m.strip() for m in methods.split(",") if m.strip()], _output(run_config.out_dir, live))
 
 
+@app.command("report")
+def report(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run output folders (each holding mjfl.db), e.g. one per seed.")],
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the gathered figures here.")] = None,
+) -> None:
+    """The paper's Tables 4-5 over the finished runs of these folders: mean and spread per method."""
+    from mjfl.commands.report import report_runs
+
+    report_runs(run_dirs, console=console, json_path=json_path)
+
+
 testbed_app = typer.Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)
 app.add_typer(testbed_app, name="testbed")
 

@@ -1,0 +1,165 @@
+"""`mjfl report RUN_DIR...`: the paper's Tables 4-5 over every finished run of the given folders.
+
+Each folder is a run's output folder (``out_dir``); everything is read back
+from its run database (``mjfl.db``), so a report can be rebuilt long after
+the runs, and runs of several seeds (one folder each, or several in one)
+are gathered per method: per job the mean and spread of the time to target
+over the runs that reached it (and how many did), the mean final accuracy,
+the group's time to target, the speedup against Random, and for Meta-Greedy
+the share of rounds each member's plan won.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from mjfl.coordinator import report
+from mjfl.coordinator.records import JobInfo
+from mjfl.coordinator.storage import Storage
+from mjfl.errors import UserError
+
+DATABASE = "mjfl.db"
+
+
+def report_runs(dirs: Sequence[Path], *, console: Console, json_path: Path | None = None) -> dict[str, Any]:
+    """Gather the finished runs of ``dirs`` per method; print the table, optionally write JSON; return it."""
+    if not dirs:
+        raise UserError("give at least one run folder (a run's out_dir, holding mjfl.db)")
+    per_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    wins: dict[str, Counter[str]] = defaultdict(Counter)
+    jobs: dict[str, JobInfo] = {}
+    skipped = 0
+    for folder in dirs:
+        database = folder / DATABASE
+        if not database.is_file():
+            raise UserError(f"{folder}: no run database ({DATABASE}) here; give a run's output folder")
+        with Storage(database) as storage:
+            for info, status in storage.runs():
+                if status != "finished":
+                    skipped += 1
+                    continue
+                run_jobs = storage.jobs(info.run_id)
+                records = storage.rounds(info.run_id)
+                entry = report.summary({info.method: (run_jobs, records)})["methods"][info.method]
+                name = _label(info.method, json.loads(info.config_json).get("scheduler", {}))
+                per_method[name].append(entry | {"seed": info.seed, "run_id": info.run_id})
+                wins[name].update(r.winner for r in records if r.winner is not None)
+                for job in run_jobs:
+                    jobs.setdefault(str(job.job), job)
+    if not per_method:
+        raise UserError(f"no finished run in {', '.join(map(str, dirs))}")
+    gathered = {"methods": {m: _gather(runs, wins[m]) for m, runs in per_method.items()}}
+    console.print(_table(gathered, list(jobs.values())))
+    if skipped:
+        console.print(f"left out {skipped} unfinished run(s)", highlight=False)
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(gathered, indent=2, allow_nan=False) + "\n")
+        console.print(f"wrote {json_path}", highlight=False)
+    return gathered
+
+
+def _label(method: str, scheduler: dict[str, Any]) -> str:
+    """The method, and the settings that make its runs a variant: non-default weights, its options."""
+    settings = {k: scheduler[k] for k in ("alpha", "beta", "omega") if k in scheduler and scheduler[k] != _DEFAULTS[k]}
+    settings |= scheduler.get("options", {}).get(method, {})
+    if not settings:
+        return method
+    return f"{method} ({', '.join(f'{k}={v}' for k, v in settings.items())})"
+
+
+_DEFAULTS = {"alpha": 1.0, "beta": 0.05, "omega": "sqrt"}
+
+
+def _gather(runs: list[dict[str, Any]], wins: Counter[str]) -> dict[str, Any]:
+    """One method's runs: per job and for the group, mean/spread over the runs that reached the target."""
+    jobs: dict[str, Any] = {}
+    for name in dict.fromkeys(job for run in runs for job in run["jobs"]):
+        entries = [run["jobs"][name] for run in runs if name in run["jobs"]]
+        jobs[name] = {
+            "time_to_target_s": _spread([e["time_to_target_s"] for e in entries]),
+            "final_accuracy": _spread([e["final_accuracy"] for e in entries]),
+        }
+    decided = sum(wins.values())
+    return {
+        "runs": len(runs),
+        "seeds": sorted({run["seed"] for run in runs}),
+        "jobs": jobs,
+        "group_time_s": _spread([run["total_time_s"] for run in runs]),
+        "wins": {member: round(count / decided, 4) for member, count in wins.most_common()} if decided else {},
+    }
+
+
+def _spread(values: list[float | None]) -> dict[str, Any]:
+    """Mean and standard deviation of the values that exist, and how many of how many do."""
+    present = [v for v in values if v is not None]
+    return {
+        "mean": statistics.fmean(present) if present else None,
+        "sd": statistics.stdev(present) if len(present) > 1 else None,
+        "reached": len(present),
+        "runs": len(values),
+    }
+
+
+def _table(gathered: dict[str, Any], jobs: list[JobInfo]) -> Table:
+    methods: dict[str, Any] = gathered["methods"]
+    seeds = sorted({s for m in methods.values() for s in m["seeds"]})
+    table = Table(
+        title=f"Time to target accuracy, mean ± sd over runs (seeds {', '.join(map(str, seeds))})",
+        title_justify="left",
+    )
+    table.add_column("method", style="bold", overflow="fold")
+    table.add_column("runs", justify="right")
+    for job in jobs:
+        table.add_column(f"{job.job}\ntime to target (s)\n{report._target_text(job)}", justify="right")
+        table.add_column(f"{job.job}\nfinal accuracy", justify="right")
+    table.add_column("group\ntime to target (s)", justify="right")
+    baseline = methods.get(report.BASELINE, {}).get("group_time_s", {}).get("mean")
+    if baseline is not None:
+        table.add_column(f"speedup\nvs {report.BASELINE}", justify="right")
+    fastest = min(
+        (m["group_time_s"]["mean"] for m in methods.values() if _complete(m["group_time_s"])), default=None
+    )
+    for name, method in methods.items():
+        cells = [name, str(method["runs"])]
+        for job in jobs:
+            entry = method["jobs"].get(str(job.job))
+            cells.append(_time_cell(entry["time_to_target_s"]) if entry else "")
+            accuracy = entry["final_accuracy"]["mean"] if entry else None
+            cells.append("" if accuracy is None else f"{accuracy:.4f}")
+        group = method["group_time_s"]
+        text = _time_cell(group)
+        cells.append(f"[bold green]{text}[/]" if _complete(group) and group["mean"] == fastest else text)
+        if baseline is not None:
+            mean = group["mean"] if _complete(group) else None
+            cells.append("" if mean is None or mean <= 0 else f"{baseline / mean:.2f}x")
+        table.add_row(*cells)
+    members = {name: m["wins"] for name, m in methods.items() if m["wins"]}
+    if members:
+        table.caption = "; ".join(
+            f"{name} kept the plan of " + ", ".join(f"{member} {share:.0%}" for member, share in shares.items())
+            for name, shares in members.items()
+        )
+    return table
+
+
+def _complete(entry: dict[str, Any]) -> bool:
+    """Reached in every run: only then is a mean comparable across methods."""
+    return entry["mean"] is not None and entry["reached"] == entry["runs"]
+
+
+def _time_cell(entry: dict[str, Any]) -> str:
+    if entry["mean"] is None:
+        return report.NOT_REACHED
+    text = f"{entry['mean']:.1f}" + (f" ± {entry['sd']:.1f}" if entry["sd"] is not None else "")
+    if entry["reached"] < entry["runs"]:
+        text += f" ({entry['reached']}/{entry['runs']})"
+    return text

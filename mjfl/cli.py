@@ -81,6 +81,19 @@ def report(
     report_runs(run_dirs, console=console, json_path=json_path)
 
 
+@app.command("study")
+def study(
+    study_file: Annotated[Path, typer.Argument(help="A study file (TOML): config, methods, seeds, variants.")],
+    out: Annotated[Path, typer.Option(help="Where the runs go: OUT/<variant>/seed-<s>.")] = Path("runs/study"),
+    seeds: Annotated[int | None, typer.Option(help="Run seeds 0..N-1 (default: the study file's).")] = None,
+) -> None:
+    """A grid of simulations (variants x seeds x methods) that ends with the report of each variant."""
+    from mjfl.commands.study import check_out, load_study, run_study
+
+    check_out(out)
+    run_study(load_study(study_file, seeds), out, console=console)
+
+
 testbed_app = typer.Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)
 app.add_typer(testbed_app, name="testbed")
 

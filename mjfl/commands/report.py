@@ -29,7 +29,9 @@ from mjfl.errors import UserError
 DATABASE = "mjfl.db"
 
 
-def report_runs(dirs: Sequence[Path], *, console: Console, json_path: Path | None = None) -> dict[str, Any]:
+def report_runs(
+    dirs: Sequence[Path], *, console: Console, json_path: Path | None = None, title: str = ""
+) -> dict[str, Any]:
     """Gather the finished runs of ``dirs`` per method; print the table, optionally write JSON; return it."""
     if not dirs:
         raise UserError("give at least one run folder (a run's out_dir, holding mjfl.db)")
@@ -57,7 +59,7 @@ def report_runs(dirs: Sequence[Path], *, console: Console, json_path: Path | Non
     if not per_method:
         raise UserError(f"no finished run in {', '.join(map(str, dirs))}")
     gathered = {"methods": {m: _gather(runs, wins[m]) for m, runs in per_method.items()}}
-    console.print(_table(gathered, list(jobs.values())))
+    console.print(_table(gathered, list(jobs.values()), title))
     if skipped:
         console.print(f"left out {skipped} unfinished run(s)", highlight=False)
     if json_path is not None:
@@ -109,11 +111,11 @@ def _spread(values: list[float | None]) -> dict[str, Any]:
     }
 
 
-def _table(gathered: dict[str, Any], jobs: list[JobInfo]) -> Table:
+def _table(gathered: dict[str, Any], jobs: list[JobInfo], title: str = "") -> Table:
     methods: dict[str, Any] = gathered["methods"]
     seeds = sorted({s for m in methods.values() for s in m["seeds"]})
     table = Table(
-        title=f"Time to target accuracy, mean ± sd over runs (seeds {', '.join(map(str, seeds))})",
+        title=f"{title}Time to target accuracy, mean ± sd over runs (seeds {', '.join(map(str, seeds))})",
         title_justify="left",
     )
     table.add_column("method", style="bold", overflow="fold")

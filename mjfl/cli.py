@@ -74,11 +74,12 @@ def simulate(
 def report(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run output folders (each holding mjfl.db), e.g. one per seed.")],
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the gathered figures here.")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Write accuracy-vs-time and member-wins plots to this folder.")] = None,
 ) -> None:
     """The paper's Tables 4-5 over the finished runs of these folders: mean and spread per method."""
     from mjfl.commands.report import report_runs
 
-    report_runs(run_dirs, console=console, json_path=json_path)
+    report_runs(run_dirs, console=console, json_path=json_path, plots=plots)
 
 
 @app.command("study")

@@ -44,7 +44,7 @@ def test_report_gathers_the_runs_of_several_folders_per_method(tmp_path: Path) -
     record_run(seed1, "genetic", 2, [1.0], [0.9], finished=False)  # interrupted: left out
     out = tmp_path / "report.json"
     result = subprocess.run(
-        mjfl_args("report", str(seed0), str(seed1), "--json", str(out)),
+        mjfl_args("report", str(seed0), str(seed1), "--json", str(out), "--plots", str(tmp_path / "plots")),
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -61,6 +61,9 @@ def test_report_gathers_the_runs_of_several_folders_per_method(tmp_path: Path) -
     assert meta["wins"] == {"genetic": 0.8, "rlds": 0.2}
     assert "2.0 (1/2)" in result.stderr
     assert methods["meta-greedy (horizon=10.0)"]["group_time_s"]["mean"] == 1.0
+    # The plots: accuracy against time per job, and Meta-Greedy's member wins over the rounds.
+    for name in ("accuracy-lenet.png", "member-wins.png"):
+        assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_report_names_a_folder_without_runs(tmp_path: Path) -> None:

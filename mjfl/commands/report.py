@@ -12,6 +12,7 @@ the share of rounds each member's plan won.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Sequence
@@ -22,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mjfl.coordinator import report
-from mjfl.coordinator.records import JobInfo
+from mjfl.coordinator.records import JobInfo, RoundRecord
 from mjfl.coordinator.storage import Storage
 from mjfl.errors import UserError
 
@@ -30,14 +31,26 @@ DATABASE = "mjfl.db"
 
 
 def report_runs(
-    dirs: Sequence[Path], *, console: Console, json_path: Path | None = None, title: str = ""
+    dirs: Sequence[Path],
+    *,
+    console: Console,
+    json_path: Path | None = None,
+    plots: Path | None = None,
+    title: str = "",
 ) -> dict[str, Any]:
-    """Gather the finished runs of ``dirs`` per method; print the table, optionally write JSON; return it."""
+    """Gather the finished runs of ``dirs`` per method; print the table, optionally write JSON and plots; return it.
+
+    ``plots``: a folder for ``accuracy-<job>.png`` (accuracy against run time,
+    every run a line, a colour per method) and ``member-wins.png`` (the share of
+    rounds each Meta-Greedy member's plan won, cumulated over the rounds: the
+    paper's appendix figure).
+    """
     if not dirs:
         raise UserError("give at least one run folder (a run's out_dir, holding mjfl.db)")
     per_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
     wins: dict[str, Counter[str]] = defaultdict(Counter)
     jobs: dict[str, JobInfo] = {}
+    curves: dict[str, list[list[RoundRecord]]] = defaultdict(list)
     skipped = 0
     for folder in dirs:
         database = folder / DATABASE
@@ -54,6 +67,7 @@ def report_runs(
                 name = _label(info.method, json.loads(info.config_json).get("scheduler", {}))
                 per_method[name].append(entry | {"seed": info.seed, "run_id": info.run_id})
                 wins[name].update(r.winner for r in records if r.winner is not None)
+                curves[name].append(records)
                 for job in run_jobs:
                     jobs.setdefault(str(job.job), job)
     if not per_method:
@@ -62,6 +76,9 @@ def report_runs(
     console.print(_table(gathered, list(jobs.values()), title))
     if skipped:
         console.print(f"left out {skipped} unfinished run(s)", highlight=False)
+    if plots is not None:
+        written = _plot_accuracy(plots, curves, jobs) + _plot_member_wins(plots, curves)
+        console.print(f"wrote {len(written)} plots to {plots}", highlight=False)
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(gathered, indent=2, allow_nan=False) + "\n")
@@ -165,3 +182,75 @@ def _time_cell(entry: dict[str, Any]) -> str:
     if entry["reached"] < entry["runs"]:
         text += f" ({entry['reached']}/{entry['runs']})"
     return text
+
+
+def _plot_accuracy(folder: Path, curves: dict[str, list[list[RoundRecord]]], jobs: dict[str, JobInfo]) -> list[Path]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, info in jobs.items():
+        figure = Figure(figsize=(7.5, 4.5), layout="constrained")
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        for index, (method, runs) in enumerate(curves.items()):
+            color = f"C{index % 10}"
+            for number, records in enumerate(runs):
+                rounds = sorted((r for r in records if str(r.job) == name), key=lambda r: r.round)
+                axes.plot(
+                    [r.ended_s for r in rounds], [r.accuracy for r in rounds], color=color, alpha=0.6,
+                    linewidth=1.2, label=method if number == 0 else None,
+                )
+        if info.target_accuracy is not None:
+            axes.axhline(info.target_accuracy, linestyle="--", color="grey", linewidth=1.0,
+                         label=f"target {info.target_accuracy:g}")
+        axes.set_title(f"{name}: {info.model} on {info.dataset} (every run a line)")
+        axes.set_xlabel("run time (s)")
+        axes.set_ylabel("test accuracy")
+        axes.set_xlim(left=0.0)
+        axes.grid(True, alpha=0.3)
+        axes.legend(loc="best", fontsize=8)
+        path = folder / f"accuracy-{re.sub(r'[^A-Za-z0-9._-]+', '-', name)}.png"
+        figure.savefig(path, dpi=120)
+        written.append(path)
+    return written
+
+
+def _plot_member_wins(folder: Path, curves: dict[str, list[list[RoundRecord]]]) -> list[Path]:
+    """Per Meta-Greedy method: each member's share of the rounds won up to round r (all its runs and jobs)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    metas = {m: runs for m, runs in curves.items() if any(r.winner for records in runs for r in records)}
+    if not metas:
+        return []
+    figure = Figure(figsize=(6.5, 3.2 * len(metas)), layout="constrained")
+    FigureCanvasAgg(figure)
+    for row, (method, runs) in enumerate(metas.items()):
+        axes = figure.add_subplot(len(metas), 1, row + 1)
+        by_round: dict[int, Counter[str]] = defaultdict(Counter)
+        for records in runs:
+            for r in records:
+                if r.winner is not None:
+                    by_round[r.round][r.winner] += 1
+        members = sorted({m for c in by_round.values() for m in c})
+        seen: Counter[str] = Counter()
+        rounds = sorted(by_round)
+        shares: dict[str, list[float]] = {m: [] for m in members}
+        for number in rounds:
+            seen.update(by_round[number])
+            total = sum(seen.values())
+            for member in members:
+                shares[member].append(seen[member] / total)
+        for member in members:
+            axes.plot(rounds, shares[member], label=member, linewidth=1.5)
+        axes.set_title(f"{method}: share of rounds won so far, per member")
+        axes.set_xlabel("round")
+        axes.set_ylabel("share won")
+        axes.set_ylim(0, 1)
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8, ncols=3)
+    path = folder / "member-wins.png"
+    figure.savefig(path, dpi=120)
+    return [path]

@@ -31,7 +31,6 @@ import dataclasses
 import io
 import json
 import re
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +38,7 @@ from rich.console import Console
 
 from mjfl.commands.report import report_runs
 from mjfl.commands.simulate import simulate
-from mjfl.coordinator.config import parse_config
+from mjfl.coordinator.config import parse_config, read_toml
 from mjfl.coordinator.driver import Output
 from mjfl.errors import ConfigError, UserError
 from mjfl.schedulers.registry import METHODS
@@ -65,12 +64,7 @@ class Study:
 
 def load_study(path: Path, seeds: int | None = None) -> Study:
     """Read and check a study file (``seeds`` overrides its count: seeds 0..N-1)."""
-    if not path.is_file():
-        raise ConfigError(str(path), "no such file")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(str(path), f"not valid TOML: {exc}") from None
+    raw = read_toml(path)
     unknown = set(raw) - {"config", "methods", "seeds", "variants"}
     if unknown:
         raise ConfigError(f"{path}: {min(unknown)}", "unknown key (config, methods, seeds, variants)")
@@ -121,7 +115,7 @@ def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
     """Run every (variant, seed) not yet done, then report each variant; returns the study's figures."""
-    raw = tomllib.loads(study.config.read_text())
+    raw = read_toml(study.config)
     configs = {v.name: parse_config(apply(raw, v.overrides), base=study.config.parent, source=study.config)
                for v in study.variants}  # every variant checked before anything runs
     total = len(study.variants) * len(study.seeds)

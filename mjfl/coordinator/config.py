@@ -112,13 +112,17 @@ class RunConfig:
 def load_config(path: Path | str) -> RunConfig:
     """Read and validate a run configuration file."""
     path = Path(path)
+    return parse_config(read_toml(path), base=path.parent, source=path)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """A TOML file's document; a ConfigError naming the file when it is missing or not TOML."""
     if not path.is_file():
         raise ConfigError(str(path), "no such file")
     try:
-        raw = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
-    return parse_config(raw, base=path.parent, source=path)
 
 
 def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | None = None) -> RunConfig:

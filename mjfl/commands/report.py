@@ -138,7 +138,7 @@ def _table(gathered: dict[str, Any], jobs: list[JobInfo], title: str = "") -> Ta
     table.add_column("method", style="bold", overflow="fold")
     table.add_column("runs", justify="right")
     for job in jobs:
-        table.add_column(f"{job.job}\ntime to target (s)\n{report._target_text(job)}", justify="right")
+        table.add_column(f"{job.job}\ntime to target (s)\n{report.target_text(job)}", justify="right")
         table.add_column(f"{job.job}\nfinal accuracy", justify="right")
     table.add_column("group\ntime to target (s)", justify="right")
     baseline = methods.get(report.BASELINE, {}).get("group_time_s", {}).get("mean")

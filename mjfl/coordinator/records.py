@@ -143,7 +143,7 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class SchedulerChoice:
-    """One Meta-Greedy candidate of one round: a member, its ReCost, and whether it won.
+    """One Meta-Greedy candidate of one round: a member, its selector cost (ReCost for the paper's selector), and whether it won.
 
     Every member proposes a plan each round (Algorithm 4 line 3) and the least
     ReCost wins (line 4, Formulas 12-13); members that never win still appear

@@ -47,6 +47,7 @@ __all__ = [
     "reached_target",
     "results_table",
     "summary",
+    "target_text",
     "write_rounds_csv",
     "write_summary",
 ]
@@ -311,7 +312,7 @@ def results_table(summary: Mapping[str, Any], jobs: Sequence[JobInfo]) -> Table:
     table.add_column("method", style="bold")
     columns: list[tuple[str, list[float | None], bool]] = []  # (kind, values, lower is better)
     for job in jobs:
-        target = _target_text(job)
+        target = target_text(job)
         table.add_column(f"{job.job}\ntime to target (s)\n{target}", justify="right")
         table.add_column(f"{job.job}\nfinal accuracy\n(last round)", justify="right")
         columns.append(
@@ -407,7 +408,7 @@ class LiveView:
         """Show rows for ``jobs`` of ``method`` before their first round."""
         with self._lock:
             for job in jobs:
-                self._rows.setdefault((method, job.job), _Row(target=_target_text(job), info=job))
+                self._rows.setdefault((method, job.job), _Row(target=target_text(job), info=job))
 
     def update(self, record: RoundRecord, method: str) -> None:
         """Show a finished round; a job whose target is met turns ``reached``."""
@@ -549,7 +550,7 @@ def _cell(kind: str, value: float | None) -> str:
     return f"{value:.2f}x"
 
 
-def _target_text(job: JobInfo) -> str:
+def target_text(job: JobInfo) -> str:
     return str(job.target)
 
 

@@ -363,7 +363,7 @@ class Storage:
     def record_round(self, record: RoundRecord, choices: Mapping[str, float] | None = None) -> None:
         """Record a finished round with its device rounds and Meta-Greedy candidates.
 
-        ``choices`` maps each Meta-Greedy member to its ReCost (Formula 12);
+        ``choices`` maps each Meta-Greedy member to its selector cost (ReCost, Formula 12, for the paper's);
         ``record.winner`` must be one of them. Everything lands in one
         transaction. Raises ``DuplicateRoundError`` if the round is already
         recorded and ``StorageError`` if any row breaks a constraint (unknown

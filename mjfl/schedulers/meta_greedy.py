@@ -33,7 +33,7 @@ from mjfl.schedulers.cost import cost_model, omega
 
 @dataclass(frozen=True)
 class Choice:
-    """One Meta-Greedy decision: every member's plan and ReCost, and the winner."""
+    """One Meta-Greedy decision: every member's plan and selector cost (``recost``), the winner, the horizon used."""
 
     round: int
     winner: str

@@ -74,6 +74,7 @@ class SchedulerConfig:
     min_plan: int = 1
     min_returns: int = 1
     profile_window: int = 0
+    plan_busy: bool = False  # jobs may plan devices other jobs will release soon
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -229,6 +230,7 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         min_plan=f.take("min_plan", int, default=d["min_plan"], check=lambda v: v >= 1, need=">= 1"),
         min_returns=f.take("min_returns", int, default=d["min_returns"], check=lambda v: v >= 1, need=">= 1"),
         profile_window=f.take("profile_window", int, default=d["profile_window"], check=lambda v: v >= 0, need=">= 0"),
+        plan_busy=f.take("plan_busy", bool, default=d["plan_busy"]),
         options=options,
     )
     f.done()

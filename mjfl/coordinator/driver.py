@@ -231,7 +231,7 @@ class Driver:
         return EngineSettings(
             weights=CostWeights(alpha=s.alpha, beta=s.beta, omega=s.omega),  # type: ignore[arg-type]
             min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed,
-            profile_window=s.profile_window, device_wait_s=device_wait_s,
+            profile_window=s.profile_window, device_wait_s=device_wait_s, plan_busy=s.plan_busy,
         )
 
     def _say_coverage(self, prepared: Sequence[PreparedJob], assignment: Assignment) -> None:

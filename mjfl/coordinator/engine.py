@@ -9,7 +9,10 @@ Every job runs its own loop, concurrently with the others:
 A device serves one job at a time and is released as soon as its own task
 ends, so a fast device can join another job's next round while this round
 waits for its stragglers. Planning is synchronous, so two jobs can never plan
-over the same free device. Failures are data: a device that does not return,
+over the same free device. With ``plan_busy`` a job may also plan a device
+another job will release soon: the plan claims it, its expected wait enters
+the plan's round time (``PlanContext.wait``), and its task starts the moment
+the other job releases it. Failures are data: a device that does not return,
 or returns an invalid update, is recorded and fed to the scheduler; the round
 completes with the rest when at least ``min_returns`` came back.
 
@@ -39,6 +42,7 @@ from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.fit import ProfileRefiner
+from mjfl.schedulers import round_time
 from mjfl.schedulers.base import (
     CostWeights,
     Decision,
@@ -106,6 +110,8 @@ class EngineSettings:
     # With no device free and none busy, how long to wait for devices to
     # (re)connect before a job gives up; 0 for fleets that never change.
     device_wait_s: float = 0.0
+    # Plan devices busy with another job too, charging their expected wait.
+    plan_busy: bool = False
 
 
 class Engine:
@@ -133,6 +139,9 @@ class Engine:
         self.settings = settings or EngineSettings()
         self.sink = sink
         self.busy: dict[DeviceId, JobId] = {}
+        # Devices planned while another job held them: they start this job's task when released.
+        self.claimed: dict[DeviceId, JobId] = {}
+        self._task_started: dict[DeviceId, float] = {}  # clock time each busy device's task began
         self._in_flight: dict[JobId, set[DeviceId]] = {job.name: set() for job in self.jobs}
         # s_{k,m} of Formula 6, counting every plan issued (in flight included).
         self.frequencies: dict[JobId, dict[DeviceId, int]] = {
@@ -203,13 +212,18 @@ class Engine:
         if not profiles:
             return None
         devices = [p.device for p in profiles]
-        free = np.array([d not in self.busy for d in devices])
-        size = plan_size(job.config.fraction, len(devices), int(free.sum()), self.settings.min_plan)
-        if size == 0:
-            return None
         a = np.array([self._refined.get(p.device, (p.a, p.mu))[0] for p in profiles])
         mu = np.array([self._refined.get(p.device, (p.a, p.mu))[1] for p in profiles])
         fleet = FleetModel(tuple(devices), np.maximum(a, 1e-12), np.maximum(mu, 1e-12))
+        free = np.array([d not in self.busy and d not in self.claimed for d in devices])
+        wait = None
+        if self.settings.plan_busy:
+            wait = self._expected_waits(fleet)
+            free = np.isfinite(wait)
+            wait = np.where(free, wait, 0.0)
+        size = plan_size(job.config.fraction, len(devices), int(free.sum()), self.settings.min_plan)
+        if size == 0:
+            return None
         index = {d: k for k, d in enumerate(devices)}
         jobs, frequencies, current = [], [], []
         for other in self.jobs:
@@ -224,14 +238,18 @@ class Engine:
         ctx = PlanContext(
             job=m, round=job.rounds_done + 1, fleet=fleet, jobs=tuple(jobs), free=free,
             frequencies=np.asarray(frequencies, dtype=np.int64), current_plans=tuple(current),
-            size=size, weights=self.settings.weights,
+            size=size, weights=self.settings.weights, wait=wait,
         )
         decision = job.scheduler.plan(ctx)
         chosen = [devices[k] for k in decision.plan]
-        if len(chosen) != size or any(d in self.busy for d in chosen):
-            raise AssertionError(f"{job.scheduler.name} planned busy or too many devices: {chosen}")
+        if len(chosen) != size or any(not free[k] for k in decision.plan):
+            raise AssertionError(f"{job.scheduler.name} planned unavailable or too many devices: {chosen}")
         for device in chosen:
-            self.busy[device] = job.name
+            if device in self.busy:
+                self.claimed[device] = job.name  # its task starts when the other job releases it
+            else:
+                self.busy[device] = job.name
+                self._task_started[device] = self.clock.now()
             self.frequencies[job.name][device] = self.frequencies[job.name].get(device, 0) + 1
         self._in_flight[job.name] = set(chosen)
         return ctx, decision, chosen
@@ -247,19 +265,22 @@ class Engine:
         ended = self.now()
 
         updates, device_rounds, durations, failed = [], [], {}, set()
-        for k, (device, outcome) in zip(plan, zip(devices, results)):
+        for k, device, (outcome, task_started) in zip(plan, devices, results):
+            wait = task_started - started
             if isinstance(outcome, TaskResult):
                 updates.append((outcome.weights, outcome.samples))
                 durations[k] = outcome.duration_s
                 device_rounds.append(DeviceRound(
                     device, "ok", outcome.samples, outcome.mean_loss, outcome.duration_s,
                     outcome.timing.download_s, outcome.timing.compute_s, outcome.timing.upload_s,
-                    device_state=outcome.device_state,
+                    device_state=outcome.device_state, wait_s=wait,
                 ))
                 self._observe_profile(job, device, outcome)
             else:
                 failed.add(k)
-                device_rounds.append(DeviceRound(device, outcome.status, 0, None, outcome.after_s, error=outcome.reason))
+                device_rounds.append(
+                    DeviceRound(device, outcome.status, 0, None, outcome.after_s, error=outcome.reason, wait_s=wait)
+                )
 
         aggregated = len(updates) >= max(1, self.settings.min_returns)
         if aggregated:
@@ -291,25 +312,61 @@ class Engine:
             c.weight_decay, c.deadline_s, seed=int.from_bytes(digest[:4], "little"),
         )
 
-    async def _train(self, job: EngineJob, device: DeviceId, task: Task) -> TaskResult | DeviceFailure:
-        """One device's task; always releases the device, never raises for the device's faults."""
+    async def _train(self, job: EngineJob, device: DeviceId, task: Task) -> tuple[TaskResult | DeviceFailure, float]:
+        """One device's task and when it started; always releases the device, never raises for its faults.
+
+        A device claimed while another job held it starts when that job releases it.
+        """
+        if self.claimed.get(device) == job.name:
+            async with self._released:
+                await self._released.wait_for(lambda: device not in self.busy)
+                del self.claimed[device]
+                self.busy[device] = job.name
         started = self.now()
+        self._task_started[device] = self.clock.now()
         try:
             result = await self.fleet.run_task(device, task)
             problem = check_update(job.weights, result.weights)
             if problem is not None:
-                return DeviceFailure(device, problem, status="rejected", after_s=self.now() - started)
+                return DeviceFailure(device, problem, status="rejected", after_s=self.now() - started), started
             if result.samples <= 0:
-                return DeviceFailure(device, f"reported {result.samples} samples", status="rejected", after_s=self.now() - started)
-            return result
+                reason = f"reported {result.samples} samples"
+                return DeviceFailure(device, reason, status="rejected", after_s=self.now() - started), started
+            return result, started
         except DeviceFailure as failure:
             failure.after_s = failure.after_s or self.now() - started
-            return failure
+            return failure, started
         finally:
             async with self._released:
                 self.busy.pop(device, None)
+                self._task_started.pop(device, None)
                 self._in_flight[job.name].discard(device)
                 self._released.notify_all()
+
+    def _expected_waits(self, fleet: FleetModel) -> np.ndarray:
+        """Seconds until each device of ``fleet`` can start a new task; inf where it cannot be planned.
+
+        Free devices wait 0. A device training another job's task (and claimed
+        by nobody) waits for what remains of that task: under Formula 4, a task
+        that has run e seconds has ``max(shift - e, 0) + 1/rate`` left in
+        expectation (the exponential part is memoryless). Devices already
+        claimed by a job are not offered.
+        """
+        wait = np.zeros(fleet.size)
+        names = {job.name: job for job in self.jobs}
+        now = self.clock.now()
+        for k, device in enumerate(fleet.ids):
+            holder = self.busy.get(device)
+            if device in self.claimed:
+                wait[k] = np.inf
+            elif holder is not None:
+                other = names[holder]
+                shift, rate = round_time.shift_and_rate(
+                    fleet.a[k], fleet.mu[k], other.config.epochs, other.samples.get(device, 1)
+                )
+                elapsed = now - self._task_started[device]
+                wait[k] = max(float(shift) - elapsed, 0.0) + 1.0 / float(rate)
+        return wait
 
     # -- online profile refinement ---------------------------------------
 

@@ -89,6 +89,7 @@ class DeviceRound:
     upload_s: float | None = None
     error: str | None = None
     device_state: Mapping[str, Any] | None = None  # battery, charging, thermal status (protocol.md 5.5)
+    wait_s: float = 0.0  # from the round's start until the task started (a device another job released)
 
 
 @dataclass(frozen=True)

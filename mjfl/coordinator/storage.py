@@ -185,7 +185,10 @@ _SCHEMA_V1 = (
 # Version 2: what a device told of its state with each result (protocol.md 5.5), as JSON.
 _SCHEMA_V2 = ("ALTER TABLE device_rounds ADD COLUMN device_state TEXT",)
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2)
+# Version 3: how long a device planned while another job held it waited to start (seconds).
+_SCHEMA_V3 = ("ALTER TABLE device_rounds ADD COLUMN wait_s REAL NOT NULL DEFAULT 0",)
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _BUSY_TIMEOUT_S = 5.0  # a reader (mjfl report) may briefly hold the WAL; wait, don't fail
@@ -401,7 +404,7 @@ class Storage:
                 conn.executemany(
                     "INSERT INTO device_rounds (run_id, job, round, position, device, status,"
                     " samples, mean_loss, duration_s, download_s, compute_s, upload_s, error,"
-                    " device_state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " device_state, wait_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             *key,
@@ -416,6 +419,7 @@ class Storage:
                             d.upload_s,
                             d.error,
                             _json_or_null(d.device_state),
+                            d.wait_s,
                         )
                         for position, d in enumerate(record.devices)
                     ],
@@ -446,7 +450,7 @@ class Storage:
             ).fetchall()
             device_rows = self._conn.execute(
                 "SELECT job, round, device, status, samples, mean_loss, duration_s, download_s,"
-                f" compute_s, upload_s, error, device_state FROM device_rounds WHERE {where}"
+                f" compute_s, upload_s, error, device_state, wait_s FROM device_rounds WHERE {where}"
                 " ORDER BY job, round, position",
                 params,
             ).fetchall()
@@ -464,6 +468,7 @@ class Storage:
                     upload_s=d[9],
                     error=d[10],
                     device_state=None if d[11] is None else json.loads(d[11]),
+                    wait_s=d[12],
                 )
             )
         return [

@@ -90,10 +90,17 @@ class PlanContext:
 
     ``frequencies[m, k]`` is s_{k,m} of Formula 6 counting every plan already
     issued to job m, in-flight ones included; ``current_plans[m]`` is job m's
-    plan in flight (None when it is between rounds). ``free`` excludes every
-    device in any in-flight plan, so any plan over ``free`` keeps devices
-    exclusive across jobs. What follows from these (round times, costs) is
-    computed by the cost model: ``mjfl.schedulers.cost.cost_model(ctx)``.
+    plan in flight (None when it is between rounds). ``free`` marks the
+    devices this plan may use; the engine leaves out every device another
+    job holds or has claimed, so plans keep devices exclusive across jobs.
+
+    ``wait[k]`` (seconds, None = all zero): how long device k stays busy with
+    another job's task before it can start this one. The engine fills it when
+    jobs may plan devices that others will release soon (the paper's BODS and
+    RLDS weigh that chance); the device then starts late, and every expected
+    round time of the cost model counts the wait. What follows from these
+    (round times, costs) is computed by the cost model:
+    ``mjfl.schedulers.cost.cost_model(ctx)``.
     """
 
     job: int
@@ -105,6 +112,7 @@ class PlanContext:
     current_plans: tuple[Plan | None, ...]
     size: int
     weights: CostWeights = field(default_factory=CostWeights)
+    wait: NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
         K, M = self.fleet.size, len(self.jobs)
@@ -116,6 +124,10 @@ class PlanContext:
             raise ValueError(f"plan size {self.size} needs 1..{int(self.free.sum())} free devices")
         if self.round < 1:
             raise ValueError("rounds count from 1")
+        if self.wait is not None and (
+            self.wait.shape != (K,) or not np.all(np.isfinite(self.wait)) or np.any(self.wait < 0)
+        ):
+            raise ValueError("wait must be (K,), finite and >= 0")
 
     @property
     def job_model(self) -> JobModel:

@@ -85,7 +85,10 @@ class FedCSScheduler:
 
     def plan(self, ctx: PlanContext) -> Decision:
         free = ctx.free_indices
-        shift, rate = cost_model(ctx).shift_rate(ctx.job)
+        costs = cost_model(ctx)
+        shift, rate = costs.shift_rate(ctx.job)
+        if costs.wait is not None:
+            shift = shift + costs.wait  # a device released later completes later
         completion = round_time.quantile(self.confidence, shift[free], rate[free])
         deadline = self.deadline_s if self.deadline_s is not None else float(np.median(completion))
         pool_size = min(free.size, max(ctx.size, int(np.ceil(self.pool_factor * ctx.size))))

@@ -88,9 +88,12 @@ class DeviceHistory:
         Built once per context and history (a round's plan and its observation share it).
         """
         if self._learned is None or self._learned[0] is not ctx:
-            shift, rate = cost_model(ctx).shift_rate(ctx.job)
+            costs = cost_model(ctx)
+            shift, rate = costs.shift_rate(ctx.job)
             slowdown = self.slowdown(ctx.fleet.ids)
-            timer = round_time.PlanTimer(shift * slowdown, rate / slowdown, ctx.fleet.size)
+            # A device's wait for release is another job's time, not stretched by its slowdown.
+            wait = 0.0 if costs.wait is None else costs.wait
+            timer = round_time.PlanTimer(shift * slowdown + wait, rate / slowdown, ctx.fleet.size)
             self._learned = (ctx, timer, self.failure_rate(ctx.fleet.ids))
         return self._learned[1], self._learned[2]
 
@@ -104,7 +107,7 @@ class DeviceHistory:
 
     def record(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         self._learned = None
-        ids, times = ctx.fleet.ids, cost_model(ctx).device_times
+        ids, times = ctx.fleet.ids, cost_model(ctx).round_times  # durations count from the task's start
         rows = self._rows([ids[k] for k in outcome.plan])
         self._counts[:, rows] *= self.decay
         for device, seconds in outcome.durations.items():
@@ -197,7 +200,10 @@ class BODSScheduler:
         """
         if uniform:
             return random_plans(self.rng, count, ctx.free_indices.size, ctx.size)
-        times = cost_model(ctx).device_times * self.history.slowdown(ctx.fleet.ids)
+        costs = cost_model(ctx)
+        times = costs.round_times * self.history.slowdown(ctx.fleet.ids)
+        if costs.wait is not None:
+            times = times + costs.wait
         fairness_weight = ctx.weights.beta * omega(ctx.round, ctx.weights.omega)
         return biased_plans(self.rng, device_scores(ctx, times, fairness_weight), count, ctx.size)
 

@@ -96,6 +96,7 @@ class CostModel:
         self.weights = ctx.weights
         self.alpha = ctx.weights.alpha
         self.beta = ctx.weights.beta
+        self.wait = ctx.wait  # seconds before each device can start (None: all free now)
 
     def shift_rate(self, job: int) -> tuple[FloatArray, FloatArray]:
         """Formula 4's shift and rate of every device for job ``job`` of the context."""
@@ -107,18 +108,23 @@ class CostModel:
         return _timer(self.fleet, self.jobs[job])
 
     @cached_property
-    def device_times(self) -> FloatArray:
-        """Expected round time of each device for this job: tau*D*(a + 1/mu)."""
+    def round_times(self) -> FloatArray:
+        """Expected round time of each device for this job once it starts: tau*D*(a + 1/mu)."""
         return round_time.mean(*self.shift_rate(self.job))
 
     @cached_property
+    def device_times(self) -> FloatArray:
+        """Expected time from now until each device's update is back: its wait plus its round time."""
+        return self.round_times if self.wait is None else self.round_times + self.wait
+
+    @cached_property
     def reference_time(self) -> float:
-        """Mean expected round time of one device of the fleet for this job."""
-        return float(self.device_times.mean())
+        """Mean expected round time of one device of the fleet for this job (waits not counted)."""
+        return float(self.round_times.mean())
 
     def time(self, plans: ArrayLike) -> FloatArray:
-        """Expected round time (Formula 3 under Formula 4) over the reference time."""
-        return self.timer(self.job).expected_max(plans) / self.reference_time
+        """Expected round time (Formula 3 under Formula 4, late starts counted) over the reference time."""
+        return self.timer(self.job).expected_max(plans, self.wait) / self.reference_time
 
     @cached_property
     def _frequencies(self) -> tuple[FloatArray, float, float]:

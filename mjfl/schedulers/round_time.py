@@ -112,12 +112,17 @@ class PlanTimer:
         self._decay = np.exp(-np.outer(self.rate, self._nodes))  # (K, G)
         self._scratch = np.empty(0)
 
-    def expected_max(self, plans: ArrayLike) -> FloatArray:
-        """Expected round time of each plan; ``plans`` holds device indices, shape (..., n)."""
+    def expected_max(self, plans: ArrayLike, offset: FloatArray | None = None) -> FloatArray:
+        """Expected round time of each plan; ``plans`` holds device indices, shape (..., n).
+
+        ``offset`` (per device of the fleet) delays each device's start: a
+        device another job will release only after ``offset[k]`` seconds
+        finishes that much later (its whole Formula 4 distribution shifts).
+        """
         plans = np.asarray(plans, dtype=np.intp)
         if plans.shape[-1] == 0:
             return np.zeros(plans.shape[:-1])
-        shift = self.shift[plans]
+        shift = self.shift[plans] if offset is None else self.shift[plans] + offset[plans]
         largest = shift.max(axis=-1)
         # Device k has already run lag_k past its own shift when the slowest shift ends.
         head = np.exp(-self.rate[plans] * (largest[..., None] - shift))  # (..., n)

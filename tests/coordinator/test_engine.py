@@ -38,6 +38,7 @@ class StepFleet:
         self.fail, self.bad = set(fail), set(bad)  # (device, job, round) that fail / send garbage
         self.training = defaultdict(set)  # device -> jobs it is training right now
         self.overlaps = []
+        self.started = {}  # (device, job, round) -> clock time its task started
 
     def profiles(self):
         return self.views
@@ -50,6 +51,7 @@ class StepFleet:
         if self.training[device]:
             self.overlaps.append((device, task.job, set(self.training[device])))
         self.training[device].add(task.job)
+        self.started[(device, task.job, task.round)] = self.clock.now()
         try:
             shift, rate = round_time.shift_and_rate(view.a, view.mu, task.epochs, 20)
             duration = float(round_time.sample(self.rng[device], shift, rate))
@@ -117,12 +119,33 @@ def test_concurrent_jobs_never_share_a_device(method):
     spans = defaultdict(list)
     for r in records:
         for d in r.devices:
-            spans[d.device].append((r.started_s, r.started_s + d.duration_s, r.job))
+            spans[d.device].append((r.started_s + d.wait_s, r.started_s + d.wait_s + d.duration_s, r.job))
     for device, intervals in spans.items():
         intervals.sort()
         for (s1, e1, j1), (s2, e2, j2) in itertools.pairwise(intervals):
             assert s2 >= e1 - 1e-9, f"{device} served {j1} and {j2} at once"
     assert {r.job for r in records} == {"job0", "job1", "job2"}
+
+
+@pytest.mark.parametrize("method", ["random", "genetic", "meta-greedy"])
+def test_jobs_may_plan_devices_other_jobs_release_soon(method):
+    # 3 jobs of 4 devices each on 10 devices: planning over free devices only,
+    # a job starting while the others train would get fewer than 4.
+    settings = EngineSettings(plan_busy=True)
+    records, fleet = run(make_jobs(3, method, target=0.8, fraction=0.4), size=10, settings=settings)
+    assert fleet.overlaps == []
+    assert all(len(r.plan) == 4 for r in records), "every plan has its full size"
+    claimed = [(r.job, r.round, d.device) for r in records for d in r.devices if d.wait_s > 0]
+    assert claimed, "no plan used a device another job was still training"
+    for r in records:
+        for d in r.devices:
+            # The record says when the task started, and the round waited for it.
+            assert fleet.started[(d.device, r.job, r.round)] == pytest.approx(r.started_s + d.wait_s)
+            assert r.started_s + d.wait_s + d.duration_s <= r.ended_s + 1e-9
+    assert {r.job for r in records} == {"job0", "job1", "job2"}
+
+    free_only, _ = run(make_jobs(3, method, target=0.8, fraction=0.4), size=10)
+    assert any(len(r.plan) < 4 for r in free_only)
 
 
 def test_jobs_stop_at_their_target_and_at_their_budget():

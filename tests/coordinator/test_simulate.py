@@ -54,7 +54,7 @@ def test_two_jobs_reach_their_targets_and_everything_is_written(tmp_path):
         spans = {}
         for r in rounds:
             for d in r.devices:
-                spans.setdefault(d.device, []).append((r.started_s, r.started_s + d.duration_s))
+                spans.setdefault(d.device, []).append((r.started_s + d.wait_s, r.started_s + d.wait_s + d.duration_s))
         for intervals in spans.values():
             intervals.sort()
             assert all(b[0] >= a[1] - 1e-9 for a, b in itertools.pairwise(intervals))

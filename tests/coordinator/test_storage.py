@@ -345,9 +345,10 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
     conn.commit()
     conn.close()
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 2
+        assert db.schema_version == SCHEMA_VERSION == 3
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
+        assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none
         state = {"battery_pct": 81.0, "charging": False, "thermal_status": 1}
         db.record_round(
             dataclasses.replace(round_record(A, 2), devices=(device("p1", device_state=state), device("p2")))

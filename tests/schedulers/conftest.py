@@ -7,7 +7,7 @@ from mjfl.schedulers.base import CostWeights, FleetModel, JobModel, PlanContext
 
 def make_context(
     a, mu, samples, *, epochs=1, free=None, frequencies=None, size=1, round_=1,
-    current=None, weights=CostWeights(), job=0, fraction=0.5,  # noqa: B008 - frozen dataclass
+    current=None, weights=CostWeights(), job=0, fraction=0.5, wait=None,  # noqa: B008 - frozen dataclass
 ) -> PlanContext:
     """A planning context from plain lists: one job unless ``samples`` is 2-d."""
     a, mu = np.asarray(a, float), np.asarray(mu, float)
@@ -20,6 +20,7 @@ def make_context(
         free=np.ones(K, bool) if free is None else np.asarray(free, bool),
         frequencies=np.zeros((M, K), np.int64) if frequencies is None else np.asarray(frequencies, np.int64),
         current_plans=tuple(current or [None] * M), size=size, weights=weights,
+        wait=None if wait is None else np.asarray(wait, float),
     )
 
 

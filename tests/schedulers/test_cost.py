@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from mjfl.schedulers import round_time as rt
 from mjfl.schedulers.base import CostWeights, RoundOutcome, plan_size
 from mjfl.schedulers.cost import cost_model, fairness, fairness_scale, omega, update_frequencies
+from mjfl.schedulers.registry import make_scheduler
 
 
 def test_fairness_hand_computed():
@@ -77,3 +78,30 @@ def test_scales_make_alpha_and_beta_fleet_independent(context_factory):
     slow = context_factory(a * 100, mu / 100, samples, size=5, frequencies=freq)
     fast = context_factory(a, mu, samples, size=5, frequencies=freq)
     assert cost_model(slow).cost(plans) == pytest.approx(cost_model(fast).cost(plans), rel=1e-6)
+
+
+def test_a_device_released_later_starts_later(context_factory):
+    # Four equal devices; device 3 is another job's for 10 more seconds.
+    free_now = context_factory([1.0] * 4, [1.0] * 4, [1, 1, 1, 1], size=2)
+    waiting = context_factory([1.0] * 4, [1.0] * 4, [1, 1, 1, 1], size=2, wait=[0, 0, 0, 10.0])
+    now, later = cost_model(free_now), cost_model(waiting)
+    assert later.reference_time == now.reference_time  # the scale is the devices', not the waits'
+    assert later.time(np.array([0, 1])) == pytest.approx(now.time(np.array([0, 1])))
+    # Its whole Formula 4 distribution shifts by the wait: E[max(1 + X0, 11 + X3)].
+    expected = float(rt.expected_max([1.0, 11.0], [1.0, 1.0])) / now.reference_time
+    assert later.time(np.array([0, 3])) == pytest.approx(expected)
+    assert list(later.device_times) == pytest.approx([2.0, 2.0, 2.0, 12.0])
+    assert list(later.round_times) == pytest.approx([2.0] * 4)
+
+
+@pytest.mark.parametrize("method", ["greedy", "fedcs", "genetic", "bods", "rlds"])
+def test_cost_aware_methods_weigh_the_wait(context_factory, method):
+    # Devices 0-2 are the fastest but busy for a long time; 3-7 are free and a little slower.
+    a = [0.5, 0.5, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]
+    wait = [50.0, 50.0, 50.0, 0, 0, 0, 0, 0]
+    ctx = context_factory(a, [2.0] * 8, [1] * 8, size=3, wait=wait, round_=1)
+    plan = make_scheduler(method, seed=0, options={"rlds": {"pretrain_rounds": 5}}).plan(ctx).plan
+    assert not set(plan) & {0, 1, 2}, f"{method} waited 50 s for devices barely faster: {plan}"
+    # With no wait, the fastest ones are the better plan (Greedy, the cost-minimisers' seed).
+    fast = context_factory(a, [2.0] * 8, [1] * 8, size=3)
+    assert make_scheduler("greedy").plan(fast).plan == (0, 1, 2)

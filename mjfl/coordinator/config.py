@@ -74,7 +74,7 @@ class SchedulerConfig:
     min_plan: int = 1
     min_returns: int = 1
     profile_window: int = 0
-    plan_busy: bool = False  # jobs may plan devices other jobs will release soon
+    plan_busy: bool = True  # jobs may plan devices other jobs will release soon
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 

@@ -111,7 +111,7 @@ class EngineSettings:
     # (re)connect before a job gives up; 0 for fleets that never change.
     device_wait_s: float = 0.0
     # Plan devices busy with another job too, charging their expected wait.
-    plan_busy: bool = False
+    plan_busy: bool = True
 
 
 class Engine:

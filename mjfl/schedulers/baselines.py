@@ -17,7 +17,12 @@ def as_generator(seed: Seed) -> np.random.Generator:
 
 
 class RandomScheduler:
-    """FedAvg's selection (McMahan et al. 2017): a uniform sample of free devices."""
+    """FedAvg's selection (McMahan et al. 2017): a uniform sample of the devices free now.
+
+    When the engine also offers devices other jobs will release
+    (``ctx.wait``), FedAvg still samples the available ones; if fewer than the
+    plan are free now, it adds those released soonest.
+    """
 
     name = "random"
 
@@ -25,7 +30,15 @@ class RandomScheduler:
         self.rng = as_generator(seed)
 
     def plan(self, ctx: PlanContext) -> Decision:
-        return Decision(as_plan(self.rng.choice(ctx.free_indices, size=ctx.size, replace=False)))
+        free = ctx.free_indices
+        if ctx.wait is None:
+            return Decision(as_plan(self.rng.choice(free, size=ctx.size, replace=False)))
+        now = free[ctx.wait[free] == 0]
+        if now.size >= ctx.size:
+            return Decision(as_plan(self.rng.choice(now, size=ctx.size, replace=False)))
+        later = free[ctx.wait[free] > 0]
+        soonest = later[np.argsort(ctx.wait[later], kind="stable")[: ctx.size - now.size]]
+        return Decision(as_plan(np.concatenate([now, soonest])))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         pass

@@ -131,8 +131,7 @@ def test_concurrent_jobs_never_share_a_device(method):
 def test_jobs_may_plan_devices_other_jobs_release_soon(method):
     # 3 jobs of 4 devices each on 10 devices: planning over free devices only,
     # a job starting while the others train would get fewer than 4.
-    settings = EngineSettings(plan_busy=True)
-    records, fleet = run(make_jobs(3, method, target=0.8, fraction=0.4), size=10, settings=settings)
+    records, fleet = run(make_jobs(3, method, target=0.8, fraction=0.4), size=10)  # plan_busy is the default
     assert fleet.overlaps == []
     assert all(len(r.plan) == 4 for r in records), "every plan has its full size"
     claimed = [(r.job, r.round, d.device) for r in records for d in r.devices if d.wait_s > 0]
@@ -144,8 +143,9 @@ def test_jobs_may_plan_devices_other_jobs_release_soon(method):
             assert r.started_s + d.wait_s + d.duration_s <= r.ended_s + 1e-9
     assert {r.job for r in records} == {"job0", "job1", "job2"}
 
-    free_only, _ = run(make_jobs(3, method, target=0.8, fraction=0.4), size=10)
+    free_only, _ = run(make_jobs(3, method, target=0.8, fraction=0.4), size=10, settings=EngineSettings(plan_busy=False))
     assert any(len(r.plan) < 4 for r in free_only)
+    assert all(d.wait_s == 0 for r in free_only for d in r.devices)
 
 
 def test_jobs_stop_at_their_target_and_at_their_budget():

@@ -105,3 +105,12 @@ def test_cost_aware_methods_weigh_the_wait(context_factory, method):
     # With no wait, the fastest ones are the better plan (Greedy, the cost-minimisers' seed).
     fast = context_factory(a, [2.0] * 8, [1] * 8, size=3)
     assert make_scheduler("greedy").plan(fast).plan == (0, 1, 2)
+
+
+def test_random_samples_the_devices_free_now_and_waits_only_when_it_must(context_factory):
+    wait = [0, 0, 0, 5.0, 1.0, 9.0]
+    ctx = context_factory([1.0] * 6, [1.0] * 6, [1] * 6, size=3, wait=wait)
+    scheduler = make_scheduler("random", seed=0)
+    assert all(set(scheduler.plan(ctx).plan) == {0, 1, 2} for _ in range(20))
+    short = context_factory([1.0] * 6, [1.0] * 6, [1] * 6, size=4, wait=wait)
+    assert set(scheduler.plan(short).plan) == {0, 1, 2, 4}  # plus the one released soonest

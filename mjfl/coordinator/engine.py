@@ -364,7 +364,7 @@ class Engine:
                 shift, rate = round_time.shift_and_rate(
                     fleet.a[k], fleet.mu[k], other.config.epochs, other.samples.get(device, 1)
                 )
-                elapsed = now - self._task_started[device]
+                elapsed = now - self._task_started.get(device, now)
                 wait[k] = max(float(shift) - elapsed, 0.0) + 1.0 / float(rate)
         return wait
 

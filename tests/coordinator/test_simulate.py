@@ -69,3 +69,29 @@ def test_same_seed_same_schedule_and_virtual_times(tmp_path):
             return [(r.job, r.round, r.plan, round(r.started_s, 9), round(r.ended_s, 9)) for r in storage.rounds(run)]
 
     assert schedule(tmp_path / "a") == schedule(tmp_path / "b")
+
+
+def test_a_small_non_iid_fleet_serves_every_job_to_its_target(tmp_path):
+    # Six devices of two classes each, two jobs of three devices a round: a round
+    # holds at most 6 of the 10 classes, and both jobs want the same fast devices.
+    # Each job must be spread beyond the fastest three (the classes they lack)
+    # and reach its target.
+    job = {"image_size": 8, "partition": "noniid", "epochs": 2, "batch_size": 8, "lr": 0.05,
+           "fraction": 0.5, "target_accuracy": 0.7, "max_rounds": 60}
+    config = parse_config(
+        {
+            "seed": 0,
+            "out_dir": str(tmp_path / "out"),
+            "fleet": {"size": 6, "workers": 2},
+            "scheduler": {"method": "meta-greedy", "options": {"rlds": {"pretrain_rounds": 5}}},
+            "jobs": [{"name": "lenet", "model": "lenet5", **job, "image_size": 12}, {"name": "cnn", "model": "cnn-a-noniid", **job}],
+        }
+    )
+    summary = simulate(config, ["meta-greedy"], Output(tmp_path / "out", Console(), live=False))
+    for name, row in summary["methods"]["meta-greedy"]["jobs"].items():
+        assert row["time_to_target_s"] is not None, (name, row)
+    with Storage(config.database_path) as storage:
+        rounds = storage.rounds(storage.runs()[0][0].run_id)
+    for name in ("lenet", "cnn"):
+        used = {d.device for r in rounds if r.job == name for d in r.devices}
+        assert len(used) >= 4, f"{name} trained on {sorted(used)} only"

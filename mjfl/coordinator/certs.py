@@ -127,4 +127,15 @@ def _write(path: Path, data: bytes, *, private: bool) -> None:
         f.write(data)
 
 
-__all__ = ["DEFAULT_HOSTS", "DEFAULT_IPS", "LabCertificates", "create_certificates"]
+
+
+
+def certificate_sha256(path: Path) -> str:
+    """The sha256 (lowercase hex) of the first certificate in a PEM file: what a phone pins."""
+    try:
+        cert = x509.load_pem_x509_certificate(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not a PEM certificate ({exc})") from None
+    return cert.fingerprint(hashes.SHA256()).hex()
+
+__all__ = ["DEFAULT_HOSTS", "DEFAULT_IPS", "LabCertificates", "certificate_sha256", "create_certificates"]

@@ -14,6 +14,7 @@ import stat
 
 import numpy as np
 import pytest
+from processes import mjfl_args, query
 from websockets.asyncio.client import connect
 
 from mjfl.android_bridge.credentials import NONCE_HEADER, hello_proof, proof_message
@@ -195,3 +196,60 @@ def test_certificates_refuse_to_overwrite_and_tls_files_must_load(tmp_path):
         ServerSettings(tls_cert=tmp_path / "server.pem")
     with pytest.raises(ConfigError, match="not a PEM certificate"):
         CoordinatorServer(settings=ServerSettings(tls_cert=tmp_path / "ca.key", tls_key=tmp_path / "server.key"))
+
+
+# -- as lab staff run it ----------------------------------------------------------------
+
+RUN = """
+seed = 1
+out_dir = "{out}"
+[fleet]
+size = 2
+workers = 1
+[scheduler]
+method = "random"
+[testbed]
+port = 0
+min_devices = 2
+wait_timeout_s = 240
+keys = "{keys}"
+tls_cert = "{certs}/server.pem"
+tls_key = "{certs}/server.key"
+[[jobs]]
+name = "cnn"
+model = "cnn-a-noniid"
+image_size = 8
+batch_size = 8
+fraction = 1.0
+max_rounds = 2
+"""
+
+
+# ~50 s: two real processes that each load torch and export a program; the
+# only test of the commands lab staff type (certs create, enroll, emulate --ca --key-file).
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_testbed_over_wss_with_an_enrolled_emulated_device(tmp_path, processes):
+    """`mjfl certs create`, `devices enroll`, `testbed run` on wss:// and `devices emulate --ca --key-file`."""
+    certs, keys, out = tmp_path / "certs", tmp_path / "devices.db", tmp_path / "run"
+    assert processes(mjfl_args("certs", "create", str(certs))).wait(60) == 0
+    key_file = tmp_path / "lab.keys"
+    enroll = processes(mjfl_args("devices", "enroll", "lab-0", "--keys", str(keys), "--save", str(key_file)), read=True)
+    assert enroll.wait(60) == 0
+    secret = enroll.output[0].strip()
+    assert key_file.read_text() == f"lab-0 {secret}\n"
+    config = tmp_path / "run.toml"
+    config.write_text(RUN.format(out=out, keys=keys, certs=certs))
+    coordinator = processes(mjfl_args("testbed", "run", str(config), "--emulate", "1", "--no-live"), read=True)
+    url = coordinator.url()
+    assert url.startswith("wss://127.0.0.1:")
+    device = processes(mjfl_args(
+        "devices", "emulate", "--url", url, "--count", "1", "--id-prefix", "lab", "--workers", "1",
+        "--key-file", str(key_file), "--ca", str(certs / "ca.pem"),
+    ))
+    assert coordinator.wait(300) == 0, "".join(coordinator.output)
+    device.wait(60)
+    trained = {d for (d,) in query(out / "mjfl.db", "SELECT device FROM device_rounds WHERE status = 'ok'")}
+    assert "lab-0" in trained and len(trained) == 2, trained
+    (lab,) = KeyStore(keys).devices()
+    assert lab.last_seen is not None

@@ -20,10 +20,11 @@ from websockets.asyncio.client import connect
 from mjfl.android_bridge.credentials import NONCE_HEADER, hello_proof, proof_message
 from mjfl.android_bridge.emulator import EmulatedDevice, devices_running, echo_trainer
 from mjfl.android_bridge.fleet import JobArtifacts, Task
+from mjfl.android_bridge.protocol import decode_text
 from mjfl.coordinator.certs import create_certificates
 from mjfl.coordinator.keys import KeyStore
 from mjfl.coordinator.server import CoordinatorServer, ServerSettings
-from mjfl.errors import ConfigError, DataError, UserError
+from mjfl.errors import ConfigError, DataError, ProtocolError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec
 
@@ -253,3 +254,17 @@ def test_testbed_over_wss_with_an_enrolled_emulated_device(tmp_path, processes):
     assert "lab-0" in trained and len(trained) == 2, trained
     (lab,) = KeyStore(keys).devices()
     assert lab.last_seen is not None
+
+
+@pytest.mark.parametrize("proof", ["ABC", "D3F94A1300CB54806716DD6103E77E010A7729C3AF240946905116F692946711", 7, "", "g" * 64])
+def test_a_malformed_proof_is_a_bad_message(proof):
+    with pytest.raises(ProtocolError, match="proof") as caught:
+        decode_text(hello("pixel", proof=proof))
+    assert caught.value.code == "bad_message"
+
+
+def test_a_hello_without_proof_field_still_decodes():
+    """Older devices send no proof: the field is an optional, minor addition (protocol.md 5.1.1)."""
+    old = json.loads(hello("pixel"))
+    del old["proof"]
+    assert decode_text(json.dumps(old)).proof is None

@@ -360,7 +360,7 @@ def certs_create(
     ip: Annotated[list[str], typer.Option(help="An IP address of the coordinator (repeatable).")] = [],  # noqa: B006
     days: Annotated[int, typer.Option(help="Validity of both certificates.")] = 825,
 ) -> None:
-    """A local CA and a server certificate for HOSTs/IPs (default: localhost, 127.0.0.1, ::1)."""
+    """A local CA and a server certificate for HOSTs/IPs (always also localhost, 127.0.0.1, ::1)."""
     from mjfl.commands.certs import create
 
     create(out_dir, host, ip, days=days, console=console)

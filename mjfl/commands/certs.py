@@ -12,10 +12,8 @@ from mjfl.coordinator.certs import DEFAULT_HOSTS, DEFAULT_IPS, LabCertificates, 
 
 def create(out_dir: Path, hosts: Sequence[str], ips: Sequence[str], *, days: int, console: Console) -> LabCertificates:
     """Write the four PEM files and say which goes where."""
-    if not hosts and not ips:
-        hosts, ips = DEFAULT_HOSTS, DEFAULT_IPS
     files = create_certificates(out_dir, hosts=hosts, ips=ips, days=days)
-    names = ", ".join([*hosts, *ips])
+    names = ", ".join(dict.fromkeys([*hosts, *ips, *DEFAULT_HOSTS, *DEFAULT_IPS]))
     console.print(
         f"wrote a lab CA and a certificate for {names}, valid {days} days, into {out_dir}:\n"
         f"  coordinator: mjfl testbed run CONFIG --tls-cert {files.server_cert} --tls-key {files.server_key}\n"

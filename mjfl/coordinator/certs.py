@@ -44,18 +44,25 @@ def create_certificates(
     hosts: Sequence[str] = DEFAULT_HOSTS,
     ips: Sequence[str] = DEFAULT_IPS,
     days: int = 825,
+    loopback: bool = True,
 ) -> LabCertificates:
     """Write a new CA and a server certificate for ``hosts`` and ``ips`` into ``out_dir``.
+
+    ``loopback`` adds localhost, 127.0.0.1 and ::1: the run's own emulated
+    devices and phones over adb reverse reach the coordinator there.
 
     UserError when a file would be overwritten, an address is not an IP,
     or neither hosts nor ips are given.
     """
-    if not hosts and not ips:
-        raise UserError("certs create: name the coordinator with --host and/or --ip")
     if days < 1:
         raise UserError(f"--days must be >= 1, got {days}")
+    if loopback:
+        hosts = list(dict.fromkeys([*hosts, *DEFAULT_HOSTS]))
+        ips = list(dict.fromkeys([*ips, *DEFAULT_IPS]))
+    if not hosts and not ips:
+        raise UserError("certs create: name the coordinator with --host and/or --ip")
     try:
-        addresses = [ipaddress.ip_address(ip) for ip in ips]
+        addresses = list(dict.fromkeys(ipaddress.ip_address(ip) for ip in ips))
     except ValueError as exc:
         raise UserError(f"--ip: {exc}") from None
     files = LabCertificates(out_dir / "ca.pem", out_dir / "ca.key", out_dir / "server.pem", out_dir / "server.key")

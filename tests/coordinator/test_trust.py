@@ -117,6 +117,7 @@ async def test_the_shared_token_is_a_lab_shortcut_beside_enrollment(store):
 
 def test_the_key_store_is_private_and_refuses_what_makes_no_sense(store, tmp_path):
     assert stat.S_IMODE(os.stat(store.path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(store.path.parent).st_mode) == 0o700
     secret = store.enroll("pixel")
     assert len(secret) == 43 and store.secret("pixel") == secret
     with pytest.raises(UserError, match="already enrolled; revoke it first"):
@@ -168,7 +169,7 @@ async def test_an_emulated_device_trains_over_wss_with_the_lab_ca(store, tmp_pat
 
 
 async def test_wss_refuses_clients_that_do_not_trust_it_and_trusts_a_pinned_certificate(store, tmp_path):
-    certs = create_certificates(tmp_path / "certs", hosts=["coordinator.lab"], ips=["127.0.0.1"])
+    certs = create_certificates(tmp_path / "certs", hosts=["coordinator.lab"], ips=["10.1.2.3"])
     stranger = create_certificates(tmp_path / "other")
     secret = store.enroll("pixel")
     async with server_with(store, **tls_settings(certs)) as server:

@@ -106,7 +106,7 @@ public final class DeviceMain {
                 Tls.pinSha256(builder, a.pin);
             }
         } catch (java.security.GeneralSecurityException | IOException e) {
-            throw new IllegalArgumentException("--ca " + a.ca + ": " + e.getMessage(), e);
+            throw new IllegalArgumentException((a.ca != null ? "--ca " + a.ca : "--pin") + ": " + e.getMessage(), e);
         }
         OkHttpClient http = builder.build();
         // OkHttp 3 and 4 read each WebSocket on a dispatcher thread that counts as a running call.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -54,8 +55,8 @@ class EnrolledDevice:
 class KeyStore:
     """The enrolled devices of ``path``; ``create`` makes the file (0600) when it is missing.
 
-    Every call opens and closes its own connection, so a store can be shared
-    by the coordinator and the command line at once.
+    SQLite serialises writers, so a store can be shared by the coordinator and
+    the command line at once.
     """
 
     def __init__(self, path: Path, *, create: bool = False) -> None:
@@ -64,6 +65,8 @@ class KeyStore:
             if not create:
                 raise DataError(f"key store {self.path}: no such file (enroll a device: mjfl devices enroll NAME)")
             self._create()
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
         with self._db() as db:
             db.execute(_SCHEMA)
 
@@ -79,17 +82,29 @@ class KeyStore:
 
     @contextlib.contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
+        """One transaction on the store's connection (opened once: a coordinator checks every hello)."""
+        with self._lock:  # the phones' launches ask from worker threads
+            yield from self._transaction()
+
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
         try:
-            db = sqlite3.connect(self.path, timeout=10.0)
-        except sqlite3.Error as exc:
-            raise DataError(f"key store {self.path}: {exc}") from None
-        try:
-            with db:
-                yield db
+            if self._conn is None:
+                self._conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False)
+                # A hello costs one small write ("last seen"): WAL with synchronous=NORMAL keeps the
+                # file consistent without an fsync per hello (a crash may lose the latest "last seen").
+                self._conn.execute("PRAGMA journal_mode = WAL")  # its -wal and -shm take the file's mode
+                self._conn.execute("PRAGMA synchronous = NORMAL")
+            with self._conn:
+                yield self._conn
         except sqlite3.DatabaseError as exc:
             raise DataError(f"key store {self.path}: {exc}") from None
-        finally:
-            db.close()
+
+    def close(self) -> None:
+        """Close the store's connection (a later call opens it again)."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
     def enroll(self, name: str, *, secret: str | None = None) -> str:
         """Issue a fresh secret for ``name`` (replacing a revoked one) and return it.

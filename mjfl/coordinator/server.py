@@ -416,6 +416,8 @@ class CoordinatorServer:
                 async with asyncio.timeout(self.settings.close_timeout):
                     await server.wait_closed()
         self._server = None
+        if self.keys is not None:
+            self.keys.close()
 
     # -- the registry ---------------------------------------------------------
 

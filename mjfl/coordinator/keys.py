@@ -81,19 +81,19 @@ class KeyStore:
             raise DataError(f"key store {self.path}: cannot create it: {exc.strerror or exc}") from None
 
     @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
+    def _db(self, *, durable: bool = False) -> Iterator[sqlite3.Connection]:
         """One transaction on the store's connection (opened once: a coordinator checks every hello)."""
         with self._lock:  # the phones' launches ask from worker threads
-            yield from self._transaction()
+            yield from self._transaction(durable)
 
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, durable: bool) -> Iterator[sqlite3.Connection]:
         try:
             if self._conn is None:
                 self._conn = sqlite3.connect(self.path, timeout=10.0, check_same_thread=False)
-                # A hello costs one small write ("last seen"): WAL with synchronous=NORMAL keeps the
-                # file consistent without an fsync per hello (a crash may lose the latest "last seen").
                 self._conn.execute("PRAGMA journal_mode = WAL")  # its -wal and -shm take the file's mode
-                self._conn.execute("PRAGMA synchronous = NORMAL")
+            # A hello's "last seen" is written without an fsync (WAL keeps the file consistent; a
+            # power cut may lose the latest one); an enrollment or a revocation is on disk when it returns.
+            self._conn.execute(f"PRAGMA synchronous = {'FULL' if durable else 'NORMAL'}")
             with self._conn:
                 yield self._conn
         except sqlite3.DatabaseError as exc:
@@ -116,7 +116,7 @@ class KeyStore:
         secret = secret if secret is not None else new_secret()
         if not is_secret(secret):
             raise UserError("secret: must be 16 to 256 characters of A-Z a-z 0-9 - _")
-        with self._db() as db:
+        with self._db(durable=True) as db:
             row = db.execute("SELECT secret FROM devices WHERE name = ?", (name,)).fetchone()
             if row is not None and row[0] is not None:
                 raise UserError(f"device {name!r} is already enrolled; revoke it first (mjfl devices revoke {name})")
@@ -129,7 +129,7 @@ class KeyStore:
 
     def revoke(self, name: str) -> None:
         """Erase ``name``'s secret: its hellos are refused from now on. UserError if not enrolled."""
-        with self._db() as db:
+        with self._db(durable=True) as db:
             updated = db.execute(
                 "UPDATE devices SET secret = NULL, revoked_at = ? WHERE name = ? AND secret IS NOT NULL",
                 (time.time(), name),

@@ -22,6 +22,7 @@ from mjfl.android_bridge.emulator import EmulatedDevice, devices_running, echo_t
 from mjfl.android_bridge.fleet import JobArtifacts, Task
 from mjfl.android_bridge.protocol import decode_text
 from mjfl.coordinator.certs import create_certificates
+from mjfl.coordinator.config import config_to_dict, parse_config
 from mjfl.coordinator.keys import KeyStore
 from mjfl.coordinator.server import CoordinatorServer, ServerSettings
 from mjfl.errors import ConfigError, DataError, ProtocolError, UserError
@@ -269,3 +270,19 @@ def test_a_hello_without_proof_field_still_decodes():
     old = json.loads(hello("pixel"))
     del old["proof"]
     assert decode_text(json.dumps(old)).proof is None
+
+
+def test_the_config_names_keys_and_certificates_and_never_records_the_token(tmp_path):
+    raw = {
+        "jobs": [{"name": "j", "model": "lenet5"}],
+        "fleet": {"size": 2},
+        "testbed": {"keys": "lab/devices.db", "token": "lab-token", "tls_cert": "c/server.pem", "tls_key": "c/server.key"},
+    }
+    config = parse_config(raw, base=tmp_path)
+    tb = config.testbed
+    assert (tb.keys, tb.tls_cert, tb.tls_key) == (tmp_path / "lab/devices.db", tmp_path / "c/server.pem", tmp_path / "c/server.key")
+    assert tb.token == "lab-token"
+    recorded = json.dumps(config_to_dict(config))
+    assert "lab-token" not in recorded and '"token": "(set)"' in recorded
+    with pytest.raises(ConfigError, match="testbed.tls_cert and testbed.tls_key go together"):
+        parse_config({"jobs": raw["jobs"], "fleet": {"size": 2}, "testbed": {"tls_cert": "c/server.pem"}}, base=tmp_path)

@@ -96,6 +96,10 @@ class RemoteDevices:
         async with contextlib.AsyncExitStack() as stack, CoordinatorServer(
             tb.host, tb.port, settings=settings, profiles=lab, run_secrets=own
         ) as server:
+            if checked:
+                admitted = [f"enrolled devices of {settings.keys}"] if settings.keys else []
+                admitted += ["devices with the shared token"] if settings.token is not None else []
+                console.print(f"admitting only {' or '.join(admitted)} (docs/security.md)", highlight=False)
             impersonated: dict[str, DeviceProfile] = {}
             emulated = None
             try:

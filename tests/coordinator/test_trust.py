@@ -286,3 +286,27 @@ def test_the_config_names_keys_and_certificates_and_never_records_the_token(tmp_
     assert "lab-token" not in recorded and '"token": "(set)"' in recorded
     with pytest.raises(ConfigError, match="testbed.tls_cert and testbed.tls_key go together"):
         parse_config({"jobs": raw["jobs"], "fleet": {"size": 2}, "testbed": {"tls_cert": "c/server.pem"}}, base=tmp_path)
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        ({"count": 2, "secret": "s" * 43}, "--secret is one device's"),
+        ({"count": 2, "key_file": "lab.keys"}, "no secret for lab-1"),
+        ({"count": 1, "key_file": "bad.keys"}, "line 2: expected NAME SECRET"),
+        ({"count": 1, "ca": "ca.pem"}, "--ca goes with a wss:// --url"),
+    ],
+)
+def test_emulate_refuses_credentials_that_cannot_work_before_starting_anything(tmp_path, kw, message):
+    from rich.console import Console
+
+    from mjfl.commands.emulate import emulate
+
+    (tmp_path / "lab.keys").write_text("# enrolled\nlab-0 " + "a" * 43 + "\n")
+    (tmp_path / "bad.keys").write_text("lab-0 " + "a" * 43 + "\nlab-1\n")
+    kw = {k: tmp_path / v if k in ("key_file", "ca") else v for k, v in kw.items()}
+    with pytest.raises(UserError, match=message):
+        emulate(
+            "ws://127.0.0.1:9", runtime="torch", profile=None, dropout=0.0, workers=1, id_prefix="lab", seed=0,
+            token="", log_file=None, verbose=False, console=Console(file=None, quiet=True), **kw,
+        )

@@ -37,6 +37,12 @@ async def test_the_jvm_client_proves_its_secret_over_wss_and_a_wrong_one_is_refu
         # 3: refused by the coordinator (bye unauthorized), and it does not retry.
         assert await asyncio.to_thread(wrong.wait, 120) == 3, "".join(wrong.output)
         assert server.connected() == {}
+        # A pin of another certificate: the JVM refuses the coordinator in the TLS handshake.
+        stranger = create_certificates(tmp_path / "other")
+        impostor = processes(jvm(server.url, tmp_path / "c3", "--secret", secret, "--pin", certificate_sha256(stranger.server_cert)), read=True)
+        await asyncio.to_thread(impostor.line_with, "not the pinned one", 60)
+        impostor.kill()
+        assert server.connected() == {}
         for trust in (["--ca", str(certs.ca_cert)], ["--pin", certificate_sha256(certs.server_cert)]):
             good = processes(jvm(server.url, tmp_path / "c2", "--secret", secret, *trust), read=True)
             await server.wait_for_devices(1, 120)

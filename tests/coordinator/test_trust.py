@@ -310,3 +310,13 @@ def test_emulate_refuses_credentials_that_cannot_work_before_starting_anything(t
             "ws://127.0.0.1:9", runtime="torch", profile=None, dropout=0.0, workers=1, id_prefix="lab", seed=0,
             token="", log_file=None, verbose=False, console=Console(file=None, quiet=True), **kw,
         )
+
+
+async def test_the_lab_ca_vouches_only_for_the_names_in_the_certificate(store, tmp_path):
+    """A certificate of the lab CA for another host is no good for 127.0.0.1: the name is checked."""
+    from mjfl.android_bridge.tls import client_context
+
+    certs = create_certificates(tmp_path / "certs", hosts=["coordinator.lab"], ips=["10.1.2.3"], loopback=False)
+    async with server_with(store, **tls_settings(certs)) as server:
+        with pytest.raises(ssl.SSLCertVerificationError, match="IP address mismatch"):
+            await first_answer(server, hello("pixel"), ssl=client_context(certs.ca_cert))

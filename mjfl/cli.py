@@ -33,6 +33,8 @@ app.add_typer(bench_app, name="bench")
 device_app = typer.Typer(help="Devices: attached phones (over adb) and emulated ones.", no_args_is_help=True)
 app.add_typer(device_app, name="devices")
 app.add_typer(device_app, name="device", hidden=True)  # its old name
+certs_app = typer.Typer(help="TLS certificates for the coordinator's wss://.", no_args_is_help=True)
+app.add_typer(certs_app, name="certs")
 
 # Logs and CI are not terminals: rich would squeeze tables into 80 columns.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -111,12 +113,15 @@ def testbed_run(
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this output directory.")] = False,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
+    tls_cert: Annotated[Path | None, typer.Option(help="Serve wss:// with this certificate (PEM; mjfl certs create).")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="The private key of --tls-cert (PEM).")] = None,
+    keys: Annotated[Path | None, typer.Option(help="Key store of the enrolled devices (default: the config's testbed.keys).")] = None,
 ) -> None:
     """Train the config's jobs over connected phones and/or emulated devices, in real time."""
     from mjfl.commands.testbed import testbed_run as run_testbed
 
     phone_options = _phones(phones, adb, apk)
-    run_config = _config(config, out=out, host=host, port=port)
+    run_config = _config(config, out=out, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, keys=keys)
     try:
         run_testbed(run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume, phones=phone_options)
     except KeyboardInterrupt:
@@ -169,6 +174,7 @@ def _config(
     host: str | None = None,
     port: int | None = None,
     default: RunConfig | None = None,
+    **testbed_overrides: Path | None,
 ) -> RunConfig:
     """The run configuration at ``path`` (or ``default``) with the command line's overrides."""
     from mjfl.coordinator.config import load_config
@@ -179,6 +185,7 @@ def _config(
         config.testbed,
         host=host if host is not None else config.testbed.host,
         port=port if port is not None else config.testbed.port,
+        **{k: v for k, v in testbed_overrides.items() if v is not None},
     )
     return dataclasses.replace(
         config, testbed=testbed, out_dir=out or config.out_dir, seed=seed if seed is not None else config.seed
@@ -300,7 +307,10 @@ def device_emulate(
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: one per CPU).")] = None,
     id_prefix: Annotated[str | None, typer.Option(help="Device ids are PREFIX-INDEX (default: emu-<host>).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the drawn profiles and the devices' round times.")] = 0,
-    token: Annotated[str, typer.Option(help="Credential to present in the hello.")] = "",
+    token: Annotated[str, typer.Option(help="The coordinator's shared lab token (instead of enrolled secrets).")] = "",
+    secret: Annotated[str | None, typer.Option(help="The enrolled secret of the one device (with --count 1: its id is PREFIX-0).")] = None,
+    key_file: Annotated[Path | None, typer.Option(help="Enrolled secrets, one 'NAME SECRET' a line (mjfl devices enroll NAME --save FILE).")] = None,
+    ca: Annotated[Path | None, typer.Option(help="With wss://: trust this CA (or pinned server certificate), PEM.")] = None,
     log: Annotated[Path | None, typer.Option(help="Log file of the device processes (default: none; --verbose shows it all).")] = None,
 ) -> None:
     """Run emulated devices against a coordinator until Ctrl-C (or the coordinator's shutdown)."""
@@ -308,8 +318,52 @@ def device_emulate(
 
     emulate(
         url, count, runtime=runtime, profile=profile, dropout=dropout, workers=workers, id_prefix=id_prefix,
-        seed=seed, token=token, log_file=log, verbose=_verbose, console=console,
+        seed=seed, token=token, secret=secret, key_file=key_file, ca=ca, log_file=log, verbose=_verbose, console=console,
     )
+
+
+KeysOption = Annotated[Path | None, typer.Option("--keys", help="The key store (default: $XDG_CONFIG_HOME/mjfl/devices.db).")]
+
+
+@device_app.command("enroll")
+def devices_enroll(
+    name: Annotated[str, typer.Argument(help="The device id it will connect with (a phone's serial, an emulated id).")],
+    keys: KeysOption = None,
+    save: Annotated[Path | None, typer.Option(help="Also append 'NAME SECRET' to this key file (0600) for --key-file.")] = None,
+) -> None:
+    """Issue a device its secret: printed once on stdout, kept in the key store (mode 0600)."""
+    from mjfl.commands.devices import enroll_device
+
+    enroll_device(name, keys, save=save, console=console)
+
+
+@device_app.command("revoke")
+def devices_revoke(name: Annotated[str, typer.Argument(help="The enrolled device.")], keys: KeysOption = None) -> None:
+    """Erase a device's secret: its hellos get bye unauthorized from now on."""
+    from mjfl.commands.devices import revoke_device
+
+    revoke_device(name, keys, console=console)
+
+
+@device_app.command("keys")
+def devices_keys(keys: KeysOption = None) -> None:
+    """The enrolled devices: name, enrolled, last seen, revoked."""
+    from mjfl.commands.devices import list_keys
+
+    list_keys(keys, console=console)
+
+
+@certs_app.command("create")
+def certs_create(
+    out_dir: Annotated[Path, typer.Argument(help="Folder for ca.pem, ca.key, server.pem, server.key (files must not exist).")],
+    host: Annotated[list[str], typer.Option(help="A DNS name of the coordinator (repeatable).")] = [],  # noqa: B006 - typer reads the default, never mutates it
+    ip: Annotated[list[str], typer.Option(help="An IP address of the coordinator (repeatable).")] = [],  # noqa: B006
+    days: Annotated[int, typer.Option(help="Validity of both certificates.")] = 825,
+) -> None:
+    """A local CA and a server certificate for HOSTs/IPs (always also localhost, 127.0.0.1, ::1)."""
+    from mjfl.commands.certs import create
+
+    create(out_dir, host, ip, days=days, console=console)
 
 
 # Options that take several values after one flag (`--devices 100 1000`);

@@ -16,6 +16,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def own_key_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user's enrolled devices (~/.config/mjfl/devices.db) never decide what a test lets in."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+
+
 @pytest.fixture
 def processes() -> Iterator[Callable[..., Process]]:
     """``start(args, read=False)``: a process that is killed, with its group, when the test ends."""

@@ -343,11 +343,20 @@ class Adb:
             failure = re.search(r"Failure \[([^\]]*)\]", output)
             raise PhoneError(f"phone {serial}: installing {apk} failed: {failure[1] if failure else output.strip()}")
 
-    def launch(self, serial: str, *, url: str, device_id: str, token: str = "") -> None:
-        """Start the app with its extras (docs/phones.md, section 5): it connects to ``url`` as ``device_id``."""
+    def launch(
+        self, serial: str, *, url: str, device_id: str, token: str = "", secret: str | None = None, pin: str | None = None
+    ) -> None:
+        """Start the app with its extras (docs/phones.md, section 5): it connects to ``url`` as ``device_id``.
+
+        ``secret``: the device's enrolled secret; ``pin``: the sha256 of the
+        coordinator's certificate, for ``wss://`` (docs/security.md). Both go
+        over USB only, never the network.
+        """
+        extras = ["--es", "secret", secret] if secret else []
+        extras += ["--es", "pin", pin] if pin else []
         output = self.shell(serial, [
             "am", "start", "-n", APP_ACTIVITY,
-            "--es", "url", url, "--es", "device_id", device_id, "--es", "token", token,
+            "--es", "url", url, "--es", "device_id", device_id, "--es", "token", token, *extras,
         ])  # fmt: skip
         if "Error" in output or "Exception" in output:
             raise PhoneError(f"phone {serial}: starting the app failed: {output.strip().splitlines()[-1]}")

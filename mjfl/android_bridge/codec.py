@@ -359,7 +359,16 @@ def _hello(f: _Fields) -> Hello:
         hardware=f.fields("hardware").obj,
         cached=tuple(cached),
         max_message_bytes=f.opt_integer("max_message_bytes", low=1),
+        proof=_opt_proof(f),
     )
+
+
+def _opt_proof(f: _Fields) -> str | None:
+    """hello.proof (section 5.1.1): absent or null, else 64 lowercase hex digits."""
+    value = f.obj.get("proof")
+    if value is not None and not (isinstance(value, str) and _SHA256.fullmatch(value)):
+        f.fail("proof", "must be 64 lowercase hex digits (HMAC-SHA256) or null")
+    return value
 
 
 def _welcome(f: _Fields) -> Welcome:
@@ -606,6 +615,7 @@ def _text_json(m: Message) -> dict[str, Any]:
                 "hardware": dict(m.hardware),
                 "cached": list(m.cached),
                 "max_message_bytes": m.max_message_bytes,
+                **({"proof": m.proof} if m.proof is not None else {}),
             }
         case Welcome():
             s = m.settings

@@ -44,6 +44,7 @@ import os
 import platform
 import signal
 import socket
+import ssl
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -58,6 +59,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from mjfl import logs
 from mjfl.android_bridge.connection import Connection
+from mjfl.android_bridge.credentials import NONCE_HEADER, hello_proof, is_nonce
 from mjfl.android_bridge.device import DeviceModel, ModelName, TrainerCache, TrainerFactory
 from mjfl.android_bridge.protocol import (
     DEFAULT_MAX_CONTROL_BYTES,
@@ -74,6 +76,7 @@ from mjfl.android_bridge.protocol import (
     Timing,
     Welcome,
 )
+from mjfl.android_bridge.tls import client_context
 from mjfl.errors import SessionClosed, UserError
 from mjfl.jobs.base import TrainResult
 
@@ -273,6 +276,8 @@ class EmulatedDevice:
         dropout: float = 0.0,
         seed: int | Sequence[int] = 0,
         token: str = "",
+        secret: str | None = None,
+        ca: Path | None = None,
         lane: TrainingLane | None = None,
         make_trainer: TrainerFactory | None = None,
         store: ArtifactStore | None = None,
@@ -289,6 +294,8 @@ class EmulatedDevice:
         self.runtime = runtime
         self.profile = profile
         self.token = token
+        self.secret = secret  # enrolled: prove it in the hello (protocol.md 5.1.1)
+        self._tls = client_context(ca) if url.startswith("wss://") else None
         self.backoff = backoff
         self.max_message_bytes = max_message_bytes
         self.max_control_bytes = max_control_bytes
@@ -381,10 +388,14 @@ class EmulatedDevice:
                         open_timeout=self.open_timeout,
                         close_timeout=self.close_timeout,
                         proxy=None,
+                        **({"ssl": self._tls} if self._tls is not None else {}),
                     ) as ws:
                         welcomed = await self._serve(ws)
                 except InvalidURI as exc:
                     raise UserError(f"--url: {exc}") from None
+                except ssl.SSLCertVerificationError as exc:
+                    # Not our coordinator, or the wrong --ca: say so, and keep trying.
+                    log.warning("%s: %s is not trusted: %s", self.device_id, self.url, exc.verify_message)
                 except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
                     log.debug("%s: connection to %s failed: %r", self.device_id, self.url, exc)
                 if self._stop.is_set():
@@ -406,6 +417,17 @@ class EmulatedDevice:
             return None
         return max(self.max_message_bytes, self.max_control_bytes or 0)
 
+    def _proof(self, ws: ClientConnection) -> str | None:
+        """The hello's proof of our secret over the nonce of this connection's handshake."""
+        if self.secret is None:
+            return None
+        nonce = ws.response.headers.get(NONCE_HEADER) if ws.response is not None else None
+        if not is_nonce(nonce):
+            log.warning("%s: the coordinator sent no nonce (%s): cannot prove the secret", self.device_id, NONCE_HEADER)
+            return None
+        assert nonce is not None
+        return hello_proof(self.secret, nonce, self.device_id)
+
     async def _serve(self, ws: ClientConnection) -> bool:
         """One session over the connection runner; True if it was welcomed."""
         session = DeviceSession(
@@ -421,7 +443,7 @@ class EmulatedDevice:
         link = _Link(conn)
         session.send_hello(
             self.device_id, runtime=self.runtime, token=self.token, hardware=self.hardware,
-            cached=sorted(h for h in self.held if self._store.has(h)),
+            cached=sorted(h for h in self.held if self._store.has(h)), proof=self._proof(ws),
         )
         self._link = link
         if self._stop.is_set():  # stop() came while connecting
@@ -594,6 +616,8 @@ class _WorkerConfig:
     dropout: float
     seed: int
     token: str
+    secrets: Mapping[str, str]
+    ca: Path | None
     make_trainer: TrainerFactory | None
     backoff: Backoff
     max_part_bytes: int | None
@@ -685,6 +709,8 @@ def run_emulated_fleet(
     first_index: int = 0,
     seed: int = 0,
     token: str = "",
+    secrets: Mapping[str, str] | None = None,
+    ca: Path | None = None,
     make_trainer: TrainerFactory | None = None,
     backoff: Backoff = Backoff(),
     max_part_bytes: int | None = None,
@@ -698,6 +724,8 @@ def run_emulated_fleet(
     len(profiles)]`` when profiles are given. ``make_trainer`` must be
     picklable (a module-level function, or a ``functools.partial`` of one).
     The workers log to ``log_file`` (see ``mjfl.logs.setup_worker``).
+    ``secrets`` (by device id) are the enrolled devices' secrets; ``ca`` the
+    certificate file a ``wss://`` coordinator is checked against.
     Returns at once; the devices connect (and reconnect) on their own.
     """
     if count < 1:
@@ -716,7 +744,8 @@ def run_emulated_fleet(
         mine = list(range(w, count, workers))
         config = _WorkerConfig(
             url, tuple(ids[i] for i in mine), tuple(first_index + i for i in mine), runtime,
-            tuple(chosen[i] for i in mine), dropout, seed, token, make_trainer, backoff, max_part_bytes,
+            tuple(chosen[i] for i in mine), dropout, seed, token,
+            {ids[i]: secrets[ids[i]] for i in mine if secrets and ids[i] in secrets}, ca, make_trainer, backoff, max_part_bytes,
             log_file, verbose,
         )
         process = ctx.Process(target=_worker_main, args=(config, stop_event), name=f"mjfl-emulator-{w}", daemon=True)
@@ -739,7 +768,7 @@ async def _worker(config: _WorkerConfig, stop_event: multiprocessing.synchronize
     devices = [
         EmulatedDevice(
             config.url, device_id, runtime=config.runtime, profile=profile, dropout=config.dropout,
-            seed=[config.seed, index], token=config.token, lane=lane, backoff=config.backoff, max_part_bytes=config.max_part_bytes,
+            seed=[config.seed, index], token=config.token, secret=config.secrets.get(device_id), ca=config.ca, lane=lane, backoff=config.backoff, max_part_bytes=config.max_part_bytes,
         )
         for device_id, index, profile in zip(config.device_ids, config.indices, config.profiles)
     ]

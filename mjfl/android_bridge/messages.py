@@ -118,6 +118,7 @@ class Hello:
     hardware: Mapping[str, Any]
     cached: tuple[str, ...]
     max_message_bytes: int | None
+    proof: str | None = None  # HMAC of the coordinator's nonce (docs/protocol.md 5.1.1)
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,10 @@ class Phones:
         self._states: dict[str, str] = {}
         self._stop = threading.Event()
         self._threads: dict[str, threading.Thread] = {}
+        self.secret_for: Callable[[str], str | None] = lambda serial: None
+        """The secret each phone proves in its hello (by serial), handed over in the launch extras."""
+        self.pin: str | None = None
+        """With wss://: the sha256 (hex) of the coordinator's certificate, which the app pins."""
 
     def attached(self) -> list[str]:
         """The usable phones' serials; PhoneError (one line) when there is none.
@@ -120,7 +124,7 @@ class Phones:
 
         A phone that cannot be prepared is reported and left out; none at all is a PhoneError.
         """
-        url = f"ws://127.0.0.1:{port}"
+        url = f"{'wss' if self.pin else 'ws'}://127.0.0.1:{port}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         results = await asyncio.gather(
             *(asyncio.to_thread(self._point, s, port, url, self.options.apk) for s in self.serials),
@@ -158,17 +162,22 @@ class Phones:
         """Prepare a phone, forward the port to it, start the app, and copy its log."""
         facts = prepare(self.adb, serial, apk=apk)
         self.adb.reverse(serial, port)
-        self.adb.launch(serial, url=url, device_id=serial, token=self.options.token)
+        self._launch(serial, url)
         self._capture(serial)
         self.say(f"phone {serial}: {describe(facts)}; app started for {url} (adb reverse tcp:{port})")
         return facts
+
+    def _launch(self, serial: str, url: str) -> None:
+        self.adb.launch(
+            serial, url=url, device_id=serial, token=self.options.token, secret=self.secret_for(serial), pin=self.pin
+        )
 
     def _repoint(self, serial: str, port: int, url: str) -> None:
         """A phone back after a cable pull (or a reboot): forward the port again; start the app if it is not running."""
         self.adb.reverse(serial, port)
         running = self.adb.app_running(serial)
         if not running:
-            self.adb.launch(serial, url=url, device_id=serial, token=self.options.token)
+            self._launch(serial, url)
         self._capture(serial)
         self.say(f"phone {serial} is back: adb reverse tcp:{port} restored" + ("" if running else ", app started"))
 

@@ -579,9 +579,11 @@ class DeviceSession(_Session):
         token: str = "",
         hardware: Mapping[str, Any] | None = None,
         cached: Iterable[str] = (),
+        proof: str | None = None,
     ) -> None:
         """Open the session. ``cached`` lists the sha256 of every program and shard
-        the device holds; it must keep them until the session ends."""
+        the device holds; it must keep them until the session ends. ``proof``:
+        ``credentials.hello_proof`` of the coordinator's nonce, for an enrolled device."""
         self._require(State.START)
         cached = tuple(cached)
         self._queue(
@@ -593,6 +595,7 @@ class DeviceSession(_Session):
                 dict(hardware or {}),
                 cached,
                 self.max_message_bytes,
+                proof,
             )
         )
         self._inventory = set(cached)

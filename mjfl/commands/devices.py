@@ -1,9 +1,12 @@
-"""`mjfl devices list` and `mjfl devices prepare`: the phones attached over adb, and getting them ready."""
+"""`mjfl devices list`/`prepare`: the phones attached over adb; `enroll`/`revoke`/`keys`: their credentials."""
 
 from __future__ import annotations
 
+import datetime
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 from rich.console import Console
@@ -11,7 +14,8 @@ from rich.table import Table
 
 from mjfl.android_bridge.adb import Adb, AttachedPhone, PhoneFacts
 from mjfl.android_bridge.phones import BUILT_APK, PhoneOptions, describe, prepare
-from mjfl.errors import PhoneError
+from mjfl.coordinator.keys import EnrolledDevice, KeyStore, default_key_store
+from mjfl.errors import PhoneError, UserError
 
 T = TypeVar("T")
 
@@ -101,3 +105,72 @@ def prepare_phones(options: PhoneOptions, *, console: Console) -> dict[str, Phon
         f"{len(results)} phones ready; train on them with: mjfl testbed run CONFIG --phones", highlight=False
     )
     return {s: r for s, r in results.items() if isinstance(r, PhoneFacts)}
+
+
+# -- enrolled devices (docs/security.md) -------------------------------------------
+
+
+def enroll_device(name: str, keys: Path | None, *, save: Path | None, console: Console) -> str:
+    """Issue ``name`` a secret in the key store and print it once (also appended to ``save``)."""
+    store = KeyStore(keys or default_key_store(), create=True)
+    secret = store.enroll(name)
+    if save is not None:
+        append_key_file(save, name, secret)
+    print(secret)  # stdout, alone: `SECRET=$(mjfl devices enroll NAME)`
+    console.print(
+        f"enrolled {name} in {store.path}; the secret above is shown only this once"
+        + (f" (also written to {save})" if save is not None else ""),
+        highlight=False,
+    )
+    return secret
+
+
+def revoke_device(name: str, keys: Path | None, *, console: Console) -> None:
+    """Erase ``name``'s secret: its next hello is refused (a connected device stays until it reconnects)."""
+    store = KeyStore(keys or default_key_store())
+    store.revoke(name)
+    console.print(f"revoked {name} in {store.path}", highlight=False)
+
+
+def list_keys(keys: Path | None, *, console: Console) -> list[EnrolledDevice]:
+    """Print the enrolled devices: name, enrolled, last seen, revoked."""
+    store = KeyStore(keys or default_key_store())
+    devices = store.devices()
+    table = Table(title=f"enrolled devices in {store.path}")
+    for column in ("name", "enrolled", "last seen", "revoked"):
+        table.add_column(column)
+
+    def when(t: float | None) -> str:
+        return "-" if t is None else datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S")
+
+    for d in devices:
+        table.add_row(d.name, when(d.enrolled_at), when(d.last_seen), when(d.revoked_at))
+    console.print(table)
+    return devices
+
+
+def append_key_file(path: Path, name: str, secret: str) -> None:
+    """Add ``NAME SECRET`` to a device key file (created 0600), as ``--key-file`` reads it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(f"{name} {secret}\n")
+    except OSError as exc:
+        raise UserError(f"--save {path}: {exc.strerror or exc}") from None
+
+
+def read_key_file(path: Path) -> dict[str, str]:
+    """A device key file: one ``NAME SECRET`` per line; ``#`` comments and blank lines skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UserError(f"--key-file {path}: {exc.strerror or exc}") from None
+    secrets: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) != 2:
+            raise UserError(f"--key-file {path}, line {number}: expected NAME SECRET")
+        secrets[words[0]] = words[1]
+    return secrets

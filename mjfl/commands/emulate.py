@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from mjfl.android_bridge.emulator import run_emulated_fleet
+from mjfl.android_bridge.emulator import default_id_prefix, run_emulated_fleet
+from mjfl.commands.devices import read_key_file
 from mjfl.errors import UserError
 from mjfl.profiling.profiles import draw_fleet, load_profiles
 
@@ -23,6 +24,9 @@ def emulate(
     id_prefix: str | None,
     seed: int,
     token: str,
+    secret: str | None = None,
+    key_file: Path | None = None,
+    ca: Path | None = None,
     log_file: Path | None,
     verbose: bool,
     console: Console,
@@ -32,6 +36,17 @@ def emulate(
         raise UserError(f"--url must look like ws://HOST:PORT, got {url!r}")
     if not 0 <= dropout < 1:
         raise UserError(f"--dropout must lie in [0, 1), got {dropout}")
+    if ca is not None and not url.startswith("wss://"):
+        raise UserError("--ca goes with a wss:// --url")
+    prefix = id_prefix or default_id_prefix()
+    secrets = read_key_file(key_file) if key_file is not None else {}
+    if secret is not None:
+        if count != 1:
+            raise UserError("--secret is one device's: use it with --count 1, or give --key-file")
+        secrets[f"{prefix}-0"] = secret
+    missing = [f"{prefix}-{i}" for i in range(count) if f"{prefix}-{i}" not in secrets]
+    if secrets and missing:
+        raise UserError(f"--key-file {key_file}: no secret for {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
     profiles = None
     if profile is not None:
         real = load_profiles(profile)
@@ -40,7 +55,7 @@ def emulate(
         profiles = draw_fleet(real, count, np.random.default_rng(seed))
     fleet = run_emulated_fleet(
         url, count, runtime=runtime, profiles=profiles, dropout=dropout, workers=workers,  # type: ignore[arg-type]
-        id_prefix=id_prefix, seed=seed, token=token, log_file=log_file, verbose=verbose,
+        id_prefix=prefix, seed=seed, token=token, secrets=secrets, ca=ca, log_file=log_file, verbose=verbose,
     )
     console.print(
         f"{count} emulated devices ({', '.join(fleet.device_ids[:3])}{', ...' if count > 3 else ''})"

@@ -90,6 +90,10 @@ class TestbedConfig:
     heartbeat_timeout_s: float = 60.0
     max_message_mb: float = 256.0
     task_timeout_s: float | None = None  # default per task: the job's deadline, else none
+    keys: Path | None = None  # enrolled devices; default: the user's key store when it exists
+    token: str | None = None  # the shared lab token (a shortcut: docs/security.md)
+    tls_cert: Path | None = None  # both given: wss://
+    tls_key: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | 
         raise ConfigError("jobs", f"job names must be unique, got {names}")
     fleet = _fleet(top.take("fleet", dict, default={}), base)
     scheduler = _scheduler(top.take("scheduler", dict, default={}))
-    testbed = _testbed(top.take("testbed", dict, default={}))
+    testbed = _testbed(top.take("testbed", dict, default={}), base)
     d = _defaults(RunConfig)
     seed = top.take("seed", int, default=d["seed"])
     # Inputs are found next to the config file; outputs land where mjfl runs.
@@ -237,7 +241,7 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
     return config
 
 
-def _testbed(raw: dict[str, Any]) -> TestbedConfig:
+def _testbed(raw: dict[str, Any], base: Path) -> TestbedConfig:
     f = _Fields(raw, "testbed")
     d = _defaults(TestbedConfig)
     config = TestbedConfig(
@@ -249,8 +253,14 @@ def _testbed(raw: dict[str, Any]) -> TestbedConfig:
         heartbeat_timeout_s=f.take("heartbeat_timeout_s", float, default=d["heartbeat_timeout_s"], check=lambda v: v > 0, need="> 0"),
         max_message_mb=f.take("max_message_mb", float, default=d["max_message_mb"], check=lambda v: v > 0, need="> 0"),
         task_timeout_s=f.take("task_timeout_s", float, default=d["task_timeout_s"], check=lambda v: v > 0, need="> 0"),
+        keys=_path(f.take("keys", str, default=None), base),
+        token=f.take("token", str, default=None, check=lambda v: 0 < len(v) <= 4096, need="1 to 4096 characters"),
+        tls_cert=_path(f.take("tls_cert", str, default=None), base),
+        tls_key=_path(f.take("tls_key", str, default=None), base),
     )
     f.done()
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("testbed.tls_cert", "testbed.tls_cert and testbed.tls_key go together")
     if config.heartbeat_timeout_s <= config.heartbeat_interval_s:
         raise ConfigError("testbed.heartbeat_timeout_s", "must be longer than testbed.heartbeat_interval_s")
     return config
@@ -321,7 +331,8 @@ def config_to_dict(config: RunConfig) -> dict[str, Any]:
         if isinstance(value, tuple):
             return [plain(v) for v in value]
         if hasattr(value, "__dataclass_fields__"):
-            return {f.name: plain(getattr(value, f.name)) for f in fields(value)}
+            # A run record is no place for a credential.
+            return {f.name: "(set)" if f.name == "token" and getattr(value, f.name) else plain(getattr(value, f.name)) for f in fields(value)}
         if isinstance(value, dict):
             return {k: plain(v) for k, v in value.items()}
         return value

@@ -33,6 +33,11 @@ Decisions:
   the protocol's code for a voluntary end (a "shutdown" code would be an
   error code and close with 1002). Emulated devices stop on it; devices of a
   coordinator that crashed see no bye and reconnect.
+* Credentials (docs/security.md): every handshake response carries a fresh
+  nonce (``MJFL-Nonce``); an enrolled device proves its secret with an HMAC
+  of it in the hello (checked against ``settings.keys`` or ``run_secrets``).
+  The shared ``settings.token`` is the lab shortcut; with neither keys nor
+  token, any device is welcome.
 * A task whose deadline passes is cancelled; its device stays out of
   ``profiles()`` until it has answered the cancelled task, and ``run_task``
   waits for that answer before sending it anything new, so a device never
@@ -47,10 +52,13 @@ import errno
 import itertools
 import logging
 import math
+import ssl
 import statistics
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
@@ -58,6 +66,7 @@ import numpy as np
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from mjfl.android_bridge.connection import Connection
+from mjfl.android_bridge.credentials import NONCE_HEADER, new_nonce, proof_matches, token_matches
 from mjfl.android_bridge.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
 from mjfl.android_bridge.protocol import (
     DEFAULT_MAX_CONTROL_BYTES,
@@ -74,6 +83,7 @@ from mjfl.android_bridge.protocol import (
     TensorPack,
 )
 from mjfl.android_bridge.protocol import ModelSpec as WireModelSpec
+from mjfl.coordinator.keys import KeyStore
 from mjfl.errors import ConfigError, DeviceFailure, EncodeError, RunError, SessionClosed, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import DeviceProfile
@@ -112,7 +122,9 @@ class ServerSettings:
     welcome). ``task_timeout`` bounds every task on top of its own
     ``deadline_s``. ``close_timeout`` bounds one connection's closing
     handshake, ``shutdown_timeout`` the whole server's. ``token``: the
-    credential devices must present, None accepts any.
+    shared lab token a device may present instead of a proof; ``keys``: the
+    enrolled devices' key store (``mjfl.coordinator.keys``); with neither,
+    any device is accepted. ``tls_cert``/``tls_key`` (PEM): serve ``wss://``.
     """
 
     coordinator_id: str = "mjfl-coordinator"
@@ -126,6 +138,9 @@ class ServerSettings:
     close_timeout: float = 5.0
     shutdown_timeout: float = 10.0
     token: str | None = None
+    keys: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
     backlog: int = 1024
     heartbeat_samples: int = 100_000
 
@@ -148,6 +163,8 @@ class ServerSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(name, f"must be >= 1 or None, got {value!r}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_key" if self.tls_key is None else "tls_cert", "tls_cert and tls_key go together")
         if self.backlog < 1 or self.heartbeat_samples < 1:
             raise ConfigError("backlog", "backlog and heartbeat_samples must be >= 1")
 
@@ -189,6 +206,7 @@ class DeviceLink:
     """
 
     conn: Connection
+    nonce: str = ""  # sent in the handshake response; the hello's proof covers it
     info: ConnectedDevice | None = None
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     waiters: dict[str, _Waiter] = field(default_factory=dict)
@@ -271,6 +289,7 @@ class CoordinatorServer:
         settings: ServerSettings | None = None,
         profiles: Mapping[str, DeviceProfile] | Sequence[DeviceProfile] | None = None,
         authorize: Authorize | None = None,
+        run_secrets: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -288,6 +307,11 @@ class CoordinatorServer:
         else:
             self.default_profile = (DEFAULT_A, DEFAULT_MU)
         self.authorize = authorize
+        self.keys = KeyStore(self.settings.keys) if self.settings.keys is not None else None
+        self.run_secrets = dict(run_secrets or {})
+        """Secrets of devices this run started itself (its own emulated devices), kept in memory only."""
+        self._ssl = _server_tls(self.settings)
+        self._nonces: weakref.WeakKeyDictionary[ServerConnection, str] = weakref.WeakKeyDictionary()
         self.fleet = RemoteFleet(self)
         self.heartbeat_rtts: deque[float] = deque(maxlen=self.settings.heartbeat_samples)
         """Round-trip times (seconds) of the coordinator's heartbeats, newest last."""
@@ -343,7 +367,14 @@ class CoordinatorServer:
             open_timeout=self.settings.handshake_timeout,
             close_timeout=self.settings.close_timeout,
             backlog=self.settings.backlog,
+            ssl=self._ssl,
+            process_response=self._issue_nonce,
         )
+
+    def _issue_nonce(self, ws: ServerConnection, request: Any, response: Any) -> None:
+        """Every handshake response carries a fresh nonce (protocol.md 5.1.1)."""
+        nonce = self._nonces[ws] = new_nonce()
+        response.headers[NONCE_HEADER] = nonce
 
     @property
     def url(self) -> str:
@@ -352,7 +383,7 @@ class CoordinatorServer:
             host = "127.0.0.1"
         elif ":" in host:
             host = f"[{host}]"
-        return f"ws://{host}:{self.port}"
+        return f"{'wss' if self._ssl is not None else 'ws'}://{host}:{self.port}"
 
     async def close(self, *, graceful: bool = True) -> None:
         """Stop serving, within ``shutdown_timeout``.
@@ -385,6 +416,8 @@ class CoordinatorServer:
                 async with asyncio.timeout(self.settings.close_timeout):
                     await server.wait_closed()
         self._server = None
+        if self.keys is not None:
+            self.keys.close()
 
     # -- the registry ---------------------------------------------------------
 
@@ -480,7 +513,7 @@ class CoordinatorServer:
             # The session has no clock before its welcome: the hello must come in time.
             open_timeout=s.handshake_timeout, open_timeout_reason="no hello in time", close_timeout=s.close_timeout,
         )
-        link = DeviceLink(conn)
+        link = DeviceLink(conn, nonce=self._nonces.pop(ws, ""))
         self._handlers.add(link)
         try:
             await conn.run()
@@ -524,9 +557,8 @@ class CoordinatorServer:
         if self._closing:
             link.conn.close("going_away", "coordinator shutdown")
             return
-        token = self.settings.token
-        if (token is not None and hello.token != token) or (self.authorize is not None and not self.authorize(hello)):
-            log.warning("refused device %s: bad credentials", hello.device_id)
+        if not self._credentials_ok(hello, link.nonce) or (self.authorize is not None and not self.authorize(hello)):
+            log.warning("refused device %s from %s: bad credentials", hello.device_id, link.conn.ws.remote_address)
             link.conn.close("unauthorized", "credentials refused")
             return
         session.send_welcome()
@@ -548,6 +580,20 @@ class CoordinatorServer:
         self._notify()
         for listener in self._listeners:
             listener(hello.device_id)
+
+    def _credentials_ok(self, hello: Hello, nonce: str) -> bool:
+        """An enrolled device's proof of this connection's nonce, or the shared lab token (docs/security.md)."""
+        token = self.settings.token
+        if token is None and self.keys is None and not self.run_secrets:
+            return True  # an open lab: nothing to check
+        if token is not None and token_matches(hello.token, token):
+            return True
+        if hello.proof is None or not nonce:
+            return False
+        own = self.run_secrets.get(hello.device_id)
+        if own is not None:
+            return proof_matches(own, nonce, hello.device_id, hello.proof)
+        return self.keys is not None and self.keys.verify(hello.device_id, nonce, hello.proof)
 
     def _unregister(self, link: DeviceLink) -> None:
         session = link.session
@@ -702,6 +748,21 @@ class RemoteFleet:
         pack = TensorPack.from_arrays({k: np.asarray(v) for k, v in task.weights.items()})
         self._packs[task.job] = (task.weights, pack)
         return pack
+
+
+def _server_tls(settings: ServerSettings) -> ssl.SSLContext | None:
+    """The TLS context of ``wss://`` (None: plain ``ws://``); ConfigError names a file that will not load."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except FileNotFoundError as exc:
+        raise ConfigError("tls_cert", f"{exc.filename}: no such file") from None
+    except (ssl.SSLError, OSError) as exc:
+        raise ConfigError("tls_cert", f"{settings.tls_cert} / {settings.tls_key}: not a PEM certificate and its key ({exc})") from None
+    return context
 
 
 def _number(value: object) -> float | None:

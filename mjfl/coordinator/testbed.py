@@ -16,15 +16,19 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 from rich.console import Console
 
-from mjfl.android_bridge.emulator import run_emulated_fleet
+from mjfl.android_bridge.credentials import new_secret
+from mjfl.android_bridge.emulator import default_id_prefix, run_emulated_fleet
 from mjfl.android_bridge.phones import Phones
+from mjfl.coordinator.certs import certificate_sha256
 from mjfl.coordinator.clock import RealClock
-from mjfl.coordinator.config import RunConfig
+from mjfl.coordinator.config import RunConfig, TestbedConfig
 from mjfl.coordinator.driver import Output, ReadyFleet
+from mjfl.coordinator.keys import default_key_store
 from mjfl.coordinator.preparation import fleet_profiles
 from mjfl.coordinator.records import RunMode
 from mjfl.coordinator.server import CoordinatorServer, ServerSettings
@@ -81,14 +85,31 @@ class RemoteDevices:
         settings = ServerSettings(
             heartbeat_interval=tb.heartbeat_interval_s, heartbeat_timeout=tb.heartbeat_timeout_s,
             max_message_bytes=int(tb.max_message_mb * 2**20), task_timeout=tb.task_timeout_s,
+            keys=key_store(tb), token=tb.token, tls_cert=tb.tls_cert, tls_key=tb.tls_key,
         )
         lab = load_profiles(config.fleet.profiles) if config.fleet.profiles is not None else []
+        # Devices this run starts itself prove secrets it draws for them, kept in memory only.
+        checked = settings.keys is not None or settings.token is not None
+        prefix = default_id_prefix()
+        own = {f"{prefix}-{i}": new_secret() for i in range(self.emulate)} if checked else {}
         # The phones' serving ends after the server's bye, so they hear it before their port forward goes.
-        async with contextlib.AsyncExitStack() as stack, CoordinatorServer(tb.host, tb.port, settings=settings, profiles=lab) as server:
+        async with contextlib.AsyncExitStack() as stack, CoordinatorServer(
+            tb.host, tb.port, settings=settings, profiles=lab, run_secrets=own
+        ) as server:
+            if checked:
+                admitted = [f"enrolled devices of {settings.keys}"] if settings.keys else []
+                admitted += ["devices with the shared token"] if settings.token is not None else []
+                console.print(f"admitting only {' or '.join(admitted)} (docs/security.md)", highlight=False)
             impersonated: dict[str, DeviceProfile] = {}
             emulated = None
             try:
                 if self.phones is not None:
+                    if checked:
+                        keys = server.keys
+                        self.phones.secret_for = lambda serial: (keys.secret(serial) if keys else None) or (
+                            server.run_secrets.setdefault(serial, new_secret())  # over USB only: adb is trusted
+                        )
+                    self.phones.pin = certificate_sha256(tb.tls_cert) if tb.tls_cert is not None else None
                     self._phones_ready = await stack.enter_async_context(self.phones.serving(server.port))
                     self.wanted = self._count(len(self._phones_ready))
                 if self.emulate:
@@ -101,6 +122,7 @@ class RemoteDevices:
                         server.url, self.emulate, runtime=config.fleet.runtime,  # type: ignore[arg-type]
                         profiles=profiles, dropout=config.fleet.dropout, workers=config.fleet.workers,
                         seed=config.seed, log_file=self.output.log_file, verbose=self.output.verbose,
+                        id_prefix=prefix, secrets=own, ca=tb.tls_cert,  # our own certificate, pinned
                     )
                     impersonated = {
                         d: dataclasses.replace(p, device_id=d)  # type: ignore[type-var]
@@ -154,3 +176,11 @@ class RemoteDevices:
             except RunError:
                 missing = [d for d in self.only if d not in server.connected()]
                 raise UserError(f"--devices: {', '.join(missing)} did not connect within {timeout:g} s") from None
+
+
+def key_store(tb: TestbedConfig) -> Path | None:
+    """The enrolled devices' key store: ``testbed.keys``, else the user's when it exists (else none: no enrollment)."""
+    if tb.keys is not None:
+        return tb.keys
+    default = default_key_store()
+    return default if default.is_file() else None

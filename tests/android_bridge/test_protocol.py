@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from mjfl.android_bridge import protocol as p
+from mjfl.android_bridge.credentials import hello_proof
 from mjfl.android_bridge.protocol import (
     Bye,
     Cancel,
@@ -1176,6 +1177,11 @@ def doc_examples() -> dict[str, str]:
             {"model": "Pixel 7", "cores": 8, "ram_mb": 8192, "os": "Android 14"},
             (SHA_A,),
             268435456,
+        ),
+        # 5.1.1's known answer: the proof of secret "s3cret-s3cret-s3cret" over nonce 00..01.
+        "hello_with_proof": Hello(
+            "pixel7-01", "", "executorch", (1,), {"model": "Pixel 7"}, (), None,
+            hello_proof("s3cret-s3cret-s3cret", "00" * 31 + "01", "pixel7-01"),
         ),
         "welcome": Welcome(1, "coord-1", Settings(10.0, 60.0, 268435456, 65536)),
         "heartbeat": Heartbeat(42, 1712.5),

@@ -25,6 +25,7 @@ import org.mjfl.client.Device;
 import org.mjfl.client.DeviceConfig;
 import org.mjfl.client.DeviceListener;
 import org.mjfl.client.cache.ArtifactCache;
+import org.mjfl.client.net.Tls;
 
 /**
  * The foreground service that is the device: it holds one client-core {@link Device} (which
@@ -38,6 +39,8 @@ public final class DeviceService extends Service {
     static final String EXTRA_URL = "url";
     static final String EXTRA_DEVICE_ID = "device_id";
     static final String EXTRA_TOKEN = "token";
+    static final String EXTRA_SECRET = "secret"; // the enrolled secret (protocol.md 5.1.1); may be absent
+    static final String EXTRA_PIN = "pin"; // sha256 of the coordinator's certificate, for wss://
     private static final String CHANNEL = "mjfl-device";
     private static final int NOTIFICATION = 1;
 
@@ -98,19 +101,31 @@ public final class DeviceService extends Service {
             Log.w(MainActivity.TAG, "service started without url and device_id; nothing to do");
             return START_NOT_STICKY;
         }
-        String config = url + "\n" + id + "\n" + Objects.toString(token, "");
+        String secret = intent.getStringExtra(EXTRA_SECRET);
+        String pin = intent.getStringExtra(EXTRA_PIN);
+        String config = url + "\n" + id + "\n" + Objects.toString(token, "") + "\n" + secret + "\n" + pin;
         if (config.equals(running) && runner != null && runner.isAlive()) {
             return START_REDELIVER_INTENT;
         }
         stopDevice();
-        startDevice(url, id, token == null ? "" : token);
+        startDevice(url, id, token == null ? "" : token, secret, pin);
         running = config;
         // Killed for memory, Android restarts the service with this intent: the device comes back.
         return START_REDELIVER_INTENT;
     }
 
-    private void startDevice(String url, String id, String token) {
+    private void startDevice(String url, String id, String token, String secret, String pin) {
         board.started(id, url);
+        OkHttpClient client = http;
+        if (pin != null && !pin.isEmpty()) {
+            try {
+                client = Tls.pinSha256(http.newBuilder(), pin).build();
+            } catch (java.security.GeneralSecurityException | IllegalArgumentException e) {
+                board.connection("bad certificate pin: " + e.getMessage());
+                Log.e(MainActivity.TAG, "bad certificate pin", e);
+                return;
+            }
+        }
         ArtifactCache cache;
         try {
             cache = new ArtifactCache(new File(getFilesDir(), "artifacts").toPath());
@@ -121,9 +136,10 @@ public final class DeviceService extends Service {
         }
         DeviceConfig cfg = DeviceConfig.builder(url, id, new ReportingTrainer(trainer, board), cache)
                 .token(token)
+                .secret(secret == null || secret.isEmpty() ? null : secret)
                 .facts(new AndroidFacts(this, board))
                 .build();
-        Device d = new Device(cfg, http, timers);
+        Device d = new Device(cfg, client, timers);
         d.listen(new DeviceListener() {
             @Override
             public void welcomed(String coordinatorId) {

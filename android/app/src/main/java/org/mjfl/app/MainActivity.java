@@ -15,6 +15,8 @@ import java.util.function.Consumer;
  * does. Started by hand or over adb:
  *
  * <pre>adb shell am start -n org.mjfl.app/.MainActivity --es url ws://127.0.0.1:8765 --es device_id pixel7-01 --es token s3cret</pre>
+ * An enrolled phone gets {@code --es secret S} (its secret, proved in the hello) and, for
+ * {@code wss://}, {@code --es pin SHA256} (the coordinator certificate it pins): docs/security.md.
  */
 public final class MainActivity extends Activity {
     /** The logcat tag of everything the app and client-core log. */
@@ -59,7 +61,9 @@ public final class MainActivity extends Activity {
         Intent service = new Intent(this, DeviceService.class)
                 .putExtra(DeviceService.EXTRA_URL, url)
                 .putExtra(DeviceService.EXTRA_DEVICE_ID, id)
-                .putExtra(DeviceService.EXTRA_TOKEN, token == null ? "" : token);
+                .putExtra(DeviceService.EXTRA_TOKEN, token == null ? "" : token)
+                .putExtra(DeviceService.EXTRA_SECRET, intent.getStringExtra(DeviceService.EXTRA_SECRET))
+                .putExtra(DeviceService.EXTRA_PIN, intent.getStringExtra(DeviceService.EXTRA_PIN));
         startForegroundService(service);
     }
 

@@ -192,7 +192,7 @@ public final class Device {
         }
         Message.Hello hello = new Message.Hello(cfg.deviceId(), cfg.token(), cfg.runtime(), List.of(Codec.VERSION),
                 cfg.facts().hardware(), cached, cfg.maxMessageBytes());
-        return new DeviceSession(hello, cfg.maxControlBytes());
+        return new DeviceSession(hello, cfg.maxControlBytes(), cfg.secret());
     }
 
     // ----------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import org.mjfl.client.train.Trainer;
  */
 public record DeviceConfig(String url, String deviceId, String token, String runtime, Trainer trainer,
         ArtifactCache cache, DeviceFacts facts, Backoff backoff, boolean stopOnCoordinatorBye, Clock clock,
-        Connection.Options options, Long maxMessageBytes, Long maxControlBytes) {
+        Connection.Options options, Long maxMessageBytes, Long maxControlBytes, String secret) {
 
     public DeviceConfig {
         Objects.requireNonNull(url, "url");
@@ -39,6 +39,7 @@ public record DeviceConfig(String url, String deviceId, String token, String run
         private final Trainer trainer;
         private final ArtifactCache cache;
         private String token = "";
+        private String secret;
         private String runtime = "executorch";
         private DeviceFacts facts = new JvmFacts();
         private Backoff backoff = Backoff.defaults(new Random());
@@ -57,6 +58,12 @@ public record DeviceConfig(String url, String deviceId, String token, String run
 
         public Builder token(String v) {
             token = v;
+            return this;
+        }
+
+        /** The enrolled secret, proved in every hello (protocol.md 5.1.1); null for none. */
+        public Builder secret(String v) {
+            secret = v;
             return this;
         }
 
@@ -102,7 +109,7 @@ public record DeviceConfig(String url, String deviceId, String token, String run
 
         public DeviceConfig build() {
             return new DeviceConfig(url, deviceId, token, runtime, trainer, cache, facts, backoff,
-                    stopOnCoordinatorBye, clock, options, maxMessageBytes, maxControlBytes);
+                    stopOnCoordinatorBye, clock, options, maxMessageBytes, maxControlBytes, secret);
         }
     }
 }

@@ -15,6 +15,7 @@ import java.util.logging.Logger;
 import okhttp3.OkHttpClient;
 import org.mjfl.client.cache.ArtifactCache;
 import org.mjfl.client.net.Backoff;
+import org.mjfl.client.net.Tls;
 import org.mjfl.client.protocol.Sha256;
 import org.mjfl.client.train.StandInTrainer;
 
@@ -28,7 +29,7 @@ public final class DeviceMain {
 
     static final String HELP = String.join("\n",
             "usage: mjfl-device --url ws://HOST:PORT (--count N [--id-prefix P] | --id ID) [--token T] [--cache DIR]",
-            "                   [--seed S] [--round-s S] [--verbose]",
+            "                   [--secret S | --key-file F] [--ca PEM | --pin SHA256] [--seed S] [--round-s S] [--verbose]",
             "",
             "Runs N mjfl devices (protocol v1, docs/protocol.md) in one JVM, with ids P-0 .. P-(N-1),",
             "or one device named ID.",
@@ -43,7 +44,11 @@ public final class DeviceMain {
             "  --count N        number of devices (required, >= 1)",
             "  --id-prefix P    device id prefix (default jvm-<hostname>)",
             "  --id ID          one device with exactly this id, e.g. standing in for a phone's serial",
-            "  --token T        credentials for the hello (default empty)",
+            "  --token T        the coordinator's shared lab token (default empty)",
+            "  --secret S       the enrolled secret of the one device (--id, or --count 1: P-0)",
+            "  --key-file F     enrolled secrets, one 'NAME SECRET' a line (mjfl devices enroll NAME --save F)",
+            "  --ca PEM         wss://: trust only these certificates (ca.pem of mjfl certs create)",
+            "  --pin SHA256     wss://: trust only the coordinator certificate with this sha256",
             "  --cache DIR      artifact cache; each device keeps DIR/<id>/ (default ~/.cache/mjfl/jvm-devices)",
             "  --seed S         seeds the reconnect jitter (default 0)",
             "  --round-s S      answer each task no sooner than S seconds after it started, like a",
@@ -68,7 +73,14 @@ public final class DeviceMain {
             return;
         }
         Logs.setUp(a.verbose);
-        int status = run(a);
+        int status;
+        try {
+            status = run(a);
+        } catch (IllegalArgumentException e) { // e.g. a --ca file that is not PEM
+            System.err.println("mjfl-device: " + e.getMessage());
+            System.exit(2);
+            return;
+        }
         if (status >= 0) {
             System.exit(status);
         } // else the JVM is shutting down (Ctrl-C): exit() would block there; the hook finishes the job
@@ -81,11 +93,22 @@ public final class DeviceMain {
             t.setDaemon(true);
             return t;
         });
-        OkHttpClient http = new OkHttpClient.Builder()
+        OkHttpClient.Builder builder = new OkHttpClient.Builder()
                 .connectTimeout(Duration.ofSeconds(10))
                 .readTimeout(Duration.ZERO) // liveness is the protocol's heartbeats (section 10)
-                .writeTimeout(Duration.ZERO)
-                .build();
+                .writeTimeout(Duration.ZERO);
+        try {
+            if (a.ca != null) {
+                try (java.io.InputStream pem = java.nio.file.Files.newInputStream(a.ca)) {
+                    Tls.trustPem(builder, pem);
+                }
+            } else if (a.pin != null) {
+                Tls.pinSha256(builder, a.pin);
+            }
+        } catch (java.security.GeneralSecurityException | IOException e) {
+            throw new IllegalArgumentException((a.ca != null ? "--ca " + a.ca : "--pin") + ": " + e.getMessage(), e);
+        }
+        OkHttpClient http = builder.build();
         // OkHttp 3 and 4 read each WebSocket on a dispatcher thread that counts as a running call.
         http.dispatcher().setMaxRequests(a.count + 16);
         http.dispatcher().setMaxRequestsPerHost(a.count + 16);
@@ -96,6 +119,7 @@ public final class DeviceMain {
             ArtifactCache cache = new ArtifactCache(a.cache.resolve(dirName(id)));
             devices.add(new Device(DeviceConfig.builder(a.url, id, new StandInTrainer(a.roundS), cache)
                     .token(a.token)
+                    .secret(a.secrets.get(id))
                     .facts(new JvmFacts("stand-in")) // no ExecuTorch on a JVM: its results do not learn
                     .backoff(Backoff.defaults(new Random(a.seed * 1_000_003L + i)))
                     .build(), http, timers));
@@ -190,6 +214,11 @@ public final class DeviceMain {
         String prefix = "jvm-" + JvmFacts.hostname();
         String id;
         String token = "";
+        String secret;
+        Path keyFile;
+        Path ca;
+        String pin;
+        java.util.Map<String, String> secrets = new java.util.HashMap<>();
         Path cache = Paths.get(System.getProperty("user.home"), ".cache", "mjfl", "jvm-devices");
         long seed;
         double roundS;
@@ -234,6 +263,18 @@ public final class DeviceMain {
                     case "--token":
                         a.token = value;
                         break;
+                    case "--secret":
+                        a.secret = value;
+                        break;
+                    case "--key-file":
+                        a.keyFile = Paths.get(value);
+                        break;
+                    case "--ca":
+                        a.ca = Paths.get(value);
+                        break;
+                    case "--pin":
+                        a.pin = value;
+                        break;
                     case "--cache":
                         a.cache = Paths.get(value);
                         break;
@@ -272,7 +313,44 @@ public final class DeviceMain {
             if (a.prefix.isEmpty()) {
                 throw new IllegalArgumentException("--id-prefix must not be empty");
             }
+            if (a.ca != null && a.pin != null) {
+                throw new IllegalArgumentException("--ca and --pin: give one");
+            }
+            if ((a.ca != null || a.pin != null) && !a.url.startsWith("wss://")) {
+                throw new IllegalArgumentException("--ca and --pin go with a wss:// --url");
+            }
+            if (a.keyFile != null) {
+                a.secrets.putAll(readKeyFile(a.keyFile));
+            }
+            if (a.secret != null) {
+                if (a.count != 1) {
+                    throw new IllegalArgumentException("--secret is one device's: use it with --id or --count 1");
+                }
+                a.secrets.put(a.id != null ? a.id : a.prefix + "-0", a.secret);
+            }
             return a;
+        }
+
+        /** One 'NAME SECRET' a line; blank lines and '#' comments skipped. */
+        static java.util.Map<String, String> readKeyFile(Path file) {
+            java.util.Map<String, String> out = new java.util.HashMap<>();
+            List<String> lines;
+            try {
+                lines = java.nio.file.Files.readAllLines(file, java.nio.charset.StandardCharsets.UTF_8);
+            } catch (IOException e) {
+                throw new IllegalArgumentException("--key-file " + file + ": " + e.getMessage());
+            }
+            for (int i = 0; i < lines.size(); i++) {
+                String[] words = lines.get(i).trim().split("\\s+");
+                if (words[0].isEmpty() || words[0].startsWith("#")) {
+                    continue;
+                }
+                if (words.length != 2) {
+                    throw new IllegalArgumentException("--key-file " + file + ", line " + (i + 1) + ": expected NAME SECRET");
+                }
+                out.put(words[0], words[1]);
+            }
+            return out;
         }
 
         private static int parseInt(String opt, String v) {

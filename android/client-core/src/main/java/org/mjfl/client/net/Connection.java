@@ -18,6 +18,7 @@ import okhttp3.WebSocket;
 import okhttp3.WebSocketListener;
 import okio.ByteString;
 import org.mjfl.client.protocol.Codes;
+import org.mjfl.client.protocol.Credentials;
 import org.mjfl.client.protocol.Parts;
 import org.mjfl.client.protocol.Text;
 import org.mjfl.client.session.DeviceSession;
@@ -168,7 +169,7 @@ public final class Connection {
             act(s -> {
                 opened = true;
                 if (s.state() == DeviceSession.State.START) {
-                    s.connect();
+                    s.connect(response.header(Credentials.NONCE_HEADER));
                 }
             });
         }

@@ -79,6 +79,9 @@ public final class Codec {
             w.endArray().key("hardware").element("hardware", h.hardware()).key("cached").beginArray();
             h.cached().forEach(w::value);
             w.endArray().key("max_message_bytes").value(h.maxMessageBytes());
+            if (h.proof() != null) {
+                w.key("proof").value(h.proof());
+            }
         } else if (m instanceof Message.Welcome) {
             Message.Welcome x = (Message.Welcome) m;
             Message.Settings s = x.settings();
@@ -137,7 +140,8 @@ public final class Codec {
                     cached.add(Fields.of(one, "hello").sha256("cached"));
                 }
                 Long max = f.optInteger("max_message_bytes", 1, Long.MAX_VALUE);
-                return new Message.Hello(deviceId, token, runtime, versions, hardware, cached, max);
+                String proof = f.isNull("proof") ? null : f.sha256("proof"); // same form: 64 lowercase hex
+                return new Message.Hello(deviceId, token, runtime, versions, hardware, cached, max, proof);
             }
             case "welcome": {
                 int version = (int) f.integer("version", 1, 65535);

@@ -19,10 +19,21 @@ public sealed interface Message {
 
     /** 5.1; {@code hardware} is free-form, {@code maxMessageBytes} may be null. */
     record Hello(String deviceId, String token, String runtime, List<Integer> versions, JsonObject hardware,
-            List<String> cached, Long maxMessageBytes) implements Message {
+            List<String> cached, Long maxMessageBytes, String proof) implements Message {
         public Hello {
             versions = List.copyOf(versions);
             cached = List.copyOf(cached);
+        }
+
+        /** A hello without a proof (the shared-token path, or an open lab). */
+        public Hello(String deviceId, String token, String runtime, List<Integer> versions, JsonObject hardware,
+                List<String> cached, Long maxMessageBytes) {
+            this(deviceId, token, runtime, versions, hardware, cached, maxMessageBytes, null);
+        }
+
+        /** This hello with {@code proof} (5.1.1), or none. */
+        public Hello withProof(String p) {
+            return new Hello(deviceId, token, runtime, versions, hardware, cached, maxMessageBytes, p);
         }
 
         public String type() {

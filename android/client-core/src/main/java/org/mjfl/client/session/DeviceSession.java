@@ -15,6 +15,7 @@ import java.util.logging.Level;
 import java.util.logging.Logger;
 import org.mjfl.client.protocol.Codec;
 import org.mjfl.client.protocol.Codes;
+import org.mjfl.client.protocol.Credentials;
 import org.mjfl.client.protocol.Message;
 import org.mjfl.client.protocol.Parts;
 import org.mjfl.client.protocol.ProtocolException;
@@ -42,6 +43,7 @@ public final class DeviceSession {
 
     private final Message.Hello hello;
     private final Long maxControlBytes;
+    private final String secret;
     private final Set<String> held;
     private final Map<String, JobBinding> jobs = new LinkedHashMap<>();
     private final Map<String, Message.Task> pending = new LinkedHashMap<>();
@@ -64,17 +66,38 @@ public final class DeviceSession {
      * @param maxControlBytes largest text message or JSON header accepted, or null for none
      */
     public DeviceSession(Message.Hello hello, Long maxControlBytes) {
+        this(hello, maxControlBytes, null);
+    }
+
+    /** @param secret the device's enrolled secret, proved in the hello (5.1.1); null for none */
+    public DeviceSession(Message.Hello hello, Long maxControlBytes, String secret) {
         this.hello = fitHello(hello);
         this.maxControlBytes = maxControlBytes;
+        this.secret = secret;
         this.held = new HashSet<>(this.hello.cached());
     }
 
     /** The device speaks first (7.1): queues the hello, START -> HELLO. */
     public void connect() {
+        connect(null);
+    }
+
+    /**
+     * As {@link #connect()}, proving the secret over {@code nonce}: the handshake response's
+     * {@link Credentials#NONCE_HEADER} (null or malformed: the hello goes without a proof).
+     */
+    public void connect(String nonce) {
         if (state != State.START) {
             throw new IllegalStateException("connect() in state " + state);
         }
-        out.add(Outgoing.text(Codec.encodeText(hello)));
+        Message.Hello h = hello;
+        if (secret != null && Credentials.isNonce(nonce)) {
+            h = hello.withProof(Credentials.helloProof(secret, nonce, hello.deviceId()));
+        } else if (secret != null) {
+            LOG.warning(hello.deviceId() + ": the coordinator sent no " + Credentials.NONCE_HEADER
+                    + ": cannot prove the secret");
+        }
+        out.add(Outgoing.text(Codec.encodeText(h)));
         state = State.HELLO;
     }
 
@@ -441,6 +464,6 @@ public final class DeviceSession {
 
     private static Message.Hello withCached(Message.Hello h, List<String> cached) {
         return new Message.Hello(h.deviceId(), h.token(), h.runtime(), h.versions(), h.hardware(), cached,
-                h.maxMessageBytes());
+                h.maxMessageBytes(), h.proof());
     }
 }

@@ -19,6 +19,7 @@ from mjfl.errors import MjflError, UserError
 
 if TYPE_CHECKING:
     from mjfl.android_bridge.phones import PhoneOptions
+    from mjfl.android_bridge.ray_cluster import RayOptions
     from mjfl.coordinator.config import RunConfig
     from mjfl.coordinator.driver import Output
 
@@ -62,12 +63,15 @@ def simulate(
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
     seed: Annotated[int | None, typer.Option(help="Override the config's seed.")] = None,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
+    ray: RayOption = False,
+    address: AddressOption = None,
 ) -> None:
     """Compare scheduling methods on identical jobs, fleet and seed, in virtual time."""
     from mjfl.commands.simulate import simulate as run_simulation
 
     run_config = _config(config, out=out, seed=seed)
-    run_simulation(run_config, [m.strip() for m in methods.split(",") if m.strip()], _output(run_config.out_dir, live))
+    method_list = [m.strip() for m in methods.split(",") if m.strip()]
+    run_simulation(run_config, method_list, _output(run_config.out_dir, live), ray=_ray(ray, address))
 
 
 @app.command("report")
@@ -111,6 +115,8 @@ def testbed_run(
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this output directory.")] = False,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
+    ray: RayOption = False,
+    address: AddressOption = None,
 ) -> None:
     """Train the config's jobs over connected phones and/or emulated devices, in real time."""
     from mjfl.commands.testbed import testbed_run as run_testbed
@@ -118,7 +124,10 @@ def testbed_run(
     phone_options = _phones(phones, adb, apk)
     run_config = _config(config, out=out, host=host, port=port)
     try:
-        run_testbed(run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume, phones=phone_options)
+        run_testbed(
+            run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume, phones=phone_options,
+            ray=_ray(ray, address),
+        )
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 
@@ -258,6 +267,18 @@ def export_program(
     export(model, out, input_shape=input_shape, classes=classes, max_batch=max_batch, console=console)
 
 
+RayOption = Annotated[bool, typer.Option("--ray", help="Train on a Ray cluster (docs/scale.md); needs pip install 'mjfl[ray]'.")]
+AddressOption = Annotated[str | None, typer.Option(help="With --ray: the cluster's address, HOST:PORT (default: a local Ray).")]
+
+
+def _ray(ray: bool, address: str | None) -> RayOptions | None:
+    from mjfl.android_bridge.ray_cluster import RayOptions
+
+    if address is not None and not ray:
+        raise UserError("--address goes with --ray")
+    return RayOptions(address=address) if ray else None
+
+
 AdbOption = Annotated[str | None, typer.Option("--adb", help="The adb server, HOST:PORT (default: adb's own, 127.0.0.1:5037).")]
 
 
@@ -302,13 +323,15 @@ def device_emulate(
     seed: Annotated[int, typer.Option(help="Seed of the drawn profiles and the devices' round times.")] = 0,
     token: Annotated[str, typer.Option(help="Credential to present in the hello.")] = "",
     log: Annotated[Path | None, typer.Option(help="Log file of the device processes (default: none; --verbose shows it all).")] = None,
+    ray: RayOption = False,
+    address: AddressOption = None,
 ) -> None:
     """Run emulated devices against a coordinator until Ctrl-C (or the coordinator's shutdown)."""
     from mjfl.commands.emulate import emulate
 
     emulate(
         url, count, runtime=runtime, profile=profile, dropout=dropout, workers=workers, id_prefix=id_prefix,
-        seed=seed, token=token, log_file=log, verbose=_verbose, console=console,
+        seed=seed, token=token, log_file=log, verbose=_verbose, console=console, ray=_ray(ray, address),
     )
 
 

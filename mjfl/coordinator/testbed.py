@@ -22,6 +22,7 @@ from rich.console import Console
 
 from mjfl.android_bridge.emulator import run_emulated_fleet
 from mjfl.android_bridge.phones import Phones
+from mjfl.android_bridge.ray_cluster import RayContext, RayOptions, cluster_cpus, connect
 from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.driver import Output, ReadyFleet
@@ -37,6 +38,9 @@ T = TypeVar("T")
 
 class RemoteDevices:
     """Devices over the network, attached ``phones``, and ``emulate`` emulated ones started here, in real time.
+
+    With ``ray``, the ``emulate`` devices run as Ray actors of that cluster
+    (one CPU per worker and its training lane) instead of local processes.
 
     The fleet is ready when ``wanted`` devices are connected (default: the
     config's ``testbed.min_devices``, else the phones prepared plus
@@ -56,6 +60,7 @@ class RemoteDevices:
         wanted: int | None = None,
         only: Sequence[str] = (),
         phones: Phones | None = None,
+        ray: RayOptions | None = None,
     ) -> None:
         if emulate < 0:
             raise UserError("--emulate must be >= 0")
@@ -63,6 +68,7 @@ class RemoteDevices:
         self.output = output
         self.emulate = emulate
         self.phones = phones
+        self.ray = ray
         self.only = [DeviceId(d) for d in only]
         self._wanted = wanted
         self._phones_ready: list[str] = []
@@ -97,16 +103,22 @@ class RemoteDevices:
                     # the devices they stand in for.
                     fleet = dataclasses.replace(config.fleet, size=self.emulate)
                     profiles = fleet_profiles(dataclasses.replace(config, fleet=fleet))
+                    workers, context = config.fleet.workers, None
+                    if self.ray is not None:
+                        stack.enter_context(connect(self.ray))
+                        workers, context = workers or cluster_cpus(), RayContext()
                     emulated = run_emulated_fleet(
                         server.url, self.emulate, runtime=config.fleet.runtime,  # type: ignore[arg-type]
-                        profiles=profiles, dropout=config.fleet.dropout, workers=config.fleet.workers,
+                        profiles=profiles, dropout=config.fleet.dropout, workers=workers,
                         seed=config.seed, log_file=self.output.log_file, verbose=self.output.verbose,
+                        context=context,
                     )
                     impersonated = {
                         d: dataclasses.replace(p, device_id=d)  # type: ignore[type-var]
                         for d, p in emulated.impersonated.items()
                     }
-                    console.print(f"started {self.emulate} emulated devices ({config.fleet.runtime}) for {server.url}")
+                    where = " on Ray" if self.ray is not None else ""
+                    console.print(f"started {self.emulate} emulated devices ({config.fleet.runtime}){where} for {server.url}")
                 await self._wait(server, console)
                 connected = server.connected()
                 devices = self.only or sorted(connected)

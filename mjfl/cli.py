@@ -237,6 +237,20 @@ def bench_coordinator(
     )
 
 
+@bench_app.command("scale")
+def bench_scale(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    devices: Annotated[list[int], typer.Option(help="Emulated fleet sizes (repeatable or space-separated).")] = [20, 100, 500],  # noqa: B006 - typer reads the default, never mutates it
+    rounds: Annotated[int, typer.Option(help="Measured rounds per size (after a warm-up).")] = 3,
+    backends: Annotated[str, typer.Option(help="Comma-separated: local (processes), ray (a local Ray).")] = "local,ray",
+) -> None:
+    """Device-trainings per second and coordinator CPU per training, local pool vs Ray, 20-500 devices."""
+    from mjfl.coordinator.bench_scale import run_scale_bench
+
+    backend_list = [b.strip() for b in backends.split(",") if b.strip()]
+    run_scale_bench(devices=devices, rounds=rounds, backends=backend_list, json_path=json_path, console=console)
+
+
 @bench_app.command("trainers")
 def bench_trainers(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,

@@ -5,7 +5,9 @@ process pool, and the testbed's emulated devices, hosted by Ray actors,
 must train a job to its target over real WebSockets.
 """
 
+import json
 import logging
+import os
 import sys
 
 import pytest
@@ -98,3 +100,17 @@ def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UserError, match=r"pip install 'mjfl\[ray\]'"), connect(RayOptions()):
         pass
+
+
+def test_the_scale_bench_measures_both_backends(tmp_path, cluster):
+    from mjfl.coordinator.bench_scale import run_scale_bench
+
+    out = tmp_path / "scale.json"
+    run_scale_bench(devices=[3], rounds=1, json_path=out, console=Console(quiet=True))
+    rows = json.loads(out.read_text())["results"]
+    assert [(r["backend"], r["devices"], r["workers"]) for r in rows] == [
+        ("local", 3, min(3, os.cpu_count())), ("ray", 3, 2),  # the fixture's Ray has 2 CPUs
+    ]
+    for row in rows:
+        assert row["trainings_per_s"] > 0 and row["coordinator_ms_per_training"] > 0
+        assert 0 < row["coordinator_cpu_share"] < 2

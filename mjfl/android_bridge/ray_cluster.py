@@ -33,7 +33,7 @@ from typing import Any
 from mjfl import logs
 from mjfl.errors import UserError
 
-__all__ = ["RayContext", "RayOptions", "TrainingPool", "cluster_cpus", "connect"]
+__all__ = ["RayContext", "RayOptions", "TrainingPool", "cluster_cpus", "connect", "node_count", "this_node_address"]
 
 INSTALL_HINT = "pip install 'mjfl[ray]'"
 
@@ -88,6 +88,16 @@ def connect(options: RayOptions) -> Iterator[Any]:
 def cluster_cpus() -> int:
     """The CPUs of the joined cluster (every node's), at least 1."""
     return max(1, int(_ray().cluster_resources().get("CPU", 1)))
+
+
+def node_count() -> int:
+    """The joined cluster's live nodes."""
+    return sum(1 for node in _ray().nodes() if node.get("Alive"))
+
+
+def this_node_address() -> str:
+    """This process's node address as the cluster's other nodes reach it."""
+    return str(_ray().util.get_node_ip_address())
 
 
 # -- training for the virtual-time fleet ----------------------------------------

@@ -22,14 +22,21 @@ from rich.console import Console
 
 from mjfl.android_bridge.emulator import run_emulated_fleet
 from mjfl.android_bridge.phones import Phones
-from mjfl.android_bridge.ray_cluster import RayContext, RayOptions, cluster_cpus, connect
+from mjfl.android_bridge.ray_cluster import (
+    RayContext,
+    RayOptions,
+    cluster_cpus,
+    connect,
+    node_count,
+    this_node_address,
+)
 from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.driver import Output, ReadyFleet
 from mjfl.coordinator.preparation import fleet_profiles
 from mjfl.coordinator.records import RunMode
 from mjfl.coordinator.server import CoordinatorServer, ServerSettings
-from mjfl.errors import RunError, UserError
+from mjfl.errors import ConfigError, RunError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.profiles import DeviceProfile, load_profiles
 
@@ -103,12 +110,12 @@ class RemoteDevices:
                     # the devices they stand in for.
                     fleet = dataclasses.replace(config.fleet, size=self.emulate)
                     profiles = fleet_profiles(dataclasses.replace(config, fleet=fleet))
-                    workers, context = config.fleet.workers, None
+                    url, workers, context = server.url, config.fleet.workers, None
                     if self.ray is not None:
                         stack.enter_context(connect(self.ray))
-                        workers, context = workers or cluster_cpus(), RayContext()
+                        url, workers, context = self._cluster_url(server), workers or cluster_cpus(), RayContext()
                     emulated = run_emulated_fleet(
-                        server.url, self.emulate, runtime=config.fleet.runtime,  # type: ignore[arg-type]
+                        url, self.emulate, runtime=config.fleet.runtime,  # type: ignore[arg-type]
                         profiles=profiles, dropout=config.fleet.dropout, workers=workers,
                         seed=config.seed, log_file=self.output.log_file, verbose=self.output.verbose,
                         context=context,
@@ -134,6 +141,18 @@ class RemoteDevices:
             finally:
                 if emulated is not None:
                     await emulated.aclose()
+
+    def _cluster_url(self, server: CoordinatorServer) -> str:
+        """The server's address as devices on every node of the Ray cluster reach it."""
+        if self.config.testbed.host in ("", "0.0.0.0", "::"):
+            return f"ws://{this_node_address()}:{server.port}"
+        if node_count() > 1:
+            raise ConfigError(
+                "testbed.host",
+                f"{self.config.testbed.host!r} is not reachable from the Ray cluster's other nodes:"
+                " listen on 0.0.0.0 to host emulated devices on a cluster (docs/scale.md)",
+            )
+        return server.url
 
     async def _wait(self, server: CoordinatorServer, console: Console) -> None:
         timeout = self.config.testbed.wait_timeout_s

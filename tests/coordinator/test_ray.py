@@ -8,6 +8,7 @@ must train a job to its target over real WebSockets.
 import json
 import logging
 import os
+import subprocess
 import sys
 
 import pytest
@@ -113,3 +114,23 @@ def test_the_scale_bench_measures_both_backends(tmp_path, cluster):
     for row in rows:
         assert row["trainings_per_s"] > 0 and row["coordinator_ms_per_training"] > 0
         assert 0 < row["coordinator_cpu_share"] < 2
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["simulate", "run.toml", "--address", "10.0.0.1:6379"], "--address goes with --ray"),
+        (["testbed", "run", "run.toml", "--ray"], "--ray runs the emulated devices on Ray: give --emulate N"),
+    ],
+)
+def test_ray_options_misused_get_one_line_and_start_nothing(tmp_path, args, needle):
+    (tmp_path / "run.toml").write_text(
+        f'out_dir = "{tmp_path / "out"}"\n[fleet]\nsize = 2\n[[jobs]]\nname = "lenet"\nmodel = "lenet5"\nimage_size = 12\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "mjfl.cli", *args], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        check=False, stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2, result.stderr
+    assert needle in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()

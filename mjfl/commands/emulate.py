@@ -1,4 +1,4 @@
-"""`mjfl devices emulate`: emulated devices on this machine for a coordinator anywhere."""
+"""`mjfl devices emulate`: emulated devices on this machine (or a Ray cluster) for a coordinator anywhere."""
 
 from __future__ import annotations
 

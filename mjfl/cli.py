@@ -19,6 +19,7 @@ from mjfl.errors import MjflError, UserError
 
 if TYPE_CHECKING:
     from mjfl.android_bridge.phones import PhoneOptions
+    from mjfl.android_bridge.ray_cluster import RayOptions
     from mjfl.coordinator.config import RunConfig
     from mjfl.coordinator.driver import Output
 
@@ -64,12 +65,15 @@ def simulate(
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
     seed: Annotated[int | None, typer.Option(help="Override the config's seed.")] = None,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
+    ray: RayOption = False,
+    address: AddressOption = None,
 ) -> None:
     """Compare scheduling methods on identical jobs, fleet and seed, in virtual time."""
     from mjfl.commands.simulate import simulate as run_simulation
 
     run_config = _config(config, out=out, seed=seed)
-    run_simulation(run_config, [m.strip() for m in methods.split(",") if m.strip()], _output(run_config.out_dir, live))
+    method_list = [m.strip() for m in methods.split(",") if m.strip()]
+    run_simulation(run_config, method_list, _output(run_config.out_dir, live), ray=_ray(ray, address))
 
 
 @app.command("report")
@@ -116,6 +120,8 @@ def testbed_run(
     tls_cert: Annotated[Path | None, typer.Option(help="Serve wss:// with this certificate (PEM; mjfl certs create).")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="The private key of --tls-cert (PEM).")] = None,
     keys: Annotated[Path | None, typer.Option(help="Key store of the enrolled devices (default: the config's testbed.keys).")] = None,
+    ray: RayOption = False,
+    address: AddressOption = None,
 ) -> None:
     """Train the config's jobs over connected phones and/or emulated devices, in real time."""
     from mjfl.commands.testbed import testbed_run as run_testbed
@@ -123,7 +129,10 @@ def testbed_run(
     phone_options = _phones(phones, adb, apk)
     run_config = _config(config, out=out, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, keys=keys)
     try:
-        run_testbed(run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume, phones=phone_options)
+        run_testbed(
+            run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume, phones=phone_options,
+            ray=_ray(ray, address),
+        )
     except KeyboardInterrupt:
         raise SystemExit(130) from None
 
@@ -235,6 +244,20 @@ def bench_coordinator(
     )
 
 
+@bench_app.command("scale")
+def bench_scale(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    devices: Annotated[list[int], typer.Option(help="Emulated fleet sizes (repeatable or space-separated).")] = [20, 100, 500],  # noqa: B006 - typer reads the default, never mutates it
+    rounds: Annotated[int, typer.Option(help="Measured rounds per size (after a warm-up).")] = 3,
+    backends: Annotated[str, typer.Option(help="Comma-separated: local (processes), ray (a local Ray).")] = "local,ray",
+) -> None:
+    """Device-trainings per second and coordinator CPU per training, local pool vs Ray, 20-500 devices."""
+    from mjfl.coordinator.bench_scale import run_scale_bench
+
+    backend_list = [b.strip() for b in backends.split(",") if b.strip()]
+    run_scale_bench(devices=devices, rounds=rounds, backends=backend_list, json_path=json_path, console=console)
+
+
 @bench_app.command("trainers")
 def bench_trainers(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
@@ -263,6 +286,18 @@ def export_program(
     from mjfl.commands.export import export_program as export
 
     export(model, out, input_shape=input_shape, classes=classes, max_batch=max_batch, console=console)
+
+
+RayOption = Annotated[bool, typer.Option("--ray", help="Train on a Ray cluster (docs/scale.md); needs pip install 'mjfl[ray]'.")]
+AddressOption = Annotated[str | None, typer.Option(help="With --ray: the cluster's address, HOST:PORT (default: a local Ray).")]
+
+
+def _ray(ray: bool, address: str | None) -> RayOptions | None:
+    from mjfl.android_bridge.ray_cluster import RayOptions
+
+    if address is not None and not ray:
+        raise UserError("--address goes with --ray")
+    return RayOptions(address=address) if ray else None
 
 
 AdbOption = Annotated[str | None, typer.Option("--adb", help="The adb server, HOST:PORT (default: adb's own, 127.0.0.1:5037).")]
@@ -312,6 +347,8 @@ def device_emulate(
     key_file: Annotated[Path | None, typer.Option(help="Enrolled secrets, one 'NAME SECRET' a line (mjfl devices enroll NAME --save FILE).")] = None,
     ca: Annotated[Path | None, typer.Option(help="With wss://: trust this CA (or pinned server certificate), PEM.")] = None,
     log: Annotated[Path | None, typer.Option(help="Log file of the device processes (default: none; --verbose shows it all).")] = None,
+    ray: RayOption = False,
+    address: AddressOption = None,
 ) -> None:
     """Run emulated devices against a coordinator until Ctrl-C (or the coordinator's shutdown)."""
     from mjfl.commands.emulate import emulate
@@ -319,6 +356,7 @@ def device_emulate(
     emulate(
         url, count, runtime=runtime, profile=profile, dropout=dropout, workers=workers, id_prefix=id_prefix,
         seed=seed, token=token, secret=secret, key_file=key_file, ca=ca, log_file=log, verbose=_verbose, console=console,
+        ray=_ray(ray, address),
     )
 
 

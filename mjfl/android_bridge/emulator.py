@@ -716,6 +716,7 @@ def run_emulated_fleet(
     max_part_bytes: int | None = None,
     log_file: Path | None = None,
     verbose: bool = False,
+    context: WorkerContext | None = None,
 ) -> EmulatedFleet:
     """Start ``count`` emulated devices spread over ``workers`` processes (spawned).
 
@@ -726,6 +727,8 @@ def run_emulated_fleet(
     The workers log to ``log_file`` (see ``mjfl.logs.setup_worker``).
     ``secrets`` (by device id) are the enrolled devices' secrets; ``ca`` the
     certificate file a ``wss://`` coordinator is checked against.
+    ``context``: where the workers run (spawned processes by default;
+    ``ray_cluster.RayContext`` for Ray actors, one CPU each).
     Returns at once; the devices connect (and reconnect) on their own.
     """
     if count < 1:
@@ -736,7 +739,7 @@ def run_emulated_fleet(
     prefix = id_prefix or default_id_prefix()
     ids = [f"{prefix}-{first_index + i}" for i in range(count)]
     chosen = [None if not profiles else profiles[i % len(profiles)] for i in range(count)]
-    ctx = multiprocessing.get_context("spawn")
+    ctx: Any = context if context is not None else multiprocessing.get_context("spawn")
     stop_event = ctx.Event()
     processes: list[multiprocessing.process.BaseProcess] = []
     assignment = {device: i % workers for i, device in enumerate(ids)}
@@ -753,6 +756,14 @@ def run_emulated_fleet(
         processes.append(process)
     impersonated = {device: profile for device, profile in zip(ids, chosen) if profile is not None}
     return EmulatedFleet(processes, stop_event, assignment, impersonated)
+
+
+class WorkerContext(Protocol):
+    """Where emulator workers run: what they use of a multiprocessing context."""
+
+    def Event(self) -> Any: ...
+
+    def Process(self, *, target: Any, args: tuple[Any, ...], name: str, daemon: bool) -> Any: ...
 
 
 def _worker_main(config: _WorkerConfig, stop_event: multiprocessing.synchronize.Event) -> None:
@@ -816,6 +827,7 @@ __all__ = [
     "Impersonation",
     "TaskRecord",
     "TrainingLane",
+    "WorkerContext",
     "default_id_prefix",
     "devices_running",
     "echo_trainer",

@@ -1,13 +1,20 @@
-"""`mjfl devices emulate`: emulated devices on this machine for a coordinator anywhere."""
+"""`mjfl devices emulate`: emulated devices on this machine (or a Ray cluster) for a coordinator anywhere."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
 
-from mjfl.android_bridge.emulator import default_id_prefix, run_emulated_fleet
+from mjfl.android_bridge.emulator import (
+    EmulatedFleet,
+    WorkerContext,
+    default_id_prefix,
+    run_emulated_fleet,
+)
+from mjfl.android_bridge.ray_cluster import RayContext, RayOptions, cluster_cpus, connect
 from mjfl.commands.devices import read_key_file
 from mjfl.errors import UserError
 from mjfl.profiling.profiles import draw_fleet, load_profiles
@@ -30,8 +37,12 @@ def emulate(
     log_file: Path | None,
     verbose: bool,
     console: Console,
+    ray: RayOptions | None = None,
 ) -> None:
-    """Run ``count`` emulated devices against ``url`` until Ctrl-C or the coordinator's bye."""
+    """Run ``count`` emulated devices against ``url`` until Ctrl-C or the coordinator's bye.
+
+    With ``ray``, the workers are actors of that Ray cluster (one CPU each).
+    """
     if not url.startswith(("ws://", "wss://")):
         raise UserError(f"--url must look like ws://HOST:PORT, got {url!r}")
     if not 0 <= dropout < 1:
@@ -53,14 +64,25 @@ def emulate(
         if not real:
             raise UserError(f"--profile {profile}: the file holds no profiles")
         profiles = draw_fleet(real, count, np.random.default_rng(seed))
-    fleet = run_emulated_fleet(
-        url, count, runtime=runtime, profiles=profiles, dropout=dropout, workers=workers,  # type: ignore[arg-type]
-        id_prefix=prefix, seed=seed, token=token, secrets=secrets, ca=ca, log_file=log_file, verbose=verbose,
-    )
-    console.print(
-        f"{count} emulated devices ({', '.join(fleet.device_ids[:3])}{', ...' if count > 3 else ''})"
-        f" in {len(fleet.processes)} processes -> {url}; Ctrl-C stops them"
-    )
+    with contextlib.ExitStack() as stack:
+        context: WorkerContext | None = None
+        if ray is not None:
+            stack.enter_context(connect(ray))
+            workers, context = workers or cluster_cpus(), RayContext()
+        fleet = run_emulated_fleet(
+            url, count, runtime=runtime, profiles=profiles, dropout=dropout, workers=workers,  # type: ignore[arg-type]
+            id_prefix=prefix, seed=seed, token=token, secrets=secrets, ca=ca, log_file=log_file, verbose=verbose,
+            context=context,
+        )
+        where = "Ray actors" if ray is not None else "processes"
+        console.print(
+            f"{count} emulated devices ({', '.join(fleet.device_ids[:3])}{', ...' if count > 3 else ''})"
+            f" in {len(fleet.processes)} {where} -> {url}; Ctrl-C stops them"
+        )
+        _serve(fleet, console)
+
+
+def _serve(fleet: EmulatedFleet, console: Console) -> None:
     try:
         fleet.wait()
         console.print("every device has stopped (the coordinator said bye)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from mjfl.android_bridge.ray_cluster import RayOptions
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.driver import Driver, Output
 from mjfl.coordinator.simulated import SimulatedDevices
@@ -17,13 +18,16 @@ from mjfl.errors import UserError
 from mjfl.schedulers.registry import METHODS
 
 
-def simulate(config: RunConfig, methods: Sequence[str], output: Output) -> dict[str, Any]:
-    """Run every method in virtual time; returns the summary written to the output folder."""
+def simulate(config: RunConfig, methods: Sequence[str], output: Output, *, ray: RayOptions | None = None) -> dict[str, Any]:
+    """Run every method in virtual time; returns the summary written to the output folder.
+
+    With ``ray``, the devices train on that Ray cluster instead of local processes.
+    """
     unknown = [m for m in methods if m not in METHODS]
     if unknown or not methods:
         raise UserError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise UserError(f"--methods: each method once, got {', '.join(methods)}")
     driver = Driver(config, output)
-    with SimulatedDevices(config, output) as devices:
+    with SimulatedDevices(config, output, ray=ray) as devices:
         return driver.train(methods, devices)

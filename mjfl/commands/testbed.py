@@ -10,22 +10,26 @@ from __future__ import annotations
 from typing import Any
 
 from mjfl.android_bridge.phones import PhoneOptions, Phones
+from mjfl.android_bridge.ray_cluster import RayOptions
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.driver import Driver, Output
 from mjfl.coordinator.testbed import RemoteDevices
-from mjfl.errors import ConfigError
+from mjfl.errors import ConfigError, UserError
 
 
 def testbed_run(
-    config: RunConfig, output: Output, *, emulate: int = 0, resume: bool = False, phones: PhoneOptions | None = None
+    config: RunConfig, output: Output, *, emulate: int = 0, resume: bool = False, phones: PhoneOptions | None = None,
+    ray: RayOptions | None = None,
 ) -> dict[str, Any]:
     """Run the config's jobs with its scheduler in real time; returns the summary also written.
 
     With ``phones``, the phones attached over adb train too: checked before
     anything else (no phone: one line, nothing started), then pointed at the
-    coordinator once it listens.
+    coordinator once it listens. With ``ray``, the ``emulate`` devices run on that Ray cluster.
     """
-    devices = RemoteDevices(config, output, emulate=emulate, phones=attached_phones(config, phones, output))
+    if ray is not None and not emulate:
+        raise UserError("--ray runs the emulated devices on Ray: give --emulate N too")
+    devices = RemoteDevices(config, output, emulate=emulate, phones=attached_phones(config, phones, output), ray=ray)
     return Driver(config, output).train([config.scheduler.method], devices, resume=resume)
 
 

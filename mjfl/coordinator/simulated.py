@@ -21,7 +21,7 @@ import contextlib
 import hashlib
 import os
 import tempfile
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +32,7 @@ import numpy as np
 from mjfl import logs
 from mjfl.android_bridge.device import DeviceModel, TrainerCache
 from mjfl.android_bridge.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
+from mjfl.android_bridge.ray_cluster import RayOptions, TrainingPool, connect
 from mjfl.coordinator.clock import Clock, VirtualClock, run_virtual
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.driver import Output, ReadyFleet
@@ -66,6 +67,7 @@ class SimulatedFleet:
         runtime: str = "executorch",
         workers: int | None = None,
         executor: Executor | None = None,
+        keep_program: Callable[[bytes], Callable[[], bytes]] | None = None,
     ) -> None:
         if not devices:
             raise ValueError("a fleet needs at least one device")
@@ -83,7 +85,8 @@ class SimulatedFleet:
         self._own_executor = executor is None
         self._executor = executor or worker_pool(workers)
         self._artifacts: dict[JobId, JobArtifacts] = {}
-        self._programs: dict[JobId, tuple[str, str]] = {}
+        self._keep_program = keep_program
+        self._programs: dict[JobId, tuple[Callable[[], bytes], str]] = {}
         self._program_dir = tempfile.TemporaryDirectory(prefix="mjfl-programs-")
 
     def profiles(self) -> list[DeviceProfileView]:
@@ -92,12 +95,16 @@ class SimulatedFleet:
     async def prepare(self, jobs: Sequence[JobArtifacts]) -> None:
         for job in jobs:
             self._artifacts[job.job] = job
-            # Workers load each program once, from a file, instead of receiving
+            # Workers load each program once, from a file (or the executor's
+            # own store, e.g. Ray's objects on a cluster), instead of receiving
             # its bytes with every task.
             digest = hashlib.sha256(job.program).hexdigest()
+            if self._keep_program is not None:
+                self._programs[job.job] = (self._keep_program(job.program), digest)
+                continue
             path = Path(self._program_dir.name) / f"{digest}.pte"
             path.write_bytes(job.program)
-            self._programs[job.job] = (str(path), digest)
+            self._programs[job.job] = (ProgramFile(str(path)), digest)
 
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
         artifacts = self._artifacts[task.job]
@@ -128,23 +135,33 @@ class SimulatedDevices:
     """`mjfl simulate`'s devices: the config's fleet, simulated, on the virtual clock.
 
     Use as a context manager: it holds the worker processes that train for
-    every run of the command. Each run gets a fresh fleet with the same seed,
+    every run of the command (with ``ray``, the Ray cluster's workers). Each run gets a fresh fleet with the same seed,
     so every method meets identical devices and round times.
     """
 
     mode: RunMode = "virtual"
     kind = "simulate"
 
-    def __init__(self, config: RunConfig, output: Output) -> None:
+    def __init__(self, config: RunConfig, output: Output, *, ray: RayOptions | None = None) -> None:
         self.config = config
         self.profiles = fleet_profiles(config)
-        self._pool = worker_pool(config.fleet.workers, log_file=output.log_file, verbose=output.verbose)
+        self._stack = contextlib.ExitStack()
+        # The one choice of where training runs: local processes, or Ray.
+        self._pool: Executor
+        if ray is None:
+            self._pool = worker_pool(config.fleet.workers, log_file=output.log_file, verbose=output.verbose)
+            self._keep_program = None
+        else:
+            self._stack.enter_context(connect(ray))
+            self._pool = pool = TrainingPool(log_file=output.log_file, verbose=output.verbose)
+            self._keep_program = pool.keep
+        self._stack.callback(self._pool.shutdown, wait=True, cancel_futures=True)
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._stack.close()
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return run_virtual(main)
@@ -153,11 +170,24 @@ class SimulatedDevices:
     async def fleet(self) -> AsyncIterator[ReadyFleet]:
         clock = VirtualClock()
         devices = [SimulatedDevice(DeviceId(p.device_id), p.a, p.mu, self.config.fleet.dropout) for p in self.profiles]
-        fleet = SimulatedFleet(devices, clock, seed=self.config.seed, runtime=self.config.fleet.runtime, executor=self._pool)
+        fleet = SimulatedFleet(
+            devices, clock, seed=self.config.seed, runtime=self.config.fleet.runtime, executor=self._pool,
+            keep_program=self._keep_program,
+        )
         try:
             yield ReadyFleet(fleet, clock, [d.device for d in devices])
         finally:
             fleet.close()
+
+
+@dataclass(frozen=True)
+class ProgramFile:
+    """A program's bytes in a file every worker can read (the local pool's workers share the disk)."""
+
+    path: str
+
+    def __call__(self) -> bytes:
+        return Path(self.path).read_bytes()
 
 
 def worker_pool(workers: int | None = None, *, log_file: Path | None = None, verbose: bool = False) -> ProcessPoolExecutor:
@@ -178,13 +208,16 @@ _TRAINERS = TrainerCache(torch_threads=1)
 
 
 def train_in_worker(
-    runtime: str, spec: ModelSpec, program_path: str, program_sha: str, weights: Mapping[str, np.ndarray],
+    runtime: str, spec: ModelSpec, program: Callable[[], bytes], program_sha: str, weights: Mapping[str, np.ndarray],
     x: np.ndarray, y: np.ndarray, epochs: int, batch_size: int, lr: float, momentum: float,
     weight_decay: float, seed: int,
 ) -> tuple[dict[str, np.ndarray], int, float]:
-    """Train one task with this process's trainer cache (the device model's, as emulated devices do)."""
+    """Train one task with this process's trainer cache (the device model's, as emulated devices do).
+
+    ``program()`` gives the program's bytes; it is called only when the cache lacks ``program_sha``.
+    """
     result, _ = _TRAINERS.train(
-        runtime, spec, program_sha, Path(program_path).read_bytes, weights, x, y, epochs=epochs,
+        runtime, spec, program_sha, program, weights, x, y, epochs=epochs,
         batch_size=batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay, seed=seed,
     )
     return result.weights, result.samples, result.mean_loss

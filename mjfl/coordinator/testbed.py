@@ -24,6 +24,14 @@ from rich.console import Console
 from mjfl.android_bridge.credentials import new_secret
 from mjfl.android_bridge.emulator import default_id_prefix, run_emulated_fleet
 from mjfl.android_bridge.phones import Phones
+from mjfl.android_bridge.ray_cluster import (
+    RayContext,
+    RayOptions,
+    cluster_cpus,
+    connect,
+    node_count,
+    this_node_address,
+)
 from mjfl.coordinator.certs import certificate_sha256
 from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.config import RunConfig, TestbedConfig
@@ -32,7 +40,7 @@ from mjfl.coordinator.keys import default_key_store
 from mjfl.coordinator.preparation import fleet_profiles
 from mjfl.coordinator.records import RunMode
 from mjfl.coordinator.server import CoordinatorServer, ServerSettings
-from mjfl.errors import RunError, UserError
+from mjfl.errors import ConfigError, RunError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.profiles import DeviceProfile, load_profiles
 
@@ -41,6 +49,9 @@ T = TypeVar("T")
 
 class RemoteDevices:
     """Devices over the network, attached ``phones``, and ``emulate`` emulated ones started here, in real time.
+
+    With ``ray``, the ``emulate`` devices run as Ray actors of that cluster
+    (one CPU per worker and its training lane) instead of local processes.
 
     The fleet is ready when ``wanted`` devices are connected (default: the
     config's ``testbed.min_devices``, else the phones prepared plus
@@ -60,6 +71,7 @@ class RemoteDevices:
         wanted: int | None = None,
         only: Sequence[str] = (),
         phones: Phones | None = None,
+        ray: RayOptions | None = None,
     ) -> None:
         if emulate < 0:
             raise UserError("--emulate must be >= 0")
@@ -67,6 +79,7 @@ class RemoteDevices:
         self.output = output
         self.emulate = emulate
         self.phones = phones
+        self.ray = ray
         self.only = [DeviceId(d) for d in only]
         self._wanted = wanted
         self._phones_ready: list[str] = []
@@ -118,17 +131,23 @@ class RemoteDevices:
                     # the devices they stand in for.
                     fleet = dataclasses.replace(config.fleet, size=self.emulate)
                     profiles = fleet_profiles(dataclasses.replace(config, fleet=fleet))
+                    url, workers, context = server.url, config.fleet.workers, None
+                    if self.ray is not None:
+                        stack.enter_context(connect(self.ray))
+                        url, workers, context = self._cluster_url(server), workers or cluster_cpus(), RayContext()
                     emulated = run_emulated_fleet(
-                        server.url, self.emulate, runtime=config.fleet.runtime,  # type: ignore[arg-type]
-                        profiles=profiles, dropout=config.fleet.dropout, workers=config.fleet.workers,
+                        url, self.emulate, runtime=config.fleet.runtime,  # type: ignore[arg-type]
+                        profiles=profiles, dropout=config.fleet.dropout, workers=workers,
                         seed=config.seed, log_file=self.output.log_file, verbose=self.output.verbose,
                         id_prefix=prefix, secrets=own, ca=tb.tls_cert,  # our own certificate, pinned
+                        context=context,
                     )
                     impersonated = {
                         d: dataclasses.replace(p, device_id=d)  # type: ignore[type-var]
                         for d, p in emulated.impersonated.items()
                     }
-                    console.print(f"started {self.emulate} emulated devices ({config.fleet.runtime}) for {server.url}")
+                    where = " on Ray" if self.ray is not None else ""
+                    console.print(f"started {self.emulate} emulated devices ({config.fleet.runtime}){where} for {server.url}")
                 await self._wait(server, console)
                 connected = server.connected()
                 devices = self.only or sorted(connected)
@@ -144,6 +163,18 @@ class RemoteDevices:
             finally:
                 if emulated is not None:
                     await emulated.aclose()
+
+    def _cluster_url(self, server: CoordinatorServer) -> str:
+        """The server's address as devices on every node of the Ray cluster reach it."""
+        if self.config.testbed.host in ("", "0.0.0.0", "::"):
+            return f"ws://{this_node_address()}:{server.port}"
+        if node_count() > 1:
+            raise ConfigError(
+                "testbed.host",
+                f"{self.config.testbed.host!r} is not reachable from the Ray cluster's other nodes:"
+                " listen on 0.0.0.0 to host emulated devices on a cluster (docs/scale.md)",
+            )
+        return server.url
 
     async def _wait(self, server: CoordinatorServer, console: Console) -> None:
         timeout = self.config.testbed.wait_timeout_s

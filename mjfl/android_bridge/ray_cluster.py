@@ -1,0 +1,277 @@
+"""Ray: one more place where devices train (docs/scale.md).
+
+Nothing here is a second engine. Ray replaces only the processes that
+training runs in, at the two points where mjfl chooses them today:
+
+* ``RayContext`` stands in for ``multiprocessing.get_context("spawn")`` in
+  ``run_emulated_fleet``: each emulator worker (several emulated devices and
+  their one ``TrainingLane``) is a Ray actor with one CPU reserved, so the
+  devices of a 1,000-device fleet spread over a cluster's nodes and connect
+  to the coordinator like any device.
+* ``TrainingPool`` is a ``concurrent.futures.Executor`` for the virtual-time
+  fleet: each ``submit`` is a Ray task with one CPU, run by the same
+  function, with the same arguments and seeds, as in the local process pool,
+  so a seed gives the same models and records on both.
+
+``import ray`` happens only in ``connect`` (the base install has no Ray: the
+error then names the extra). Ray's own logging stays off the terminal
+(``log_to_driver=False``, its loggers at ERROR); mjfl's workers log to the
+run's log file as local workers do.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mjfl import logs
+from mjfl.errors import UserError
+
+__all__ = ["RayContext", "RayOptions", "TrainingPool", "cluster_cpus", "connect", "node_count", "this_node_address"]
+
+INSTALL_HINT = "pip install 'mjfl[ray]'"
+
+
+@dataclass(frozen=True)
+class RayOptions:
+    """Where to run: ``address`` of a running cluster (``ray start --head``), or ``None`` for a local Ray.
+
+    ``num_cpus`` caps a local Ray's CPUs (default: every core); it is
+    ignored when joining a cluster, whose nodes say what they have.
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise UserError(f"--ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+    return ray
+
+
+@contextlib.contextmanager
+def connect(options: RayOptions) -> Iterator[Any]:
+    """Join the cluster at ``options.address`` (or start a local Ray) for a block; yields the ``ray`` module.
+
+    A Ray this process already joined is used as it is and left running.
+    """
+    ray = _ray()
+    if ray.is_initialized():
+        yield ray
+        return
+    try:
+        ray.init(
+            address=options.address,
+            num_cpus=options.num_cpus if options.address is None else None,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        where = f"the Ray cluster at {options.address}" if options.address else "a local Ray"
+        raise UserError(f"--ray: could not start or join {where}: {exc}") from None
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+
+
+def cluster_cpus() -> int:
+    """The CPUs of the joined cluster (every node's), at least 1."""
+    return max(1, int(_ray().cluster_resources().get("CPU", 1)))
+
+
+def node_count() -> int:
+    """The joined cluster's live nodes."""
+    return sum(1 for node in _ray().nodes() if node.get("Alive"))
+
+
+def this_node_address() -> str:
+    """This process's node address as the cluster's other nodes reach it."""
+    return str(_ray().util.get_node_ip_address())
+
+
+# -- training for the virtual-time fleet ----------------------------------------
+
+
+class TrainingPool(Executor):
+    """An Executor whose calls are Ray tasks of one CPU each (at most ``cluster_cpus()`` at once).
+
+    Ray reuses its worker processes, so a process's trainer cache
+    (``simulated.train_in_worker``) keeps its loaded programs from task to
+    task, as a local pool's worker does. ``log_file``: where the workers log
+    (a path on each node).
+    """
+
+    def __init__(self, *, log_file: Path | None = None, verbose: bool = False) -> None:
+        ray = _ray()
+        self._ray = ray
+        self._task = ray.remote(num_cpus=1)(_call_in_worker)
+        self._setup = (log_file, verbose)
+        self._pending: set[Any] = set()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def keep(self, data: bytes) -> StoredBytes:
+        """Keep ``data`` (a program) in the cluster's object store once; workers on any node read it from there."""
+        return StoredBytes(self._ray.put(data))
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot submit to a closed TrainingPool")
+            ref = self._task.remote(self._setup, fn, args, kwargs)
+            self._pending.add(ref)
+        future: Future[Any] = ref.future()
+        future.add_done_callback(lambda _: self._forget(ref))
+        return future
+
+    def _forget(self, ref: Any) -> None:
+        with self._lock:
+            self._pending.discard(ref)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._closed = True
+            pending = list(self._pending)
+        if cancel_futures:
+            for ref in pending:
+                with contextlib.suppress(Exception):
+                    self._ray.cancel(ref)
+        if wait and pending:
+            self._ray.wait(pending, num_returns=len(pending), timeout=30)
+
+
+@dataclass(frozen=True)
+class StoredBytes:
+    """Bytes in Ray's object store; calling it (in a worker) fetches them."""
+
+    ref: Any
+
+    def __call__(self) -> bytes:
+        return bytes(_ray().get(self.ref))
+
+
+_WORKER_READY = False
+
+
+def _call_in_worker(setup: tuple[Path | None, bool], fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    global _WORKER_READY
+    if not _WORKER_READY:
+        # Before the first training imports torch: its noise goes to the log file.
+        log_file, verbose = setup
+        logs.setup_worker(log_file, verbose=verbose)
+        _WORKER_READY = True
+    return fn(*args, **kwargs)
+
+
+# -- emulator workers as actors ---------------------------------------------------
+
+
+class RayContext:
+    """The part of a multiprocessing context that ``run_emulated_fleet`` uses, on Ray.
+
+    ``Process`` is an actor that reserves one CPU (the worker's training
+    lane) and runs the worker function in its main thread; ``Event`` is a
+    flag in a small actor of its own that every worker polls. Actors die
+    with the process that created them, so a killed coordinator leaves no
+    devices behind on the cluster.
+    """
+
+    def __init__(self) -> None:
+        ray = _ray()
+        self._ray = ray
+        self._host = ray.remote(num_cpus=1, max_restarts=0)(_Host)
+        self._flag = ray.remote(num_cpus=0)(_Flag)
+
+    def Event(self) -> RayEvent:
+        return RayEvent(self._flag.remote())
+
+    def Process(
+        self, *, target: Callable[..., Any], args: tuple[Any, ...] = (), name: str | None = None, daemon: bool = True,
+    ) -> RayProcess:
+        return RayProcess(self._ray, self._host, target, args, name or "mjfl-emulator")
+
+
+class _Flag:
+    def __init__(self) -> None:
+        self.value = False
+
+    def set(self) -> None:
+        self.value = True
+
+    def is_set(self) -> bool:
+        return self.value
+
+
+class RayEvent:
+    """``multiprocessing.Event``'s ``set``/``is_set``, shared through a flag actor (picklable)."""
+
+    def __init__(self, flag: Any) -> None:
+        self._flag = flag
+
+    def set(self) -> None:
+        import ray
+
+        ray.get(self._flag.set.remote())
+
+    def is_set(self) -> bool:
+        import ray
+
+        try:
+            return bool(ray.get(self._flag.is_set.remote(), timeout=10))
+        except (ray.exceptions.RayError, TimeoutError):
+            # The flag is gone with the process that made it: stop.
+            return True
+
+
+class _Host:
+    def run(self, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        target(*args)
+
+
+class RayProcess:
+    """``multiprocessing.Process``'s ``start``/``is_alive``/``join``/``terminate``/``kill`` for one actor."""
+
+    pid: int | None = None  # not a process of this machine
+
+    def __init__(self, ray: Any, host: Any, target: Callable[..., Any], args: tuple[Any, ...], name: str) -> None:
+        self._ray = ray
+        self._host_class = host
+        self._target = target
+        self._args = args
+        self.name = name
+        self._actor: Any = None
+        self._done: Any = None
+
+    def start(self) -> None:
+        self._actor = self._host_class.remote()
+        self._done = self._actor.run.remote(self._target, self._args)
+
+    def is_alive(self) -> bool:
+        self.join(0)
+        return self._actor is not None
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._actor is None:
+            return
+        ready, _ = self._ray.wait([self._done], timeout=timeout)
+        if ready:
+            # The worker has returned: give its CPU back to the cluster.
+            self.terminate()
+
+    def terminate(self) -> None:
+        if self._actor is not None:
+            self._ray.kill(self._actor)
+            self._actor = None
+
+    kill = terminate

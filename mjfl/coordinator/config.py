@@ -73,6 +73,7 @@ class SchedulerConfig:
     members: tuple[str, ...] = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
     min_plan: int = 1
     min_returns: int = 1
+    max_update_norm_ratio: float = 10.0  # 0 turns the check off
     profile_window: int = 0
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -89,6 +90,9 @@ class TestbedConfig:
     heartbeat_timeout_s: float = 60.0
     max_message_mb: float = 256.0
     task_timeout_s: float | None = None  # default per task: the job's deadline, else none
+    handshake_timeout_s: float = 10.0  # connect to hello; slow-loris bound
+    max_connections_per_address: int = 1024  # 0: no limit
+    max_tasks_in_flight: int = 1024  # 0: no limit
 
 
 @dataclass(frozen=True)
@@ -228,6 +232,10 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         members=tuple(members),
         min_plan=f.take("min_plan", int, default=d["min_plan"], check=lambda v: v >= 1, need=">= 1"),
         min_returns=f.take("min_returns", int, default=d["min_returns"], check=lambda v: v >= 1, need=">= 1"),
+        max_update_norm_ratio=f.take(
+            "max_update_norm_ratio", float, default=d["max_update_norm_ratio"],
+            check=lambda v: v == 0 or v >= 1, need="0 (off) or >= 1",
+        ),
         profile_window=f.take("profile_window", int, default=d["profile_window"], check=lambda v: v >= 0, need=">= 0"),
         options=options,
     )
@@ -247,6 +255,11 @@ def _testbed(raw: dict[str, Any]) -> TestbedConfig:
         heartbeat_timeout_s=f.take("heartbeat_timeout_s", float, default=d["heartbeat_timeout_s"], check=lambda v: v > 0, need="> 0"),
         max_message_mb=f.take("max_message_mb", float, default=d["max_message_mb"], check=lambda v: v > 0, need="> 0"),
         task_timeout_s=f.take("task_timeout_s", float, default=d["task_timeout_s"], check=lambda v: v > 0, need="> 0"),
+        handshake_timeout_s=f.take("handshake_timeout_s", float, default=d["handshake_timeout_s"], check=lambda v: v > 0, need="> 0"),
+        max_connections_per_address=f.take(
+            "max_connections_per_address", int, default=d["max_connections_per_address"], check=lambda v: v >= 0, need=">= 0"
+        ),
+        max_tasks_in_flight=f.take("max_tasks_in_flight", int, default=d["max_tasks_in_flight"], check=lambda v: v >= 0, need=">= 0"),
     )
     f.done()
     if config.heartbeat_timeout_s <= config.heartbeat_interval_s:

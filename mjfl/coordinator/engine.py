@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from mjfl.android_bridge.fleet import Fleet, Task, TaskResult, Weights
 from mjfl.coordinator.clock import Clock
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.fedavg import check_update, fedavg
+from mjfl.coordinator.fedavg import check_update, fedavg, norm_outliers
 from mjfl.coordinator.records import DeviceRound, ProfileRefit, RoundRecord
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -106,6 +106,9 @@ class EngineSettings:
     # With no device free and none busy, how long to wait for devices to
     # (re)connect before a job gives up; 0 for fleets that never change.
     device_wait_s: float = 0.0
+    # Updates that moved the model more than this x the round's median are
+    # rejected before FedAvg (fedavg.norm_outliers); None turns the check off.
+    max_update_norm_ratio: float | None = 10.0
 
 
 class Engine:
@@ -245,6 +248,7 @@ class Engine:
         task_for = {d: self._task(job, round_, d) for d in devices}
         results = await asyncio.gather(*(self._train(job, d, task_for[d]) for d in devices))
         ended = self.now()
+        results = self._reject_outliers(job, results)
 
         updates, device_rounds, durations, failed = [], [], {}, set()
         for k, (device, outcome) in zip(plan, zip(devices, results)):
@@ -282,6 +286,21 @@ class Engine:
         if self.sink is not None:
             self.sink.round_finished(job, record, decision.candidates or None)
         self._refit_profiles(devices)
+
+    def _reject_outliers(
+        self, job: EngineJob, results: Sequence[TaskResult | DeviceFailure]
+    ) -> list[TaskResult | DeviceFailure]:
+        """Valid updates too far from the round's median become rejections (failures are data)."""
+        valid = [(k, r) for k, r in enumerate(results) if isinstance(r, TaskResult)]
+        ratio = self.settings.max_update_norm_ratio
+        outliers = norm_outliers(job.weights, [r.weights for _, r in valid], max_ratio=ratio)
+        out = list(results)
+        for k, result in (valid[i] for i in outliers):
+            out[k] = DeviceFailure(
+                result.device, f"update norm over {ratio:g} x the round's median", status="rejected",
+                after_s=result.duration_s,
+            )
+        return out
 
     def _task(self, job: EngineJob, round_: int, device: DeviceId) -> Task:
         digest = hashlib.sha256(f"{self.settings.seed}/{job.name}/{round_}/{device}".encode()).digest()

@@ -81,6 +81,9 @@ class RemoteDevices:
         settings = ServerSettings(
             heartbeat_interval=tb.heartbeat_interval_s, heartbeat_timeout=tb.heartbeat_timeout_s,
             max_message_bytes=int(tb.max_message_mb * 2**20), task_timeout=tb.task_timeout_s,
+            handshake_timeout=tb.handshake_timeout_s,
+            max_connections_per_address=tb.max_connections_per_address or None,
+            max_tasks_in_flight=tb.max_tasks_in_flight or None,
         )
         lab = load_profiles(config.fleet.profiles) if config.fleet.profiles is not None else []
         # The phones' serving ends after the server's bye, so they hear it before their port forward goes.

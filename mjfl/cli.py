@@ -228,6 +228,20 @@ def bench_coordinator(
     )
 
 
+@bench_app.command("fuzz")
+def bench_fuzz(
+    inputs: Annotated[int, typer.Option(help="Mutated inputs to try.")] = 100_000,
+    seed: Annotated[int, typer.Option(help="Seed of the mutations (same seed, same inputs).")] = 0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """Fuzz the protocol decoder and sessions: every input decodes or is a coded protocol error."""
+    from mjfl.commands.bench_fuzz import run_fuzz_bench
+
+    figures = run_fuzz_bench(inputs=inputs, seed=seed, json_path=json_path, console=console)
+    if figures["unhandled"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("trainers")
 def bench_trainers(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,

@@ -8,6 +8,9 @@ them. The small, fast versions of what `mjfl bench faults` runs bigger.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -15,10 +18,16 @@ from test_server import FAST, SPEC, WEIGHTS, Sink, artifacts, device
 
 from mjfl.android_bridge.emulator import Backoff, devices_running
 from mjfl.android_bridge.faultproxy import FaultProxy, Faults
+from mjfl.coordinator.checkpoint import Checkpoints
 from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.config import JobConfig
+from mjfl.coordinator.driver import _Sink
 from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.records import DeviceRound, JobInfo, RoundRecord, RunInfo
+from mjfl.coordinator.report import LiveView
 from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.storage import Storage
+from mjfl.errors import RunError
 from mjfl.ids import DeviceId, JobId
 from mjfl.schedulers.registry import make_scheduler
 
@@ -138,3 +147,84 @@ async def test_a_fifth_of_the_devices_killed_at_random_moments_fail_their_rounds
     recorded = [dr for r in sink.records for dr in r.devices if dr.device == victim.device_id and dr.status == "failed"]
     assert recorded, "the kill is recorded as a failure of the victim's round"
     assert all(r.aggregated for r in sink.records)
+
+
+# -- the output folder fails under a run ------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB file system (tmpfs) to fill up; skipped where mounting is not allowed."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def sink_over(folder):
+    storage = Storage(folder / "mjfl.db")
+    info = RunInfo("run-1", "random", "real", 0, "{}", "2026-01-01T00:00:00+00:00")
+    storage.start_run(info, [JobInfo("run-1", JobId("j"), "lenet5", "digits", None, None, 10, "lenet5/digits")])
+    return storage, _Sink(storage, Checkpoints(folder / "checkpoints"), "random", LiveView(enabled=False))
+
+
+def record(n):
+    return RoundRecord("run-1", JobId("j"), n, n - 1.0, float(n), (DeviceRound(DeviceId("d0"), "ok", 6, 0.5, 1.0),), 0.5, 1.0, True, 1.0, 1.0)
+
+
+def fill(folder):
+    """Write until the file system says it is full."""
+    with open(folder / "filler", "wb") as f, contextlib.suppress(OSError):
+        while True:
+            f.write(bytes(64 * 1024))
+            f.flush()
+
+
+def test_a_full_output_folder_stops_the_run_with_one_clear_error_and_keeps_every_finished_round(small_disk):
+    the_job = job(["d0"], 10)
+    storage, sink = sink_over(small_disk)
+    with storage:
+        for n in (1, 2):
+            sink.round_finished(the_job, record(n), None)
+        fill(small_disk)
+        with pytest.raises(RunError, match=r"cannot save round 3 of job j \(.*\); every round before it is saved.*--resume"):
+            sink.round_finished(the_job, record(3), None)
+        assert [r.round for r in storage.rounds("run-1")] == [1, 2]
+    (small_disk / "filler").unlink()  # room again: resume redoes round 3
+    storage = Storage(small_disk / "mjfl.db")
+    with storage:
+        assert [r.round for r in storage.rounds("run-1")] == [1, 2]
+        storage.record_round(record(3))
+        assert [r.round for r in storage.rounds("run-1")] == [1, 2, 3]
+
+
+def test_an_unwritable_checkpoint_folder_stops_the_run_before_the_round_is_committed(tmp_path):
+    the_job = job(["d0"], 10)
+    storage, sink = sink_over(tmp_path)
+    folder = tmp_path / "checkpoints" / "j"
+    with storage:
+        sink.round_finished(the_job, record(1), None)
+        locked = lock(folder)
+        try:
+            with pytest.raises(RunError, match="cannot save round 2 of job j .*--resume"):
+                sink.round_finished(the_job, record(2), None)
+        finally:
+            locked()
+        assert [r.round for r in storage.rounds("run-1")] == [1]  # not half a round: no checkpoint, no record
+        sink.round_finished(the_job, record(2), None)
+        assert [r.round for r in storage.rounds("run-1")] == [1, 2]
+
+
+def lock(folder):
+    """Make ``folder`` refuse new files (immutable for root, read-only otherwise); returns the undo."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False).returncode != 0:
+            pytest.skip("chattr is not supported on this file system")
+        return lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.chmod(0o555)
+    return lambda: folder.chmod(0o755)

@@ -242,6 +242,28 @@ def bench_fuzz(
         raise typer.Exit(1)
 
 
+@bench_app.command("faults")
+def bench_faults(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    devices: Annotated[int, typer.Option(help="Emulated devices of the kill and network scenarios.")] = 10,
+    coordinator_kills: Annotated[int, typer.Option(help="Times the coordinator is SIGKILLed and resumed.")] = 3,
+    rounds: Annotated[int, typer.Option(help="Rounds per job of the killed and the disk-full runs.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the faults (victims, moments, the proxy's draws).")] = 0,
+    timeout_s: Annotated[float, typer.Option(help="Bound on each scenario, seconds.")] = 600.0,
+) -> None:
+    """Fault injection: devices killed, a bad network, the coordinator SIGKILLed, the disk full."""
+    from mjfl.commands.bench_faults import run_faults_bench
+
+    if devices < 5 or coordinator_kills < 0 or rounds < 2:
+        raise UserError("--devices must be >= 5, --coordinator-kills >= 0 and --rounds >= 2")
+    figures = run_faults_bench(
+        devices=devices, coordinator_kills=coordinator_kills, rounds=rounds, seed=seed, timeout_s=timeout_s,
+        json_path=json_path, console=console,
+    )
+    if figures["unhandled"] or figures["rounds_lost"] or figures["rounds_duplicated"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("trainers")
 def bench_trainers(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,

@@ -245,7 +245,7 @@ def bench_fuzz(
 @bench_app.command("faults")
 def bench_faults(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
-    devices: Annotated[int, typer.Option(help="Emulated devices of the kill and network scenarios.")] = 10,
+    devices: Annotated[int, typer.Option(help="Emulated devices of the kill and network scenarios.")] = 20,
     coordinator_kills: Annotated[int, typer.Option(help="Times the coordinator is SIGKILLed and resumed.")] = 3,
     rounds: Annotated[int, typer.Option(help="Rounds per job of the killed and the disk-full runs.")] = 8,
     seed: Annotated[int, typer.Option(help="Seed of the faults (victims, moments, the proxy's draws).")] = 0,

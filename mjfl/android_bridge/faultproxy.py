@@ -172,7 +172,11 @@ class FaultProxy:
                     queue.put_nowait((loop.time(), held))
                     held = None
         except (ConnectionError, OSError):
-            pass
+            # A reset, not a close: what was still in flight is lost with the link.
+            forward.cancel()
+            writer.transport.abort()
+            self._writers.discard(writer)
+            return
         queue.put_nowait(None)
         await forward
 

@@ -126,16 +126,15 @@ async def _echo_run(
             await asyncio.sleep(float(rng.uniform(0.5, 3.0)))
             while True:
                 link = server.link(DeviceId(device.device_id))
-                waiting = link is not None and bool(link.waiters)
-                last = device.history[-1] if device.history else None
-                answered = last is not None and last.answered_at is not None
-                if phase == "download" and waiting and (last is None or answered):
+                waiting = set(link.waiters) if link is not None else set()
+                seen = {record.task_id: record for record in device.history}
+                if phase == "download" and waiting - set(seen):
                     break  # sent, not yet received: the task is on the wire
-                if phase == "training" and last is not None and last.started_at is not None and last.trained_at is None:
+                if phase == "training" and any(r.started_at is not None and r.trained_at is None for r in seen.values()):
                     break
-                if phase == "upload" and waiting and last is not None and last.trained_at is not None:
+                if phase == "upload" and any(seen[t].trained_at is not None for t in waiting & set(seen)):
                     break  # trained, the coordinator still waits: the result is on the wire
-                await asyncio.sleep(0.002)
+                await asyncio.sleep(0.002)  # polls the phase; the moment within it is the random part
             device.kill()
             kills[phase] += 1
 
@@ -152,8 +151,9 @@ async def _echo_run(
             async with asyncio.timeout(timeout_s), asyncio.TaskGroup() as group:
                 run = group.create_task(engine.run())
                 hunters = []
-                for k in chosen:
-                    phase = str(rng.choice(["download", "training", "upload"]))
+                phases = list(rng.permutation(["download", "training", "upload"]))
+                for n, k in enumerate(chosen):
+                    phase = str(phases[n % 3])
                     victims[names[int(k)]] = phase
                     hunters.append(group.create_task(killer(emulated[int(k)], phase)))
                 await run

@@ -224,18 +224,46 @@ def _run_status(db: Path) -> list[str]:
         return [str(s) for (s,) in conn.execute("SELECT status FROM runs")]
 
 
-def _start(config: Path, *extra: str) -> subprocess.Popen[str]:
-    args = [sys.executable, "-m", "mjfl.cli", "testbed", "run", str(config), "--emulate", "4", "--no-live", *extra]
-    return subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-        start_new_session=True,
-    )
+class _Command:
+    """`mjfl testbed run` in its own process group, its terminal output in a file (a pipe could fill)."""
+
+    def __init__(self, config: Path, *extra: str) -> None:
+        args = [sys.executable, "-m", "mjfl.cli", "testbed", "run", str(config), "--emulate", "4", "--no-live", *extra]
+        self.output = config.with_suffix(f".{time.monotonic_ns()}.out")
+        with open(self.output, "w") as out:
+            self.proc = subprocess.Popen(
+                args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def finish(self, timeout: float) -> str:
+        """Wait for the command (killed after ``timeout``); its terminal output."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(self)
+            return self.output.read_text() + "\ntimed out"
+        return self.output.read_text()
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _start(config: Path, *extra: str) -> _Command:
+    return _Command(config, *extra)
+
+
+def _kill_group(proc: _Command) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
+    proc.proc.wait(30)
     # Orphaned emulated devices notice and exit; wait so the restart's ids are free.
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -277,17 +305,12 @@ def _coordinator_kills(folder: Path, kills: int, rounds: int, seed: int, timeout
             time.sleep(float(rng.uniform(0.0, 1.5)))
             if proc.poll() is None:
                 _kill_group(proc)
-                outputs.append(proc.stdout.read() if proc.stdout else "")
+                outputs.append(proc.output.read_text())
                 done += 1
                 restarts += 1
                 proc = _start(config, "--resume")
                 continue
-        try:
-            text, _ = proc.communicate(timeout=max(1.0, timeout_s - (time.monotonic() - started)))
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            text = "timed out"
-        outputs.append(text)
+        outputs.append(proc.finish(max(1.0, timeout_s - (time.monotonic() - started))))
         break
     unhandled = sum("Traceback" in text for text in outputs)
     figures = {
@@ -321,20 +344,12 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
             while True:
                 f.write(bytes(64 * 1024))
                 f.flush()
-        try:
-            text, _ = proc.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            text = "timed out"
+        text = proc.finish(timeout_s)
         errors = [line for line in text.splitlines() if line.startswith("error:")]
         kept = set(before) <= set(_rounds(db))
         (disk / "filler").unlink()
         resumed = _start(config, "--resume")
-        try:
-            text2, _ = resumed.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(resumed)
-            text2 = "timed out"
+        text2 = resumed.finish(timeout_s)
         return {
             "exit_code": proc.returncode,
             "error_lines": len(errors),

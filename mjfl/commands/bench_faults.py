@@ -340,7 +340,7 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
         while len(_rounds(db)) < 2 and proc.poll() is None and time.monotonic() - started < timeout_s:
             time.sleep(0.2)
         before = _rounds(db)
-        with open(disk / "filler", "wb") as f, contextlib.suppress(OSError):
+        with contextlib.suppress(OSError), open(disk / "filler", "wb") as f:
             while True:
                 f.write(bytes(64 * 1024))
                 f.flush()

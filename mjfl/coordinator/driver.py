@@ -181,7 +181,7 @@ class Driver:
         try:
             storage.finish_run(run_id, status, _now())  # type: ignore[arg-type]
         except StorageError as exc:
-            log.warning("could not mark run %s %s: %s", run_id, status, exc)
+            log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
     async def _train(self, storage: Storage, run: _Run, devices: Devices, view: report.LiveView) -> None:
         config = self.config
@@ -482,7 +482,11 @@ class _Sink:
             # Round r was not committed, so resume redoes it; rounds before it are all kept.
             if isinstance(exc, DuplicateRoundError):
                 raise
-            reason = f"{exc.strerror}: {exc.filename}" if isinstance(exc, OSError) and exc.strerror else str(exc)
+            if isinstance(exc, OSError) and exc.strerror:
+                where = exc.filename or (self.checkpoints.root if self.checkpoints is not None else self.storage.path)
+                reason = f"{exc.strerror}: {where}"
+            else:
+                reason = str(exc)
             raise RunError(
                 f"cannot save round {record.round} of job {job.name} ({reason}); every round before it is"
                 f" saved in {self.storage.path}: make room or fix the folder's permissions, then continue"

@@ -179,7 +179,7 @@ def record(n):
 
 def fill(folder):
     """Write until the file system says it is full."""
-    with open(folder / "filler", "wb") as f, contextlib.suppress(OSError):
+    with contextlib.suppress(OSError), open(folder / "filler", "wb") as f:
         while True:
             f.write(bytes(64 * 1024))
             f.flush()

@@ -189,10 +189,10 @@ class FaultProxy:
                 arrived, chunk = item
                 if f.delay_s:
                     await asyncio.sleep(max(0.0, arrived + f.delay_s - loop.time()))
+                if f.bandwidth_bps is not None:
+                    await asyncio.sleep(len(chunk) / f.bandwidth_bps)  # its transmission time, before it lands
                 writer.write(chunk)
                 self.counts[f"bytes_{direction}"] += len(chunk)
-                if f.bandwidth_bps is not None:
-                    await asyncio.sleep(len(chunk) / f.bandwidth_bps)
                 await writer.drain()
         except (ConnectionError, OSError):
             pass

@@ -7,7 +7,9 @@ TCP sockets, as in test_server.py (whose helpers these tests share).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import itertools
 import json
 import time
 
@@ -70,22 +72,25 @@ async def test_connections_past_the_per_address_limit_get_bye_too_many_connectio
 
 async def test_a_slow_loris_dribbling_its_handshake_is_dropped_after_the_handshake_timeout():
     async with server(handshake_timeout=0.3) as srv:
+        started = time.monotonic()  # before the server's clock for this connection starts
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
         request = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nUpgrade: websocket\r\n".encode()
-        started = time.monotonic()
         dropped = asyncio.ensure_future(reader.read())  # b"" (or an HTTP error) once the server gives up
-        with pytest.raises((ConnectionError, OSError)):
-            async with asyncio.timeout(5):
-                for byte in request * 100:  # one byte every 20 ms: never a whole request
+        async with asyncio.timeout(5):
+            with contextlib.suppress(ConnectionError):
+                for byte in itertools.cycle(request):  # one byte every 20 ms: never a whole request
                     if dropped.done():
                         break
                     writer.write(bytes([byte]))
                     await writer.drain()
                     await asyncio.sleep(0.02)
-                await dropped
-                raise ConnectionError("dropped")
+            try:
+                answer = await dropped
+            except ConnectionError:
+                answer = b""  # reset rather than closed: dropped all the same
         elapsed = time.monotonic() - started
-        assert 0.3 <= elapsed < 2.0, elapsed
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 "), answer
+        assert 0.3 <= elapsed < 2.0, elapsed  # bytes kept coming, yet the connection was dropped in time
         writer.close()
 
 

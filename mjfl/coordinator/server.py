@@ -503,7 +503,7 @@ class CoordinatorServer:
         link = DeviceLink(conn)
         limit, address = s.max_connections_per_address, _address(ws)
         if limit is not None and sum(_address(other.conn.ws) == address for other in self._handlers) >= limit:
-            log.warning("refused a connection from %s: %d connections are open from it", address, limit)
+            log.info("refused a connection from %s: %d connections are open from it", address, limit)
             conn.close("too_many_connections", f"at most {limit} connections per address")
         self._handlers.add(link)
         try:

@@ -256,6 +256,40 @@ def bench_scale(
 
     backend_list = [b.strip() for b in backends.split(",") if b.strip()]
     run_scale_bench(devices=devices, rounds=rounds, backends=backend_list, json_path=json_path, console=console)
+@bench_app.command("fuzz")
+def bench_fuzz(
+    inputs: Annotated[int, typer.Option(help="Mutated inputs to try.")] = 100_000,
+    seed: Annotated[int, typer.Option(help="Seed of the mutations (same seed, same inputs).")] = 0,
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+) -> None:
+    """Fuzz the protocol decoder and sessions: every input decodes or is a coded protocol error."""
+    from mjfl.commands.bench_fuzz import run_fuzz_bench
+
+    figures = run_fuzz_bench(inputs=inputs, seed=seed, json_path=json_path, console=console)
+    if figures["unhandled"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("faults")
+def bench_faults(
+    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    devices: Annotated[int, typer.Option(help="Emulated devices of the kill and network scenarios.")] = 20,
+    coordinator_kills: Annotated[int, typer.Option(help="Times the coordinator is SIGKILLed and resumed.")] = 3,
+    rounds: Annotated[int, typer.Option(help="Rounds per job of the killed and the disk-full runs.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of the faults (victims, moments, the proxy's draws).")] = 0,
+    timeout_s: Annotated[float, typer.Option(help="Bound on each scenario, seconds.")] = 600.0,
+) -> None:
+    """Fault injection: devices killed, a bad network, the coordinator SIGKILLed, the disk full."""
+    from mjfl.commands.bench_faults import run_faults_bench
+
+    if devices < 5 or coordinator_kills < 0 or rounds < 2:
+        raise UserError("--devices must be >= 5, --coordinator-kills >= 0 and --rounds >= 2")
+    figures = run_faults_bench(
+        devices=devices, coordinator_kills=coordinator_kills, rounds=rounds, seed=seed, timeout_s=timeout_s,
+        json_path=json_path, console=console,
+    )
+    if figures["unhandled"] or figures["rounds_lost"] or figures["rounds_duplicated"]:
+        raise typer.Exit(1)
 
 
 @bench_app.command("trainers")

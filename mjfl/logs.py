@@ -60,6 +60,21 @@ class _OwnRecords(logging.Filter):
         return record.name == "mjfl" or record.name.startswith("mjfl.")
 
 
+class _LogFile(logging.FileHandler):
+    """The run's log file. A full or unwritable disk loses log lines, not the terminal's quiet:
+    logging would print a traceback per record there; the run's own error says what happened."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
+class _WorkerLog(logging.StreamHandler):  # type: ignore[type-arg]
+    """A worker's log file (its stderr too), as quiet as ``_LogFile`` when it cannot be written."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
 def setup(log_file: Path | None = None, *, verbose: bool = False, stream: TextIO | None = None) -> None:
     """Route this process's log records (see the module docstring); safe to call again.
 
@@ -78,7 +93,7 @@ def setup(log_file: Path | None = None, *, verbose: bool = False, stream: TextIO
     handlers.append(console)
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        to_file = logging.FileHandler(log_file, encoding="utf-8", delay=True)
+        to_file = _LogFile(log_file, encoding="utf-8", delay=True)
         to_file.setFormatter(logging.Formatter(_FORMAT))
         handlers.append(to_file)
     _install(handlers, level=logging.DEBUG if verbose else logging.INFO)
@@ -104,7 +119,7 @@ def setup_worker(log_file: Path | None, *, verbose: bool = False, level: int = l
     # Native libraries write through sys.stderr (pybind11 redirects std::cerr to it).
     terminal = sys.stderr
     sys.stderr = sink
-    handler = logging.StreamHandler(sink)
+    handler = _WorkerLog(sink)
     handler.setFormatter(logging.Formatter(_FORMAT))
     handlers: list[logging.Handler] = [handler]
     if not verbose:

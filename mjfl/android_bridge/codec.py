@@ -214,8 +214,10 @@ class Assembly:
 
     def __init__(self, head: _Head, payload_len: int, first: memoryview) -> None:
         self._head = head
-        self._buffer = bytearray(payload_len)
-        self._buffer[: first.nbytes] = first
+        self.payload_len = payload_len
+        """The payload length the first part announced."""
+        self._first: memoryview | None = first
+        self._buffer = bytearray()  # allocated with the first continuation: a receiver checks payload_len first
         self._filled = first.nbytes
         self._next = 1
 
@@ -228,6 +230,10 @@ class Assembly:
         if seq != self._next:
             raise _frame(f"continuation part {seq}, expected {self._next}")
         chunk = view[PART_HEADER.size :]
+        if self._first is not None:
+            self._buffer = bytearray(self.payload_len)
+            self._buffer[: self._first.nbytes] = self._first
+            self._first = None
         end = self._filled + chunk.nbytes
         if chunk.nbytes == 0 or end > len(self._buffer):
             raise _frame(f"continuation part {seq} is empty or runs past the payload's end")

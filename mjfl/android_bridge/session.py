@@ -59,7 +59,15 @@ from mjfl.android_bridge.messages import (
     Timing,
     Welcome,
 )
-from mjfl.android_bridge.tensors import Buffer, Signature, TensorPack, _show, signature
+from mjfl.android_bridge.tensors import (
+    DTYPES,
+    Buffer,
+    Signature,
+    TensorPack,
+    _show,
+    align,
+    signature,
+)
 from mjfl.errors import EncodeError, ProtocolError, SessionClosed
 from mjfl.ids import DeviceId, JobId
 
@@ -72,6 +80,7 @@ WEBSOCKET_CLOSE_CODES: Mapping[str, int] = {
     "message_too_big": 1009,
     "internal_error": 1011,
     "heartbeat_timeout": 1011,
+    "too_many_connections": 1013,
 }
 """RFC 6455 section 7.4.1 close codes for bye codes; any other code closes with 1002."""
 
@@ -261,6 +270,7 @@ class _Session:
                     max_header_size=self.max_control_bytes,
                 )
                 if isinstance(message, Assembly):
+                    self._check_assembly(message)
                     self._assembly, message = message, None
             self._unanswered_since = None
             if message is None:
@@ -281,6 +291,9 @@ class _Session:
 
     def _handle(self, message: Message) -> None:
         raise NotImplementedError
+
+    def _check_assembly(self, assembly: Assembly) -> None:
+        """Refuse a split message before its parts arrive (a role may bound what it expects)."""
 
     def _fail(self, code: str, reason: str) -> None:
         reason = reason[:MAX_REASON_CHARS]
@@ -510,6 +523,22 @@ class CoordinatorSession(_Session):
         else:
             raise _unexpected(f"a device may not send {kind}")
         self._events.append(message)
+
+    def _check_assembly(self, assembly: Assembly) -> None:
+        """A device sends binary messages only to answer tasks: none larger than an answer.
+
+        A result carries its task's tensors (protocol.md 7.2), so its payload
+        length is known before the parts arrive. Refusing a longer one on the
+        first part (``message_too_big``) bounds what one device can make the
+        coordinator allocate to what it asked for, not ``max_message_bytes``.
+        """
+        expected = max((_payload_bytes(p.signature) for p in self._tasks.values()), default=0)
+        if assembly.payload_len > expected:
+            raise ProtocolError(
+                f"a split message announces {assembly.payload_len} payload bytes; the pending"
+                f" tasks' results hold at most {expected}",
+                code="message_too_big",
+            )
 
     def _on_result(self, result: Result) -> None:
         pending = self._tasks.get(result.task_id)
@@ -770,3 +799,11 @@ def _mismatch(got: Signature, expected: Signature) -> str | None:
                 f"{_show(name)} is {dtype} {list(shape)}, expected {want_dtype} {list(want_shape)}"
             )
     raise AssertionError("signatures differ but no difference found")
+
+
+def _payload_bytes(expected: Signature) -> int:
+    """The canonical payload length of tensors with these names, dtypes and shapes (protocol.md 3)."""
+    end = 0
+    for _name, dtype, shape in expected:
+        end = align(end) + math.prod(shape) * DTYPES[dtype].itemsize
+    return end

@@ -73,6 +73,7 @@ class SchedulerConfig:
     members: tuple[str, ...] = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
     min_plan: int = 1
     min_returns: int = 1
+    max_update_norm_ratio: float = 10.0  # 0 turns the check off
     profile_window: int = 0
     plan_busy: bool = True  # jobs may plan devices other jobs will release soon
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -94,6 +95,9 @@ class TestbedConfig:
     token: str | None = None  # the shared lab token (a shortcut: docs/security.md)
     tls_cert: Path | None = None  # both given: wss://
     tls_key: Path | None = None
+    handshake_timeout_s: float = 10.0  # connect to hello; slow-loris bound
+    max_connections_per_address: int = 1024  # 0: no limit
+    max_tasks_in_flight: int = 1024  # 0: no limit
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,10 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         members=tuple(members),
         min_plan=f.take("min_plan", int, default=d["min_plan"], check=lambda v: v >= 1, need=">= 1"),
         min_returns=f.take("min_returns", int, default=d["min_returns"], check=lambda v: v >= 1, need=">= 1"),
+        max_update_norm_ratio=f.take(
+            "max_update_norm_ratio", float, default=d["max_update_norm_ratio"],
+            check=lambda v: v == 0 or v >= 1, need="0 (off) or >= 1",
+        ),
         profile_window=f.take("profile_window", int, default=d["profile_window"], check=lambda v: v >= 0, need=">= 0"),
         plan_busy=f.take("plan_busy", bool, default=d["plan_busy"]),
         options=options,
@@ -257,6 +265,11 @@ def _testbed(raw: dict[str, Any], base: Path) -> TestbedConfig:
         token=f.take("token", str, default=None, check=lambda v: 0 < len(v) <= 4096, need="1 to 4096 characters"),
         tls_cert=_path(f.take("tls_cert", str, default=None), base),
         tls_key=_path(f.take("tls_key", str, default=None), base),
+        handshake_timeout_s=f.take("handshake_timeout_s", float, default=d["handshake_timeout_s"], check=lambda v: v > 0, need="> 0"),
+        max_connections_per_address=f.take(
+            "max_connections_per_address", int, default=d["max_connections_per_address"], check=lambda v: v >= 0, need=">= 0"
+        ),
+        max_tasks_in_flight=f.take("max_tasks_in_flight", int, default=d["max_tasks_in_flight"], check=lambda v: v >= 0, need=">= 0"),
     )
     f.done()
     if (config.tls_cert is None) != (config.tls_key is None):

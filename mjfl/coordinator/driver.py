@@ -51,7 +51,7 @@ from mjfl.coordinator.records import (
     SchedulerChoice,
 )
 from mjfl.coordinator.storage import Storage
-from mjfl.errors import RunError, UserError
+from mjfl.errors import DuplicateRoundError, RunError, StorageError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
 from mjfl.profiling.report import show_profiles
@@ -162,12 +162,26 @@ class Driver:
                         raise
                     finally:
                         if run.recorded:
-                            storage.finish_run(run.info.run_id, status, _now())
+                            self._finish(storage, run.info.run_id, status)
                     results[method] = (storage.jobs(run.info.run_id), storage.rounds(run.info.run_id))
                     choices += storage.choices(run.info.run_id)
             summary = report.summary(results)
-            self._report(results, choices, summary, storage)
+            try:
+                self._report(results, choices, summary, storage)
+            except OSError as exc:
+                raise RunError(
+                    f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
+                    f" every round is saved in {self.config.database_path}; `mjfl report` writes it again"
+                ) from None
         return summary
+
+    @staticmethod
+    def _finish(storage: Storage, run_id: str, status: str) -> None:
+        """Mark the run's end; a database that refuses it (full) must not hide why the run ended."""
+        try:
+            storage.finish_run(run_id, status, _now())  # type: ignore[arg-type]
+        except StorageError as exc:
+            log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
     async def _train(self, storage: Storage, run: _Run, devices: Devices, view: report.LiveView) -> None:
         config = self.config
@@ -232,6 +246,7 @@ class Driver:
             weights=CostWeights(alpha=s.alpha, beta=s.beta, omega=s.omega),  # type: ignore[arg-type]
             min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed,
             profile_window=s.profile_window, device_wait_s=device_wait_s, plan_busy=s.plan_busy,
+            max_update_norm_ratio=s.max_update_norm_ratio or None,
         )
 
     def _say_coverage(self, prepared: Sequence[PreparedJob], assignment: Assignment) -> None:
@@ -456,11 +471,27 @@ class _Sink:
         self.view = view
 
     def round_finished(self, job: EngineJob, record: RoundRecord, choices: Mapping[str, float] | None) -> None:
-        if self.checkpoints is not None:
-            self.checkpoints.save(
-                job.name, JobCheckpoint(record.round, dict(job.weights), job.scheduler, job.best_accuracy, job.stopped)
-            )
-        self.storage.record_round(record, choices)
+        try:
+            if self.checkpoints is not None:
+                self.checkpoints.save(
+                    job.name, JobCheckpoint(record.round, dict(job.weights), job.scheduler, job.best_accuracy, job.stopped)
+                )
+            self.storage.record_round(record, choices)
+        except (OSError, StorageError) as exc:
+            # The output folder became unwritable or full: stop with one clear line.
+            # Round r was not committed, so resume redoes it; rounds before it are all kept.
+            if isinstance(exc, DuplicateRoundError):
+                raise
+            if isinstance(exc, OSError) and exc.strerror:
+                where = exc.filename or (self.checkpoints.root if self.checkpoints is not None else self.storage.path)
+                reason = f"{exc.strerror}: {where}"
+            else:
+                reason = str(exc)
+            raise RunError(
+                f"cannot save round {record.round} of job {job.name} ({reason}); every round before it is"
+                f" saved in {self.storage.path}: make room or fix the folder's permissions, then continue"
+                f" with --resume (run {record.run_id})"
+            ) from None
         self.view.update(record, self.method)
         if job.stopped is None and record.round >= job.max_rounds:
             self.view.set_status(self.method, job.name, "stopped")

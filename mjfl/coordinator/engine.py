@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from mjfl.android_bridge.fleet import Fleet, Task, TaskResult, Weights
 from mjfl.coordinator.clock import Clock
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.fedavg import check_update, fedavg
+from mjfl.coordinator.fedavg import check_update, fedavg, norm_outliers
 from mjfl.coordinator.records import DeviceRound, ProfileRefit, RoundRecord
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -112,6 +112,9 @@ class EngineSettings:
     device_wait_s: float = 0.0
     # Plan devices busy with another job too, charging their expected wait.
     plan_busy: bool = True
+    # Updates that moved the model more than this x the round's median are
+    # rejected before FedAvg (fedavg.norm_outliers); None turns the check off.
+    max_update_norm_ratio: float | None = 10.0
 
 
 class Engine:
@@ -263,6 +266,7 @@ class Engine:
         task_for = {d: self._task(job, round_, d) for d in devices}
         results = await asyncio.gather(*(self._train(job, d, task_for[d]) for d in devices))
         ended = self.now()
+        results = self._reject_outliers(job, results)
 
         updates, device_rounds, durations, failed = [], [], {}, set()
         for k, device, (outcome, task_started) in zip(plan, devices, results):
@@ -303,6 +307,22 @@ class Engine:
         if self.sink is not None:
             self.sink.round_finished(job, record, decision.candidates or None)
         self._refit_profiles(devices)
+
+    def _reject_outliers(
+        self, job: EngineJob, results: Sequence[tuple[TaskResult | DeviceFailure, float]]
+    ) -> list[tuple[TaskResult | DeviceFailure, float]]:
+        """Valid updates too far from the round's median become rejections (failures are data)."""
+        valid = [(k, r) for k, (r, _) in enumerate(results) if isinstance(r, TaskResult)]
+        ratio = self.settings.max_update_norm_ratio
+        outliers = norm_outliers(job.weights, [r.weights for _, r in valid], max_ratio=ratio)
+        out = list(results)
+        for k, result in (valid[i] for i in outliers):
+            failure = DeviceFailure(
+                result.device, f"update norm over {ratio:g} x the round's median", status="rejected",
+                after_s=result.duration_s,
+            )
+            out[k] = (failure, results[k][1])
+        return out
 
     def _task(self, job: EngineJob, round_: int, device: DeviceId) -> Task:
         digest = hashlib.sha256(f"{self.settings.seed}/{job.name}/{round_}/{device}".encode()).digest()

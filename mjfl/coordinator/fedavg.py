@@ -46,3 +46,32 @@ def check_update(reference: Weights, update: Weights) -> str | None:
         if not np.all(np.isfinite(got)):
             return f"tensor {name!r} has non-finite values"
     return None
+
+
+def norm_outliers(reference: Weights, updates: Sequence[Weights], *, max_ratio: float | None = 10.0) -> list[int]:
+    """Indices of updates that moved the model more than ``max_ratio`` x the round's median.
+
+    An update's size is ``||w_k - w||``, the L2 norm over all its tensors of
+    the change from the global model ``w`` it started from. One device
+    sending a huge update (broken or malicious) would otherwise drag the
+    average wherever it likes: FedAvg weighs it by its sample count whatever
+    its size. Honest devices of one round, starting from the same model with
+    the same epochs and learning rate, move it by sizes of one order.
+
+    The median needs an honest majority to mean anything, so the check holds
+    from three updates on; with fewer (or ``max_ratio`` None) nothing is an
+    outlier. Updates must already have passed ``check_update``.
+    """
+    if max_ratio is None or len(updates) < 3:
+        return []
+    sizes = np.array([
+        np.sqrt(sum(
+            float(np.sum(np.square(np.asarray(u[name], np.float64) - np.asarray(ref, np.float64))))
+            for name, ref in reference.items()
+        ))
+        for u in updates
+    ])
+    median = float(np.median(sizes))
+    # A round where most devices did not move the model at all (median 0) still
+    # refuses any that moved it: nothing honest is that far from the rest.
+    return [k for k, size in enumerate(sizes) if size > max_ratio * median]

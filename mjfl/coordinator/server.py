@@ -56,7 +56,7 @@ import ssl
 import statistics
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -125,6 +125,18 @@ class ServerSettings:
     shared lab token a device may present instead of a proof; ``keys``: the
     enrolled devices' key store (``mjfl.coordinator.keys``); with neither,
     any device is accepted. ``tls_cert``/``tls_key`` (PEM): serve ``wss://``.
+
+    Limits against a stranger or a broken device (docs/faults.md):
+    ``max_connections_per_address`` connections open at once from one IP
+    address (the next gets ``bye too_many_connections``, close 1013; an
+    emulated fleet on one host needs one per device);
+    ``max_queued_messages`` WebSocket messages read ahead of the session per
+    device, so one device holds at most that many times the WebSocket
+    message limit in the coordinator's memory before TCP pushes back (a split
+    result is bounded by its task's size, see ``CoordinatorSession``);
+    ``max_tasks_in_flight`` tasks sent and not yet answered across the
+    fleet, so results held at once stay bounded (a task waits for a slot
+    within its deadline).
     """
 
     coordinator_id: str = "mjfl-coordinator"
@@ -143,6 +155,9 @@ class ServerSettings:
     tls_key: Path | None = None
     backlog: int = 1024
     heartbeat_samples: int = 100_000
+    max_connections_per_address: int | None = 1024
+    max_queued_messages: int | None = 4
+    max_tasks_in_flight: int | None = 1024
 
     def __post_init__(self) -> None:
         for name in ("heartbeat_interval", "heartbeat_timeout", "handshake_timeout", "task_timeout"):
@@ -167,6 +182,10 @@ class ServerSettings:
             raise ConfigError("tls_key" if self.tls_key is None else "tls_cert", "tls_cert and tls_key go together")
         if self.backlog < 1 or self.heartbeat_samples < 1:
             raise ConfigError("backlog", "backlog and heartbeat_samples must be >= 1")
+        for name in ("max_connections_per_address", "max_queued_messages", "max_tasks_in_flight"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(name, f"must be >= 1 or None, got {value!r}")
 
     def websocket_max_size(self) -> int | None:
         """The largest WebSocket message to accept: a whole protocol message, or one part."""
@@ -369,6 +388,7 @@ class CoordinatorServer:
             backlog=self.settings.backlog,
             ssl=self._ssl,
             process_response=self._issue_nonce,
+            max_queue=self.settings.max_queued_messages,
         )
 
     def _issue_nonce(self, ws: ServerConnection, request: Any, response: Any) -> None:
@@ -514,6 +534,10 @@ class CoordinatorServer:
             open_timeout=s.handshake_timeout, open_timeout_reason="no hello in time", close_timeout=s.close_timeout,
         )
         link = DeviceLink(conn, nonce=self._nonces.pop(ws, ""))
+        limit, address = s.max_connections_per_address, _address(ws)
+        if limit is not None and sum(_address(other.conn.ws) == address for other in self._handlers) >= limit:
+            log.info("refused a connection from %s: %d connections are open from it", address, limit)
+            conn.close("too_many_connections", f"at most {limit} connections per address")
         self._handlers.add(link)
         try:
             await conn.run()
@@ -618,6 +642,8 @@ class RemoteFleet:
         self._shards: dict[tuple[JobId, DeviceId], Shard] = {}
         self._packs: dict[JobId, tuple[Mapping[str, Any], TensorPack]] = {}
         self._ids = itertools.count(1)
+        slots = server.settings.max_tasks_in_flight
+        self._slots = asyncio.Semaphore(slots) if slots is not None else None
         self.task_log: deque[tuple[DeviceId, JobId, int, float, float, str]] = deque(maxlen=100_000)
         """(device, job, round, sent_at, ended_at, outcome) of the latest tasks, event-loop time."""
 
@@ -665,6 +691,35 @@ class RemoteFleet:
                 ) from None
             if not link.open:
                 raise DeviceFailure(device, link.end_reason or "disconnected", status="failed")
+        async with self._slot(device, None if limit is None else limit - (loop.time() - started)):
+            if not link.open:
+                raise DeviceFailure(device, link.end_reason or "disconnected", status="failed")
+            return await self._send_and_wait(link, device, task, limit, None if limit is None else started + limit)
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, device: DeviceId, timeout: float | None) -> AsyncIterator[None]:
+        """One of ``max_tasks_in_flight`` slots, waited for at most ``timeout`` seconds."""
+        if self._slots is None:
+            yield
+            return
+        try:
+            async with asyncio.timeout(timeout):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise DeviceFailure(
+                device, f"no task slot free in time ({self._server.settings.max_tasks_in_flight} tasks in flight)",
+                status="failed", after_s=timeout or 0.0,
+            ) from None
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    async def _send_and_wait(
+        self, link: DeviceLink, device: DeviceId, task: Task, limit: float | None, end: float | None
+    ) -> TaskResult:
+        """Provision if needed, send the task, wait for its valid update until ``end`` (loop time)."""
+        loop = asyncio.get_running_loop()
         job, wire, program = self._job(task.job)
         task_id = f"{task.job}/{task.round}/{next(self._ids)}"
         try:
@@ -690,7 +745,7 @@ class RemoteFleet:
         link.conn.flush()
         outcome = "failed"
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout_at(end):
                 result, arrived = await waiter.future
             outcome = "ok"
         except TimeoutError:
@@ -763,6 +818,12 @@ def _server_tls(settings: ServerSettings) -> ssl.SSLContext | None:
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError("tls_cert", f"{settings.tls_cert} / {settings.tls_key}: not a PEM certificate and its key ({exc})") from None
     return context
+
+
+def _address(ws: ServerConnection) -> str:
+    """The peer's IP address (without its port)."""
+    remote = ws.remote_address
+    return str(remote[0]) if isinstance(remote, tuple) and remote else str(remote)
 
 
 def _number(value: object) -> float | None:

@@ -702,9 +702,14 @@ class Storage:
         BEGIN IMMEDIATE takes the write lock up front, so a concurrent reader
         can never make the transaction fail half-way on a lock upgrade.
         """
-        with self._lock, self._conn:
-            self._conn.execute("BEGIN IMMEDIATE")
-            yield self._conn
+        try:
+            with self._lock, self._conn:
+                self._conn.execute("BEGIN IMMEDIATE")
+                yield self._conn
+        except sqlite3.OperationalError as exc:
+            # "database or disk is full", "attempt to write a readonly database", I/O errors:
+            # the transaction is rolled back, every earlier commit stays.
+            raise StorageError(f"{self._origin}: the database refused a write: {exc}") from None
 
     def _version(self) -> int:
         row = self._conn.execute("SELECT MAX(version) FROM schema_version").fetchone()

@@ -99,6 +99,9 @@ class RemoteDevices:
             heartbeat_interval=tb.heartbeat_interval_s, heartbeat_timeout=tb.heartbeat_timeout_s,
             max_message_bytes=int(tb.max_message_mb * 2**20), task_timeout=tb.task_timeout_s,
             keys=key_store(tb), token=tb.token, tls_cert=tb.tls_cert, tls_key=tb.tls_key,
+            handshake_timeout=tb.handshake_timeout_s,
+            max_connections_per_address=tb.max_connections_per_address or None,
+            max_tasks_in_flight=tb.max_tasks_in_flight or None,
         )
         lab = load_profiles(config.fleet.profiles) if config.fleet.profiles is not None else []
         # Devices this run starts itself prove secrets it draws for them, kept in memory only.

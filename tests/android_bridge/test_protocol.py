@@ -785,6 +785,8 @@ def test_bad_parts_fail_the_session() -> None:
 
     def check(messages: list[bytes], reason: str) -> None:
         c, _ = open_pair()
+        c.send_provision("j", MODEL, *artifacts())
+        c.send_task(task_id="t1", job_id="j", round=3, weights=big_weights(), epochs=1, batch_size=1, lr=0.1)
         for m in messages:
             c.receive_bytes(m)
         assert_failed(c, "bad_frame", reason)
@@ -802,6 +804,24 @@ def test_bad_parts_fail_the_session() -> None:
     check([bytes(complete_but_flagged)], "less than")
     with pytest.raises(ProtocolError, match="first part"):
         decode_bytes(parts[0])
+
+
+def test_a_split_result_longer_than_any_pending_task_asks_for_is_refused_on_its_first_part() -> None:
+    # The per-device bound: a device cannot make the coordinator hold more than it asked for.
+    parts = p.split_message(encode(Result("t1", "j", 3, big_weights(), 1, 0.1, Timing(0, 0, 0))), 100_000)
+    c, _ = open_pair()
+    c.receive_bytes(parts[0])  # no task pending: a device has nothing to send
+    assert_failed(c, "message_too_big", "at most 0")
+    c, _, _ = with_task()  # a task of weights(): far smaller than big_weights()
+    c.receive_bytes(parts[0])
+    assert_failed(c, "message_too_big", "1200028 payload bytes")
+    c, _ = open_pair()
+    c.send_provision("j", MODEL, *artifacts())
+    c.send_task(task_id="t1", job_id="j", round=3, weights=big_weights(), epochs=1, batch_size=1, lr=0.1)
+    for part in parts:
+        c.receive_bytes(part)
+    [result] = [e for e in c.events_received() if isinstance(e, Result)]
+    assert arrays_equal(result.weights, big_weights()) and c.failure is None
 
 
 def test_heartbeat_ack_for_a_heartbeat_never_sent() -> None:

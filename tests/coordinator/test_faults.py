@@ -1,0 +1,230 @@
+"""Faults between devices and the coordinator (docs/faults.md): a bad network, lost devices.
+
+Emulated devices reach a real loopback server through the user-space fault
+proxy (mjfl.android_bridge.faultproxy), and the engine runs real rounds over
+them. The small, fast versions of what `mjfl bench faults` runs bigger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+
+import numpy as np
+import pytest
+from test_server import FAST, SPEC, WEIGHTS, Sink, artifacts, device
+
+from mjfl.android_bridge.emulator import Backoff, devices_running
+from mjfl.android_bridge.faultproxy import FaultProxy, Faults
+from mjfl.coordinator.checkpoint import Checkpoints
+from mjfl.coordinator.clock import RealClock
+from mjfl.coordinator.config import JobConfig
+from mjfl.coordinator.driver import _Sink
+from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.records import DeviceRound, JobInfo, RoundRecord, RunInfo
+from mjfl.coordinator.report import LiveView
+from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.storage import Storage
+from mjfl.errors import RunError
+from mjfl.ids import DeviceId, JobId
+from mjfl.schedulers.registry import make_scheduler
+
+pytestmark = pytest.mark.timeout(60)
+
+QUICK = Backoff(initial=0.05, maximum=0.2)
+
+
+def job(names, rounds, deadline_s=None):
+    return EngineJob(
+        JobConfig(JobId("j"), "lenet5", fraction=1.0, max_rounds=rounds, deadline_s=deadline_s), spec=SPEC,
+        scheduler=make_scheduler("random", seed=0), samples={DeviceId(d): 6 for d in names},
+        test_x=np.zeros((1, 1, 16, 16), np.float32), test_y=np.zeros(1, np.int64), weights=dict(WEIGHTS),
+    )
+
+
+async def run_rounds(server, names, faults, rounds, *, seed=0, deadline_s=None, **device_kw):
+    """``rounds`` engine rounds over devices behind a fault proxy; the job, its records, the proxy."""
+    async with FaultProxy("127.0.0.1", server.port, faults, seed=seed) as proxy:
+        devices = [device(server, d, backoff=QUICK, **device_kw) for d in names]
+        for d in devices:
+            d.url = proxy.url
+        async with devices_running(*devices):
+            await server.wait_for_devices(len(names), 10)
+            await server.fleet.prepare([artifacts(names)])
+            the_job, sink = job(names, rounds, deadline_s), Sink()
+            settings = EngineSettings(device_wait_s=5.0)
+            await Engine([the_job], server.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="f", settings=settings, sink=sink).run()
+    return the_job, sink.records, proxy
+
+
+async def test_delay_and_a_bandwidth_cap_slow_rounds_down_and_lose_nothing():
+    names = ["d0", "d1", "d2"]
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        faults = Faults(delay_s=0.05, bandwidth_bps=200_000)
+        the_job, records, proxy = await run_rounds(server, names, faults, rounds=2)
+    assert [r.round for r in records] == [1, 2] and all(r.aggregated for r in records)
+    for record in records:
+        assert all(dr.status == "ok" for dr in record.devices)
+        # A task crosses the proxy down and its result up: two one-way delays at least.
+        assert all(dr.duration_s >= 2 * 0.05 for dr in record.devices)
+    # The first round also carries each device's shard (~6 KB at 200 kB/s).
+    assert min(dr.duration_s for dr in records[0].devices) >= 0.03 + 2 * 0.05
+    assert the_job.weights["b"].tolist() == [3.0] * 4  # two rounds of +1
+    assert proxy.counts["bytes_down"] > 3 * 6 * 16 * 16 * 4
+
+
+async def test_connections_cut_mid_download_are_failures_of_the_round_and_the_job_goes_on():
+    names = ["d0", "d1", "d2", "d3"]
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        # Half of all connections are cut within their first provision (hello + welcome < 1 KB, the shard 6 KB).
+        faults = Faults(cut=0.5, cut_after_bytes=(2_000, 5_000))
+        the_job, records, proxy = await run_rounds(server, names, faults, rounds=4, seed=3)
+    assert proxy.counts["cut"] >= 1
+    assert the_job.rounds_done == 4 and [r.round for r in records] == [1, 2, 3, 4]
+    failed = [dr for r in records for dr in r.devices if dr.status == "failed"]
+    assert failed and all("connection lost" in dr.error or "not connected" in dr.error for dr in failed)
+    assert any(r.aggregated for r in records)
+
+
+async def test_dropped_connections_are_retried_by_the_devices():
+    names = ["d0", "d1"]
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        _, records, proxy = await run_rounds(server, names, Faults(drop=0.75), rounds=1, seed=1)
+    assert proxy.counts["dropped"] >= 1 and proxy.counts["connections"] > proxy.counts["dropped"]
+    assert records[0].aggregated and all(dr.status == "ok" for dr in records[0].devices)
+
+
+async def test_reordered_parts_close_that_session_and_the_round_completes_without_it():
+    names = ["d0", "d1", "d2"]
+    big = {"w": np.zeros(40_000, np.float32), "b": np.ones(4, np.float32)}  # a 160 KB result: three parts
+    async with (
+        CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server,
+        FaultProxy("127.0.0.1", server.port, Faults(reorder=0.5), seed=2) as proxy,
+    ):
+        devices = [device(server, d, backoff=QUICK, max_part_bytes=2**16 + 64) for d in names]
+        for d in devices:
+            d.url = proxy.url
+        async with devices_running(*devices):
+            await server.wait_for_devices(3, 10)
+            await server.fleet.prepare([artifacts(names)])
+            the_job, sink = job(names, 1), Sink()
+            the_job.weights = dict(big)
+            await Engine([the_job], server.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="r", sink=sink).run()
+    assert proxy.counts["reordered"] >= 1
+    (record,) = sink.records
+    status = {dr.device: dr for dr in record.devices}
+    # Parts out of order are a protocol error of that session; a frame cut in two breaks its stream.
+    hit = [dr for dr in status.values() if dr.status != "ok"]
+    assert len(hit) == proxy.counts["reordered"]
+    assert all(("bad_frame" in dr.error and dr.status == "rejected") or "connection lost" in dr.error for dr in hit)
+    assert any(dr.status == "ok" for dr in status.values()) and record.aggregated
+    assert the_job.weights["b"].tolist() == [2.0] * 4
+
+
+async def test_a_fifth_of_the_devices_killed_at_random_moments_fail_their_rounds_and_the_job_reaches_its_budget():
+    names = [f"d{k}" for k in range(5)]
+    rng = np.random.default_rng(4)
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        devices = [device(server, d, backoff=QUICK) for d in names]
+        async with devices_running(*devices):
+            await server.wait_for_devices(5, 10)
+            await server.fleet.prepare([artifacts(names)])
+            the_job, sink = job(names, 4), Sink()
+            victim = devices[int(rng.integers(5))]
+
+            async def kill_mid_round():
+                while not victim.history:  # killed while it trains its first task
+                    await asyncio.sleep(0.01)
+                victim.kill()
+
+            async with asyncio.TaskGroup() as group:
+                group.create_task(kill_mid_round())
+                settings = EngineSettings(device_wait_s=5.0)
+                group.create_task(Engine([the_job], server.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="k", settings=settings, sink=sink).run())
+    assert the_job.rounds_done == 4
+    recorded = [dr for r in sink.records for dr in r.devices if dr.device == victim.device_id and dr.status == "failed"]
+    assert recorded, "the kill is recorded as a failure of the victim's round"
+    assert all(r.aggregated for r in sink.records)
+
+
+# -- the output folder fails under a run ------------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB file system (tmpfs) to fill up; skipped where mounting is not allowed."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(folder)], capture_output=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root here")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def sink_over(folder):
+    storage = Storage(folder / "mjfl.db")
+    info = RunInfo("run-1", "random", "real", 0, "{}", "2026-01-01T00:00:00+00:00")
+    storage.start_run(info, [JobInfo("run-1", JobId("j"), "lenet5", "digits", None, None, 10, "lenet5/digits")])
+    return storage, _Sink(storage, Checkpoints(folder / "checkpoints"), "random", LiveView(enabled=False))
+
+
+def record(n):
+    return RoundRecord("run-1", JobId("j"), n, n - 1.0, float(n), (DeviceRound(DeviceId("d0"), "ok", 6, 0.5, 1.0),), 0.5, 1.0, True, 1.0, 1.0)
+
+
+def fill(folder):
+    """Write until the file system says it is full."""
+    with contextlib.suppress(OSError), open(folder / "filler", "wb") as f:
+        while True:
+            f.write(bytes(64 * 1024))
+            f.flush()
+
+
+def test_a_full_output_folder_stops_the_run_with_one_clear_error_and_keeps_every_finished_round(small_disk):
+    the_job = job(["d0"], 10)
+    storage, sink = sink_over(small_disk)
+    with storage:
+        for n in (1, 2):
+            sink.round_finished(the_job, record(n), None)
+        fill(small_disk)
+        with pytest.raises(RunError, match=r"cannot save round 3 of job j \(.*\); every round before it is saved.*--resume"):
+            sink.round_finished(the_job, record(3), None)
+        assert [r.round for r in storage.rounds("run-1")] == [1, 2]
+    (small_disk / "filler").unlink()  # room again: resume redoes round 3
+    storage = Storage(small_disk / "mjfl.db")
+    with storage:
+        assert [r.round for r in storage.rounds("run-1")] == [1, 2]
+        storage.record_round(record(3))
+        assert [r.round for r in storage.rounds("run-1")] == [1, 2, 3]
+
+
+def test_an_unwritable_checkpoint_folder_stops_the_run_before_the_round_is_committed(tmp_path):
+    the_job = job(["d0"], 10)
+    storage, sink = sink_over(tmp_path)
+    folder = tmp_path / "checkpoints" / "j"
+    with storage:
+        sink.round_finished(the_job, record(1), None)
+        locked = lock(folder)
+        try:
+            with pytest.raises(RunError, match="cannot save round 2 of job j .*--resume"):
+                sink.round_finished(the_job, record(2), None)
+        finally:
+            locked()
+        assert [r.round for r in storage.rounds("run-1")] == [1]  # not half a round: no checkpoint, no record
+        sink.round_finished(the_job, record(2), None)
+        assert [r.round for r in storage.rounds("run-1")] == [1, 2]
+
+
+def lock(folder):
+    """Make ``folder`` refuse new files (immutable for root, read-only otherwise); returns the undo."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(folder)], capture_output=True, check=False).returncode != 0:
+            pytest.skip("chattr is not supported on this file system")
+        return lambda: subprocess.run(["chattr", "-i", str(folder)], check=True)
+    folder.chmod(0o555)
+    return lambda: folder.chmod(0o755)

@@ -1,0 +1,199 @@
+"""The coordinator's limits (docs/faults.md, "Limits"), each crossed on a real loopback server.
+
+Good devices are EmulatedDevices; bad ones are raw websockets clients or raw
+TCP sockets, as in test_server.py (whose helpers these tests share).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import json
+import time
+
+import numpy as np
+import pytest
+from test_server import (
+    FAST,
+    SPEC,
+    WEIGHTS,
+    Sink,
+    artifacts,
+    device,
+    expect_bye,
+    hello,
+    outcome,
+    raw_client,
+    received_task,
+    result_for,
+    task,
+)
+from websockets.asyncio.client import connect
+
+from mjfl.android_bridge.emulator import devices_running, echo_trainer
+from mjfl.android_bridge.protocol import Result, Timing, encode, split_message
+from mjfl.coordinator.clock import RealClock
+from mjfl.coordinator.config import JobConfig
+from mjfl.coordinator.engine import Engine, EngineJob
+from mjfl.coordinator.fedavg import fedavg, norm_outliers
+from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.errors import ConfigError, DeviceFailure
+from mjfl.ids import DeviceId, JobId
+from mjfl.profiling.profiles import DeviceProfile
+from mjfl.schedulers.registry import make_scheduler
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def server(**settings):
+    return CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | settings)))
+
+
+async def test_connections_past_the_per_address_limit_get_bye_too_many_connections():
+    async with server(max_connections_per_address=2) as srv:
+        first = await raw_client(srv, "a")
+        second = await connect(srv.url, compression=None, ping_interval=None, proxy=None)  # no hello yet: counts too
+        third = await connect(srv.url, compression=None, ping_interval=None, proxy=None)
+        await expect_bye(third, "too_many_connections", 1013)
+        # The two within the limit are served; once one leaves, a newcomer is welcome.
+        await second.send(hello("b"))
+        assert json.loads(await second.recv())["type"] == "welcome"
+        await first.close()
+        async with asyncio.timeout(5):
+            while len(srv.connected()) != 1:
+                await asyncio.sleep(0.01)
+        fourth = await raw_client(srv, "c")
+        assert set(srv.connected()) == {"b", "c"}
+        await second.close()
+        await fourth.close()
+
+
+async def test_a_slow_loris_dribbling_its_handshake_is_dropped_after_the_handshake_timeout():
+    async with server(handshake_timeout=0.3) as srv:
+        started = time.monotonic()  # before the server's clock for this connection starts
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        request = f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{srv.port}\r\nUpgrade: websocket\r\n".encode()
+        dropped = asyncio.ensure_future(reader.read())  # b"" (or an HTTP error) once the server gives up
+        async with asyncio.timeout(5):
+            with contextlib.suppress(ConnectionError):
+                for byte in itertools.cycle(request):  # one byte every 20 ms: never a whole request
+                    if dropped.done():
+                        break
+                    writer.write(bytes([byte]))
+                    await writer.drain()
+                    await asyncio.sleep(0.02)
+            try:
+                answer = await dropped
+            except ConnectionError:
+                answer = b""  # reset rather than closed: dropped all the same
+        elapsed = time.monotonic() - started
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 "), answer
+        assert 0.3 <= elapsed < 2.0, elapsed  # bytes kept coming, yet the connection was dropped in time
+        writer.close()
+
+
+async def test_a_device_may_not_announce_a_split_result_larger_than_its_task():
+    async with server() as srv:
+        good = device(srv, "good")
+        async with devices_running(good):
+            await srv.wait_for_devices(1, 5)
+            await srv.fleet.prepare([artifacts(["good", "raw"])])
+            ws = await raw_client(srv)
+            run = asyncio.ensure_future(outcome(srv.fleet.run_task(DeviceId("raw"), task())))
+            t = await received_task(ws)
+            huge = {"w": np.zeros((3, 2), np.float32), "b": np.zeros(2_000_000, np.float32)}  # 8 MB, not 16 bytes
+            parts = split_message(encode(Result(t.task_id, t.job_id, t.round, huge, 6, 0.5, Timing(0, 0, None))), 2**16 + 64)
+            await ws.send(parts[0])
+            await expect_bye(ws, "message_too_big", 1009)
+            failure = await run
+            assert isinstance(failure, DeviceFailure) and failure.status == "rejected"
+            assert "message_too_big" in failure.reason
+            # The good device trains on.
+            assert (await srv.fleet.run_task(DeviceId("good"), task())).weights["b"].tolist() == [2.0] * 4
+
+
+async def test_tasks_in_flight_are_bounded_across_the_fleet():
+    # Each device takes ~0.3 s (6 samples x a = 0.05); one slot: the tasks run one after the other.
+    profile = DeviceProfile("p", a=0.05, mu=1e6)
+    async with server(max_tasks_in_flight=1) as srv:
+        devices = [device(srv, d, profile=profile) for d in ("d0", "d1")]
+        async with devices_running(*devices):
+            await srv.wait_for_devices(2, 5)
+            await srv.fleet.prepare([artifacts(["d0", "d1"])])
+            results = await asyncio.gather(*(srv.fleet.run_task(DeviceId(d), task()) for d in ("d0", "d1")))
+            assert [r.weights["b"].tolist() for r in results] == [[2.0] * 4] * 2
+            (*_, e0, o0), (*_, s1, _, o1) = sorted(srv.fleet.task_log, key=lambda x: x[3])
+            assert o0 == o1 == "ok" and s1 >= e0  # never two tasks out at once
+            # A task whose deadline passes while it waits for a slot fails without being sent.
+            slow = asyncio.ensure_future(srv.fleet.run_task(DeviceId("d0"), task(round_=2)))
+            async with asyncio.timeout(5):
+                while not srv.link(DeviceId("d0")).waiters:  # d0's task holds the slot
+                    await asyncio.sleep(0.01)
+            waiting = await outcome(srv.fleet.run_task(DeviceId("d1"), task(round_=2, deadline_s=0.1)))
+            assert isinstance(waiting, DeviceFailure) and "no task slot" in waiting.reason
+            assert (await slow).weights["b"].tolist() == [2.0] * 4
+            assert len(devices[1].history) == 1  # d1 never got the second task
+
+
+def test_new_limits_are_checked():
+    for name in ("max_connections_per_address", "max_queued_messages", "max_tasks_in_flight"):
+        with pytest.raises(ConfigError, match=name):
+            ServerSettings(**{name: 0})
+        ServerSettings(**{name: None})  # None turns it off
+
+
+# -- update checks before FedAvg ---------------------------------------------------------
+
+
+def test_norm_outliers_need_three_updates_and_measure_from_the_global_model():
+    ref = {"w": np.ones(4, np.float32)}
+    honest = [{"w": ref["w"] + d} for d in (0.1, -0.2, 0.15)]
+    huge = {"w": ref["w"] + 50.0}
+    assert norm_outliers(ref, [*honest, huge], max_ratio=10) == [3]
+    assert norm_outliers(ref, [honest[0], huge], max_ratio=10) == []  # no majority to judge by
+    assert norm_outliers(ref, [*honest, huge], max_ratio=None) == []
+    assert norm_outliers(ref, honest, max_ratio=1.0) == [1]  # 0.4 > 1 x median 0.3
+    assert norm_outliers({"w": ref["w"] + 50.0}, [*honest, huge], max_ratio=10) == []  # all are far from it
+
+
+async def test_a_round_rejects_a_huge_and_a_nan_update_and_averages_only_the_honest_ones():
+    honest = {"h0": 0.5, "h1": 1.0, "h2": 1.5}
+    async with server() as srv:
+        devices = [device(srv, d, make_trainer=functools.partial(echo_trainer, delta=x)) for d, x in honest.items()]
+        devices.append(device(srv, "huge", make_trainer=functools.partial(echo_trainer, delta=1e4)))
+        async with devices_running(*devices):
+            await srv.wait_for_devices(4, 5)
+            ws = await raw_client(srv, "nan")
+            names = [*honest, "huge", "nan"]
+            await srv.fleet.prepare([artifacts(names)])
+            job = EngineJob(
+                JobConfig(JobId("j"), "lenet5", fraction=1.0, max_rounds=1), spec=SPEC,
+                scheduler=make_scheduler("random", seed=0), samples={DeviceId(d): 6 for d in names},
+                test_x=np.zeros((1, 1, 16, 16), np.float32), test_y=np.zeros(1, np.int64), weights=dict(WEIGHTS),
+            )
+
+            async def answer_with_nan():
+                t = await received_task(ws)
+                # The codec refuses to write NaN; a broken device writes it anyway:
+                # a valid result whose first weight is then overwritten with NaN.
+                data = bytearray(result_for(t, {k: np.asarray(v) for k, v in t.weights.items()}))
+                payload_offset = int.from_bytes(data[12:16], "little")
+                data[payload_offset:payload_offset + 4] = np.float32(np.nan).tobytes()
+                await ws.send(bytes(data))
+                await expect_bye(ws, "bad_weights", 1002)
+
+            sink = Sink()
+            async with asyncio.TaskGroup() as group:
+                group.create_task(answer_with_nan())
+                group.create_task(Engine([job], srv.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="n", sink=sink).run())
+    (record,) = sink.records
+    status = {dr.device: dr for dr in record.devices}
+    assert status["huge"].status == "rejected" and "norm" in status["huge"].error
+    assert status["nan"].status == "rejected" and "bad_weights" in status["nan"].error
+    assert all(status[d].status == "ok" for d in honest)
+    expected = fedavg([({k: v + np.float32(x) for k, v in WEIGHTS.items()}, 6) for x in honest.values()])
+    assert record.aggregated
+    for name in WEIGHTS:
+        np.testing.assert_array_equal(job.weights[name], expected[name])

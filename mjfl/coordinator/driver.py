@@ -131,6 +131,7 @@ class Driver:
         self.config = config
         self.output = output
         self._prepared: dict[int, list[PreparedJob]] = {}
+        self._warned: set[str] = set()  # coverage warnings already shown (once a command, not once a method)
 
     # -- training runs --------------------------------------------------------
 
@@ -260,6 +261,10 @@ class Driver:
         trained.
         """
         present = len(assignment.slot_of)
+        key = f"{present}/{assignment.slots}"
+        if key in self._warned:
+            return
+        self._warned.add(key)
         for job in prepared:
             plan = plan_size(job.config.fraction, present, present)
             seen, classes = job.classes_a_round(assignment, plan)

@@ -87,7 +87,11 @@ def test_a_small_non_iid_fleet_serves_every_job_to_its_target(tmp_path):
             "jobs": [{"name": "lenet", "model": "lenet5", **job, "image_size": 12}, {"name": "cnn", "model": "cnn-a-noniid", **job}],
         }
     )
-    summary = simulate(config, ["meta-greedy"], Output(tmp_path / "out", Console(), live=False))
+    console = Console(record=True, width=200)
+    summary = simulate(config, ["meta-greedy"], Output(tmp_path / "out", console, live=False))
+    said = console.export_text()
+    # Said up front: three devices a round hold at most 6 of the 10 classes.
+    assert said.count("whose data holds at most 6 of its 10 classes") == 2, said  # once per job
     for name, row in summary["methods"]["meta-greedy"]["jobs"].items():
         assert row["time_to_target_s"] is not None, (name, row)
     with Storage(config.database_path) as storage:

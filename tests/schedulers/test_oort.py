@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from mjfl.coordinator.config import parse_config
 from mjfl.schedulers.base import RoundOutcome
 from mjfl.schedulers.oort import OortScheduler
 from mjfl.schedulers.registry import make_scheduler
@@ -141,3 +142,15 @@ def test_it_can_join_meta_greedy():
     outcomes = drive([meta, make_scheduler("meta-greedy", 1, members=["oort", "fedcs"])], fleet, jobs, 4, rng)
     assert all(len(o.plan) == 6 for job in outcomes for o in job)
     assert [m.name for m in meta.members] == ["greedy", "random", "oort"]
+
+
+def test_the_config_names_it_as_method_member_and_options():
+    raw = {
+        "fleet": {"size": 10}, "jobs": [{"name": "a", "model": "lenet5"}],
+        "scheduler": {"method": "oort", "members": ["greedy", "oort"], "options": {"oort": {"alpha": 1.0, "pacer_window": 3}}},
+    }
+    s = parse_config(raw).scheduler
+    oort = make_scheduler(s.method, 0, options=s.options, members=s.members)
+    assert isinstance(oort, OortScheduler) and (oort.alpha, oort.pacer_window) == (1.0, 3)
+    meta = make_scheduler("meta-greedy", 0, options=s.options, members=s.members)
+    assert meta.members[1].alpha == 1.0

@@ -1,34 +1,35 @@
 """Oort's guided participant selection (Lai et al., OSDI 2021), as one more method.
 
-Oort scores every device it has tried by the product of two utilities
-(Section 4 of the paper, Algorithm 1):
+Oort scores every device it has tried by the product of two utilities (the
+paper's Formulas 1-2 and its Algorithm 1):
 
-* statistical utility ``|B_i| * sqrt(mean_{k in B_i} Loss(k)^2)`` from the
-  device's last participation. Devices report only their mean training loss
-  (``RoundOutcome.losses``), so that mean stands in for the root mean square
-  (it is a lower bound of it, tight when the per-sample losses are alike), and
-  ``|B_i|`` is the device's shard size ``D_k^m``. Utilities are divided by
-  the largest among the candidates, so they lie in [0, 1] on any data set;
-* a staleness bonus ``sqrt(0.1 * log(R) / L_i)`` added to it (Algorithm 1
-  line 8: R the current round, L_i the round the device last took part in),
-  so devices left out for long come back;
-* system utility ``(T / t_i)^alpha`` multiplying it when the device's round
-  time ``t_i`` exceeds the preferred round duration ``T`` (Formula 2 of the
-  paper; 1 otherwise).
+* statistical utility ``|B_i| * sqrt(mean_{k in B_i} Loss(k)^2)`` (Formula 1)
+  from the device's last participation. Devices report only their mean
+  training loss (``RoundOutcome.losses``), so that mean stands in for the
+  root mean square (a lower bound of it, tight when the per-sample losses
+  are alike), and ``|B_i|`` is the device's shard size ``D_k^m``. Utilities
+  are divided by the largest among the candidates, so they lie in [0, 1] on
+  any data set;
+* a staleness bonus ``sqrt(0.1 * log(R) / L_i)`` added to it (R the current
+  round, L_i the round the device last took part in), so devices left out
+  for long come back;
+* system utility ``(T / t_i)^alpha`` multiplying the sum when the device's
+  round time ``t_i`` exceeds the preferred round duration ``T`` (Formula 2;
+  1 otherwise).
 
 ``t_i`` is the device's last observed round time plus its wait in this
 context, or, never tried, its expected time from the cost model
 (``device_times``). ``T`` is the ``preferred_quantile`` of ``t_i`` over the
-devices the plan may use; the *pacer* (Algorithm 1 lines 2-4) raises that
-quantile by ``pacer_step`` whenever the statistical utility collected over
-the last ``pacer_window`` rounds fell below that of the window before.
+devices the plan may use; the *pacer* raises that quantile by
+``pacer_step`` whenever the statistical utility collected over the last
+``pacer_window`` rounds fell below that of the window before.
 
-A plan is split between exploitation and exploration (Algorithm 1 lines
-10-14): a share ``epsilon`` (from 0.9, times 0.98 a round, floor 0.2) goes to
-devices never tried, drawn with probability proportional to their system
-utility (fast ones first); the rest to tried devices whose utility is at
-least ``cutoff`` (95%) of that of the last device a top-utility plan would
-take, drawn with probability proportional to utility.
+A plan is split between exploration and exploitation: a share ``epsilon``
+(from 0.9, times 0.98 a round, floor 0.2) goes to devices never tried, drawn
+with probability proportional to their system utility (fast ones first);
+the rest to tried devices whose utility is at least ``cutoff`` (95%) of that
+of the last device a top-utility plan would take, drawn with probability
+proportional to utility.
 
 Where nothing is trained (the scheduler benchmark's synthetic driver) rounds
 carry no losses: every device that returned then counts as statistical
@@ -134,7 +135,7 @@ class OortScheduler:
             self._pace(collected)
 
     def _pace(self, collected: float) -> None:
-        """Algorithm 1 lines 2-4: relax T when the last window collected less utility than the one before."""
+        """The pacer: relax T when the last window collected less utility than the one before."""
         self._collected.append(collected)
         W, seen = self.pacer_window, len(self._collected)
         stalled = seen % W == 0 and seen >= 2 * W and sum(self._collected[-W:]) < sum(self._collected[-2 * W : -W])
@@ -147,7 +148,7 @@ class OortScheduler:
         return np.asarray(ratio**self.alpha, dtype=np.float64)
 
     def _utility_of(self, devices: list[DeviceId], round_: int) -> FloatArray:
-        """Statistical utility over the candidates' largest, plus the staleness bonus (Algorithm 1 line 8)."""
+        """Statistical utility over the candidates' largest, plus the staleness bonus."""
         raw = np.array([np.nan if self._utility[d] is None else self._utility[d] for d in devices], dtype=np.float64)
         known = raw[np.isfinite(raw)]
         top = float(known.max()) if known.size and known.max() > 0 else 1.0
@@ -159,7 +160,7 @@ class OortScheduler:
     def _exploit(self, candidates: NDArray[np.intp], utility: FloatArray, count: int) -> NDArray[np.intp]:
         """``count`` candidates within ``cutoff`` of the count-th best utility, drawn by utility.
 
-        Algorithm 1 lines 11-12: the clients above ``c`` times the utility of
+        Oort's exploitation: the clients above ``c`` times the utility of
         the last one a top-k plan would take, sampled by their utility.
         """
         if count == 0:

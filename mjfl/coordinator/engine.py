@@ -268,12 +268,13 @@ class Engine:
         ended = self.now()
         results = self._reject_outliers(job, results)
 
-        updates, device_rounds, durations, failed = [], [], {}, set()
+        updates, device_rounds, durations, losses, failed = [], [], {}, {}, set()
         for k, device, (outcome, task_started) in zip(plan, devices, results):
             wait = task_started - started
             if isinstance(outcome, TaskResult):
                 updates.append((outcome.weights, outcome.samples))
                 durations[k] = outcome.duration_s
+                losses[k] = outcome.mean_loss
                 device_rounds.append(DeviceRound(
                     device, "ok", outcome.samples, outcome.mean_loss, outcome.duration_s,
                     outcome.timing.download_s, outcome.timing.compute_s, outcome.timing.upload_s,
@@ -294,7 +295,7 @@ class Engine:
         job.best_accuracy = max(job.best_accuracy, accuracy)
 
         round_outcome = RoundOutcome(
-            ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started, accuracy=accuracy
+            ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started, accuracy=accuracy, losses=losses
         )
         cost = costs.observed_cost(round_outcome)
         job.scheduler.observe(ctx, round_outcome)

@@ -163,7 +163,8 @@ class RoundOutcome:
     ``round_time`` is when the round closed (Formula 3 as observed: the slowest
     returned device, or the deadline when one failed); ``accuracy`` the job's
     test accuracy after the round (None where nothing is trained, as in the
-    scheduler benchmark).
+    scheduler benchmark); ``losses`` the mean training loss of each returned
+    device's update (empty where nothing is trained).
     """
 
     job: int
@@ -173,6 +174,7 @@ class RoundOutcome:
     failed: frozenset[int]
     round_time: float
     accuracy: float | None = None
+    losses: Mapping[int, float] = field(default_factory=dict)
 
 
 class Scheduler(Protocol):

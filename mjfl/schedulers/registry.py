@@ -17,6 +17,7 @@ from mjfl.schedulers.baselines import (
 from mjfl.schedulers.bods import BODSScheduler
 from mjfl.schedulers.genetic import AnnealingScheduler, GeneticScheduler
 from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
+from mjfl.schedulers.oort import OortScheduler
 from mjfl.schedulers.rlds import RLDSScheduler
 
 SINGLE: dict[str, Callable[..., Scheduler]] = {
@@ -27,6 +28,7 @@ SINGLE: dict[str, Callable[..., Scheduler]] = {
     "bods": BODSScheduler,
     "rlds": RLDSScheduler,
     "sa": AnnealingScheduler,
+    "oort": OortScheduler,  # beyond the paper: Lai et al. 2021, a member only when listed
 }
 # Algorithm 4's six members, in the paper's order.
 META_MEMBERS = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")

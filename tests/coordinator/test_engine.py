@@ -61,9 +61,14 @@ class StepFleet:
             weights = {"w": task.weights["w"] + 1}
             if (device, task.job, task.round) in self.bad:
                 weights = {"w": np.full(1, np.nan, np.float32)}
-            return TaskResult(device, weights, 20, 0.5, duration)
+            return TaskResult(device, weights, 20, loss_of(device), duration)
         finally:
             self.training[device].discard(task.job)
+
+
+def loss_of(device):
+    """Each test device reports its own mean training loss: d3 reports 0.4."""
+    return 0.1 * (1 + int(device[1:]))
 
 
 def evaluate(spec, weights, x, y):
@@ -111,7 +116,7 @@ def run(jobs, size=10, seed=0, settings=None, sink=None, **fleet_kw):
     return sink.records, fleet
 
 
-@pytest.mark.parametrize("method", ["random", "greedy", "meta-greedy"])
+@pytest.mark.parametrize("method", ["random", "greedy", "oort", "meta-greedy"])
 def test_concurrent_jobs_never_share_a_device(method):
     records, fleet = run(make_jobs(3, method, target=0.8), size=10)
     assert fleet.overlaps == []
@@ -219,3 +224,34 @@ def test_profiles_are_refined_online_from_observed_rounds():
         # is back near the truth instead of 3x off.
         assert refit.a + 1 / refit.mu == pytest.approx(truth.a + 1 / truth.mu, rel=0.3)
     assert [r.at_s for r in sink.refits] == sorted(r.at_s for r in sink.refits)
+
+
+class Recording:
+    """A scheduler that keeps every outcome it observes (Random plans)."""
+
+    name = "recording"
+
+    def __init__(self):
+        self.inner = make_scheduler("random", seed=0)
+        self.outcomes = []
+
+    def plan(self, ctx):
+        return self.inner.plan(ctx)
+
+    def observe(self, ctx, outcome):
+        self.outcomes.append((ctx, outcome))
+
+
+def test_schedulers_observe_each_returned_devices_mean_loss():
+    jobs = make_jobs(1, target=None, max_rounds=4, fraction=0.5)
+    jobs[0].scheduler = Recording()
+    probe, _ = run(make_jobs(1, target=None, max_rounds=1, fraction=0.5))
+    lost = probe[0].plan[0]
+    run(jobs, fail={(lost, "job0", 1)})
+    observed = jobs[0].scheduler.outcomes
+    assert len(observed) == 4
+    for ctx, outcome in observed:
+        assert set(outcome.losses) == set(outcome.durations) == set(outcome.plan) - outcome.failed
+        for k, loss in outcome.losses.items():
+            assert loss == pytest.approx(loss_of(ctx.fleet.ids[k]))
+    assert observed[0][1].failed, "the first round's lost device should not report a loss"

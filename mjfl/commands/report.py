@@ -139,7 +139,7 @@ def _paper(jobs: dict[str, JobInfo], partitions: dict[str, str]) -> dict[str, An
             + (f", run as {m['model']}, a stand-in)" if m["stand_in"] else ")")
             for name, m in matches.items()
         )
-        note = f"(paper): the paper's figures, minutes x 60, no group time printed; {pairs}"
+        note = f"(paper) rows: the paper's Tables 4-5, its minutes x 60 (it prints no group time); {pairs}"
     return {"matches": matches, "note": note}
 
 

@@ -5,9 +5,9 @@ convergence accuracy and the time required to achieve the target accuracy for
 different methods in Group A") and Table 5 (``tab:GroupB``, the same for Group
 B), with the set-ups of Tables 2 and 3 (``tab:setup-GroupA``,
 ``tab:setup-GroupB``: data set, network, local epochs, mini-batch size; 100
-devices, Section 5). Times are minutes as printed; "/" (target never reached)
-is ``None``. The tables print no group time: the paper's "total time" is
-Formula 2's sum over jobs, and its quoted speed-ups (``CLAIMS``) are given as
+devices and the non-IID split in Section 5). Times are minutes as printed;
+"/" (target never reached) is ``None``. The tables print no group time: the paper's "total time" is
+Formula 7's sum over jobs, and its quoted speed-ups (``CLAIMS``) are given as
 text, not derived here.
 
 A job of ours *matches* a paper job when all four agree:
@@ -141,7 +141,7 @@ CLAIMS: tuple[str, ...] = (
     "non-IID: Meta-Greedy up to 7.53x faster for a single job and 7.16x for the total time (Section 5, non-IID evaluation)",
     "final accuracy up to 46.4% higher with Meta-Greedy (abstract)",
 )
-"""The paper's headline speed-ups, quoted: its "total time" is Formula 2's sum over jobs."""
+"""The paper's headline speed-ups, quoted: its "total time" is Formula 7's sum over jobs."""
 
 
 def match(dataset: str, model: str, partition: str | None, target_accuracy: float | None) -> PaperJob | None:

@@ -82,7 +82,10 @@ def report(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the gathered figures here.")] = None,
     plots: Annotated[Path | None, typer.Option(help="Write accuracy-vs-time and member-wins plots to this folder.")] = None,
 ) -> None:
-    """The paper's Tables 4-5 over the finished runs of these folders: mean and spread per method."""
+    """The paper's Tables 4-5 over the finished runs of these folders: mean and spread per method.
+
+    The paper's own figures follow, marked "(paper)", for the jobs whose set-up matches one of its (docs/results.md).
+    """
     from mjfl.commands.report import report_runs
 
     report_runs(run_dirs, console=console, json_path=json_path, plots=plots)

@@ -15,14 +15,20 @@ JOB = JobId("lenet")
 
 
 def record_run(folder: Path, method: str, seed: int, ends: list[float], accuracies: list[float], *,
-               options: dict | None = None, winners: list[str] | None = None, finished: bool = True) -> None:
-    """A run as the driver records it: info, its job, its rounds (real SQLite in ``folder``)."""
+               options: dict | None = None, winners: list[str] | None = None, finished: bool = True,
+               setup: tuple[str, str, float, str] = ("lenet5", "digits", 0.8, "noniid")) -> None:
+    """A run as the driver records it: info, its job, its rounds (real SQLite in ``folder``).
+
+    ``setup``: the job's model, data set, target accuracy and partition.
+    """
     run_id = f"{method}-{seed}-{len(ends)}"
     scheduler = {"method": method, "alpha": 1.0, "beta": 0.05, "omega": "sqrt", "options": options or {}}
+    model, dataset, target, scheme = setup
+    config = {"scheduler": scheduler, "jobs": [{"name": JOB, "partition": scheme, "classes_per_device": 2}]}
     with Storage(folder / "mjfl.db") as storage:
         storage.start_run(
-            RunInfo(run_id, method, "virtual", seed, json.dumps({"scheduler": scheduler}), "2026-11-26T10:00:00"),
-            [JobInfo(run_id, JOB, "lenet5", "digits", 0.8, None, 40, "lenet5/digits")],
+            RunInfo(run_id, method, "virtual", seed, json.dumps(config), "2026-11-26T10:00:00"),
+            [JobInfo(run_id, JOB, model, dataset, target, None, 40, f"{model}/{dataset}")],
         )
         started = 0.0
         for number, (end, accuracy) in enumerate(zip(ends, accuracies), start=1):
@@ -60,6 +66,10 @@ def test_report_gathers_the_runs_of_several_folders_per_method(tmp_path: Path) -
     assert meta["group_time_s"] == {"mean": 2.0, "sd": None, "reached": 1, "runs": 2}
     assert meta["wins"] == {"genetic": 0.8, "rlds": 0.2}
     assert "2.0 (1/2)" in result.stderr
+    # Digits is no set-up of the paper's: no paper rows, and one line says so.
+    assert json.loads(out.read_text())["paper"]["matches"] == {}
+    assert "(paper)" not in result.stderr
+    assert "the paper's figures: no job here matches a set-up of its Tables 4-5" in result.stderr
     assert methods["meta-greedy (horizon=10.0)"]["group_time_s"]["mean"] == 1.0
     # The plots: accuracy against time per job, and Meta-Greedy's member wins over the rounds.
     for name in ("accuracy-lenet.png", "member-wins.png"):
@@ -70,3 +80,45 @@ def test_report_names_a_folder_without_runs(tmp_path: Path) -> None:
     result = subprocess.run(mjfl_args("report", str(tmp_path)), capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2
     assert f"{tmp_path}: no run database (mjfl.db) here" in result.stderr
+
+
+def test_report_shows_the_papers_figures_beside_a_job_with_the_papers_set_up(tmp_path: Path) -> None:
+    # The paper's group B AlexNet on non-IID MNIST, target 0.976 (Table 5).
+    setup = ("alexnet", "mnist", 0.976, "noniid")
+    record_run(tmp_path, "random", 0, [600.0, 1200.0], [0.95, 0.98], setup=setup)
+    record_run(tmp_path, "meta-greedy", 0, [500.0], [0.977], setup=setup)
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        mjfl_args("report", str(tmp_path), "--json", str(out)), capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    match = json.loads(out.read_text())["paper"]["matches"]["lenet"]
+    assert (match["table"], match["job"], match["stand_in"]) == ("Table 5 (Group B)", "AlexNet", False)
+    assert match["methods"]["Meta-Greedy"] == {"time_to_target_min": 45.0, "time_to_target_s": 2700.0, "final_accuracy": 0.99}
+    assert match["methods"]["Greedy"]["time_to_target_s"] == 181.2 * 60
+    # Beside ours in the table: one row per method of the paper, its minutes as seconds.
+    rows = [line for line in result.stderr.splitlines() if "(paper)" in line and "│" in line]
+    assert len(rows) == 7
+    meta = next(line for line in rows if "Meta-Greedy (paper)" in line)
+    assert "2700.0" in meta and "0.9900" in meta
+    assert "lenet = Table 5 (Group B) AlexNet noniid (AlexNet)" in result.stderr
+
+
+def test_report_matches_the_paper_only_on_the_same_partition_and_target(tmp_path: Path) -> None:
+    # VGG-16 on CIFAR-10 runs as vgg6 (a stand-in); Table 4's IID target is also 0.55.
+    iid, other = tmp_path / "iid", tmp_path / "other"
+    record_run(iid, "random", 0, [1.0], [0.6], setup=("vgg6", "cifar10", 0.55, "iid"))
+    record_run(other, "random", 0, [1.0], [0.6], setup=("vgg6", "cifar10", 0.6, "iid"))
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        mjfl_args("report", str(iid), "--json", str(out)), capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    match = json.loads(out.read_text())["paper"]["matches"]["lenet"]
+    assert (match["partition"], match["network"], match["stand_in"]) == ("iid", "VGG-16", True)
+    assert match["methods"]["Greedy"]["time_to_target_s"] is None  # "/" in the paper
+    assert match["methods"]["Meta-Greedy"]["time_to_target_min"] == 30.34
+    assert "run as vgg6, a stand-in" in result.stderr
+    result = subprocess.run(mjfl_args("report", str(other)), capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "(paper)" not in result.stderr and "no job here matches" in result.stderr

@@ -6,7 +6,9 @@ the runs, and runs of several seeds (one folder each, or several in one)
 are gathered per method: per job the mean and spread of the time to target
 over the runs that reached it (and how many did), the mean final accuracy,
 the group's time to target, the speedup against Random, and for Meta-Greedy
-the share of rounds each member's plan won.
+the share of rounds each member's plan won. Where a job's set-up matches one
+of the paper's (``mjfl.coordinator.paper``: data set, model, partition and
+target accuracy), the paper's figures follow as rows marked "(paper)".
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mjfl.coordinator import report
+from mjfl.coordinator import paper, report
 from mjfl.coordinator.records import JobInfo, RoundRecord
 from mjfl.coordinator.storage import Storage
 from mjfl.errors import UserError
@@ -50,6 +52,7 @@ def report_runs(
     per_method: dict[str, list[dict[str, Any]]] = defaultdict(list)
     wins: dict[str, Counter[str]] = defaultdict(Counter)
     jobs: dict[str, JobInfo] = {}
+    partitions: dict[str, str] = {}
     curves: dict[str, list[list[RoundRecord]]] = defaultdict(list)
     skipped = 0
     for folder in dirs:
@@ -64,16 +67,22 @@ def report_runs(
                 run_jobs = storage.jobs(info.run_id)
                 records = storage.rounds(info.run_id)
                 entry = report.summary({info.method: (run_jobs, records)})["methods"][info.method]
-                name = _label(info.method, json.loads(info.config_json).get("scheduler", {}))
+                config = json.loads(info.config_json)
+                name = _label(info.method, config.get("scheduler", {}))
                 per_method[name].append(entry | {"seed": info.seed, "run_id": info.run_id})
                 wins[name].update(r.winner for r in records if r.winner is not None)
                 curves[name].append(records)
                 for job in run_jobs:
                     jobs.setdefault(str(job.job), job)
+                for job_config in config.get("jobs", []):
+                    if "name" in job_config and "partition" in job_config:
+                        partitions.setdefault(str(job_config["name"]), _partition(job_config))
     if not per_method:
         raise UserError(f"no finished run in {', '.join(map(str, dirs))}")
     gathered = {"methods": {m: _gather(runs, wins[m]) for m, runs in per_method.items()}}
+    gathered["paper"] = _paper(jobs, partitions)
     console.print(_table(gathered, list(jobs.values()), title))
+    console.print(gathered["paper"]["note"], highlight=False)
     if skipped:
         console.print(f"left out {skipped} unfinished run(s)", highlight=False)
     if plots is not None:
@@ -84,6 +93,54 @@ def report_runs(
         json_path.write_text(json.dumps(gathered, indent=2, allow_nan=False) + "\n")
         console.print(f"wrote {json_path}", highlight=False)
     return gathered
+
+
+def _partition(job_config: dict[str, Any]) -> str:
+    """The job's partition as the paper's tables name it: its non-IID is two classes a device."""
+    scheme = str(job_config["partition"])
+    classes = job_config.get("classes_per_device", 2)
+    return scheme if scheme != "noniid" or classes == 2 else f"noniid ({classes} classes per device)"
+
+
+def _paper(jobs: dict[str, JobInfo], partitions: dict[str, str]) -> dict[str, Any]:
+    """The paper's figures for each job whose set-up matches one of its Tables 4-5, and a one-line note."""
+    matches: dict[str, Any] = {}
+    for name, info in jobs.items():
+        found = paper.match(info.dataset, info.model, partitions.get(name), info.target_accuracy)
+        if found is None:
+            continue
+        matches[name] = {
+            "table": found.table,
+            "group": found.group,
+            "job": found.name,
+            "network": found.network,
+            "model": found.model,
+            "stand_in": found.stand_in,
+            "dataset": found.dataset,
+            "partition": found.partition,
+            "target_accuracy": found.target_accuracy,
+            "methods": {
+                method: {
+                    "time_to_target_min": result.time_to_target_min,
+                    "time_to_target_s": result.time_to_target_s,
+                    "final_accuracy": result.final_accuracy,
+                }
+                for method, result in found.results.items()
+            },
+        }
+    if not matches:
+        note = (
+            "the paper's figures: no job here matches a set-up of its Tables 4-5 "
+            "(same data set, model, partition and target accuracy; docs/results.md)"
+        )
+    else:
+        pairs = ", ".join(
+            f"{name} = {m['table']} {m['job']} {m['partition']} ({m['network']}"
+            + (f", run as {m['model']}, a stand-in)" if m["stand_in"] else ")")
+            for name, m in matches.items()
+        )
+        note = f"(paper) rows: the paper's Tables 4-5, its minutes x 60 (it prints no group time); {pairs}"
+    return {"matches": matches, "note": note}
 
 
 def _label(method: str, scheduler: dict[str, Any]) -> str:
@@ -161,6 +218,7 @@ def _table(gathered: dict[str, Any], jobs: list[JobInfo], title: str = "") -> Ta
             mean = group["mean"] if _complete(group) else None
             cells.append("" if mean is None or mean <= 0 else f"{baseline / mean:.2f}x")
         table.add_row(*cells)
+    _add_paper_rows(table, gathered["paper"]["matches"], jobs, extra=1 + (baseline is not None))
     members = {name: m["wins"] for name, m in methods.items() if m["wins"]}
     if members:
         table.caption = "; ".join(
@@ -168,6 +226,23 @@ def _table(gathered: dict[str, Any], jobs: list[JobInfo], title: str = "") -> Ta
             for name, shares in members.items()
         )
     return table
+
+
+def _add_paper_rows(table: Table, matches: dict[str, Any], jobs: list[JobInfo], *, extra: int) -> None:
+    """A row per method of the paper's tables, filled in for the jobs that match; ``extra``: the group columns."""
+    if not matches:
+        return
+    table.add_section()
+    for method in paper.METHODS:
+        cells = [f"[italic]{method} (paper)[/]", ""]
+        for job in jobs:
+            entry = matches.get(str(job.job), {}).get("methods", {}).get(method)
+            if entry is None:
+                cells += ["", ""]
+                continue
+            time = entry["time_to_target_s"]
+            cells += [report.NOT_REACHED if time is None else f"{time:.1f}", f"{entry['final_accuracy']:.4f}"]
+        table.add_row(*cells, *[""] * extra, style="dim")
 
 
 def _complete(entry: dict[str, Any]) -> bool:

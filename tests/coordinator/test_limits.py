@@ -70,6 +70,24 @@ async def test_connections_past_the_per_address_limit_get_bye_too_many_connectio
         await fourth.close()
 
 
+async def test_messages_read_ahead_per_device_are_bounded_by_max_queued_messages():
+    # What the limit holds: once a device's unread messages pass it, the
+    # coordinator stops reading that device's socket (TCP pushes back). The
+    # coordinator reads as fast as messages come, so the queue cannot be
+    # filled from outside; this checks the bound each device's connection gets.
+    async with server(max_queued_messages=3) as srv:
+        client = await raw_client(srv, "a")
+        (link,) = [link for link in srv._handlers if link.device == "a"]
+        queue = link.conn.ws.recv_messages
+        assert (queue.high, queue.low) == (3, 0)
+        await client.close()
+    async with server(max_queued_messages=None) as srv:
+        client = await raw_client(srv, "b")
+        (link,) = [link for link in srv._handlers if link.device == "b"]
+        assert link.conn.ws.recv_messages.high is None  # None turns the bound off
+        await client.close()
+
+
 async def test_a_slow_loris_dribbling_its_handshake_is_dropped_after_the_handshake_timeout():
     async with server(handshake_timeout=0.3) as srv:
         started = time.monotonic()  # before the server's clock for this connection starts

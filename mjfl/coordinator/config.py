@@ -76,6 +76,7 @@ class SchedulerConfig:
     max_update_norm_ratio: float = 10.0  # 0 turns the check off
     profile_window: int = 0
     plan_busy: bool = True  # jobs may plan devices other jobs will release soon
+    parallel: bool = True  # False: one job after another (single-job FL)
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -243,6 +244,7 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         ),
         profile_window=f.take("profile_window", int, default=d["profile_window"], check=lambda v: v >= 0, need=">= 0"),
         plan_busy=f.take("plan_busy", bool, default=d["plan_busy"]),
+        parallel=f.take("parallel", bool, default=d["parallel"]),
         options=options,
     )
     f.done()

@@ -247,6 +247,7 @@ class Driver:
             weights=CostWeights(alpha=s.alpha, beta=s.beta, omega=s.omega),  # type: ignore[arg-type]
             min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed,
             profile_window=s.profile_window, device_wait_s=device_wait_s, plan_busy=s.plan_busy,
+            parallel=s.parallel,
             max_update_norm_ratio=s.max_update_norm_ratio or None,
         )
 

@@ -112,6 +112,8 @@ class EngineSettings:
     device_wait_s: float = 0.0
     # Plan devices busy with another job too, charging their expected wait.
     plan_busy: bool = True
+    # False: the jobs run one after another, each with the whole fleet (single-job FL).
+    parallel: bool = True
     # Updates that moved the model more than this x the round's median are
     # rejected before FedAvg (fedavg.norm_outliers); None turns the check off.
     max_update_norm_ratio: float | None = 10.0
@@ -166,6 +168,10 @@ class Engine:
     async def run(self) -> None:
         """Run every job until it reaches its target or its budget."""
         self._start = self.clock.now()
+        if not self.settings.parallel:
+            for job in self.jobs:  # in the config's order; a resumed run skips the finished ones
+                await self._run_job(job)
+            return
         async with asyncio.TaskGroup() as group:
             for job in self.jobs:
                 group.create_task(self._run_job(job), name=f"job {job.name}")

@@ -153,6 +153,14 @@ def test_jobs_may_plan_devices_other_jobs_release_soon(method):
     assert all(d.wait_s == 0 for r in free_only for d in r.devices)
 
 
+def test_single_job_fl_runs_the_jobs_one_after_another_each_with_the_whole_fleet():
+    records, _ = run(make_jobs(3, "random", target=0.5, fraction=0.4), size=10, settings=EngineSettings(parallel=False))
+    assert [r.job for r in records] == ["job0"] * 5 + ["job1"] * 5 + ["job2"] * 5
+    for before, after in itertools.pairwise(records):
+        assert after.started_s >= before.ended_s - 1e-9  # one round at a time
+    assert all(len(r.plan) == 4 and all(d.wait_s == 0 for d in r.devices) for r in records)
+
+
 def test_jobs_stop_at_their_target_and_at_their_budget():
     jobs = make_jobs(2, target=0.5)
     jobs[1].config = dataclasses.replace(jobs[1].config, target_accuracy=None)

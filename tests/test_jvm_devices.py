@@ -96,9 +96,13 @@ def test_java_devices_train_with_the_python_coordinator_fail_cleanly_and_join_la
     for job in ("lenet", "cnn"):
         ok = [r for r in rows if r[0] == job and r[2] in ("jvm-0", "jvm-1") and r[3] == "ok"]
         assert ok and all(r[4] > 0 and r[6] == 1 for r in ok), job
-    # The kill is a recorded failure of the round, which completed without them.
+    # The kill is a recorded failure of the round, which completed without them: the task in
+    # flight lost its connection; a task the other job had already claimed the device for
+    # (planned while it was busy) found it gone.
     lost = [r for r in rows if r[2] in ("jvm-0", "jvm-1") and r[3] == "failed"]
-    assert lost and all("connection lost" in r[5] and r[1] > done[r[0]] for r in lost), lost
+    assert lost and all(r[1] > done[r[0]] for r in lost), lost
+    assert any("connection lost" in r[5] for r in lost), lost
+    assert all("connection lost" in r[5] or "not connected" in r[5] for r in lost), lost
     # The late device joined the running run and trained.
     late_ok = [r for r in rows if r[2] == "jvm-late-0" and r[3] == "ok"]
     assert late_ok and min(r[1] for r in late_ok) > 1

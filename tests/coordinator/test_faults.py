@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import subprocess
 
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from test_server import FAST, SPEC, WEIGHTS, Sink, artifacts, device
 
-from mjfl.android_bridge.emulator import Backoff, devices_running
+from mjfl.android_bridge.emulator import Backoff, devices_running, echo_trainer
 from mjfl.android_bridge.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.checkpoint import Checkpoints
 from mjfl.coordinator.clock import RealClock
@@ -127,12 +128,17 @@ async def test_a_fifth_of_the_devices_killed_at_random_moments_fail_their_rounds
     names = [f"d{k}" for k in range(5)]
     rng = np.random.default_rng(4)
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
-        devices = [device(server, d, backoff=QUICK) for d in names]
+        chosen = int(rng.integers(5))
+        # The victim's training takes 3 s, so once its first task has arrived it is
+        # certainly still training when it is killed (an instant echo could already
+        # have answered, and a dead device is not planned again).
+        slow = functools.partial(echo_trainer, work_s=3.0, delta=1.0)
+        devices = [device(server, d, backoff=QUICK, **({"make_trainer": slow} if k == chosen else {})) for k, d in enumerate(names)]
         async with devices_running(*devices):
             await server.wait_for_devices(5, 10)
             await server.fleet.prepare([artifacts(names)])
             the_job, sink = job(names, 4), Sink()
-            victim = devices[int(rng.integers(5))]
+            victim = devices[chosen]
 
             async def kill_mid_round():
                 while not victim.history:  # killed while it trains its first task

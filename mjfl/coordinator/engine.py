@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -36,7 +37,7 @@ from numpy.typing import NDArray
 from mjfl.android_bridge.fleet import Fleet, Task, TaskResult, Weights
 from mjfl.coordinator.clock import Clock
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.fedavg import check_update, fedavg, norm_outliers
+from mjfl.coordinator.fedavg import check_update, fedavg, norm_outliers, update_sizes
 from mjfl.coordinator.records import DeviceRound, ProfileRefit, RoundRecord
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -56,6 +57,9 @@ from mjfl.schedulers.base import (
 from mjfl.schedulers.cost import cost_model
 
 log = logging.getLogger(__name__)
+
+# How many of a job's recently accepted update sizes make its typical update (norm check).
+RECENT_UPDATES = 32
 
 Evaluator = Callable[[ModelSpec, Weights, NDArray[np.float32], NDArray[np.int64]], tuple[float, float]]
 
@@ -79,6 +83,8 @@ class EngineJob:
     rounds_done: int = 0  # > 0 when resuming
     best_accuracy: float = 0.0
     stopped: str | None = None  # why the job ended: "target", "budget", "no devices"
+    # the sizes of the updates its recent rounds accepted (fedavg.norm_outliers' typical update)
+    accepted_sizes: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_UPDATES))
 
     def __post_init__(self) -> None:
         self.max_rounds = self.max_rounds or self.config.max_rounds
@@ -114,7 +120,7 @@ class EngineSettings:
     plan_busy: bool = True
     # False: the jobs run one after another, each with the whole fleet (single-job FL).
     parallel: bool = True
-    # Updates that moved the model more than this x the round's median are
+    # Updates that moved the model more than this x a typical update are
     # rejected before FedAvg (fedavg.norm_outliers); None turns the check off.
     max_update_norm_ratio: float | None = 10.0
 
@@ -318,14 +324,23 @@ class Engine:
     def _reject_outliers(
         self, job: EngineJob, results: Sequence[tuple[TaskResult | DeviceFailure, float]]
     ) -> list[tuple[TaskResult | DeviceFailure, float]]:
-        """Valid updates too far from the round's median become rejections (failures are data)."""
-        valid = [(k, r) for k, (r, _) in enumerate(results) if isinstance(r, TaskResult)]
+        """Valid updates too far from a typical one become rejections (failures are data).
+
+        Typical: the round's median update size, or the median of the sizes the
+        job's recent rounds accepted when larger (``fedavg.norm_outliers``).
+        """
         ratio = self.settings.max_update_norm_ratio
-        outliers = norm_outliers(job.weights, [r.weights for _, r in valid], max_ratio=ratio)
+        if ratio is None:
+            return list(results)
+        valid = [(k, r) for k, (r, _) in enumerate(results) if isinstance(r, TaskResult)]
+        sizes = update_sizes(job.weights, [r.weights for _, r in valid])
+        typical = float(np.median(job.accepted_sizes)) if job.accepted_sizes else None
+        outliers = set(norm_outliers(sizes, max_ratio=ratio, typical=typical))
+        job.accepted_sizes.extend(float(size) for i, size in enumerate(sizes) if i not in outliers)
         out = list(results)
-        for k, result in (valid[i] for i in outliers):
+        for k, result in (valid[i] for i in sorted(outliers)):
             failure = DeviceFailure(
-                result.device, f"update norm over {ratio:g} x the round's median", status="rejected",
+                result.device, f"update norm over {ratio:g} x a typical update's", status="rejected",
                 after_s=result.duration_s,
             )
             out[k] = (failure, results[k][1])

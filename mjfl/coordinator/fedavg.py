@@ -48,30 +48,40 @@ def check_update(reference: Weights, update: Weights) -> str | None:
     return None
 
 
-def norm_outliers(reference: Weights, updates: Sequence[Weights], *, max_ratio: float | None = 10.0) -> list[int]:
-    """Indices of updates that moved the model more than ``max_ratio`` x the round's median.
-
-    An update's size is ``||w_k - w||``, the L2 norm over all its tensors of
-    the change from the global model ``w`` it started from. One device
-    sending a huge update (broken or malicious) would otherwise drag the
-    average wherever it likes: FedAvg weighs it by its sample count whatever
-    its size. Honest devices of one round, starting from the same model with
-    the same epochs and learning rate, move it by sizes of one order.
-
-    The median needs an honest majority to mean anything, so the check holds
-    from three updates on; with fewer (or ``max_ratio`` None) nothing is an
-    outlier. Updates must already have passed ``check_update``.
-    """
-    if max_ratio is None or len(updates) < 3:
-        return []
-    sizes = np.array([
+def update_sizes(reference: Weights, updates: Sequence[Weights]) -> NDArray[np.float64]:
+    """Each update's size ``||w_k - w||``: the L2 norm over all its tensors of its change from ``w``."""
+    return np.array([
         np.sqrt(sum(
             float(np.sum(np.square(np.asarray(u[name], np.float64) - np.asarray(ref, np.float64))))
             for name, ref in reference.items()
         ))
         for u in updates
-    ])
-    median = float(np.median(sizes))
-    # A round where most devices did not move the model at all (median 0) still
-    # refuses any that moved it: nothing honest is that far from the rest.
-    return [k for k, size in enumerate(sizes) if size > max_ratio * median]
+    ], dtype=np.float64)
+
+
+def norm_outliers(sizes: Sequence[float], *, max_ratio: float | None = 10.0, typical: float | None = None) -> list[int]:
+    """Indices of updates (by ``update_sizes``) that moved the model more than ``max_ratio`` x a typical update.
+
+    One device sending a huge update (broken or malicious) would otherwise
+    drag the average wherever it likes: FedAvg weighs it by its sample count
+    whatever its size. Honest devices of one round, starting from the same
+    model with the same epochs and learning rate, move it by sizes of one order.
+
+    The typical size is the round's median, or ``typical`` (the median of the
+    updates this job's recent rounds accepted) when that is larger: a round
+    where most devices barely moved the model (devices that do not learn, such
+    as stand-in clients, or that trained a few samples) must not make its
+    honest updates outliers. The round's median needs an honest majority to
+    mean anything, so it counts from three updates on; with fewer and no
+    ``typical`` (or ``max_ratio`` None) nothing is an outlier. Updates must
+    already have passed ``check_update``.
+    """
+    if max_ratio is None:
+        return []
+    if len(sizes) < 3 and typical is None:
+        return []
+    median = float(np.median(sizes)) if len(sizes) >= 3 else 0.0
+    reference = max(median, typical or 0.0)
+    # A round where most devices did not move the model at all (a reference of 0)
+    # still refuses any that moved it: nothing honest is that far from the rest.
+    return [k for k, size in enumerate(sizes) if size > max_ratio * reference]

@@ -37,7 +37,7 @@ from mjfl.android_bridge.protocol import Result, Timing, encode, split_message
 from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine import Engine, EngineJob
-from mjfl.coordinator.fedavg import fedavg, norm_outliers
+from mjfl.coordinator.fedavg import fedavg, norm_outliers, update_sizes
 from mjfl.coordinator.server import CoordinatorServer, ServerSettings
 from mjfl.errors import ConfigError, DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -169,11 +169,28 @@ def test_norm_outliers_need_three_updates_and_measure_from_the_global_model():
     ref = {"w": np.ones(4, np.float32)}
     honest = [{"w": ref["w"] + d} for d in (0.1, -0.2, 0.15)]
     huge = {"w": ref["w"] + 50.0}
-    assert norm_outliers(ref, [*honest, huge], max_ratio=10) == [3]
-    assert norm_outliers(ref, [honest[0], huge], max_ratio=10) == []  # no majority to judge by
-    assert norm_outliers(ref, [*honest, huge], max_ratio=None) == []
-    assert norm_outliers(ref, honest, max_ratio=1.0) == [1]  # 0.4 > 1 x median 0.3
-    assert norm_outliers({"w": ref["w"] + 50.0}, [*honest, huge], max_ratio=10) == []  # all are far from it
+
+    def outliers(reference, updates, **kw):
+        return norm_outliers(update_sizes(reference, updates), **kw)
+
+    assert outliers(ref, [*honest, huge], max_ratio=10) == [3]
+    assert outliers(ref, [honest[0], huge], max_ratio=10) == []  # no majority to judge by
+    assert outliers(ref, [*honest, huge], max_ratio=None) == []
+    assert outliers(ref, honest, max_ratio=1.0) == [1]  # 0.4 > 1 x median 0.3
+    assert outliers({"w": ref["w"] + 50.0}, [*honest, huge], max_ratio=10) == []  # all are far from it
+
+
+def test_a_round_of_devices_that_barely_learn_does_not_reject_the_honest_ones():
+    """Stand-in devices (no learning) in the majority make the round's median tiny;
+    the job's typical update, from its recent rounds, keeps the honest updates in."""
+    ref = {"w": np.ones(4, np.float32)}
+    still = [{"w": ref["w"] * np.float32(1 - 1e-5)} for _ in range(3)]
+    honest = [{"w": ref["w"] + d} for d in (0.1, -0.2)]
+    sizes = update_sizes(ref, [*still, *honest])
+    assert norm_outliers(sizes, max_ratio=10) == [3, 4]  # the round alone rejects the learners
+    assert norm_outliers(sizes, max_ratio=10, typical=0.3) == []
+    # With a typical update, a huge one is refused even among fewer than three.
+    assert norm_outliers(update_sizes(ref, [honest[0], {"w": ref["w"] + 50.0}]), max_ratio=10, typical=0.3) == [1]
 
 
 async def test_a_round_rejects_a_huge_and_a_nan_update_and_averages_only_the_honest_ones():
@@ -215,3 +232,32 @@ async def test_a_round_rejects_a_huge_and_a_nan_update_and_averages_only_the_hon
     assert record.aggregated
     for name in WEIGHTS:
         np.testing.assert_array_equal(job.weights[name], expected[name])
+
+
+async def test_the_engine_judges_a_round_of_stand_ins_by_the_jobs_typical_update():
+    """Three devices that barely move the model and two that learn: measured by the
+    round's median alone the learners are outliers; the job's earlier accepted
+    updates keep them in the average, and this round's sizes join that history."""
+    moves = {"still0": 1e-6, "still1": 1e-6, "still2": 1e-6, "learn0": 0.5, "learn1": 1.0}
+
+    def moved(x):
+        return {k: v + np.float32(x) for k, v in WEIGHTS.items()}
+
+    async with server() as srv:
+        devices = [device(srv, d, make_trainer=functools.partial(echo_trainer, delta=x)) for d, x in moves.items()]
+        async with devices_running(*devices):
+            await srv.wait_for_devices(len(moves), 5)
+            await srv.fleet.prepare([artifacts(list(moves))])
+            job = EngineJob(
+                JobConfig(JobId("j"), "lenet5", fraction=1.0, max_rounds=1), spec=SPEC,
+                scheduler=make_scheduler("random", seed=0), samples={DeviceId(d): 6 for d in moves},
+                test_x=np.zeros((1, 1, 16, 16), np.float32), test_y=np.zeros(1, np.int64), weights=dict(WEIGHTS),
+            )
+            job.accepted_sizes.extend(update_sizes(WEIGHTS, [moved(0.75)]))  # an earlier round's honest update
+            sink = Sink()
+            await Engine([job], srv.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="s", sink=sink).run()
+    (record,) = sink.records
+    assert {dr.device: dr.status for dr in record.devices} == dict.fromkeys(moves, "ok")
+    assert record.aggregated
+    assert len(job.accepted_sizes) == 1 + len(moves)
+    assert max(job.accepted_sizes) == pytest.approx(float(update_sizes(WEIGHTS, [moved(1.0)])[0]), rel=1e-5)

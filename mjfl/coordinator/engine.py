@@ -37,7 +37,7 @@ from numpy.typing import NDArray
 from mjfl.android_bridge.fleet import Fleet, Task, TaskResult, Weights
 from mjfl.coordinator.clock import Clock
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.fedavg import check_update, fedavg, norm_outliers, update_sizes
+from mjfl.coordinator.fedavg import check_update, fedavg, model_norm, norm_outliers, update_sizes
 from mjfl.coordinator.records import DeviceRound, ProfileRefit, RoundRecord
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -60,6 +60,9 @@ log = logging.getLogger(__name__)
 
 # How many of a job's recently accepted update sizes make its typical update (norm check).
 RECENT_UPDATES = 32
+# An update that changed the global model by less than this fraction of its norm
+# barely moved it (a device that does not learn): it never counts as an outlier or as typical.
+STILL = 1e-4
 
 Evaluator = Callable[[ModelSpec, Weights, NDArray[np.float32], NDArray[np.int64]], tuple[float, float]]
 
@@ -327,16 +330,18 @@ class Engine:
         """Valid updates too far from a typical one become rejections (failures are data).
 
         Typical: the round's median update size, or the median of the sizes the
-        job's recent rounds accepted when larger (``fedavg.norm_outliers``).
+        job's recent rounds accepted when larger; updates that barely moved the
+        model (``STILL``) are neither (``fedavg.norm_outliers``).
         """
         ratio = self.settings.max_update_norm_ratio
         if ratio is None:
             return list(results)
         valid = [(k, r) for k, (r, _) in enumerate(results) if isinstance(r, TaskResult)]
         sizes = update_sizes(job.weights, [r.weights for _, r in valid])
+        still = STILL * model_norm(job.weights)
         typical = float(np.median(job.accepted_sizes)) if job.accepted_sizes else None
-        outliers = set(norm_outliers(sizes, max_ratio=ratio, typical=typical))
-        job.accepted_sizes.extend(float(size) for i, size in enumerate(sizes) if i not in outliers)
+        outliers = set(norm_outliers(sizes, max_ratio=ratio, typical=typical, still=still))
+        job.accepted_sizes.extend(float(x) for i, x in enumerate(sizes) if i not in outliers and x > still)
         out = list(results)
         for k, result in (valid[i] for i in sorted(outliers)):
             failure = DeviceFailure(

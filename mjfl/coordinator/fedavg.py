@@ -59,7 +59,14 @@ def update_sizes(reference: Weights, updates: Sequence[Weights]) -> NDArray[np.f
     ], dtype=np.float64)
 
 
-def norm_outliers(sizes: Sequence[float], *, max_ratio: float | None = 10.0, typical: float | None = None) -> list[int]:
+def model_norm(weights: Weights) -> float:
+    """``||w||``: the L2 norm over all of a model's tensors."""
+    return float(np.sqrt(sum(float(np.sum(np.square(np.asarray(w, np.float64)))) for w in weights.values())))
+
+
+def norm_outliers(
+    sizes: Sequence[float], *, max_ratio: float | None = 10.0, typical: float | None = None, still: float = 0.0
+) -> list[int]:
     """Indices of updates (by ``update_sizes``) that moved the model more than ``max_ratio`` x a typical update.
 
     One device sending a huge update (broken or malicious) would otherwise
@@ -67,21 +74,21 @@ def norm_outliers(sizes: Sequence[float], *, max_ratio: float | None = 10.0, typ
     whatever its size. Honest devices of one round, starting from the same
     model with the same epochs and learning rate, move it by sizes of one order.
 
-    The typical size is the round's median, or ``typical`` (the median of the
-    updates this job's recent rounds accepted) when that is larger: a round
-    where most devices barely moved the model (devices that do not learn, such
-    as stand-in clients, or that trained a few samples) must not make its
-    honest updates outliers. The round's median needs an honest majority to
-    mean anything, so it counts from three updates on; with fewer and no
-    ``typical`` (or ``max_ratio`` None) nothing is an outlier. Updates must
-    already have passed ``check_update``.
+    Updates of size ``still`` or less barely moved the model (devices that do
+    not learn, such as stand-in clients): they cannot drag the average, are
+    never outliers, and say nothing of an honest update's size. The typical
+    size is the median of the round's other updates, or ``typical`` (the
+    median of the updates this job's recent rounds accepted) when that is
+    larger. The round's median needs an honest majority to mean anything, so
+    it counts from three such updates on; with fewer and no ``typical`` (or
+    ``max_ratio`` None) nothing is an outlier. Updates must already have
+    passed ``check_update``.
     """
     if max_ratio is None:
         return []
-    if len(sizes) < 3 and typical is None:
+    moving = [size for size in sizes if size > still]
+    if len(moving) < 3 and typical is None:
         return []
-    median = float(np.median(sizes)) if len(sizes) >= 3 else 0.0
+    median = float(np.median(moving)) if len(moving) >= 3 else 0.0
     reference = max(median, typical or 0.0)
-    # A round where most devices did not move the model at all (a reference of 0)
-    # still refuses any that moved it: nothing honest is that far from the rest.
-    return [k for k, size in enumerate(sizes) if size > max_ratio * reference]
+    return [k for k, size in enumerate(sizes) if size > still and size > max_ratio * reference]

@@ -180,17 +180,21 @@ def test_norm_outliers_need_three_updates_and_measure_from_the_global_model():
     assert outliers({"w": ref["w"] + 50.0}, [*honest, huge], max_ratio=10) == []  # all are far from it
 
 
-def test_a_round_of_devices_that_barely_learn_does_not_reject_the_honest_ones():
-    """Stand-in devices (no learning) in the majority make the round's median tiny;
-    the job's typical update, from its recent rounds, keeps the honest updates in."""
+def test_updates_that_barely_move_the_model_are_neither_outliers_nor_typical():
+    """Stand-in devices (no learning) in the majority would make the round's median
+    tiny and the learners outliers; below ``still`` they do not count."""
     ref = {"w": np.ones(4, np.float32)}
-    still = [{"w": ref["w"] * np.float32(1 - 1e-5)} for _ in range(3)]
+    stand_ins = [{"w": ref["w"] * np.float32(1 - 1e-5)} for _ in range(3)]
     honest = [{"w": ref["w"] + d} for d in (0.1, -0.2)]
-    sizes = update_sizes(ref, [*still, *honest])
+    sizes = update_sizes(ref, [*stand_ins, *honest])
     assert norm_outliers(sizes, max_ratio=10) == [3, 4]  # the round alone rejects the learners
-    assert norm_outliers(sizes, max_ratio=10, typical=0.3) == []
-    # With a typical update, a huge one is refused even among fewer than three.
-    assert norm_outliers(update_sizes(ref, [honest[0], {"w": ref["w"] + 50.0}]), max_ratio=10, typical=0.3) == [1]
+    assert norm_outliers(sizes, max_ratio=10, still=1e-3) == []
+    # The job's typical update judges a huge one even among fewer than three that moved.
+    huge = {"w": ref["w"] + 50.0}
+    sizes = update_sizes(ref, [*stand_ins, honest[0], huge])
+    assert norm_outliers(sizes, max_ratio=10, still=1e-3) == []
+    assert norm_outliers(sizes, max_ratio=10, still=1e-3, typical=0.3) == [4]
+    assert norm_outliers(sizes, max_ratio=10, still=1e-3, typical=0.002) == [3, 4]
 
 
 async def test_a_round_rejects_a_huge_and_a_nan_update_and_averages_only_the_honest_ones():
@@ -235,10 +239,11 @@ async def test_a_round_rejects_a_huge_and_a_nan_update_and_averages_only_the_hon
 
 
 async def test_the_engine_judges_a_round_of_stand_ins_by_the_jobs_typical_update():
-    """Three devices that barely move the model and two that learn: measured by the
-    round's median alone the learners are outliers; the job's earlier accepted
-    updates keep them in the average, and this round's sizes join that history."""
-    moves = {"still0": 1e-6, "still1": 1e-6, "still2": 1e-6, "learn0": 0.5, "learn1": 1.0}
+    """Three devices that barely move the model, one that learns and one huge update:
+    the stand-ins and the learner are averaged, the huge one is refused by the job's
+    typical update from earlier rounds (only two of the round moved the model, too
+    few for a median), and the accepted learner joins that history."""
+    moves = {"still0": 1e-6, "still1": 1e-6, "still2": 1e-6, "learn": 0.5, "huge": 1e4}
 
     def moved(x):
         return {k: v + np.float32(x) for k, v in WEIGHTS.items()}
@@ -257,7 +262,6 @@ async def test_the_engine_judges_a_round_of_stand_ins_by_the_jobs_typical_update
             sink = Sink()
             await Engine([job], srv.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="s", sink=sink).run()
     (record,) = sink.records
-    assert {dr.device: dr.status for dr in record.devices} == dict.fromkeys(moves, "ok")
+    assert {dr.device: dr.status for dr in record.devices} == {**dict.fromkeys(moves, "ok"), "huge": "rejected"}
     assert record.aggregated
-    assert len(job.accepted_sizes) == 1 + len(moves)
-    assert max(job.accepted_sizes) == pytest.approx(float(update_sizes(WEIGHTS, [moved(1.0)])[0]), rel=1e-5)
+    assert list(job.accepted_sizes) == pytest.approx([float(x) for x in update_sizes(WEIGHTS, [moved(0.75), moved(0.5)])])

@@ -218,7 +218,7 @@ def _fleet(raw: dict[str, Any], base: Path) -> FleetConfig:
 
 
 def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
-    from mjfl.schedulers.registry import METHODS, SINGLE
+    from mjfl.schedulers.registry import METHODS, SINGLE, make_scheduler
 
     f = _Fields(raw, "scheduler")
     d = _defaults(SchedulerConfig)
@@ -248,6 +248,8 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         options=options,
     )
     f.done()
+    for name in options:  # each option table is checked now, not when its method first plans
+        make_scheduler(name, options=options, members=config.members)
     return config
 
 

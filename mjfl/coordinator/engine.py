@@ -248,7 +248,8 @@ class Engine:
             # Devices without a shard of another job still need a D for its cost
             # terms; they never train it, so any positive count will do.
             counts = np.array([other.samples.get(d, 1) for d in devices], dtype=np.int64)
-            jobs.append(JobModel(other.name, other.config.epochs, counts, other.config.fraction))
+            budget = None if other.config.target.is_set else other.max_rounds
+            jobs.append(JobModel(other.name, other.config.epochs, counts, other.config.fraction, budget))
             frequencies.append([self.frequencies[other.name].get(d, 0) for d in devices])
             in_flight = tuple(sorted(index[d] for d in self._in_flight[other.name] if d in index))
             current.append(in_flight or None)

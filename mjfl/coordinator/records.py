@@ -31,6 +31,11 @@ class Target:
     accuracy: float | None = None
     loss: float | None = None
 
+    @property
+    def is_set(self) -> bool:
+        """Whether the job has a target at all (else it runs to its round budget)."""
+        return self.accuracy is not None or self.loss is not None
+
     def reached(self, accuracy: float, loss: float) -> bool:
         if self.accuracy is not None and not math.isnan(accuracy) and accuracy >= self.accuracy:
             return True

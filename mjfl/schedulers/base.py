@@ -42,12 +42,18 @@ class FleetModel:
 
 @dataclass(frozen=True, eq=False)
 class JobModel:
-    """What the cost model needs of a job: tau_m, D_k^m for every device, C_m."""
+    """What the cost model needs of a job: tau_m, D_k^m for every device, C_m.
+
+    ``budget``: for a job that runs a fixed number of rounds (no target), that
+    number; its run's objective is then the paper's, TotalCost summed over
+    those rounds. None for a job that stops at a target (its objective is time).
+    """
 
     name: JobId
     epochs: int
     samples: NDArray[np.int64]
     fraction: float
+    budget: int | None = None
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -56,6 +62,8 @@ class JobModel:
             raise ValueError("every device needs at least one sample of the job")
         if not 0 < self.fraction <= 1:
             raise ValueError("fraction C_m must lie in (0, 1]")
+        if self.budget is not None and self.budget < 1:
+            raise ValueError("a job's round budget must be >= 1")
 
 
 @dataclass(frozen=True)

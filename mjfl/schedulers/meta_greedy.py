@@ -1,21 +1,25 @@
 """Meta-Greedy scheduling (Algorithm 4): every member proposes, the selector's cost picks.
 
-Two selectors (docs/cost-model.md compares them):
+Selectors (docs/cost-model.md compares them):
 
 * ``recost``, the paper's (Formulas 12-13): ``alpha*T + beta*Omega(r)*F``, a
   fairness weight that grows with the round. ``meta-greedy-paper`` is
   Algorithm 4 exactly: this selector, members planning with their own objectives.
-* ``return`` (``meta-greedy``'s, with H = 1: the least TotalCost, the fastest
-  to target measured): the plan's share of TotalCost summed over the next
-  ``horizon`` rounds, ``alpha*T + beta*H*(F(V) - F(no plan))``. The variance a
-  plan adds stays in every later round's TotalCost while its round time is
-  paid once, so with H = the rounds to come this is what a run's summed
-  TotalCost charges the plan; it is also what RLDS learns to minimise (H = 10).
+* ``return`` (``meta-greedy``'s): the plan's share of TotalCost summed over
+  the next ``horizon`` rounds, ``alpha*T + beta*H*(F(V) - F(no plan))``. The
+  variance a plan adds stays in every later round's TotalCost while its round
+  time is paid once, so with H = the rounds to come this is what a run's
+  summed TotalCost charges the plan (RLDS learns it with H = 10). With
+  ``horizon = "auto"`` (the default) H follows the job's objective: a job that
+  runs a fixed budget of rounds without a target is judged by its summed
+  TotalCost (the paper's objective), so H = the rounds left in its budget; a
+  job with a target is judged by its time to target, where buying more
+  fairness than each round's TotalCost does was measured to cost more time
+  than it saves rounds, so H = 1 (the least TotalCost).
 * ``adaptive``: the return, with H chosen each round from
   ``horizons`` by what each has bought on this run: the job's accuracy gained
   per second of the rounds planned with it (a two-armed bandit with
-  forgetting). Where no accuracy comes back (the scheduler benchmark) it is
-  the return with ``horizon``.
+  forgetting). Until accuracy comes back it is the return with ``horizon``.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ class MetaGreedyScheduler:
         members: Sequence[Scheduler],
         *,
         selector: Literal["recost", "return", "adaptive"] = "recost",
-        horizon: float = 10.0,
+        horizon: float | Literal["auto"] = "auto",
         horizons: Sequence[float] = (1.0, 10.0),
         forget: float = 0.7,
         shared_objective: bool = False,
@@ -68,8 +72,12 @@ class MetaGreedyScheduler:
         names = [m.name for m in members]
         if len(set(names)) != len(names):
             raise ValueError(f"meta-greedy members must differ: {names}")
-        if selector not in ("recost", "return", "adaptive") or horizon < 1 or min(horizons, default=0) < 1:
-            raise ValueError("meta-greedy: selector is 'recost', 'return' or 'adaptive'; horizons >= 1")
+        if selector not in ("recost", "return", "adaptive"):
+            raise ValueError(f"meta-greedy: selector is 'recost', 'return' or 'adaptive', not {selector!r}")
+        if horizon != "auto" and not (isinstance(horizon, int | float) and not isinstance(horizon, bool) and horizon >= 1):
+            raise ValueError(f"meta-greedy: horizon is 'auto' or a number of rounds >= 1, not {horizon!r}")
+        if not horizons or min(horizons) < 1:
+            raise ValueError("meta-greedy: horizons are numbers of rounds >= 1")
         if not 0 < forget <= 1:
             raise ValueError("meta-greedy: forget in (0, 1]")
         if shared_objective and selector != "recost":
@@ -102,20 +110,23 @@ class MetaGreedyScheduler:
     def plan(self, ctx: PlanContext) -> Decision:
         inner = self.member_context(ctx)
         plans = {member.name: member.plan(inner).plan for member in self.members}
-        horizon = self.horizon_for(ctx.round)
+        horizon = self.horizon_for(ctx)
         costs = self.costs(ctx, np.asarray(list(plans.values()), dtype=np.intp), horizon)
         winner = list(plans)[int(np.argmin(costs))]
         recost = dict(zip(plans, map(float, costs)))
         self.choices.append(Choice(ctx.round, winner, plans, recost, horizon))
         return Decision(plans[winner], chosen_by=winner, candidates=recost)
 
-    def horizon_for(self, round_: int) -> float | None:
+    def horizon_for(self, ctx: PlanContext) -> float | None:
         """The return's horizon this round (None for ReCost)."""
         if self.selector == "recost":
             return None
         if self.bandit is not None and self.bandit.informed:
-            return self.bandit.choose(round_)
-        return self.horizon
+            return self.bandit.choose(ctx.round)
+        if self.horizon != "auto":
+            return float(self.horizon)
+        budget = ctx.job_model.budget
+        return 1.0 if budget is None else float(max(1, budget - ctx.round + 1))
 
     def costs(self, ctx: PlanContext, plans: np.ndarray, horizon: float | None = None) -> np.ndarray:
         """The selector's cost of each plan (rows of device indices)."""

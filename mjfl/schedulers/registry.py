@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,9 +33,10 @@ SINGLE: dict[str, Callable[..., Scheduler]] = {
 }
 # Algorithm 4's six members, in the paper's order.
 META_MEMBERS = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
-# Meta-Greedy by name: mjfl's (the least TotalCost: the return with H = 1, the fastest to
-# target measured, docs/cost-model.md) and the paper's Algorithm 4 as written (ReCost).
-META = {"meta-greedy": {"selector": "return", "horizon": 1.0}, "meta-greedy-paper": {"selector": "recost"}}
+# Meta-Greedy by name: mjfl's (the return over the rounds the job's objective still charges:
+# the rest of its budget without a target, 1 with one; docs/cost-model.md) and the paper's
+# Algorithm 4 as written (ReCost).
+META = {"meta-greedy": {"selector": "return", "horizon": "auto"}, "meta-greedy-paper": {"selector": "recost"}}
 METHODS = (*SINGLE, *META)
 
 
@@ -58,12 +60,23 @@ def make_scheduler(
         if unknown:
             raise ConfigError("scheduler.members", f"unknown method(s) {unknown}; choose from {list(SINGLE)}")
         rngs = as_generator(seed).spawn(len(members))
-        return MetaGreedyScheduler(
-            [SINGLE[m](rng, **options.get(m, {})) for m, rng in zip(members, rngs)],
-            name=method,
-            **{**META[method], **options.get(method, {})},
-        )
+        built = [_build(m, SINGLE[m], rng, options) for m, rng in zip(members, rngs)]
+        return _build(method, MetaGreedyScheduler, built, options, name=method, **META[method])
     if method not in SINGLE:
         raise ConfigError("scheduler.method", f"unknown method {method!r}; choose from {list(METHODS)}")
-    return SINGLE[method](seed, **options.get(method, {}))
+    return _build(method, SINGLE[method], seed, options)
 
+
+def _build(method: str, factory: Callable[..., Scheduler], first: Any, options: dict[str, dict[str, Any]], **defaults: Any) -> Scheduler:
+    """``factory(first, **defaults, **options[method])``; a bad option names its table."""
+    given = options.get(method, {})
+    known = [n for n in list(inspect.signature(factory).parameters)[1:] if n != "name"]  # after the seed/members
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise ConfigError(f"scheduler.options.{method}", f"unknown option(s) {unknown}; {method} takes {known}")
+    try:
+        return factory(first, **{**defaults, **given})
+    except (TypeError, ValueError) as exc:
+        if not given:
+            raise
+        raise ConfigError(f"scheduler.options.{method}", str(exc)) from None

@@ -46,10 +46,13 @@ def synthetic_fleet(size: int, rng: np.random.Generator) -> FleetModel:
     return FleetModel(ids=ids, a=a, mu=1.0 / fluctuation)
 
 
-def synthetic_jobs(count: int, fleet_size: int, rng: np.random.Generator, *, fraction: float = 0.1, epochs: int = 5) -> tuple[JobModel, ...]:
-    """``count`` jobs with shard sizes uniform on [20, 200] per device."""
+def synthetic_jobs(
+    count: int, fleet_size: int, rng: np.random.Generator, *, fraction: float = 0.1, epochs: int = 5,
+    budget: int | None = None,
+) -> tuple[JobModel, ...]:
+    """``count`` jobs with shard sizes uniform on [20, 200] per device (``budget``: see JobModel)."""
     return tuple(
-        JobModel(JobId(f"job-{m}"), epochs, rng.integers(20, 201, fleet_size), fraction)
+        JobModel(JobId(f"job-{m}"), epochs, rng.integers(20, 201, fleet_size), fraction, budget)
         for m in range(count)
     )
 

@@ -45,6 +45,8 @@ def test_defaults_and_paths(tmp_path):
         (minimal() | {"scheduler": {"method": "best"}}, "scheduler.method"),
         (minimal() | {"scheduler": {"omega": "cube"}}, "scheduler.omega"),
         (minimal() | {"scheduler": {"members": ["greedy", "oracle"]}}, "scheduler.members"),
+        (minimal() | {"scheduler": {"options": {"meta-greedy": {"horizon": 0}}}}, "scheduler.options.meta-greedy"),
+        (minimal() | {"scheduler": {"options": {"bods": {"candidate": 64}}}}, "scheduler.options.bods"),
         (minimal() | {"fleet": {"size": 5, "runtime": "tflite"}}, "fleet.runtime"),
         (minimal() | {"testbed": {"heartbeat_interval_s": 10, "heartbeat_timeout_s": 5}}, "testbed.heartbeat_timeout_s"),
         (minimal() | {"sead": 1}, "sead"),

@@ -263,3 +263,20 @@ def test_schedulers_observe_each_returned_devices_mean_loss():
         for k, loss in outcome.losses.items():
             assert loss == pytest.approx(loss_of(ctx.fleet.ids[k]))
     assert observed[0][1].failed, "the first round's lost device should not report a loss"
+
+
+def test_schedulers_see_each_jobs_objective_a_target_or_a_round_budget():
+    # job0 stops at a target; job1 runs its 6 rounds (Meta-Greedy's horizon follows this).
+    jobs = make_jobs(2, target=None, max_rounds=6, fraction=0.2)
+    jobs[0] = make_jobs(1, target=0.9, max_rounds=6, fraction=0.2)[0]
+    for job in jobs:
+        job.scheduler = Recording()
+    run(jobs)
+    for job in jobs:
+        seen = {tuple(model.budget for model in ctx.jobs) for ctx, _ in job.scheduler.outcomes}
+        assert seen == {(None, 6)}, job.name
+    # A resumed job (2 of its 6 rounds done): Meta-Greedy prices plans over the rounds left, 4 down to 1.
+    meta = make_jobs(1, method="meta-greedy", target=None, max_rounds=6, fraction=0.2)[0]
+    meta.rounds_done = 2
+    run([meta])
+    assert [c.horizon for c in meta.scheduler.choices] == [4.0, 3.0, 2.0, 1.0]

@@ -3,6 +3,7 @@ import json
 import numpy as np
 import pytest
 
+from mjfl.errors import ConfigError
 from mjfl.schedulers.base import CostWeights, Decision, RoundOutcome
 from mjfl.schedulers.cost import cost_model
 from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
@@ -113,7 +114,7 @@ def test_members_plan_with_their_own_objective_unless_told_to_share_recost(conte
     shared = make_scheduler("meta-greedy-paper", seed=0, options={"meta-greedy-paper": {"shared_objective": True}})
     # Omega(9) = sqrt(9) = 3: members see ReCost's beta * Omega(r).
     assert shared.member_context(ctx).weights.beta == pytest.approx(3 * ctx.weights.beta)
-    with pytest.raises(ValueError, match="shared_objective"):
+    with pytest.raises(ConfigError, match="shared_objective"):
         make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"shared_objective": True}})
 
 
@@ -179,4 +180,47 @@ def test_without_accuracy_the_adaptive_selector_is_the_return_with_its_horizon(c
         dict(zip(["fast", "slow"], cost_model(ctx).marginal(np.array([[0], [2]]), horizon=7.0)))
     )
     meta.observe(ctx, RoundOutcome(0, 3, decision.plan, {}, frozenset(), 1.0))  # no accuracy: still uninformed
-    assert meta.horizon_for(4) == 7.0
+    assert meta.horizon_for(ctx) == 7.0
+
+
+def test_meta_greedys_horizon_is_what_the_jobs_objective_still_charges(context_factory):
+    # Device 0 is the fastest but was scheduled twice more than the others.
+    def ctx(round_, budget):
+        return context_factory(
+            [1.0, 3.0, 8.0], [10.0] * 3, [1] * 3, size=1, round_=round_, frequencies=[[3, 1, 1]], budget=budget,
+        )
+
+    meta = make_scheduler("meta-greedy", seed=0)
+    meta.members = [Fixed("fast", (0,)), Fixed("fair", (1,))]
+    plans = np.array([[0], [1]])
+    # A job with a target (no budget): time to target, H = 1, the least TotalCost.
+    decision = meta.plan(ctx(3, None))
+    assert meta.choices[-1].horizon == 1.0 and decision.chosen_by == "fast"
+    assert decision.candidates == pytest.approx(dict(zip(["fast", "fair"], cost_model(ctx(3, None)).marginal(plans))))
+    # A job of 30 rounds without a target: its summed TotalCost charges round 3's
+    # unfairness in the 28 rounds left, and the fairer plan wins ...
+    decision = meta.plan(ctx(3, 30))
+    assert meta.choices[-1].horizon == 28.0 and decision.chosen_by == "fair"
+    # ... until the budget runs out: the last round charges it once.
+    assert (meta.plan(ctx(30, 30)).chosen_by, meta.choices[-1].horizon) == ("fast", 1.0)
+    assert meta.horizon_for(ctx(31, 30)) == 1.0  # never below one round (a resumed job past its budget)
+    # A fixed horizon ignores the budget.
+    fixed = make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"horizon": 10}})
+    assert fixed.horizon_for(ctx(3, 30)) == fixed.horizon_for(ctx(3, None)) == 10.0
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "says"),
+    [
+        ({"meta-greedy": {"horizon": 0}}, "scheduler.options.meta-greedy", "'auto' or a number of rounds >= 1"),
+        ({"meta-greedy": {"horizon": "long"}}, "scheduler.options.meta-greedy", "not 'long'"),
+        ({"meta-greedy": {"horizn": 3}}, "scheduler.options.meta-greedy", "unknown option(s) ['horizn']"),
+        ({"rlds": {"horizon": 0.5}}, "scheduler.options.rlds", "horizon >= 1"),
+        ({"genetic": {"seed": 3}}, "scheduler.options.genetic", "unknown option(s) ['seed']"),
+    ],
+)
+def test_a_bad_scheduler_option_names_its_table(options, field, says):
+    method = next(iter(options))
+    with pytest.raises(ConfigError) as err:
+        make_scheduler("meta-greedy" if method in META_MEMBERS else method, seed=0, options=options)
+    assert err.value.field == field and says in err.value.problem

@@ -18,10 +18,10 @@ from mjfl import logs
 from mjfl.errors import MjflError, UserError
 
 if TYPE_CHECKING:
-    from mjfl.android_bridge.phones import PhoneOptions
-    from mjfl.android_bridge.ray_cluster import RayOptions
+    from mjfl.android_bridge.devices.ray_cluster import RayOptions
+    from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.coordinator.config import RunConfig
-    from mjfl.coordinator.driver import Output
+    from mjfl.coordinator.run.driver import Output
 
 app = typer.Typer(
     name="mjfl",
@@ -53,7 +53,7 @@ def _options(
 
 
 def _output(out_dir: Path, live: bool = True) -> Output:
-    from mjfl.coordinator.driver import Output
+    from mjfl.coordinator.run.driver import Output
 
     return Output(out_dir, console, live=live, verbose=_verbose)
 
@@ -215,7 +215,7 @@ def bench_schedulers(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
 ) -> None:
     """Plan latency and cost of every scheduler on a synthetic heterogeneous fleet."""
-    from mjfl.commands.bench_schedulers import run_scheduler_bench
+    from mjfl.bench.schedulers import run_scheduler_bench
 
     method_list = methods.split(",") if methods else None
     run_scheduler_bench(
@@ -238,7 +238,7 @@ def bench_coordinator(
     workers: Annotated[int | None, typer.Option(help="Emulator processes (default: min(2, CPUs)).")] = None,
 ) -> None:
     """Coordinator overhead per round, broadcast throughput, 1,000 connections' heartbeat p99."""
-    from mjfl.coordinator.bench_coordinator import run_coordinator_bench
+    from mjfl.bench.coordinator import run_coordinator_bench
 
     run_coordinator_bench(
         devices=devices, rounds=rounds, round_s=round_s, broadcast_mb=broadcast_mb,
@@ -255,7 +255,7 @@ def bench_scale(
     backends: Annotated[str, typer.Option(help="Comma-separated: local (processes), ray (a local Ray).")] = "local,ray",
 ) -> None:
     """Device-trainings per second and coordinator CPU per training, local pool vs Ray, 20-500 devices."""
-    from mjfl.coordinator.bench_scale import run_scale_bench
+    from mjfl.bench.scale import run_scale_bench
 
     backend_list = [b.strip() for b in backends.split(",") if b.strip()]
     run_scale_bench(devices=devices, rounds=rounds, backends=backend_list, json_path=json_path, console=console)
@@ -266,7 +266,7 @@ def bench_fuzz(
     json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
 ) -> None:
     """Fuzz the protocol decoder and sessions: every input decodes or is a coded protocol error."""
-    from mjfl.commands.bench_fuzz import run_fuzz_bench
+    from mjfl.bench.fuzz import run_fuzz_bench
 
     figures = run_fuzz_bench(inputs=inputs, seed=seed, json_path=json_path, console=console)
     if figures["unhandled"]:
@@ -283,7 +283,7 @@ def bench_faults(
     timeout_s: Annotated[float, typer.Option(help="Bound on each scenario, seconds.")] = 600.0,
 ) -> None:
     """Fault injection: devices killed, a bad network, the coordinator SIGKILLed, the disk full."""
-    from mjfl.commands.bench_faults import run_faults_bench
+    from mjfl.bench.faults import run_faults_bench
 
     if devices < 5 or coordinator_kills < 0 or rounds < 2:
         raise UserError("--devices must be >= 5, --coordinator-kills >= 0 and --rounds >= 2")
@@ -303,7 +303,7 @@ def bench_trainers(
     batch: Annotated[int, typer.Option(help="Batch size of a step.")] = 32,
 ) -> None:
     """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per zoo model."""
-    from mjfl.jobs.bench import run_trainer_bench
+    from mjfl.bench.trainers import run_trainer_bench
 
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
     if steps < 1 or batch < 1:
@@ -330,7 +330,7 @@ AddressOption = Annotated[str | None, typer.Option(help="With --ray: the cluster
 
 
 def _ray(ray: bool, address: str | None) -> RayOptions | None:
-    from mjfl.android_bridge.ray_cluster import RayOptions
+    from mjfl.android_bridge.devices.ray_cluster import RayOptions
 
     if address is not None and not ray:
         raise UserError("--address goes with --ray")
@@ -341,7 +341,7 @@ AdbOption = Annotated[str | None, typer.Option("--adb", help="The adb server, HO
 
 
 def _phones(phones: bool, adb: str | None, apk: Path | None) -> PhoneOptions | None:
-    from mjfl.android_bridge.phones import PhoneOptions
+    from mjfl.android_bridge.phones.attached import PhoneOptions
 
     if not phones and (adb is not None or apk is not None):
         raise UserError("--adb and --apk go with --phones")
@@ -351,7 +351,7 @@ def _phones(phones: bool, adb: str | None, apk: Path | None) -> PhoneOptions | N
 @device_app.command("list")
 def devices_list(adb: AdbOption = None) -> None:
     """The phones attached over adb: model, Android, ABI, cores, RAM, battery, thermal, and the mjfl app."""
-    from mjfl.android_bridge.phones import PhoneOptions
+    from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.commands.devices import list_phones
 
     list_phones(PhoneOptions(adb=adb), console=console)
@@ -363,7 +363,7 @@ def devices_prepare(
     adb: AdbOption = None,
 ) -> None:
     """Install the mjfl app on every attached phone and set it up to train unattended."""
-    from mjfl.android_bridge.phones import PhoneOptions
+    from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.commands.devices import prepare_phones
 
     prepare_phones(PhoneOptions(adb=adb, apk=apk), console=console)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from mjfl.coordinator.certs import certificate_sha256, create_certificates
-from mjfl.coordinator.keys import KeyStore
-from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.remote.certs import certificate_sha256, create_certificates
+from mjfl.coordinator.remote.keys import KeyStore
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"

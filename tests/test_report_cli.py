@@ -7,8 +7,8 @@ from pathlib import Path
 
 from processes import mjfl_args
 
-from mjfl.coordinator.records import DeviceRound, JobInfo, RoundRecord, RunInfo
-from mjfl.coordinator.storage import Storage
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
 from mjfl.ids import DeviceId, JobId
 
 JOB = JobId("lenet")

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from websockets.asyncio.connection import Connection as WebSocket
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.android_bridge.session import CoordinatorSession, DeviceSession, Event, State
+from mjfl.android_bridge.protocol.session import CoordinatorSession, DeviceSession, Event, State
 
 log = logging.getLogger(__name__)
 

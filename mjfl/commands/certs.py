@@ -7,7 +7,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mjfl.coordinator.certs import DEFAULT_HOSTS, DEFAULT_IPS, LabCertificates, create_certificates
+from mjfl.coordinator.remote.certs import (
+    DEFAULT_HOSTS,
+    DEFAULT_IPS,
+    LabCertificates,
+    create_certificates,
+)
 
 
 def create(out_dir: Path, hosts: Sequence[str], ips: Sequence[str], *, days: int, console: Console) -> LabCertificates:

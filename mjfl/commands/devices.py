@@ -12,9 +12,9 @@ from typing import TypeVar
 from rich.console import Console
 from rich.table import Table
 
-from mjfl.android_bridge.adb import Adb, AttachedPhone, PhoneFacts
-from mjfl.android_bridge.phones import BUILT_APK, PhoneOptions, describe, prepare
-from mjfl.coordinator.keys import EnrolledDevice, KeyStore, default_key_store
+from mjfl.android_bridge.phones.adb import Adb, AttachedPhone, PhoneFacts
+from mjfl.android_bridge.phones.attached import BUILT_APK, PhoneOptions, describe, prepare
+from mjfl.coordinator.remote.keys import EnrolledDevice, KeyStore, default_key_store
 from mjfl.errors import PhoneError, UserError
 
 T = TypeVar("T")

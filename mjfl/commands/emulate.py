@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from mjfl.android_bridge.emulator import (
+from mjfl.android_bridge.devices.emulator import (
     EmulatedFleet,
     WorkerContext,
     default_id_prefix,
     run_emulated_fleet,
 )
-from mjfl.android_bridge.ray_cluster import RayContext, RayOptions, cluster_cpus, connect
+from mjfl.android_bridge.devices.ray_cluster import RayContext, RayOptions, cluster_cpus, connect
 from mjfl.commands.devices import read_key_file
 from mjfl.errors import UserError
 from mjfl.profiling.profiles import draw_fleet, load_profiles

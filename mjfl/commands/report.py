@@ -7,7 +7,7 @@ are gathered per method: per job the mean and spread of the time to target
 over the runs that reached it (and how many did), the mean final accuracy,
 the group's time to target, the speedup against Random, and for Meta-Greedy
 the share of rounds each member's plan won. Where a job's set-up matches one
-of the paper's (``mjfl.coordinator.paper``: data set, model, partition and
+of the paper's (``mjfl.coordinator.results.paper``: data set, model, partition and
 target accuracy), the paper's figures follow as rows marked "(paper)".
 """
 
@@ -24,9 +24,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from mjfl.coordinator import paper, report
-from mjfl.coordinator.records import JobInfo, RoundRecord
-from mjfl.coordinator.storage import Storage
+from mjfl.coordinator.results import paper, report
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.records import JobInfo, RoundRecord
 from mjfl.errors import UserError
 
 DATABASE = "mjfl.db"

@@ -39,7 +39,7 @@ from rich.console import Console
 from mjfl.commands.report import report_runs
 from mjfl.commands.simulate import simulate
 from mjfl.coordinator.config import parse_config, read_toml
-from mjfl.coordinator.driver import Output
+from mjfl.coordinator.run.driver import Output
 from mjfl.errors import ConfigError, UserError
 from mjfl.schedulers.registry import METHODS
 

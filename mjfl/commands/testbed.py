@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from mjfl.android_bridge.phones import PhoneOptions, Phones
-from mjfl.android_bridge.ray_cluster import RayOptions
+from mjfl.android_bridge.devices.ray_cluster import RayOptions
+from mjfl.android_bridge.phones.attached import PhoneOptions, Phones
 from mjfl.coordinator.config import RunConfig
-from mjfl.coordinator.driver import Driver, Output
-from mjfl.coordinator.testbed import RemoteDevices
+from mjfl.coordinator.run.driver import Driver, Output
+from mjfl.coordinator.run.testbed import RemoteDevices
 from mjfl.errors import ConfigError, UserError
 
 

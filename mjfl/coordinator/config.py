@@ -12,7 +12,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mjfl.coordinator.records import Target
+from mjfl.coordinator.storage.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
 from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES

@@ -9,8 +9,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from mjfl.profiling.observations import Observation, read_observations
 from mjfl.profiling.profiles import DeviceProfile, load_profiles
-from mjfl.profiling.session import Observation, read_observations
 
 
 def show_profiles(

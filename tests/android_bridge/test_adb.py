@@ -18,7 +18,7 @@ from fake_adb import PHONES, FakeAdbServer, FakePhone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mjfl.android_bridge.adb import (
+from mjfl.android_bridge.phones.adb import (
     APP_ACTIVITY,
     Adb,
     AttachedPhone,
@@ -29,7 +29,7 @@ from mjfl.android_bridge.adb import (
     parse_meminfo,
     parse_thermal,
 )
-from mjfl.android_bridge.phones import PhoneOptions, Phones, log_name
+from mjfl.android_bridge.phones.attached import PhoneOptions, Phones, log_name
 from mjfl.errors import PhoneError
 
 PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"

@@ -11,10 +11,10 @@ import functools
 import numpy as np
 import pytest
 
-from mjfl.android_bridge.device import DeviceModel, RoundDraw, TrainerCache
-from mjfl.android_bridge.emulator import EmulatedDevice, devices_running, echo_trainer
-from mjfl.android_bridge.fleet import JobArtifacts, Task
-from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.android_bridge.devices.device_model import DeviceModel, RoundDraw, TrainerCache
+from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running, echo_trainer
+from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec

@@ -19,16 +19,16 @@ import pytest
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.android_bridge.emulator import (
+from mjfl.android_bridge.devices.emulator import (
     Backoff,
     EmulatedDevice,
     devices_running,
     echo_trainer,
     run_emulated_fleet,
 )
-from mjfl.android_bridge.fleet import JobArtifacts, Task
 from mjfl.android_bridge.protocol import Shard
-from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec, initial_weights

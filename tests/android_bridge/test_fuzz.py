@@ -1,4 +1,4 @@
-"""The mutation fuzzer of protocol v1 (mjfl.android_bridge.fuzz) and the properties it checks."""
+"""The mutation fuzzer of protocol v1 (mjfl.bench.fuzzer) and the properties it checks."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mjfl.android_bridge import fuzz
 from mjfl.android_bridge.protocol import CoordinatorSession, DeviceSession, State, decode
+from mjfl.bench import fuzzer as fuzz
 from mjfl.errors import ProtocolError
 
 

@@ -11,8 +11,8 @@ import pytest
 from fake_adb import FakeAdbServer, FakePhone
 from processes import Process, mjfl_args, query
 
-from mjfl.coordinator.certs import certificate_sha256, create_certificates
-from mjfl.coordinator.keys import KeyStore
+from mjfl.coordinator.remote.certs import certificate_sha256, create_certificates
+from mjfl.coordinator.remote.keys import KeyStore
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"

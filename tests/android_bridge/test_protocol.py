@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from mjfl.android_bridge import protocol as p
-from mjfl.android_bridge.credentials import hello_proof
 from mjfl.android_bridge.protocol import (
     Bye,
     Cancel,
@@ -42,6 +41,7 @@ from mjfl.android_bridge.protocol import (
     decode_text,
     encode,
 )
+from mjfl.android_bridge.protocol.credentials import hello_proof
 from mjfl.errors import EncodeError, ProtocolError
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"

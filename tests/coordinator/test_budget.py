@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from mjfl.coordinator.budget import LossCurve, fit_loss_curve, round_budget
+from mjfl.coordinator.engine.budget import LossCurve, fit_loss_curve, round_budget
 
 
 def test_loss_curve_hand_computed():

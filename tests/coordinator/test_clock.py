@@ -2,7 +2,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from mjfl.coordinator.clock import RealClock, VirtualClock, run_virtual
+from mjfl.coordinator.engine.clock import RealClock, VirtualClock, run_virtual
 
 
 def test_virtual_sleep_costs_no_wall_time_and_keeps_order():

@@ -12,12 +12,12 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from mjfl.android_bridge.fleet import DeviceProfileView, TaskResult
-from mjfl.coordinator.clock import VirtualClock, run_virtual
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.records import JobInfo
-from mjfl.coordinator.report import job_outcomes
+from mjfl.coordinator.engine.clock import VirtualClock, run_virtual
+from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.fleet import DeviceProfileView, TaskResult
+from mjfl.coordinator.results.report import job_outcomes
+from mjfl.coordinator.storage.records import JobInfo
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec

@@ -1,7 +1,7 @@
 """Faults between devices and the coordinator (docs/faults.md): a bad network, lost devices.
 
 Emulated devices reach a real loopback server through the user-space fault
-proxy (mjfl.android_bridge.faultproxy), and the engine runs real rounds over
+proxy (mjfl.bench.faultproxy), and the engine runs real rounds over
 them. The small, fast versions of what `mjfl bench faults` runs bigger.
 """
 
@@ -17,17 +17,17 @@ import numpy as np
 import pytest
 from test_server import FAST, SPEC, WEIGHTS, Sink, artifacts, device
 
-from mjfl.android_bridge.emulator import Backoff, devices_running, echo_trainer
-from mjfl.android_bridge.faultproxy import FaultProxy, Faults
-from mjfl.coordinator.checkpoint import Checkpoints
-from mjfl.coordinator.clock import RealClock
+from mjfl.android_bridge.devices.emulator import Backoff, devices_running, echo_trainer
+from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.driver import _Sink
-from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.records import DeviceRound, JobInfo, RoundRecord, RunInfo
-from mjfl.coordinator.report import LiveView
-from mjfl.coordinator.server import CoordinatorServer, ServerSettings
-from mjfl.coordinator.storage import Storage
+from mjfl.coordinator.engine.clock import RealClock
+from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.results.report import LiveView
+from mjfl.coordinator.run.driver import _Sink
+from mjfl.coordinator.storage.checkpoints import Checkpoints
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
 from mjfl.errors import RunError
 from mjfl.ids import DeviceId, JobId
 from mjfl.schedulers.registry import make_scheduler

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mjfl.coordinator.fedavg import check_update, fedavg
+from mjfl.coordinator.engine.fedavg import check_update, fedavg
 
 
 @settings(max_examples=100, deadline=None)

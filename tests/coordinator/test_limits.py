@@ -32,13 +32,13 @@ from test_server import (
 )
 from websockets.asyncio.client import connect
 
-from mjfl.android_bridge.emulator import devices_running, echo_trainer
+from mjfl.android_bridge.devices.emulator import devices_running, echo_trainer
 from mjfl.android_bridge.protocol import Result, Timing, encode, split_message
-from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.engine import Engine, EngineJob
-from mjfl.coordinator.fedavg import fedavg, norm_outliers, update_sizes
-from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.engine.clock import RealClock
+from mjfl.coordinator.engine.engine import Engine, EngineJob
+from mjfl.coordinator.engine.fedavg import fedavg, norm_outliers, update_sizes
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import ConfigError, DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import DeviceProfile

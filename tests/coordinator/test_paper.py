@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from processes import mjfl_args
 
-from mjfl.coordinator import paper
 from mjfl.coordinator.config import load_config
+from mjfl.coordinator.results import paper
 from mjfl.jobs.datasets import CIFAR10_FILES, DATA_DIR_ENV, idx_file_names, load_dataset
 from mjfl.jobs.models import MODEL_NAMES
 from mjfl.jobs.partition import partition
@@ -81,7 +81,7 @@ def test_an_example_reads_its_data_from_the_given_folder_and_splits_it_over_100_
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
     config = load_config(GROUPS[group])
     for m, job in enumerate(config.jobs):
-        # As the run prepares a job (coordinator/preparation.py): load, then cut into a shard per device.
+        # As the run prepares a job (coordinator/run/preparation.py): load, then cut into a shard per device.
         data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels, seed=config.seed)
         assert data.train_x.shape[0] == 400 and data.num_classes == (26 if job.dataset == "emnist-letters" else 10)
         shards = partition(data.train_y, config.fleet.size, job.partition, np.random.default_rng([config.seed, 2, m]))

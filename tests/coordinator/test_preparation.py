@@ -1,10 +1,10 @@
-"""How a run's data is shared among the devices present (coordinator/preparation.py)."""
+"""How a run's data is shared among the devices present (coordinator/run/preparation.py)."""
 
 import dataclasses
 
 import numpy as np
 
-from mjfl.coordinator.preparation import Assignment, PreparedJob
+from mjfl.coordinator.run.preparation import Assignment, PreparedJob
 from mjfl.ids import DeviceId
 
 

@@ -15,12 +15,12 @@ import pytest
 import ray  # in the dev extras: make test runs these tests, never skips them
 from rich.console import Console
 
-from mjfl.android_bridge.ray_cluster import RayOptions, TrainingPool, connect
+from mjfl.android_bridge.devices.ray_cluster import RayOptions, TrainingPool, connect
 from mjfl.commands import testbed
 from mjfl.commands.simulate import simulate
 from mjfl.coordinator.config import parse_config
-from mjfl.coordinator.driver import Output
-from mjfl.coordinator.storage import Storage
+from mjfl.coordinator.run.driver import Output
+from mjfl.coordinator.storage.database import Storage
 from mjfl.errors import UserError
 
 
@@ -103,7 +103,7 @@ def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
 
 
 def test_the_scale_bench_measures_both_backends(tmp_path, cluster):
-    from mjfl.coordinator.bench_scale import run_scale_bench
+    from mjfl.bench.scale import run_scale_bench
 
     out = tmp_path / "scale.json"
     run_scale_bench(devices=[3], rounds=1, json_path=out, console=Console(quiet=True))

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from mjfl.coordinator.records import DeviceRound, JobInfo, RoundRecord, SchedulerChoice
-from mjfl.coordinator.report import (
+from mjfl.coordinator.results.report import (
     CSV_COLUMNS,
     LiveView,
     job_outcomes,
@@ -23,6 +22,7 @@ from mjfl.coordinator.report import (
     write_rounds_csv,
     write_summary,
 )
+from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, SchedulerChoice
 from mjfl.ids import DeviceId, JobId
 
 CNN, LENET = JobId("cnn"), JobId("lenet")

@@ -20,20 +20,20 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.android_bridge.emulator import (
+from mjfl.android_bridge.devices.emulator import (
     EmulatedDevice,
     devices_running,
     echo_trainer,
     run_emulated_fleet,
 )
-from mjfl.android_bridge.fleet import JobArtifacts, Task
 from mjfl.android_bridge.protocol import Result, Timing, decode_bytes, encode
 from mjfl.android_bridge.protocol import Task as WireTask
-from mjfl.coordinator.clock import RealClock
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.engine import Engine, EngineJob
-from mjfl.coordinator.fedavg import fedavg
-from mjfl.coordinator.server import DEFAULT_A, DEFAULT_MU, CoordinatorServer, ServerSettings
+from mjfl.coordinator.engine.clock import RealClock
+from mjfl.coordinator.engine.engine import Engine, EngineJob
+from mjfl.coordinator.engine.fedavg import fedavg
+from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+from mjfl.coordinator.remote.server import DEFAULT_A, DEFAULT_MU, CoordinatorServer, ServerSettings
 from mjfl.errors import ConfigError, DeviceFailure, RunError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec, build_model, initial_weights, load_weights

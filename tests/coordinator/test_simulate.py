@@ -8,8 +8,8 @@ from rich.console import Console
 
 from mjfl.commands.simulate import simulate
 from mjfl.coordinator.config import parse_config
-from mjfl.coordinator.driver import Output
-from mjfl.coordinator.storage import Storage
+from mjfl.coordinator.run.driver import Output
+from mjfl.coordinator.storage.database import Storage
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mjfl.coordinator.records import (
+from mjfl.coordinator.storage.database import SCHEMA_VERSION, Storage
+from mjfl.coordinator.storage.records import (
     DeviceRound,
     JobInfo,
     ProfileRefit,
@@ -19,7 +20,6 @@ from mjfl.coordinator.records import (
     RunInfo,
     SchedulerChoice,
 )
-from mjfl.coordinator.storage import SCHEMA_VERSION, Storage
 from mjfl.errors import (
     DataError,
     DuplicateRoundError,
@@ -327,7 +327,7 @@ def test_file_database_uses_wal_and_survives_reopening(tmp_path: Path) -> None:
 
 
 def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -> None:
-    from mjfl.coordinator import storage as storage_module
+    from mjfl.coordinator.storage import database as storage_module
 
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)
@@ -445,7 +445,7 @@ def test_any_round_round_trips(
 
 CRASH_MID_ROUND = """
 import os, sys
-from mjfl.coordinator.storage import Storage
+from mjfl.coordinator.storage.database import Storage
 from tests.coordinator.test_storage import round_record, A
 
 

@@ -17,14 +17,14 @@ import pytest
 from processes import mjfl_args, query
 from websockets.asyncio.client import connect
 
-from mjfl.android_bridge.credentials import NONCE_HEADER, hello_proof, proof_message
-from mjfl.android_bridge.emulator import EmulatedDevice, devices_running, echo_trainer
-from mjfl.android_bridge.fleet import JobArtifacts, Task
+from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running, echo_trainer
 from mjfl.android_bridge.protocol import decode_text
-from mjfl.coordinator.certs import create_certificates
+from mjfl.android_bridge.protocol.credentials import NONCE_HEADER, hello_proof, proof_message
 from mjfl.coordinator.config import config_to_dict, parse_config
-from mjfl.coordinator.keys import KeyStore
-from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+from mjfl.coordinator.remote.certs import create_certificates
+from mjfl.coordinator.remote.keys import KeyStore
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import ConfigError, DataError, ProtocolError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec

@@ -7,9 +7,9 @@ from rich.console import Console
 
 from mjfl.commands.profile import profile_run, show
 from mjfl.coordinator.config import parse_config
-from mjfl.coordinator.driver import Output
+from mjfl.coordinator.run.driver import Output
+from mjfl.profiling.observations import Observation, fit_profiles
 from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
-from mjfl.profiling.session import Observation, fit_profiles
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ only the ordering.
 
 import pytest
 
-from mjfl.commands.bench_schedulers import measure
+from mjfl.bench.schedulers import measure
 from mjfl.schedulers.registry import META_MEMBERS
 
 

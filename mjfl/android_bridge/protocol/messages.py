@@ -14,7 +14,7 @@ from typing import Any, Literal, NewType
 
 import numpy as np
 
-from mjfl.android_bridge.tensors import Buffer
+from mjfl.android_bridge.protocol.tensors import Buffer
 from mjfl.ids import DeviceId, JobId
 
 TaskId = NewType("TaskId", str)

@@ -22,7 +22,7 @@ Nothing here touches a socket or a clock. A server loop, in outline::
             await websocket.close(*session.websocket_close())
 """
 
-from mjfl.android_bridge.codec import (
+from mjfl.android_bridge.protocol.codec import (
     DEFAULT_MAX_CONTROL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     FIXED_HEADER,
@@ -39,7 +39,7 @@ from mjfl.android_bridge.codec import (
     encode,
     split_message,
 )
-from mjfl.android_bridge.messages import (
+from mjfl.android_bridge.protocol.messages import (
     RUNTIMES,
     Bye,
     Cancel,
@@ -60,7 +60,7 @@ from mjfl.android_bridge.messages import (
     Timing,
     Welcome,
 )
-from mjfl.android_bridge.session import (
+from mjfl.android_bridge.protocol.session import (
     WEBSOCKET_CLOSE_CODES,
     Closed,
     CoordinatorSession,
@@ -69,7 +69,7 @@ from mjfl.android_bridge.session import (
     SessionClosed,
     State,
 )
-from mjfl.android_bridge.tensors import ALIGN, DTYPES, TensorInfo, TensorPack
+from mjfl.android_bridge.protocol.tensors import ALIGN, DTYPES, TensorInfo, TensorPack
 
 __all__ = [
     "ALIGN",

@@ -1,6 +1,6 @@
 """What people read after (and during) a run: outcomes, summary.json, rounds.csv, plots, tables.
 
-Everything here is computed from records (``mjfl.coordinator.records``), so a
+Everything here is computed from records (``mjfl.coordinator.storage.records``), so a
 report can be rebuilt from the run database alone. ``results`` arguments map
 a scheduling method to the (jobs, rounds) of its run::
 
@@ -32,8 +32,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from mjfl.coordinator.checkpoint import write_atomically
-from mjfl.coordinator.records import JobInfo, JobOutcome, RoundRecord, SchedulerChoice
+from mjfl.coordinator.storage.checkpoints import write_atomically
+from mjfl.coordinator.storage.records import JobInfo, JobOutcome, RoundRecord, SchedulerChoice
 from mjfl.ids import JobId
 
 __all__ = [

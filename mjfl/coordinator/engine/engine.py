@@ -34,11 +34,17 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from mjfl.android_bridge.fleet import Fleet, Task, TaskResult, Weights
-from mjfl.coordinator.clock import Clock
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.fedavg import check_update, fedavg, model_norm, norm_outliers, update_sizes
-from mjfl.coordinator.records import DeviceRound, ProfileRefit, RoundRecord
+from mjfl.coordinator.engine.clock import Clock
+from mjfl.coordinator.engine.fedavg import (
+    check_update,
+    fedavg,
+    model_norm,
+    norm_outliers,
+    update_sizes,
+)
+from mjfl.coordinator.engine.fleet import Fleet, Task, TaskResult, Weights
+from mjfl.coordinator.storage.records import DeviceRound, ProfileRefit, RoundRecord
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec

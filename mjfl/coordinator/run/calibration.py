@@ -1,61 +1,32 @@
-"""Profiling sessions: measure devices on calibration tasks and fit Formula 4 per device.
+"""A profiling session: calibration tasks on every device, one task at a time per device.
 
 A session sends each device calibration tasks for every job of a config at
 several shard sizes D (a tenth, a quarter and half of the device's shard, so a
-session takes minutes, not hours) and
-epochs tau (1 and 2), cycling through the combinations, one task at a time per
-device and all devices at once. Each task's timing is kept apart:
-
-* ``duration_s``: send of the task to receipt of the result, on the
-  coordinator's clock: what a round costs the scheduler (the paper's combined
-  quantity);
-* ``compute_s``: training as the device measured it;
-* ``communication_s = duration_s - compute_s``: transfer, decoding and queueing.
-
-Per device, ``fit_components`` (fit.py) fits compute and the combined time to
-Formula 4 (normalised by tau*D) and communication per round; the combined fit
-is the profile the schedulers use (``a``, ``mu``). Every job's tasks feed one
-profile per device, as the paper's a_k and mu_k are per device.
+session takes minutes, not hours) and epochs tau (1 and 2), cycling through the
+combinations, all devices at once, and records each task's timing as an
+``Observation`` (``mjfl.profiling.observations``, which fits Formula 4 from
+them). Like the engine, it knows devices only through a ``Fleet``, so phones,
+emulated and simulated devices are profiled alike; the run driver
+(``driver.py``) runs it for `mjfl profile`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import csv
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass
 
 import numpy as np
 
-from mjfl.android_bridge.fleet import Fleet, JobArtifacts, Task
+from mjfl.coordinator.engine.fleet import Fleet, JobArtifacts, Task
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
-from mjfl.profiling.fit import fit_components
-from mjfl.profiling.profiles import DeviceProfile
+from mjfl.profiling.observations import Observation
 
 SHARD_FRACTIONS = (0.1, 0.25, 0.5)
 EPOCHS = (1, 2)
-
-
-@dataclass(frozen=True)
-class Observation:
-    """One calibration task's timing (seconds)."""
-
-    device: str
-    job: str
-    epochs: int
-    samples: int
-    duration_s: float
-    download_s: float
-    compute_s: float
-    upload_s: float | None  # None: not measured (a session's first result)
-
-    @property
-    def communication_s(self) -> float:
-        return max(self.duration_s - self.compute_s, 0.0)
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,50 +112,3 @@ async def run_session(
     return observations
 
 
-def fit_profiles(
-    observations: Sequence[Observation],
-    hardware: Mapping[str, Mapping[str, object]] | None = None,
-) -> tuple[list[DeviceProfile], dict[str, str]]:
-    """A profile per device with at least 3 observations; and why the others have none."""
-    by_device: dict[str, list[Observation]] = {}
-    for obs in observations:
-        by_device.setdefault(obs.device, []).append(obs)
-    profiles, skipped = [], {}
-    for device, rows in by_device.items():
-        if len(rows) < 3:
-            skipped[device] = f"only {len(rows)} observations"
-            continue
-        try:
-            fits = fit_components(
-                [r.compute_s for r in rows], [r.communication_s for r in rows],
-                [r.epochs for r in rows], [r.samples for r in rows],
-            )
-        except ValueError as exc:
-            skipped[device] = str(exc)
-            continue
-        profiles.append(
-            DeviceProfile.from_fit(device, fits, source="profiled", hardware=dict((hardware or {}).get(device, {})))  # type: ignore[arg-type]
-        )
-    return profiles, skipped
-
-
-def write_observations(path: Path, observations: Sequence[Observation]) -> None:
-    """observations.csv: one row per calibration task (read back by ``mjfl profile show``); empty = not measured."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    names = [f.name for f in fields(Observation)]
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=names)
-        writer.writeheader()
-        for obs in observations:
-            writer.writerow({k: "" if v is None else v for k, v in asdict(obs).items()})
-
-
-def read_observations(path: Path) -> list[Observation]:
-    with open(path, newline="") as f:
-        return [
-            Observation(
-                r["device"], r["job"], int(r["epochs"]), int(r["samples"]), float(r["duration_s"]),
-                float(r["download_s"]), float(r["compute_s"]), float(r["upload_s"]) if r["upload_s"] else None,
-            )
-            for r in csv.DictReader(f)
-        ]

@@ -48,14 +48,19 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from mjfl.android_bridge.emulator import Backoff, EmulatedDevice, devices_running, echo_trainer
-from mjfl.android_bridge.faultproxy import FaultProxy, Faults
-from mjfl.android_bridge.fleet import JobArtifacts
-from mjfl.coordinator.clock import RealClock
+from mjfl.android_bridge.devices.emulator import (
+    Backoff,
+    EmulatedDevice,
+    devices_running,
+    echo_trainer,
+)
+from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
-from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.records import RoundRecord
-from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.engine.clock import RealClock
+from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.fleet import JobArtifacts
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.storage.records import RoundRecord
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.profiles import DeviceProfile

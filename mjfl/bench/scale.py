@@ -54,7 +54,12 @@ def run_scale_bench(
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Measure every backend at every fleet size (module docstring), print a table, write ``json_path``."""
-    from mjfl.android_bridge.ray_cluster import RayContext, RayOptions, cluster_cpus, connect
+    from mjfl.android_bridge.devices.ray_cluster import (
+        RayContext,
+        RayOptions,
+        cluster_cpus,
+        connect,
+    )
     from mjfl.errors import UserError
 
     console = console or Console(stderr=True)
@@ -103,9 +108,9 @@ def _table(rows: Sequence[dict[str, Any]]) -> Table:
 
 
 async def _measure(devices: int, rounds: int, workers: int, context: Any) -> dict[str, float]:
-    from mjfl.android_bridge.emulator import run_emulated_fleet
-    from mjfl.android_bridge.fleet import JobArtifacts, Task
-    from mjfl.coordinator.server import CoordinatorServer
+    from mjfl.android_bridge.devices.emulator import run_emulated_fleet
+    from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+    from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.models import ModelSpec, initial_weights
 

@@ -122,12 +122,12 @@ def _table(figures: Mapping[str, float], details: Mapping[str, str]) -> Table:
 
 
 async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> tuple[float, str]:
-    from mjfl.android_bridge.emulator import echo_trainer, run_emulated_fleet
-    from mjfl.android_bridge.fleet import JobArtifacts
-    from mjfl.coordinator.clock import RealClock
+    from mjfl.android_bridge.devices.emulator import echo_trainer, run_emulated_fleet
     from mjfl.coordinator.config import JobConfig
-    from mjfl.coordinator.engine import Engine, EngineJob
-    from mjfl.coordinator.server import CoordinatorServer
+    from mjfl.coordinator.engine.clock import RealClock
+    from mjfl.coordinator.engine.engine import Engine, EngineJob
+    from mjfl.coordinator.engine.fleet import JobArtifacts
+    from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.models import ModelSpec, initial_weights
     from mjfl.profiling.profiles import DeviceProfile
@@ -190,8 +190,8 @@ class _Sink:
 
 
 async def _broadcast(megabytes: float, devices: int, workers: int) -> tuple[float, str]:
-    from mjfl.android_bridge.fleet import JobArtifacts, Task
-    from mjfl.coordinator.server import CoordinatorServer
+    from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+    from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.models import ModelSpec
 
@@ -241,7 +241,7 @@ def _arrival_worker(
     out: multiprocessing.queues.Queue[list[tuple[str, int, float]]],
 ) -> None:
     """Emulated devices that report when each task arrived (``time.monotonic``)."""
-    from mjfl.android_bridge.emulator import EmulatedDevice, TrainingLane, echo_trainer
+    from mjfl.android_bridge.devices.emulator import EmulatedDevice, TrainingLane, echo_trainer
     from mjfl.ids import DeviceId
     from mjfl.profiling.profiles import DeviceProfile
 
@@ -275,8 +275,8 @@ def _arrival_worker(
 
 
 async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: int) -> tuple[int, float, str]:
-    from mjfl.android_bridge.emulator import Backoff, echo_trainer, run_emulated_fleet
-    from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+    from mjfl.android_bridge.devices.emulator import Backoff, echo_trainer, run_emulated_fleet
+    from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 
     settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=max(60.0, 6 * heartbeat_s))
     async with (

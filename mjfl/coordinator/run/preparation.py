@@ -16,9 +16,9 @@ from typing import TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from mjfl.android_bridge.fleet import JobArtifacts
 from mjfl.coordinator.config import JobConfig, RunConfig
-from mjfl.coordinator.records import JobInfo
+from mjfl.coordinator.engine.fleet import JobArtifacts
+from mjfl.coordinator.storage.records import JobInfo
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.profiles import DeviceProfile, draw_fleet, load_profiles

@@ -1,6 +1,6 @@
 """`mjfl bench fuzz`: the protocol decoder and sessions under a seeded mutation fuzzer.
 
-Runs ``mjfl.android_bridge.fuzz`` for ``inputs`` inputs and prints what came
+Runs ``mjfl.bench.fuzzer`` for ``inputs`` inputs and prints what came
 of them: how many decoded, the rejections by protocol error code, how the
 sessions ended, and ``unhandled``, anything else (an exception other than
 ``ProtocolError``, an undocumented code or state): the figure that must be 0.
@@ -17,7 +17,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from mjfl.android_bridge.fuzz import Fuzzer
+from mjfl.bench.fuzzer import Fuzzer
 from mjfl.errors import UserError
 
 
@@ -35,7 +35,7 @@ def run_fuzz_bench(*, inputs: int, seed: int, json_path: Path | None, console: C
         "seed": seed,
         "seconds": round(seconds, 2),
         "inputs_per_s": round(inputs / seconds, 1),
-        "fuzzer": "seeded mutation fuzzer over the codec's own valid messages (mjfl.android_bridge.fuzz)",
+        "fuzzer": "seeded mutation fuzzer over the codec's own valid messages (mjfl.bench.fuzzer)",
     }
     table = Table(title=f"protocol fuzzing: {inputs} inputs in {seconds:.1f} s (seed {seed})")
     table.add_column("outcome")

@@ -32,8 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from mjfl.android_bridge.codec import FIXED_HEADER, decode_bytes, decode_text, encode, split_message
-from mjfl.android_bridge.messages import (
+from mjfl.android_bridge.protocol.codec import (
+    FIXED_HEADER,
+    decode_bytes,
+    decode_text,
+    encode,
+    split_message,
+)
+from mjfl.android_bridge.protocol.messages import (
     Bye,
     Cancel,
     Error,
@@ -51,13 +57,13 @@ from mjfl.android_bridge.messages import (
     Timing,
     Welcome,
 )
-from mjfl.android_bridge.session import (
+from mjfl.android_bridge.protocol.session import (
     WEBSOCKET_CLOSE_CODES,
     CoordinatorSession,
     DeviceSession,
     State,
 )
-from mjfl.android_bridge.tensors import align
+from mjfl.android_bridge.protocol.tensors import align
 from mjfl.errors import ProtocolError
 from mjfl.ids import DeviceId, JobId
 

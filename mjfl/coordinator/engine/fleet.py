@@ -1,11 +1,11 @@
 """The coordinator's view of devices: one small interface, two kinds of fleet.
 
 A Fleet runs one training task on one device and answers with its result or
-raises ``DeviceFailure``. The virtual-time fleet (``coordinator/simulated.py``)
+raises ``DeviceFailure``. The virtual-time fleet (``coordinator/run/simulated.py``)
 trains in worker processes and reports round times sampled from each device's
-profile; the real-time fleet (``coordinator/server.py``) drives phones and
+profile; the real-time fleet (``coordinator/remote/server.py``) drives phones and
 emulated devices over WebSockets. Its clients, the engine
-(``coordinator/engine.py``) and profiling sessions (``profiling/session.py``),
+(``coordinator/engine/engine.py``) and profiling sessions (``profiling/observations.py``),
 cannot tell them apart. The interface lives here, under both, because it is
 what the coordinator and the profiler ask of devices.
 """

@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mjfl.android_bridge.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
+from mjfl.android_bridge.phones.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
 from mjfl.errors import PhoneError
 
 log = logging.getLogger(__name__)

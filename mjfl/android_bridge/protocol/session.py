@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mjfl.android_bridge.codec import (
+from mjfl.android_bridge.protocol.codec import (
     DEFAULT_MAX_CONTROL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     MAX_REASON_CHARS,
@@ -39,7 +39,7 @@ from mjfl.android_bridge.codec import (
     encode,
     split_message,
 )
-from mjfl.android_bridge.messages import (
+from mjfl.android_bridge.protocol.messages import (
     Bye,
     Cancel,
     Error,
@@ -59,7 +59,7 @@ from mjfl.android_bridge.messages import (
     Timing,
     Welcome,
 )
-from mjfl.android_bridge.tensors import (
+from mjfl.android_bridge.protocol.tensors import (
     DTYPES,
     Buffer,
     Signature,

@@ -34,15 +34,17 @@ from rich.console import Console
 from rich.progress import Progress
 
 from mjfl import logs
-from mjfl.android_bridge.fleet import Fleet
-from mjfl.coordinator import report
-from mjfl.coordinator.budget import round_budget
-from mjfl.coordinator.checkpoint import Checkpoints, JobCheckpoint, write_atomically
-from mjfl.coordinator.clock import Clock
 from mjfl.coordinator.config import RunConfig, config_to_dict
-from mjfl.coordinator.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.preparation import Assignment, PreparedJob, evaluate_job, prepare_jobs
-from mjfl.coordinator.records import (
+from mjfl.coordinator.engine.budget import round_budget
+from mjfl.coordinator.engine.clock import Clock
+from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.fleet import Fleet
+from mjfl.coordinator.results import report
+from mjfl.coordinator.run.calibration import calibration_jobs, run_session
+from mjfl.coordinator.run.preparation import Assignment, PreparedJob, evaluate_job, prepare_jobs
+from mjfl.coordinator.storage.checkpoints import Checkpoints, JobCheckpoint, write_atomically
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.records import (
     JobInfo,
     ProfileRefit,
     RoundRecord,
@@ -50,18 +52,11 @@ from mjfl.coordinator.records import (
     RunMode,
     SchedulerChoice,
 )
-from mjfl.coordinator.storage import Storage
 from mjfl.errors import DuplicateRoundError, RunError, StorageError, UserError
 from mjfl.ids import DeviceId
+from mjfl.profiling.observations import Observation, fit_profiles, write_observations
 from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
 from mjfl.profiling.report import show_profiles
-from mjfl.profiling.session import (
-    Observation,
-    calibration_jobs,
-    fit_profiles,
-    run_session,
-    write_observations,
-)
 from mjfl.schedulers.base import CostWeights, plan_size
 from mjfl.schedulers.registry import make_scheduler
 

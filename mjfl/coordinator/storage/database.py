@@ -33,7 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias, get_args
 
-from mjfl.coordinator.records import (
+from mjfl.coordinator.storage.records import (
     DeviceRound,
     JobInfo,
     ProfileRefit,

@@ -66,8 +66,6 @@ import numpy as np
 from websockets.asyncio.server import Server, ServerConnection, serve
 
 from mjfl.android_bridge.connection import Connection
-from mjfl.android_bridge.credentials import NONCE_HEADER, new_nonce, proof_matches, token_matches
-from mjfl.android_bridge.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
 from mjfl.android_bridge.protocol import (
     DEFAULT_MAX_CONTROL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -83,7 +81,14 @@ from mjfl.android_bridge.protocol import (
     TensorPack,
 )
 from mjfl.android_bridge.protocol import ModelSpec as WireModelSpec
-from mjfl.coordinator.keys import KeyStore
+from mjfl.android_bridge.protocol.credentials import (
+    NONCE_HEADER,
+    new_nonce,
+    proof_matches,
+    token_matches,
+)
+from mjfl.coordinator.engine.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
+from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.errors import ConfigError, DeviceFailure, EncodeError, RunError, SessionClosed, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import DeviceProfile
@@ -123,7 +128,7 @@ class ServerSettings:
     ``deadline_s``. ``close_timeout`` bounds one connection's closing
     handshake, ``shutdown_timeout`` the whole server's. ``token``: the
     shared lab token a device may present instead of a proof; ``keys``: the
-    enrolled devices' key store (``mjfl.coordinator.keys``); with neither,
+    enrolled devices' key store (``mjfl.coordinator.remote.keys``); with neither,
     any device is accepted. ``tls_cert``/``tls_key`` (PEM): serve ``wss://``.
 
     Limits against a stranger or a broken device (docs/faults.md):
@@ -634,7 +639,7 @@ class CoordinatorServer:
 
 
 class RemoteFleet:
-    """The engine's Fleet over the server's connected devices (see ``mjfl.android_bridge.fleet``)."""
+    """The engine's Fleet over the server's connected devices (see ``mjfl.coordinator.engine.fleet``)."""
 
     def __init__(self, server: CoordinatorServer) -> None:
         self._server = server

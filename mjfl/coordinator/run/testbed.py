@@ -3,7 +3,7 @@
 `mjfl testbed run` and `mjfl profile` train on these: phones and emulated
 devices elsewhere connect to the server (``server.py``, protocol v1),
 attached phones this command points at it over adb join them (``phones``,
-``android_bridge/phones.py``), and so do ``emulate`` emulated devices it
+``android_bridge/phones/attached.py``), and so do ``emulate`` emulated devices it
 starts itself (the embedded default: no phone needed). The fleet is ready
 once enough devices are there; leaving it stops the emulated devices, takes
 the phones' port forwards back and shuts the server down, saying bye to
@@ -21,10 +21,8 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from mjfl.android_bridge.credentials import new_secret
-from mjfl.android_bridge.emulator import default_id_prefix, run_emulated_fleet
-from mjfl.android_bridge.phones import Phones
-from mjfl.android_bridge.ray_cluster import (
+from mjfl.android_bridge.devices.emulator import default_id_prefix, run_emulated_fleet
+from mjfl.android_bridge.devices.ray_cluster import (
     RayContext,
     RayOptions,
     cluster_cpus,
@@ -32,14 +30,16 @@ from mjfl.android_bridge.ray_cluster import (
     node_count,
     this_node_address,
 )
-from mjfl.coordinator.certs import certificate_sha256
-from mjfl.coordinator.clock import RealClock
+from mjfl.android_bridge.phones.attached import Phones
+from mjfl.android_bridge.protocol.credentials import new_secret
 from mjfl.coordinator.config import RunConfig, TestbedConfig
-from mjfl.coordinator.driver import Output, ReadyFleet
-from mjfl.coordinator.keys import default_key_store
-from mjfl.coordinator.preparation import fleet_profiles
-from mjfl.coordinator.records import RunMode
-from mjfl.coordinator.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.engine.clock import RealClock
+from mjfl.coordinator.remote.certs import certificate_sha256
+from mjfl.coordinator.remote.keys import default_key_store
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.run.driver import Output, ReadyFleet
+from mjfl.coordinator.run.preparation import fleet_profiles
+from mjfl.coordinator.storage.records import RunMode
 from mjfl.errors import ConfigError, RunError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.profiles import DeviceProfile, load_profiles

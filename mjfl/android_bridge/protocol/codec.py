@@ -34,7 +34,7 @@ from typing import Any, NoReturn
 import numpy as np
 import numpy.typing as npt
 
-from mjfl.android_bridge.messages import (
+from mjfl.android_bridge.protocol.messages import (
     RUNTIMES,
     Bye,
     Cancel,
@@ -54,7 +54,7 @@ from mjfl.android_bridge.messages import (
     Timing,
     Welcome,
 )
-from mjfl.android_bridge.tensors import (
+from mjfl.android_bridge.protocol.tensors import (
     MAX_NDIM,
     Buffer,
     TensorInfo,

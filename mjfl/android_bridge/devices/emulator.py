@@ -59,8 +59,12 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
 from mjfl import logs
 from mjfl.android_bridge.connection import Connection
-from mjfl.android_bridge.credentials import NONCE_HEADER, hello_proof, is_nonce
-from mjfl.android_bridge.device import DeviceModel, ModelName, TrainerCache, TrainerFactory
+from mjfl.android_bridge.devices.device_model import (
+    DeviceModel,
+    ModelName,
+    TrainerCache,
+    TrainerFactory,
+)
 from mjfl.android_bridge.protocol import (
     DEFAULT_MAX_CONTROL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -76,6 +80,7 @@ from mjfl.android_bridge.protocol import (
     Timing,
     Welcome,
 )
+from mjfl.android_bridge.protocol.credentials import NONCE_HEADER, hello_proof, is_nonce
 from mjfl.android_bridge.tls import client_context
 from mjfl.errors import SessionClosed, UserError
 from mjfl.jobs.base import TrainResult

@@ -1,0 +1,1 @@
+"""Devices that are not phones."""

@@ -1,0 +1,1 @@
+"""Attached phones over adb."""

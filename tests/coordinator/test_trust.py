@@ -14,6 +14,7 @@ import stat
 
 import numpy as np
 import pytest
+from loopback import fleet_of
 from processes import mjfl_args, query
 from websockets.asyncio.client import connect
 
@@ -89,7 +90,7 @@ async def test_bad_credentials_get_bye_unauthorized(store, who):
     async with server_with(store) as server:
         answer, _ = await first_answer(server, proofs[who])
         assert answer == {"type": "bye", "code": "unauthorized", "reason": "credentials refused"}
-        assert server.connected() == {}
+        assert server.registry.connected() == {}
     assert all(d.last_seen is None for d in store.devices())
 
 
@@ -162,10 +163,10 @@ async def test_an_emulated_device_trains_over_wss_with_the_lab_ca(store, tmp_pat
             make_trainer=functools.partial(echo_trainer, delta=1.0),
         )
         async with devices_running(dev):
-            await server.wait_for_devices(1, 10)
+            await server.registry.wait_for_devices(1, 10)
             job = JobArtifacts(JobId("j"), SPEC, b"program", {DeviceId("emu-tls"): (np.zeros((4, 1, 16, 16), np.float32), np.arange(4) % 10)})
-            await server.fleet.prepare([job])
-            result = await server.fleet.run_task(DeviceId("emu-tls"), Task(JobId("j"), 1, WEIGHTS, epochs=1, batch_size=4, lr=0.1))
+            fleet_of(server).prepare([job])
+            result = await fleet_of(server).run_task(DeviceId("emu-tls"), Task(JobId("j"), 1, WEIGHTS, epochs=1, batch_size=4, lr=0.1))
             assert result.weights["b"].tolist() == [2.0] * 4
 
 

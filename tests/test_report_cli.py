@@ -7,7 +7,7 @@ from pathlib import Path
 
 from processes import mjfl_args
 
-from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.database import Storage, database_path
 from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
 from mjfl.ids import DeviceId, JobId
 
@@ -25,7 +25,7 @@ def record_run(folder: Path, method: str, seed: int, ends: list[float], accuraci
     scheduler = {"method": method, "alpha": 1.0, "beta": 0.05, "omega": "sqrt", "options": options or {}}
     model, dataset, target, scheme = setup
     config = {"scheduler": scheduler, "jobs": [{"name": JOB, "partition": scheme, "classes_per_device": 2}]}
-    with Storage(folder / "mjfl.db") as storage:
+    with Storage(database_path(folder)) as storage:
         storage.start_run(
             RunInfo(run_id, method, "virtual", seed, json.dumps(config), "2026-11-26T10:00:00"),
             [JobInfo(run_id, JOB, model, dataset, target, None, 40, f"{model}/{dataset}")],

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from processes import mjfl_args, query
 
-from mjfl.commands.study import apply
+from mjfl.coordinator.run.study import apply
 from mjfl.coordinator.storage.database import database_path
 
 CONFIG = """

@@ -16,7 +16,7 @@ from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import VirtualClock, run_virtual
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.engine.fleet import DeviceProfileView, TaskResult
-from mjfl.coordinator.results.report import job_outcomes
+from mjfl.coordinator.results.outcomes import job_outcomes
 from mjfl.coordinator.storage.records import JobInfo
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId

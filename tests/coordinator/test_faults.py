@@ -23,7 +23,7 @@ from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
-from mjfl.coordinator.results.report import LiveView
+from mjfl.coordinator.results.live import LiveView
 from mjfl.coordinator.run.driver import _Sink
 from mjfl.coordinator.storage.checkpoints import Checkpoints
 from mjfl.coordinator.storage.database import Storage, database_path

@@ -39,7 +39,8 @@ from mjfl.coordinator.engine.budget import round_budget
 from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.engine.fleet import Fleet
-from mjfl.coordinator.results import report
+from mjfl.coordinator.results.live import LiveView
+from mjfl.coordinator.results.report import report_run
 from mjfl.coordinator.run.calibration import calibration_jobs, run_session
 from mjfl.coordinator.run.preparation import Assignment, PreparedJob, evaluate_job, prepare_jobs
 from mjfl.coordinator.storage.checkpoints import Checkpoints, JobCheckpoint, write_atomically
@@ -136,7 +137,7 @@ class Driver:
         results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
         choices: list[SchedulerChoice] = []
         with Storage(self.config.database_path) as storage:
-            view = report.LiveView(
+            view = LiveView(
                 enabled=self.output.live, console=console, clock="virtual" if devices.mode == "virtual" else "wall"
             )
             with view:
@@ -161,9 +162,8 @@ class Driver:
                             self._finish(storage, run.info.run_id, status)
                     results[method] = (storage.jobs(run.info.run_id), storage.rounds(run.info.run_id))
                     choices += storage.choices(run.info.run_id)
-            summary = report.summary(results)
             try:
-                self._report(results, choices, summary, storage)
+                summary = self._report(results, choices)
             except OSError as exc:
                 raise RunError(
                     f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
@@ -179,7 +179,7 @@ class Driver:
         except StorageError as exc:
             log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
-    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: report.LiveView) -> None:
+    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView) -> None:
         config = self.config
         async with devices.fleet() as ready:
             assignment = run.assignment(ready.devices, self._slots(devices, ready.devices))
@@ -303,23 +303,16 @@ class Driver:
         return self._prepared[slots]
 
     def _report(
-        self,
-        results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]],
-        choices: Sequence[SchedulerChoice],
-        summary: Mapping[str, Any],
-        storage: Storage,
-    ) -> None:
+        self, results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]], choices: Sequence[SchedulerChoice]
+    ) -> dict[str, Any]:
         out, console = self.output.out_dir, self.output.console
-        report.write_summary(out / "summary.json", summary)
-        report.write_rounds_csv(out / "rounds.csv", results)
-        report.plot_accuracy(out, results)
-        report.plot_meta_greedy_wins(out / "meta-greedy-wins.png", choices)
-        console.print(report.results_table(summary, next(iter(results.values()))[0]))
+        summary = report_run(out, results, choices, console=console)
         runs = ", ".join(jobs[0].run_id for jobs, _ in results.values() if jobs)
         console.print(
             f"wrote {out}/summary.json, rounds.csv and plots; records in {self.config.database_path}"
             f" (run {runs}); log in {self.output.log_file}"
         )
+        return summary
 
     # -- profiling sessions ---------------------------------------------------
 
@@ -465,7 +458,7 @@ class _Sink:
     to the database, so resume is exact (see checkpoint.py).
     """
 
-    def __init__(self, storage: Storage, checkpoints: Checkpoints | None, method: str, view: report.LiveView) -> None:
+    def __init__(self, storage: Storage, checkpoints: Checkpoints | None, method: str, view: LiveView) -> None:
         self.storage = storage
         self.checkpoints = checkpoints
         self.method = method

@@ -36,8 +36,15 @@ CSV_COLUMNS: tuple[str, ...] = (
 def write_json(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Path:
     """Write ``document`` as indented JSON (None as null, NaN refused), atomically; returns the path."""
     text = json.dumps(document, indent=2, allow_nan=False) + "\n"
-    # A temporary file and a rename: a crash never leaves half a document.
-    return write_atomically(Path(path), text)
+    # A temporary file and a rename: a crash never leaves half a document (a study
+    # takes a summary.json for a finished run).
+    file = write_atomically(Path(path), text)
+    # The temporary file was private (mkstemp: 0600); a report is as readable as
+    # its neighbours, rounds.csv and the plots: 0666 less the umask.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    file.chmod(0o666 & ~umask)
+    return file
 
 
 def write_rounds_csv(path: str | os.PathLike[str], results: Results) -> Path:

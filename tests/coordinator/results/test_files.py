@@ -46,3 +46,9 @@ def test_rounds_csv_has_header_and_a_row_per_round(results: dict, tmp_path: Path
         ("cnn", "1"), ("cnn", "2"), ("lenet", "1"), ("lenet", "2"),
     ]  # fmt: skip
     assert all(r["winner"] == "" for r in random_rows)
+
+
+def test_a_json_document_is_as_readable_as_a_plain_file(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.txt"
+    plain.write_text("x")
+    assert write_json(tmp_path / "doc.json", {}).stat().st_mode == plain.stat().st_mode

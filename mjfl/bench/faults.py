@@ -62,6 +62,7 @@ from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.engine.fleet import JobArtifacts
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.storage.database import database_path
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.profiles import DeviceProfile
@@ -291,7 +292,7 @@ def _coordinator_kills(folder: Path, kills: int, rounds: int, seed: int, timeout
     out = folder / "run"
     config = folder / "testbed.toml"
     config.write_text(_CONFIG.format(out=out, rounds=rounds, seed=seed))
-    db = out / "mjfl.db"
+    db = database_path(out)
     started, done, unhandled, restarts = time.monotonic(), 0, 0, 0
     outputs: list[str] = []
     proc = _start(config)
@@ -334,7 +335,7 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
         out = disk / "run"
         config = folder / "full.toml"
         config.write_text(_CONFIG.format(out=out, rounds=rounds, seed=seed))
-        db = out / "mjfl.db"
+        db = database_path(out)
         proc = _start(config)
         while len(_rounds(db)) < 2 and proc.poll() is None and time.monotonic() - started < timeout_s:
             time.sleep(0.2)

@@ -27,7 +27,7 @@ from mjfl.coordinator.engine.events import (
     TaskSent,
 )
 from mjfl.coordinator.engine.fleet import DeviceProfileView, TaskResult
-from mjfl.coordinator.results.report import job_outcomes
+from mjfl.coordinator.results.outcomes import job_outcomes
 from mjfl.coordinator.storage.records import JobInfo
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId

@@ -26,7 +26,7 @@ from mjfl.coordinator.engine.events import RoundAggregated, RoundLog
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.coordinator.run.recorder import Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints
-from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.database import Storage, database_path
 from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
 from mjfl.errors import RunError
 from mjfl.ids import DeviceId, JobId
@@ -173,7 +173,7 @@ def small_disk(tmp_path):
 
 
 def recorder_over(folder):
-    storage = Storage(folder / "mjfl.db")
+    storage = Storage(database_path(folder))
     info = RunInfo("run-1", "random", "real", 0, "{}", "2026-01-01T00:00:00+00:00")
     storage.start_run(info, [JobInfo("run-1", JobId("j"), "lenet5", "digits", None, None, 10, "lenet5/digits")])
     return storage, Recorder(storage, Checkpoints(folder / "checkpoints"))
@@ -204,7 +204,7 @@ def test_a_full_output_folder_stops_the_run_with_one_clear_error_and_keeps_every
             recorder(finished(the_job, 3))
         assert [r.round for r in storage.rounds("run-1")] == [1, 2]
     (small_disk / "filler").unlink()  # room again: resume redoes round 3
-    storage = Storage(small_disk / "mjfl.db")
+    storage = Storage(database_path(small_disk))
     with storage:
         assert [r.round for r in storage.rounds("run-1")] == [1, 2]
         storage.record_round(finished(the_job, 3).record)

@@ -26,6 +26,7 @@ from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.certs import create_certificates
 from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.storage.database import database_path
 from mjfl.errors import ConfigError, DataError, ProtocolError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec
@@ -253,7 +254,7 @@ def test_testbed_over_wss_with_an_enrolled_emulated_device(tmp_path, processes):
     ))
     assert coordinator.wait(300) == 0, "".join(coordinator.output)
     device.wait(60)
-    trained = {d for (d,) in query(out / "mjfl.db", "SELECT device FROM device_rounds WHERE status = 'ok'")}
+    trained = {d for (d,) in query(database_path(out), "SELECT device FROM device_rounds WHERE status = 'ok'")}
     assert "lab-0" in trained and len(trained) == 2, trained
     (lab,) = KeyStore(keys).devices()
     assert lab.last_seen is not None

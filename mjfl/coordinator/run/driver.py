@@ -38,14 +38,9 @@ from mjfl.coordinator.config import RunConfig, config_to_dict
 from mjfl.coordinator.engine.budget import round_budget
 from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.engine.events import (
-    JobStopped,
-    Observer,
-    RoundAggregated,
-    RunEvent,
-)
 from mjfl.coordinator.engine.fleet import Fleet
-from mjfl.coordinator.results import report
+from mjfl.coordinator.results.live import LiveView
+from mjfl.coordinator.results.report import report_run
 from mjfl.coordinator.run.calibration import calibration_jobs, run_session
 from mjfl.coordinator.run.preparation import Assignment, PreparedJob, evaluate_job, prepare_jobs
 from mjfl.coordinator.run.recorder import Recorder
@@ -150,7 +145,7 @@ class Driver:
         results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
         choices: list[SchedulerChoice] = []
         with Storage(self.config.database_path) as storage:
-            view = report.LiveView(
+            view = LiveView(
                 enabled=self.output.live, console=console, clock="virtual" if devices.mode == "virtual" else "wall"
             )
             with view:
@@ -175,9 +170,8 @@ class Driver:
                             self._finish(storage, run.info.run_id, status)
                     results[method] = (storage.jobs(run.info.run_id), storage.rounds(run.info.run_id))
                     choices += storage.choices(run.info.run_id)
-            summary = report.summary(results)
             try:
-                self._report(results, choices, summary, storage)
+                summary = self._report(results, choices)
             except OSError as exc:
                 raise RunError(
                     f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
@@ -193,7 +187,7 @@ class Driver:
         except StorageError as exc:
             log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
-    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: report.LiveView) -> None:
+    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView) -> None:
         config = self.config
         async with devices.fleet() as ready:
             assignment = run.assignment(ready.devices, self._slots(devices, ready.devices))
@@ -223,7 +217,7 @@ class Driver:
             ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,
-                observers=[Recorder(storage, run.checkpoints), _show(view, run.info.method)], frequencies=frequencies,
+                observers=[Recorder(storage, run.checkpoints), view.observer(run.info.method)], frequencies=frequencies,
             )
             if ready.members is not None:
                 # Devices that join later take a free shard and are planned like the others;
@@ -318,23 +312,16 @@ class Driver:
         return self._prepared[slots]
 
     def _report(
-        self,
-        results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]],
-        choices: Sequence[SchedulerChoice],
-        summary: Mapping[str, Any],
-        storage: Storage,
-    ) -> None:
+        self, results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]], choices: Sequence[SchedulerChoice]
+    ) -> dict[str, Any]:
         out, console = self.output.out_dir, self.output.console
-        report.write_summary(out / "summary.json", summary)
-        report.write_rounds_csv(out / "rounds.csv", results)
-        report.plot_accuracy(out, results)
-        report.plot_meta_greedy_wins(out / "meta-greedy-wins.png", choices)
-        console.print(report.results_table(summary, next(iter(results.values()))[0]))
+        summary = report_run(out, results, choices, console=console)
         runs = ", ".join(jobs[0].run_id for jobs, _ in results.values() if jobs)
         console.print(
             f"wrote {out}/summary.json, rounds.csv and plots; records in {self.config.database_path}"
             f" (run {runs}); log in {self.output.log_file}"
         )
+        return summary
 
     # -- profiling sessions ---------------------------------------------------
 
@@ -475,18 +462,6 @@ def _resumable_run(storage: Storage, out_dir: Path, mode: RunMode, method: str) 
         ):
             return info.run_id
     raise UserError(f"--resume: no unfinished {method} run recorded for {out_dir} in {storage.path}")
-
-
-def _show(view: report.LiveView, method: str) -> Observer:
-    """The live view's part of the run's events: each round as it ends, each job as the engine stops it."""
-
-    def show(event: RunEvent) -> None:
-        if isinstance(event, RoundAggregated):
-            view.update(event.record, method)
-        elif isinstance(event, JobStopped):
-            view.set_status(method, event.job, "reached" if event.reason == "target" else "stopped")
-
-    return show
 
 
 def _now() -> str:

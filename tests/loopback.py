@@ -26,6 +26,7 @@ from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import ModelSpec
 
 _FLEETS: weakref.WeakKeyDictionary[CoordinatorServer, RemoteFleet] = weakref.WeakKeyDictionary()
@@ -53,7 +54,7 @@ def artifacts(devices, job="j"):
 
 
 def task(round_=1, job="j", weights=WEIGHTS, **kw):
-    return Task(JobId(job), round_, weights, epochs=1, batch_size=4, lr=0.1, **kw)
+    return Task(JobId(job), round_, weights, LocalTraining(epochs=1, batch_size=4, lr=0.1), **kw)
 
 
 def device(server, device_id, **kw):

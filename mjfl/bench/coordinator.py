@@ -130,6 +130,7 @@ async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> 
     from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
+    from mjfl.jobs.base import LocalTraining
     from mjfl.jobs.models import ModelSpec, initial_weights
     from mjfl.profiling.profiles import DeviceProfile
     from mjfl.schedulers.registry import make_scheduler
@@ -155,7 +156,7 @@ async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> 
         remote = RemoteFleet(server.registry)
         remote.prepare([JobArtifacts(JobId("bench"), spec, b"\0" * 4096, shards)])
         job = EngineJob(
-            JobConfig(JobId("bench"), "lenet5", epochs=epochs, fraction=1.0, max_rounds=rounds + 2),
+            JobConfig(JobId("bench"), "lenet5", training=LocalTraining(epochs=epochs), fraction=1.0, max_rounds=rounds + 2),
             spec=spec, scheduler=make_scheduler("random", seed=0),
             samples={d: samples for d in shards}, test_x=np.zeros((1, *spec.input_shape), np.float32),
             test_y=np.zeros(1, np.int64), weights=initial_weights(spec, 0),
@@ -185,6 +186,7 @@ async def _broadcast(megabytes: float, devices: int, workers: int) -> tuple[floa
     from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
+    from mjfl.jobs.base import LocalTraining
     from mjfl.jobs.models import ModelSpec
 
     spec = ModelSpec("lenet5", (1, 16, 16), 10)
@@ -213,7 +215,7 @@ async def _broadcast(megabytes: float, devices: int, workers: int) -> tuple[floa
             remote.prepare([JobArtifacts(JobId("bcast"), spec, b"\0" * 4096, shards)])
             starts = {}
             for round_ in range(1, 4):
-                task = Task(JobId("bcast"), round_, weights, epochs=1, batch_size=4, lr=0.0)
+                task = Task(JobId("bcast"), round_, weights, LocalTraining(epochs=1, batch_size=4, lr=0.0))
                 starts[round_] = time.monotonic()
                 await asyncio.gather(*(remote.run_task(DeviceId(d), task) for d in ids))
         finally:

@@ -66,6 +66,7 @@ from mjfl.android_bridge.protocol.session import (
 from mjfl.android_bridge.protocol.tensors import align
 from mjfl.errors import ProtocolError
 from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.base import LocalTraining
 
 DOCUMENTED_CODES = frozenset({
     "normal", "going_away", "unauthorized", "message_too_big", "heartbeat_timeout", "internal_error",
@@ -307,9 +308,9 @@ class Fuzzer:
         c.send_welcome()
         program, shard = Program(b"p"), Shard(np.zeros((1, 1, 4, 4), np.float32), np.zeros(1, np.int64))
         c.send_provision("j", ModelSpec("lenet5", (1, 4, 4), 3), program, shard)
-        c.send_task(task_id="t1", job_id="j", round=3, weights=self._task_weights, epochs=1, batch_size=1, lr=0.1)
-        c.send_task(task_id="t2", job_id="j", round=3, weights={"w": np.zeros(20_000, np.float32)}, epochs=1,
-                    batch_size=1, lr=0.1)
+        training = LocalTraining(epochs=1, batch_size=1, lr=0.1)
+        c.send_task(task_id="t1", job_id="j", round=3, weights=self._task_weights, training=training)
+        c.send_task(task_id="t2", job_id="j", round=3, weights={"w": np.zeros(20_000, np.float32)}, training=training)
         c.events_received(), c.data_to_send()
         return c
 

@@ -113,6 +113,7 @@ async def _measure(devices: int, rounds: int, workers: int, context: Any) -> dic
     from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
+    from mjfl.jobs.base import LocalTraining
     from mjfl.jobs.models import ModelSpec, initial_weights
 
     spec = ModelSpec("lenet5", (1, 12, 12), 10)
@@ -134,7 +135,7 @@ async def _measure(devices: int, rounds: int, workers: int, context: Any) -> dic
             remote = RemoteFleet(server.registry)
             remote.prepare([JobArtifacts(JobId("scale"), spec, b"\0" * 64, shards)])
             for round_ in range(1, rounds + 2):
-                task = Task(JobId("scale"), round_, weights, epochs=1, batch_size=samples, lr=0.05, seed=round_)
+                task = Task(JobId("scale"), round_, weights, LocalTraining(epochs=1, batch_size=samples, lr=0.05), seed=round_)
                 wall, cpu = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(remote.run_task(d, task) for d in ids))
                 if round_ > 1:  # round 1 provisions and loads: a warm-up

@@ -1,6 +1,6 @@
 """`mjfl bench schedulers`: plan latency and plan cost of every scheduler.
 
-For each fleet size, a synthetic heterogeneous fleet (``synthetic.py``) with
+For each fleet size, a synthetic heterogeneous fleet (``schedulers/synthetic.py``) with
 ``jobs`` jobs is driven for ``rounds`` rounds on the cost model, one scheduler
 instance per job, and every ``plan`` call is timed: one call plans one job's
 round while the other jobs' plans are in flight. ``mean_cost`` is the mean

@@ -62,15 +62,14 @@ class BenchRow:
 def _time_steps(trainer: Any, spec: ModelSpec, *, steps: int, batch: int, seed: int) -> list[float]:
     import numpy as np
 
+    from mjfl.jobs.base import LocalTraining
     from mjfl.jobs.models import initial_weights
 
     rng = np.random.default_rng(seed)
     n = batch * (steps + WARMUP_STEPS)
     x = rng.normal(size=(n, *spec.input_shape)).astype(np.float32)
     y = rng.integers(0, spec.num_classes, size=n)
-    result = trainer.train(
-        initial_weights(spec, seed), x, y, epochs=1, batch_size=batch, lr=0.01, momentum=0.9
-    )
+    result = trainer.train(initial_weights(spec, seed), x, y, LocalTraining(epochs=1, batch_size=batch, lr=0.01, momentum=0.9))
     return [t * 1e3 for t in result.step_times_s[WARMUP_STEPS:]]
 
 

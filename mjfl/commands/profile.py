@@ -14,11 +14,14 @@ from mjfl.coordinator.run.driver import Driver, Output
 from mjfl.coordinator.run.testbed import RemoteDevices
 from mjfl.errors import UserError
 from mjfl.ids import JobId
+from mjfl.jobs.base import LocalTraining
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.profiling.report import show_profiles
 
 # Without a config: one small calibration job (LeNet-5 on digits).
-DEFAULT_JOB = JobConfig(name=JobId("lenet5"), model="lenet5", image_size=12, batch_size=8, lr=0.05, partition="iid")
+DEFAULT_JOB = JobConfig(
+    name=JobId("lenet5"), model="lenet5", image_size=12, training=LocalTraining(batch_size=8, lr=0.05), partition="iid"
+)
 
 
 def default_config(emulate: int) -> RunConfig:

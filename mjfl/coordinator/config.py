@@ -16,7 +16,7 @@ from mjfl.coordinator.storage.database import database_path
 from mjfl.coordinator.storage.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
-from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES
+from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES, LocalTraining
 
 PARTITIONS = ("iid", "noniid", "dirichlet")
 RUNTIMES = ("executorch", "torch")
@@ -36,11 +36,7 @@ class JobConfig:
     partition: str = "noniid"
     classes_per_device: int = 2
     dirichlet_alpha: float = 0.5
-    epochs: int = 1  # tau_m
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    training: LocalTraining = field(default_factory=LocalTraining)  # tau_m epochs, batch size, SGD settings
     fraction: float = 0.1  # C_m
     target_accuracy: float | None = None
     target_loss: float | None = None
@@ -178,6 +174,7 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
         raise ConfigError(f"{where}.model", f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)}")
     data_dir = f.take("data_dir", str, default=None)
     d = _defaults(JobConfig)
+    t = _defaults(LocalTraining)
     job = JobConfig(
         name=JobId(name),
         model=model,
@@ -188,11 +185,13 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
         partition=f.take("partition", str, default=d["partition"], check=lambda v: v in PARTITIONS, need=f"one of {PARTITIONS}"),
         classes_per_device=f.take("classes_per_device", int, default=d["classes_per_device"], check=lambda v: v >= 1, need=">= 1"),
         dirichlet_alpha=f.take("dirichlet_alpha", float, default=d["dirichlet_alpha"], check=lambda v: v > 0, need="> 0"),
-        epochs=f.take("epochs", int, default=d["epochs"], check=lambda v: v >= 1, need=">= 1"),
-        batch_size=f.take("batch_size", int, default=d["batch_size"], check=lambda v: 1 <= v <= MAX_BATCH, need=f"in [1, {MAX_BATCH}] (the training programs' batch bound)"),
-        lr=f.take("lr", float, default=d["lr"], check=lambda v: v > 0, need="> 0"),
-        momentum=f.take("momentum", float, default=d["momentum"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
-        weight_decay=f.take("weight_decay", float, default=d["weight_decay"], check=lambda v: v >= 0, need=">= 0"),
+        training=LocalTraining(
+            epochs=f.take("epochs", int, default=t["epochs"], check=lambda v: v >= 1, need=">= 1"),
+            batch_size=f.take("batch_size", int, default=t["batch_size"], check=lambda v: 1 <= v <= MAX_BATCH, need=f"in [1, {MAX_BATCH}] (the training programs' batch bound)"),
+            lr=f.take("lr", float, default=t["lr"], check=lambda v: v > 0, need="> 0"),
+            momentum=f.take("momentum", float, default=t["momentum"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
+            weight_decay=f.take("weight_decay", float, default=t["weight_decay"], check=lambda v: v >= 0, need=">= 0"),
+        ),
         fraction=f.take("fraction", float, default=d["fraction"], check=lambda v: 0 < v <= 1, need="in (0, 1]"),
         target_accuracy=f.take("target_accuracy", float, default=d["target_accuracy"], check=lambda v: 0 < v <= 1, need="in (0, 1]"),
         target_loss=f.take("target_loss", float, default=d["target_loss"], check=lambda v: v > 0, need="> 0"),

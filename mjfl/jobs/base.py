@@ -16,7 +16,7 @@ import numpy as np
 
 from mjfl.errors import ConfigError
 
-__all__ = ["MAX_BATCH", "MODEL_NAMES", "ModelSpec", "TrainResult", "Trainer", "Weights"]
+__all__ = ["MAX_BATCH", "MODEL_NAMES", "LocalTraining", "ModelSpec", "TrainResult", "Trainer", "Weights"]
 
 MODEL_NAMES: tuple[str, ...] = ("lenet5", "cnn-a-iid", "cnn-a-noniid", "cnn-b", "vgg6", "resnet13", "alexnet")
 """The zoo's networks (docs/models.md), in the order the docs list them."""
@@ -54,6 +54,35 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class LocalTraining:
+    """How a device trains a job in one round: ``epochs`` (the paper's tau_m) of mini-batch SGD.
+
+    One value, carried whole from the job's configuration (``[[jobs]]``'s
+    ``epochs``, ``batch_size``, ``lr``, ``momentum``, ``weight_decay``;
+    docs/config.md) through the engine's task and the wire's task message to
+    the trainer on the device.
+    """
+
+    epochs: int = 1
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1:
+            raise ConfigError("epochs", f"must be >= 1, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ConfigError("batch_size", f"must be >= 1, got {self.batch_size}")
+        if not self.lr >= 0:
+            raise ConfigError("lr", f"must be >= 0, got {self.lr}")
+        if not 0 <= self.momentum < 1:
+            raise ConfigError("momentum", f"must be in [0, 1), got {self.momentum}")
+        if not self.weight_decay >= 0:
+            raise ConfigError("weight_decay", f"must be >= 0, got {self.weight_decay}")
+
+
+@dataclass(frozen=True)
 class TrainResult:
     """What one `Trainer.train` call produced.
 
@@ -82,17 +111,10 @@ class Trainer(Protocol):
     """Trains a job's model on a device's shard for one round."""
 
     def train(
-        self,
-        weights: Weights,
-        x: np.ndarray,
-        y: np.ndarray,
-        *,
-        epochs: int,
-        batch_size: int,
-        lr: float,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        seed: int = 0,
+        self, weights: Weights, x: np.ndarray, y: np.ndarray, training: LocalTraining, *, seed: int = 0
     ) -> TrainResult:
-        """SGD from `weights` on (x, y); x is (N, C, H, W) float32, y (N,) labels."""
+        """SGD from `weights` on (x, y) as `training` says; x is (N, C, H, W) float32, y (N,) labels.
+
+        `seed` fixes the batch order and any dropout noise (docs/models.md).
+        """
         ...

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mjfl.errors import ProgramError
-from mjfl.jobs.base import ModelSpec, Trainer, TrainResult, Weights
+from mjfl.jobs.base import LocalTraining, ModelSpec, Trainer, TrainResult, Weights
 from mjfl.jobs.export import PARAM_PREFIX, validate_program
 from mjfl.jobs.layers import EagerOps
 from mjfl.jobs.models import (
@@ -205,17 +205,7 @@ class ExecuTorchTrainer:
             raise ProgramError(f"the training program failed to run: {exc}") from None
 
     def train(
-        self,
-        weights: Weights,
-        x: np.ndarray,
-        y: np.ndarray,
-        *,
-        epochs: int,
-        batch_size: int,
-        lr: float,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        seed: int = 0,
+        self, weights: Weights, x: np.ndarray, y: np.ndarray, training: LocalTraining, *, seed: int = 0
     ) -> TrainResult:
         import torch
         from executorch.extension.training import get_sgd_optimizer
@@ -223,11 +213,11 @@ class ExecuTorchTrainer:
         t0 = time.perf_counter()
         _check_weights(self._shapes, weights)
         x, y = _check_data(self.spec, x, y)
-        if batch_size > self.max_batch:
+        if training.batch_size > self.max_batch:
             raise ProgramError(
-                f"batch_size {batch_size} exceeds the program's max batch {self.max_batch}"
+                f"batch_size {training.batch_size} exceeds the program's max batch {self.max_batch}"
             )
-        plan = batches(len(x), epochs=epochs, batch_size=batch_size, seed=seed)
+        plan = batches(len(x), epochs=training.epochs, batch_size=training.batch_size, seed=seed)
         with torch.no_grad():
             for k, t in self._params.items():
                 t.copy_(torch.from_numpy(np.asarray(weights[k], dtype=np.float32)))
@@ -237,7 +227,7 @@ class ExecuTorchTrainer:
             if k not in self._params
         }
         named = {f: self._params[k] for f, k in zip(self._fqns, self._param_keys)}
-        optimizer = get_sgd_optimizer(named, lr, momentum, 0.0, weight_decay, False)
+        optimizer = get_sgd_optimizer(named, training.lr, training.momentum, 0.0, training.weight_decay, False)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
         noise_rng = dropout_rng(seed)
         t1 = time.perf_counter()
@@ -268,9 +258,9 @@ class ExecuTorchTrainer:
         return TrainResult(
             weights=out,
             samples=len(x),
-            epochs=epochs,
+            epochs=training.epochs,
             steps=len(plan),
-            mean_loss=loss_sum / (len(x) * epochs),
+            mean_loss=loss_sum / (len(x) * training.epochs),
             compute_s=t3 - t0,
             setup_s=t1 - t0,
             step_s=t2 - t1,
@@ -326,17 +316,7 @@ class TorchTrainer:
         self._shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
 
     def train(
-        self,
-        weights: Weights,
-        x: np.ndarray,
-        y: np.ndarray,
-        *,
-        epochs: int,
-        batch_size: int,
-        lr: float,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
-        seed: int = 0,
+        self, weights: Weights, x: np.ndarray, y: np.ndarray, training: LocalTraining, *, seed: int = 0
     ) -> TrainResult:
         import torch
         import torch.nn.functional as F
@@ -344,12 +324,12 @@ class TorchTrainer:
         t0 = time.perf_counter()
         _check_weights(self._shapes, weights)
         x, y = _check_data(self.spec, x, y)
-        plan = batches(len(x), epochs=epochs, batch_size=batch_size, seed=seed)
+        plan = batches(len(x), epochs=training.epochs, batch_size=training.batch_size, seed=seed)
         model = self.model
         load_weights(model, weights)
         model.train()
         optimizer = torch.optim.SGD(
-            model.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay
+            model.parameters(), lr=training.lr, momentum=training.momentum, weight_decay=training.weight_decay
         )
         xt = torch.from_numpy(x).to(self.device)
         yt = torch.from_numpy(y).to(self.device)
@@ -373,14 +353,14 @@ class TorchTrainer:
             optimizer.step()
             losses.append(loss.detach() * len(idx))
             step_times.append(time.perf_counter() - s)
-        mean_loss = float(torch.stack(losses).sum()) / (len(x) * epochs)
+        mean_loss = float(torch.stack(losses).sum()) / (len(x) * training.epochs)
         t2 = time.perf_counter()
         out = state_to_numpy(model)
         t3 = time.perf_counter()
         return TrainResult(
             weights=out,
             samples=len(x),
-            epochs=epochs,
+            epochs=training.epochs,
             steps=len(plan),
             mean_loss=mean_loss,
             compute_s=t3 - t0,

@@ -164,7 +164,7 @@ class Decision:
 
 @dataclass(frozen=True)
 class RoundOutcome:
-    """What happened to a planned round (failures are data, STYLE 5).
+    """What happened to a planned round: who answered, how long each took, who failed (failures are data).
 
     ``durations`` holds the round time of each device that returned a valid
     update; ``failed`` the devices that did not return or were rejected;

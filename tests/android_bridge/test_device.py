@@ -18,7 +18,7 @@ from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
-from mjfl.jobs.base import ModelSpec
+from mjfl.jobs.base import LocalTraining, ModelSpec
 from mjfl.schedulers import round_time
 
 SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
@@ -76,7 +76,7 @@ def test_the_trainer_cache_loads_each_program_once_and_drops_the_least_recently_
     x, y = np.zeros((4, 1, 16, 16), np.float32), np.zeros(4, np.int64)
 
     def train(sha):
-        return cache.train("torch", SPEC, sha, lambda: sha.encode(), weights, x, y, epochs=1, batch_size=2, lr=0.1)
+        return cache.train("torch", SPEC, sha, lambda: sha.encode(), weights, x, y, LocalTraining(epochs=1, batch_size=2, lr=0.1))
 
     result, _ = train("p1")
     assert result.weights["w"].tolist() == [1.0] * 3 and result.samples == 4
@@ -104,9 +104,9 @@ async def test_an_emulated_device_that_drops_out_fails_its_rounds_as_a_simulated
             weights = {"w": np.zeros(2, np.float32)}
             # With a deadline: silence, then the coordinator gives up at the deadline and cancels.
             with pytest.raises(DeviceFailure, match="deadline") as late:
-                await fleet_of(server).run_task(DeviceId("flaky"), Task(JobId("j"), 1, weights, 1, 2, 0.1, deadline_s=0.3))
+                await fleet_of(server).run_task(DeviceId("flaky"), Task(JobId("j"), 1, weights, LocalTraining(1, 2, 0.1), deadline_s=0.3))
             assert late.value.after_s >= 0.3
             # Without one: the device reports the lost round itself.
             with pytest.raises(DeviceFailure, match="dropped out"):
-                await fleet_of(server).run_task(DeviceId("flaky"), Task(JobId("j"), 2, weights, 1, 2, 0.1))
+                await fleet_of(server).run_task(DeviceId("flaky"), Task(JobId("j"), 2, weights, LocalTraining(1, 2, 0.1)))
     assert [r.outcome for r in device.history] == ["cancelled", "error"]

@@ -32,6 +32,7 @@ from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import ModelSpec, initial_weights
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers import round_time
@@ -55,7 +56,7 @@ def artifacts(devices, n=20, program=b"placeholder program"):
 
 
 def task(round_=1, weights=WEIGHTS, **kw):
-    return Task(JobId("j"), round_, weights, epochs=kw.pop("epochs", 1), batch_size=8, lr=0.05, **kw)
+    return Task(JobId("j"), round_, weights, LocalTraining(epochs=kw.pop("epochs", 1), batch_size=8, lr=0.05), **kw)
 
 
 async def until(condition, timeout=5.0):

@@ -43,6 +43,7 @@ from mjfl.android_bridge.protocol import (
 )
 from mjfl.android_bridge.protocol.credentials import hello_proof
 from mjfl.errors import EncodeError, ProtocolError
+from mjfl.jobs.base import LocalTraining
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
 SHA_A, SHA_B = "a" * 64, "b" * 64
@@ -122,7 +123,7 @@ def with_task(**coordinator: Any) -> tuple[CoordinatorSession, DeviceSession, Ta
     c, d = open_pair(coordinator)
     c.send_provision("j", MODEL, *artifacts())
     c.send_task(
-        task_id="t1", job_id="j", round=3, weights=weights(), epochs=1, batch_size=2, lr=0.1
+        task_id="t1", job_id="j", round=3, weights=weights(), training=LocalTraining(epochs=1, batch_size=2, lr=0.1)
     )
     pump(c, d)
     events = d.events_received()
@@ -433,10 +434,7 @@ def test_full_conversation_in_memory() -> None:
             job_id="cnn",
             round=rnd,
             weights=global_weights,
-            epochs=1,
-            batch_size=2,
-            lr=0.1,
-            momentum=0.9,
+            training=LocalTraining(epochs=1, batch_size=2, lr=0.1, momentum=0.9),
             deadline_s=60.0,
         )
         pump(c, d)
@@ -478,9 +476,7 @@ def test_full_conversation_in_memory() -> None:
         job_id="cnn-b",
         round=2,
         weights=global_weights,
-        epochs=1,
-        batch_size=2,
-        lr=0.1,
+        training=LocalTraining(epochs=1, batch_size=2, lr=0.1),
     )
     c.send_cancel("t9", "deadline")
     pump(c, d)
@@ -740,7 +736,7 @@ def test_split_messages_are_reassembled_with_text_between_parts() -> None:
     c, d = open_pair(device={"max_part_bytes": 100_000})
     c.send_provision("j", MODEL, *artifacts())
     c.send_task(
-        task_id="t1", job_id="j", round=0, weights=big_weights(), epochs=1, batch_size=1, lr=0.1
+        task_id="t1", job_id="j", round=0, weights=big_weights(), training=LocalTraining(epochs=1, batch_size=1, lr=0.1)
     )
     pump(c, d)
     [_, task] = d.events_received()
@@ -786,7 +782,7 @@ def test_bad_parts_fail_the_session() -> None:
     def check(messages: list[bytes], reason: str) -> None:
         c, _ = open_pair()
         c.send_provision("j", MODEL, *artifacts())
-        c.send_task(task_id="t1", job_id="j", round=3, weights=big_weights(), epochs=1, batch_size=1, lr=0.1)
+        c.send_task(task_id="t1", job_id="j", round=3, weights=big_weights(), training=LocalTraining(epochs=1, batch_size=1, lr=0.1))
         for m in messages:
             c.receive_bytes(m)
         assert_failed(c, "bad_frame", reason)
@@ -817,7 +813,7 @@ def test_a_split_result_longer_than_any_pending_task_asks_for_is_refused_on_its_
     assert_failed(c, "message_too_big", "1200028 payload bytes")
     c, _ = open_pair()
     c.send_provision("j", MODEL, *artifacts())
-    c.send_task(task_id="t1", job_id="j", round=3, weights=big_weights(), epochs=1, batch_size=1, lr=0.1)
+    c.send_task(task_id="t1", job_id="j", round=3, weights=big_weights(), training=LocalTraining(epochs=1, batch_size=1, lr=0.1))
     for part in parts:
         c.receive_bytes(part)
     [result] = [e for e in c.events_received() if isinstance(e, Result)]
@@ -925,19 +921,17 @@ def test_send_methods_check_state_and_arguments() -> None:
     c, d, task = with_task()
     with pytest.raises(ValueError, match="not been provisioned"):
         c.send_task(
-            task_id="t2", job_id="nope", round=0, weights={}, epochs=1, batch_size=1, lr=0.1
+            task_id="t2", job_id="nope", round=0, weights={}, training=LocalTraining(epochs=1, batch_size=1, lr=0.1)
         )
     with pytest.raises(ValueError, match="already pending"):
-        c.send_task(task_id="t1", job_id="j", round=0, weights={}, epochs=1, batch_size=1, lr=0.1)
+        c.send_task(task_id="t1", job_id="j", round=0, weights={}, training=LocalTraining(epochs=1, batch_size=1, lr=0.1))
     with pytest.raises(EncodeError, match="NaN"):
         c.send_task(
             task_id="t2",
             job_id="j",
             round=0,
             weights={"w": np.array([np.nan])},
-            epochs=1,
-            batch_size=1,
-            lr=0.1,
+            training=LocalTraining(epochs=1, batch_size=1, lr=0.1),
         )
     with pytest.raises(EncodeError, match="input shape"):
         c.send_provision("k", ModelSpec("m", (2,), 3), *artifacts())
@@ -964,9 +958,7 @@ def test_messages_larger_than_the_peer_accepts_are_not_sent() -> None:
             job_id="j",
             round=0,
             weights={"w": np.zeros(2000, np.float32)},
-            epochs=1,
-            batch_size=1,
-            lr=0.1,
+            training=LocalTraining(epochs=1, batch_size=1, lr=0.1),
         )
     assert c.pending_tasks == frozenset()
 

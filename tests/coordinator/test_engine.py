@@ -64,7 +64,7 @@ class StepFleet:
         self.training[device].add(task.job)
         self.started[(device, task.job, task.round)] = self.clock.now()
         try:
-            shift, rate = round_time.shift_and_rate(view.a, view.mu, task.epochs, 20)
+            shift, rate = round_time.shift_and_rate(view.a, view.mu, task.training.epochs, 20)
             duration = float(round_time.sample(self.rng[device], shift, rate))
             await self.clock.sleep(duration)
             if (device, task.job, task.round) in self.fail:

@@ -36,13 +36,12 @@ from loopback import (
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from mjfl.android_bridge import protocol
 from mjfl.android_bridge.devices.emulator import (
     devices_running,
     echo_trainer,
     run_emulated_fleet,
 )
-from mjfl.android_bridge.protocol import Result, Timing, decode_bytes, encode
-from mjfl.android_bridge.protocol import Task as WireTask
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob
@@ -54,6 +53,7 @@ from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import ConfigError, DeviceFailure, RunError
 from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import build_model, initial_weights, load_weights
 from mjfl.profiling.planning import DEFAULT_A, DEFAULT_MU, PlanningProfiles
 from mjfl.profiling.profiles import DeviceProfile
@@ -121,7 +121,7 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
         shards = {d: (np.ascontiguousarray(data.train_x[p]), np.ascontiguousarray(data.train_y[p])) for d, p in zip(ids, parts)}
         prepared.append(JobArtifacts(JobId(name), SPEC, b"torch runtime: no program", shards))
         jobs.append(EngineJob(
-            JobConfig(JobId(name), "lenet5", epochs=2, batch_size=16, lr=0.05, momentum=0.5, fraction=0.5, max_rounds=3),
+            JobConfig(JobId(name), "lenet5", training=LocalTraining(epochs=2, batch_size=16, lr=0.05, momentum=0.5), fraction=0.5, max_rounds=3),
             spec=SPEC, scheduler=make_scheduler("random", seed=m),
             samples={d: len(y) for d, (_, y) in shards.items()}, test_x=data.test_x, test_y=data.test_y,
             weights=initial_weights(SPEC, m),
@@ -272,7 +272,7 @@ async def test_an_unmeasured_upload_stays_unmeasured():
                 run = group.create_task(fleet_of(server).run_task(DeviceId("raw"), task(round_=round_)))
                 t = await received_task(ws)
                 weights = {k: np.array(v) for k, v in t.weights.items()}
-                await ws.send(encode(Result(t.task_id, t.job_id, t.round, weights, 6, 0.5, Timing(0.1, 0.2, upload))))
+                await ws.send(protocol.encode(protocol.Result(t.task_id, t.job_id, t.round, weights, 6, 0.5, protocol.Timing(0.1, 0.2, upload))))
             timings.append(run.result().timing)
         assert [(t.download_s, t.compute_s, t.upload_s) for t in timings] == [(0.1, 0.2, None), (0.1, 0.2, 0.25)]
         await ws.close()
@@ -311,7 +311,7 @@ async def test_bad_first_messages_close_that_session_only(first, code, close_cod
         ("y" * 5000, "message_too_big", 1009),
         (hello("raw"), "unexpected_message", 1002),  # a second hello
         (json.dumps({"type": "heartbeat_ack", "seq": 99, "echo": 0.0}), "bad_message", 1002),
-        (result_for(WireTask("t-none", "j", 1, WEIGHTS, 1, 1, 0.1, 0, 0, None, "a" * 64, "b" * 64), WEIGHTS),
+        (result_for(protocol.Task("t-none", "j", 1, WEIGHTS, 1, 1, 0.1, 0, 0, None, "a" * 64, "b" * 64), WEIGHTS),
          "unknown_task", 1002),
         (b"JUNK" + bytes(60), "bad_frame", 1002),
     ],
@@ -451,9 +451,9 @@ async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifa
                 while True:
                     message = await ws.recv()
                     if isinstance(message, bytes):
-                        decoded = decode_bytes(message)
+                        decoded = protocol.decode_bytes(message)
                         seen.append(decoded)
-                        if isinstance(decoded, WireTask):
+                        if isinstance(decoded, protocol.Task):
                             await ws.send(result_for(decoded, {k: np.asarray(v) for k, v in decoded.weights.items()}))
                             break
 

@@ -29,6 +29,7 @@ from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.coordinator.storage.database import database_path
 from mjfl.errors import ConfigError, DataError, ProtocolError, UserError
 from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import ModelSpec
 
 pytestmark = pytest.mark.timeout(60)
@@ -167,7 +168,7 @@ async def test_an_emulated_device_trains_over_wss_with_the_lab_ca(store, tmp_pat
             await server.registry.wait_for_devices(1, 10)
             job = JobArtifacts(JobId("j"), SPEC, b"program", {DeviceId("emu-tls"): (np.zeros((4, 1, 16, 16), np.float32), np.arange(4) % 10)})
             fleet_of(server).prepare([job])
-            result = await fleet_of(server).run_task(DeviceId("emu-tls"), Task(JobId("j"), 1, WEIGHTS, epochs=1, batch_size=4, lr=0.1))
+            result = await fleet_of(server).run_task(DeviceId("emu-tls"), Task(JobId("j"), 1, WEIGHTS, LocalTraining(epochs=1, batch_size=4, lr=0.1)))
             assert result.weights["b"].tolist() == [2.0] * 4
 
 

@@ -32,6 +32,7 @@ import numpy as np
 import pytest
 
 from mjfl.errors import DataError, ProgramError
+from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.export import cached_programs
 from mjfl.jobs.models import MODELS, ModelSpec, initial_weights
 from mjfl.jobs.trainers import (
@@ -103,9 +104,9 @@ def test_lenet_runtime_matches_eager_for_20_free_steps(programs: dict[ModelSpec,
     x, y = _digits(16)
     x, y = x[:320], y[:320]
     w0 = initial_weights(spec, 7)
-    kw = {"epochs": 1, "batch_size": 16, "lr": 0.01, "momentum": 0.9, "seed": 1}
-    a = ExecuTorchTrainer(programs[spec], spec).train(w0, x, y, **kw)
-    b = TorchTrainer(spec, device="cpu").train(w0, x, y, **kw)
+    training = LocalTraining(epochs=1, batch_size=16, lr=0.01, momentum=0.9)
+    a = ExecuTorchTrainer(programs[spec], spec).train(w0, x, y, training, seed=1)
+    b = TorchTrainer(spec, device="cpu").train(w0, x, y, training, seed=1)
     assert a.steps == b.steps == 20
     assert list(a.weights) == list(w0)
     assert abs(a.mean_loss - b.mean_loss) < 1e-5
@@ -126,9 +127,9 @@ def test_runtime_matches_eager_step_by_step(name: str, programs: dict[ModelSpec,
     plan = batches(len(x), epochs=1, batch_size=batch, seed=1)[:20]
     diffs = []
     for idx in plan:
-        kw = {"epochs": 1, "batch_size": batch, "lr": 0.01, "momentum": 0.9, "seed": 0}
-        a = et.train(w, x[idx], y[idx], **kw)
-        b = eager.train(w, x[idx], y[idx], **kw)
+        training = LocalTraining(epochs=1, batch_size=batch, lr=0.01, momentum=0.9)
+        a = et.train(w, x[idx], y[idx], training, seed=0)
+        b = eager.train(w, x[idx], y[idx], training, seed=0)
         assert list(a.weights) == list(w0)
         assert abs(a.mean_loss - b.mean_loss) < 1e-4
         diffs.append(_max_diff(a.weights, b.weights))  # parameters and running stats
@@ -146,7 +147,7 @@ def test_loss_falls_on_digits(programs: dict[ModelSpec, bytes], digits: tuple[np
     untrained_accuracy, untrained_loss = evaluate(spec, None, None, w, x[1200:], y[1200:])
     losses = []
     for epoch in range(4):
-        result = trainer.train(w, x[:1200], y[:1200], epochs=1, batch_size=32, lr=0.05, momentum=0.9, seed=epoch)
+        result = trainer.train(w, x[:1200], y[:1200], LocalTraining(epochs=1, batch_size=32, lr=0.05, momentum=0.9), seed=epoch)
         losses.append(result.mean_loss)
         w = result.weights
     assert losses[-1] < 0.5 * losses[0]
@@ -179,7 +180,7 @@ def test_fedavg_rounds_through_the_runtime_match_eager(
         w = initial_weights(spec, 3)
         for rnd in range(3):
             results = [
-                trainer.train(w, sx, sy, epochs=1, batch_size=32, lr=0.02, momentum=0.9, seed=10 * rnd + d)
+                trainer.train(w, sx, sy, LocalTraining(epochs=1, batch_size=32, lr=0.02, momentum=0.9), seed=10 * rnd + d)
                 for d, (sx, sy) in enumerate(shards)
             ]
             assert [r.samples for r in results] == [150, 90]
@@ -198,8 +199,8 @@ def test_short_last_batch_uses_the_dynamic_batch(
     x, y = digits[0][:37], digits[1][:37]
     assert [len(b) for b in batches(37, epochs=1, batch_size=16, seed=0)] == [16, 16, 5]
     w0 = initial_weights(spec, 1)
-    a = ExecuTorchTrainer(programs[spec], spec).train(w0, x, y, epochs=2, batch_size=16, lr=0.05, seed=4)
-    b = TorchTrainer(spec, device="cpu").train(w0, x, y, epochs=2, batch_size=16, lr=0.05, seed=4)
+    a = ExecuTorchTrainer(programs[spec], spec).train(w0, x, y, LocalTraining(epochs=2, batch_size=16, lr=0.05), seed=4)
+    b = TorchTrainer(spec, device="cpu").train(w0, x, y, LocalTraining(epochs=2, batch_size=16, lr=0.05), seed=4)
     assert a.steps == 6 and a.samples == 37 and a.epochs == 2
     for k in w0:
         np.testing.assert_allclose(a.weights[k], b.weights[k], rtol=0, atol=1e-6)
@@ -213,16 +214,16 @@ def test_dropout_masks_follow_the_seed_in_both_runtimes(
     x, y = digits[0][:64], digits[1][:64]
     w0 = initial_weights(CNN_B_DROPOUT, 0)
     trainer = ExecuTorchTrainer(programs[CNN_B_DROPOUT], CNN_B_DROPOUT)
-    kwargs = {"epochs": 1, "batch_size": 16, "lr": 0.01, "momentum": 0.9}
-    first = trainer.train(w0, x, y, seed=4, **kwargs)
-    again = trainer.train(w0, x, y, seed=4, **kwargs)
-    other = trainer.train(w0, x, y, seed=5, **kwargs)
-    eager = TorchTrainer(CNN_B_DROPOUT, device="cpu").train(w0, x, y, seed=4, **kwargs)
+    training = LocalTraining(epochs=1, batch_size=16, lr=0.01, momentum=0.9)
+    first = trainer.train(w0, x, y, training, seed=4)
+    again = trainer.train(w0, x, y, training, seed=4)
+    other = trainer.train(w0, x, y, training, seed=5)
+    eager = TorchTrainer(CNN_B_DROPOUT, device="cpu").train(w0, x, y, training, seed=4)
     assert _max_diff(first.weights, again.weights) == 0.0
     assert _max_diff(first.weights, eager.weights) < 1e-5
     # Same batches (the shuffle has its own stream), other masks.
     assert _max_diff(first.weights, other.weights) > 1e-4
-    no_dropout = ExecuTorchTrainer(programs[SPECS["cnn-b"]], SPECS["cnn-b"]).train(w0, x, y, seed=4, **kwargs)
+    no_dropout = ExecuTorchTrainer(programs[SPECS["cnn-b"]], SPECS["cnn-b"]).train(w0, x, y, training, seed=4)
     assert _max_diff(first.weights, no_dropout.weights) > 1e-4
 
 
@@ -253,16 +254,16 @@ def test_wrong_weights_and_batches_are_rejected(
     for trainer in (ExecuTorchTrainer(programs[spec], spec), TorchTrainer(spec, device="cpu")):
         missing = {k: v for k, v in w.items() if k != "fc3.bias"}
         with pytest.raises(ProgramError, match="missing"):
-            trainer.train(missing, x, y, epochs=1, batch_size=8, lr=0.1)
+            trainer.train(missing, x, y, LocalTraining(epochs=1, batch_size=8, lr=0.1))
         reshaped = dict(w, **{"fc3.weight": np.zeros((10, 3), np.float32)})
         with pytest.raises(ProgramError, match="shape"):
-            trainer.train(reshaped, x, y, epochs=1, batch_size=8, lr=0.1)
+            trainer.train(reshaped, x, y, LocalTraining(epochs=1, batch_size=8, lr=0.1))
         with pytest.raises(DataError):
-            trainer.train(w, x[:, :, :8], y, epochs=1, batch_size=8, lr=0.1)
+            trainer.train(w, x[:, :, :8], y, LocalTraining(epochs=1, batch_size=8, lr=0.1))
         with pytest.raises(DataError):
-            trainer.train(w, x, y + 10, epochs=1, batch_size=8, lr=0.1)
+            trainer.train(w, x, y + 10, LocalTraining(epochs=1, batch_size=8, lr=0.1))
     with pytest.raises(ProgramError, match="max batch"):
-        ExecuTorchTrainer(programs[spec], spec).train(w, x, y, epochs=1, batch_size=MAX_BATCH + 1, lr=0.1)
+        ExecuTorchTrainer(programs[spec], spec).train(w, x, y, LocalTraining(epochs=1, batch_size=MAX_BATCH + 1, lr=0.1))
 
 
 def test_make_trainer_and_evaluate(programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]) -> None:

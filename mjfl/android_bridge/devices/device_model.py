@@ -30,7 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
-from mjfl.jobs.base import Trainer, TrainResult
+from mjfl.jobs.base import LocalTraining, Trainer, TrainResult
 from mjfl.schedulers import round_time
 
 __all__ = ["DeviceModel", "ModelName", "RoundDraw", "TrainerCache", "TrainerFactory", "default_trainer_factory"]
@@ -138,12 +138,8 @@ class TrainerCache:
         weights: Mapping[str, np.ndarray],
         x: np.ndarray,
         y: np.ndarray,
+        training: LocalTraining,
         *,
-        epochs: int,
-        batch_size: int,
-        lr: float,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
         seed: int = 0,
     ) -> tuple[TrainResult, float]:
         """Train with the cached trainer (loading it from ``program()`` first if needed).
@@ -155,10 +151,7 @@ class TrainerCache:
         loaded = time.perf_counter() - started
         # Writable copies: weights received off the wire are read-only views.
         weights = {name: np.array(value) for name, value in weights.items()}
-        result = trainer.train(
-            weights, x, y, epochs=epochs, batch_size=batch_size, lr=lr, momentum=momentum,
-            weight_decay=weight_decay, seed=seed,
-        )
+        result = trainer.train(weights, x, y, training, seed=seed)
         return result, loaded
 
     def _trainer(self, runtime: str, model: ModelName, sha256: str, program: Callable[[], bytes]) -> Trainer:

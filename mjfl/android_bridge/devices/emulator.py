@@ -8,7 +8,7 @@ program, or eager PyTorch), answers with the weights and its timing,
 heartbeats, and reconnects with exponential backoff when the connection is
 lost. Impersonating a profiled phone, it also takes that phone's time: each
 round is stretched to a time drawn from the profile's Formula 4 model for the
-task's epochs and its shard size (the device model, ``device.py``: the same
+task's epochs and its shard size (the device model, ``device_model.py``: the same
 Formula 4 draw, drop-out and deadline rules as a simulated device); when
 training took less, the device waits the rest before answering.
 
@@ -22,7 +22,7 @@ serving every device's messages and heartbeats between steps. More threads
 would not train faster (the GIL), only more processes do, so devices of
 different processes really train in parallel.
 
-Each connection is served by the connection runner (``connection.py``), the
+Each connection is served by the connection runner (``android_bridge/connection.py``), the
 same one the coordinator's server uses.
 
 Stopping. ``stop()`` says bye going_away and ends ``run()``; so does the
@@ -83,7 +83,7 @@ from mjfl.android_bridge.protocol import (
 from mjfl.android_bridge.protocol.credentials import NONCE_HEADER, hello_proof, is_nonce
 from mjfl.android_bridge.tls import client_context
 from mjfl.errors import SessionClosed, UserError
-from mjfl.jobs.base import TrainResult
+from mjfl.jobs.base import LocalTraining, TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -136,8 +136,7 @@ class TrainingLane:
         """Train ``task`` on the lane's thread; the result and the seconds spent loading the trainer."""
         work = functools.partial(
             self._trainers.train, runtime, model, program_sha256, lambda: program, task.weights, x, y,
-            epochs=task.epochs, batch_size=task.batch_size, lr=task.lr, momentum=task.momentum,
-            weight_decay=task.weight_decay, seed=seed,
+            task.training, seed=seed,
         )
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
@@ -158,14 +157,14 @@ class EchoTrainer:
         self.delta = delta
 
     def train(
-        self, weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, *, epochs: int,
-        batch_size: int, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, seed: int = 0,
+        self, weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, training: LocalTraining, *,
+        seed: int = 0,
     ) -> TrainResult:
         started = time.perf_counter()
         if self.work_s > 0:
             time.sleep(self.work_s)
         out = {k: np.asarray(v) + np.asarray(self.delta, dtype=np.asarray(v).dtype) for k, v in weights.items()}
-        return TrainResult(out, len(y), epochs, 0, 0.0, time.perf_counter() - started)
+        return TrainResult(out, len(y), training.epochs, 0, 0.0, time.perf_counter() - started)
 
 
 def echo_trainer(runtime: str, model: ModelName, program: bytes, *, work_s: float = 0.0, delta: float = 0.0) -> EchoTrainer:
@@ -514,7 +513,7 @@ class EmulatedDevice:
         assert provision is not None  # the session checked the task against its provision
         x, y = self._store.shards[task.shard_sha256]
         # The device model decides this round's fate (Formula 4, drop-out) before training.
-        fate = self.model.draw(task.epochs, len(y))
+        fate = self.model.draw(task.training.epochs, len(y))
         record.target_s = fate.duration_s
         seed = int(self._train_seeds.integers(2**31))
 

@@ -3,7 +3,7 @@
 Everything goes through the adb server's host protocol (``adb`` itself is a
 client of the same server), spoken by adbutils. adbutils is synchronous:
 from the coordinator's event loop every call here runs in a worker thread
-(``phones.py`` does that). Each method opens its own connection, so calls
+(``attached.py`` does that). Each method opens its own connection, so calls
 for different phones may run at once.
 
 What mjfl does on a phone, command by command (docs/phones.md lists them too):

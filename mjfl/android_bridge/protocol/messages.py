@@ -16,6 +16,7 @@ import numpy as np
 
 from mjfl.android_bridge.protocol.tensors import Buffer
 from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.base import LocalTraining
 
 TaskId = NewType("TaskId", str)
 
@@ -158,6 +159,11 @@ class Task:
     deadline_s: float | None
     program_sha256: str
     shard_sha256: str
+
+    @property
+    def training(self) -> LocalTraining:
+        """The task's local training as one value (its wire fields ``epochs`` ... ``weight_decay``)."""
+        return LocalTraining(self.epochs, self.batch_size, self.lr, self.momentum, self.weight_decay)
 
 
 @dataclass(frozen=True, eq=False)

@@ -70,6 +70,7 @@ from mjfl.android_bridge.protocol.tensors import (
 )
 from mjfl.errors import EncodeError, ProtocolError, SessionClosed
 from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.base import LocalTraining
 
 logger = logging.getLogger(__name__)
 
@@ -447,14 +448,10 @@ class CoordinatorSession(_Session):
         job_id: str,
         round: int,
         weights: Mapping[str, npt.ArrayLike],
-        epochs: int,
-        batch_size: int,
-        lr: float,
-        momentum: float = 0.0,
-        weight_decay: float = 0.0,
+        training: LocalTraining,
         deadline_s: float | None = None,
     ) -> None:
-        """Send a training task for a job provisioned in this session.
+        """Send a training task for a job provisioned in this session: train from ``weights`` as ``training`` says.
 
         To broadcast one model, pass the same ``TensorPack.from_arrays(weights)``
         to every session: it is laid out and checked for NaN once.
@@ -474,11 +471,11 @@ class CoordinatorSession(_Session):
                 JobId(job_id),
                 round,
                 arrays,
-                epochs,
-                batch_size,
-                lr,
-                momentum,
-                weight_decay,
+                training.epochs,
+                training.batch_size,
+                training.lr,
+                training.momentum,
+                training.weight_decay,
                 deadline_s,
                 *binding,
             )

@@ -307,7 +307,7 @@ class Engine:
             # terms; they never train it, so any positive count will do.
             counts = np.array([other.samples.get(d, 1) for d in devices], dtype=np.int64)
             budget = None if other.config.target.is_set else other.max_rounds
-            jobs.append(JobModel(other.name, other.config.epochs, counts, other.config.fraction, budget))
+            jobs.append(JobModel(other.name, other.config.training.epochs, counts, other.config.fraction, budget))
             frequencies.append([self.frequencies[other.name].get(d, 0) for d in devices])
             in_flight = tuple(sorted(index[d] for d in self._in_flight[other.name] if d in index))
             current.append(in_flight or None)
@@ -409,8 +409,7 @@ class Engine:
         digest = hashlib.sha256(f"{self.settings.seed}/{job.name}/{round_}/{device}".encode()).digest()
         c = job.config
         return Task(
-            job.name, round_, job.weights, c.epochs, c.batch_size, c.lr, c.momentum,
-            c.weight_decay, c.deadline_s, seed=int.from_bytes(digest[:4], "little"),
+            job.name, round_, job.weights, c.training, c.deadline_s, seed=int.from_bytes(digest[:4], "little"),
         )
 
     async def _train(
@@ -467,7 +466,7 @@ class Engine:
             elif holder is not None:
                 other = names[holder]
                 shift, rate = round_time.shift_and_rate(
-                    fleet.a[k], fleet.mu[k], other.config.epochs, other.samples.get(device, 1)
+                    fleet.a[k], fleet.mu[k], other.config.training.epochs, other.samples.get(device, 1)
                 )
                 elapsed = now - self._task_started.get(device, now)
                 wait[k] = max(float(shift) - elapsed, 0.0) + 1.0 / float(rate)
@@ -477,7 +476,7 @@ class Engine:
 
     def _observe_profile(self, job: EngineJob, device: DeviceId, result: TaskResult) -> None:
         if self._refiner is not None:
-            self._refiner.observe(device, result.duration_s, job.config.epochs, job.samples[device])
+            self._refiner.observe(device, result.duration_s, job.config.training.epochs, job.samples[device])
 
     def _refit_profiles(self, devices: Sequence[DeviceId]) -> None:
         if self._refiner is None:

@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mjfl.ids import DeviceId, JobId
-from mjfl.jobs.base import ModelSpec
+from mjfl.jobs.base import LocalTraining, ModelSpec
 
 Weights = dict[str, NDArray[np.float32]]
 
@@ -51,16 +51,16 @@ class JobArtifacts:
 
 @dataclass(frozen=True, eq=False)
 class Task:
-    """One device's local training for one round of one job."""
+    """One device's local training for one round of one job: from ``weights``, as ``training`` says.
+
+    ``seed`` fixes the device's batch order and dropout noise (docs/models.md);
+    ``deadline_s`` bounds how long the coordinator waits for the answer.
+    """
 
     job: JobId
     round: int
     weights: Weights
-    epochs: int
-    batch_size: int
-    lr: float
-    momentum: float = 0.0
-    weight_decay: float = 0.0
+    training: LocalTraining
     deadline_s: float | None = None
     seed: int = 0
 

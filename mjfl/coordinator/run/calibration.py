@@ -13,6 +13,7 @@ emulated and simulated devices are profiled alike; the run driver
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ import numpy as np
 from mjfl.coordinator.engine.fleet import Fleet, JobArtifacts, Task
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
+from mjfl.jobs.base import LocalTraining
 from mjfl.profiling.observations import Observation
 
 SHARD_FRACTIONS = (0.1, 0.25, 0.5)
@@ -31,29 +33,28 @@ EPOCHS = (1, 2)
 
 @dataclass(frozen=True, eq=False)
 class CalibrationJob:
-    """A job's program with every device's shard cut to one fraction."""
+    """A job's program with every device's shard cut to one fraction; its tasks train as the job does."""
 
     artifacts: JobArtifacts
     base: JobId
     weights: Mapping[str, np.ndarray]
-    batch_size: int
-    lr: float
+    training: LocalTraining  # the job's; a session varies its epochs
 
 
 def calibration_jobs(
-    jobs: Sequence[tuple[JobArtifacts, Mapping[str, np.ndarray], int, float]],
+    jobs: Sequence[tuple[JobArtifacts, Mapping[str, np.ndarray], LocalTraining]],
     fractions: Sequence[float] = SHARD_FRACTIONS,
 ) -> list[CalibrationJob]:
-    """For each (artifacts, initial weights, batch size, lr) and fraction, a job with shards of that size."""
+    """For each (artifacts, initial weights, local training) and fraction, a job with shards of that size."""
     out = []
-    for artifacts, weights, batch_size, lr in jobs:
+    for artifacts, weights, training in jobs:
         for fraction in fractions:
             shards = {
                 device: (x[: max(1, math.ceil(fraction * len(y)))], y[: max(1, math.ceil(fraction * len(y)))])
                 for device, (x, y) in artifacts.shards.items()
             }
             name = JobId(f"{artifacts.job}@{round(fraction * 100)}%")
-            out.append(CalibrationJob(JobArtifacts(name, artifacts.spec, artifacts.program, shards), artifacts.job, weights, batch_size, lr))
+            out.append(CalibrationJob(JobArtifacts(name, artifacts.spec, artifacts.program, shards), artifacts.job, weights, training))
     return out
 
 
@@ -89,7 +90,7 @@ async def run_session(
             combos = itertools.cycle(itertools.product(variants, epochs))
             plan += [(*next(combos), True) for _ in range(rounds)]
         for number, (job, tau, keep) in enumerate(plan, start=1):
-            task = Task(job.artifacts.job, number, dict(job.weights), tau, job.batch_size, job.lr, seed=number)
+            task = Task(job.artifacts.job, number, dict(job.weights), dataclasses.replace(job.training, epochs=tau), seed=number)
             try:
                 result = await fleet.run_task(device, task)
             except DeviceFailure as failure:

@@ -354,7 +354,7 @@ class Driver:
             assignment = Assignment(len(ready.devices), ready.devices)
             prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
             jobs = calibration_jobs(
-                [(p.artifacts(assignment), p.initial, p.config.batch_size, p.config.lr) for p in prepared]
+                [(p.artifacts(assignment), p.initial, p.config.training) for p in prepared]
             )
             total = len(ready.devices) * rounds * len(prepared)
             with Progress(console=console, transient=True) as bar:

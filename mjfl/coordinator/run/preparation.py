@@ -107,7 +107,8 @@ def job_key(config: JobConfig) -> str:
     """What makes two jobs "the same job" for Formula 10's history: model, data and training setup."""
     return "/".join(
         str(v) for v in (config.name, config.model, config.dataset, config.image_size, config.partition,
-                         config.epochs, config.batch_size, config.lr, config.momentum, config.fraction)
+                         config.training.epochs, config.training.batch_size, config.training.lr,
+                         config.training.momentum, config.fraction)
     )
 
 

@@ -40,7 +40,7 @@ from mjfl.coordinator.run.preparation import fleet_profiles
 from mjfl.coordinator.storage.records import RunMode
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
-from mjfl.jobs.base import ModelSpec
+from mjfl.jobs.base import LocalTraining, ModelSpec
 
 T = TypeVar("T")
 
@@ -116,7 +116,7 @@ class SimulatedFleet:
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
         x, y = self._shards[task.job][device]
         # The round's fate is drawn before training, so the stream does not depend on the outcome.
-        fate = self._models[device].draw(task.epochs, len(y))
+        fate = self._models[device].draw(task.training.epochs, len(y))
         failure = fate.failure(task.deadline_s)
         if failure is not None:
             after, reason = failure
@@ -124,7 +124,7 @@ class SimulatedFleet:
             raise DeviceFailure(device, reason, after_s=after)
         trained = await self.clock.run_blocking(
             self._executor, train_in_worker, self.runtime, self._specs[task.job], *self._programs[task.job],
-            task.weights, x, y, task.epochs, task.batch_size, task.lr, task.momentum, task.weight_decay, task.seed,
+            task.weights, x, y, task.training, task.seed,
         )
         assert fate.duration_s is not None  # simulated devices always have a profile
         await self.clock.sleep(fate.duration_s)
@@ -215,15 +215,11 @@ _TRAINERS = TrainerCache(torch_threads=1)
 
 def train_in_worker(
     runtime: str, spec: ModelSpec, program: Callable[[], bytes], program_sha: str, weights: Mapping[str, np.ndarray],
-    x: np.ndarray, y: np.ndarray, epochs: int, batch_size: int, lr: float, momentum: float,
-    weight_decay: float, seed: int,
+    x: np.ndarray, y: np.ndarray, training: LocalTraining, seed: int,
 ) -> tuple[dict[str, np.ndarray], int, float]:
     """Train one task with this process's trainer cache (the device model's, as emulated devices do).
 
     ``program()`` gives the program's bytes; it is called only when the cache lacks ``program_sha``.
     """
-    result, _ = _TRAINERS.train(
-        runtime, spec, program_sha, program, weights, x, y, epochs=epochs,
-        batch_size=batch_size, lr=lr, momentum=momentum, weight_decay=weight_decay, seed=seed,
-    )
+    result, _ = _TRAINERS.train(runtime, spec, program_sha, program, weights, x, y, training, seed=seed)
     return result.weights, result.samples, result.mean_loss

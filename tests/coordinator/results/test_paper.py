@@ -45,7 +45,7 @@ def test_each_example_job_is_a_job_of_the_papers_group(group: str) -> None:
     for job in config.jobs:
         found = paper.match(job.dataset, job.model, job.partition, job.target_accuracy)
         assert found is not None, job.name
-        assert (found.group, job.epochs, job.batch_size, job.classes_per_device) == (group, found.epochs, found.batch_size, 2)
+        assert (found.group, job.training.epochs, job.training.batch_size, job.classes_per_device) == (group, found.epochs, found.batch_size, 2)
         assert job.data_dir is None  # read from $MJFL_DATA_DIR, the folder the user gives
         matched.append(found.name)
     assert sorted(matched) == sorted(j.name for j in paper.JOBS if j.group == group and j.partition == "noniid")

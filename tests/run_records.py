@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mjfl.coordinator.storage.database import Storage, database_path
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
 from mjfl.ids import DeviceId, JobId
 

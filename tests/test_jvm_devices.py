@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from processes import mjfl_args, query, wait_for
 
-from mjfl.coordinator.storage.database import database_path
+from mjfl.coordinator.storage.layout import database_path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"

@@ -8,7 +8,7 @@ import pytest
 from processes import mjfl_args, query
 
 from mjfl.coordinator.run.study import apply
-from mjfl.coordinator.storage.database import database_path
+from mjfl.coordinator.storage.layout import database_path
 
 CONFIG = """
 seed = 0

@@ -62,7 +62,7 @@ from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.engine.fleet import JobArtifacts
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
-from mjfl.coordinator.storage.database import database_path
+from mjfl.coordinator.storage.layout import database_path
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.profiles import DeviceProfile

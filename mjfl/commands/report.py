@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from mjfl.coordinator.results.report import report_runs
-from mjfl.coordinator.storage.database import DATABASE_FILE
+from mjfl.coordinator.storage.layout import DATABASE_FILE
 from mjfl.errors import UserError
 
 

@@ -12,7 +12,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mjfl.coordinator.storage.database import database_path
+from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId

@@ -19,7 +19,7 @@ import pytest
 from fake_adb import FakeAdbServer, FakePhone
 from processes import Process, mjfl_args, query, wait_for
 
-from mjfl.coordinator.storage.database import database_path
+from mjfl.coordinator.storage.layout import database_path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"

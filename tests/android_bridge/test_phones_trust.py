@@ -13,7 +13,7 @@ from processes import Process, mjfl_args, query
 
 from mjfl.coordinator.remote.certs import certificate_sha256, create_certificates
 from mjfl.coordinator.remote.keys import KeyStore
-from mjfl.coordinator.storage.database import database_path
+from mjfl.coordinator.storage.layout import database_path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"

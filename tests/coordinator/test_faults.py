@@ -26,7 +26,8 @@ from mjfl.coordinator.engine.events import RoundAggregated, RoundLog
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.coordinator.run.recorder import Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints
-from mjfl.coordinator.storage.database import Storage, database_path
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
 from mjfl.errors import RunError
 from mjfl.ids import DeviceId, JobId

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from processes import group_alive, mjfl_args, query, wait_for
 
-from mjfl.coordinator.storage.database import database_path
+from mjfl.coordinator.storage.layout import database_path
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.certs import create_certificates
 from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
-from mjfl.coordinator.storage.database import database_path
+from mjfl.coordinator.storage.layout import database_path
 from mjfl.errors import ConfigError, DataError, ProtocolError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining

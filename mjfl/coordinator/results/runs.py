@@ -17,7 +17,8 @@ from typing import Any
 
 from mjfl.coordinator.config import SchedulerConfig
 from mjfl.coordinator.results.outcomes import RunRecords
-from mjfl.coordinator.storage.database import DATABASE_FILE, Storage, database_path
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
 from mjfl.errors import UserError
 

@@ -46,6 +46,7 @@ from mjfl.coordinator.run.preparation import Assignment, PreparedJob, evaluate_j
 from mjfl.coordinator.run.recorder import Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints, write_atomically
 from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.layout import checkpoints_path
 from mjfl.coordinator.storage.records import (
     JobInfo,
     RoundRecord,
@@ -392,7 +393,7 @@ class _Run:
             stamp = dt.datetime.now(dt.UTC)
             run_id = f"{stamp:%Y%m%dT%H%M%S}-{devices.kind}-{method}"
             info = RunInfo(run_id, method, devices.mode, config.seed, "{}", stamp.isoformat())
-        checkpoints = Checkpoints(out_dir / "checkpoints" / run_id) if devices.mode == "real" else None
+        checkpoints = Checkpoints(checkpoints_path(out_dir, run_id)) if devices.mode == "real" else None
         return cls(info, resume, resume, checkpoints)
 
     def assignment(self, present: Sequence[DeviceId], slots: int) -> Assignment:

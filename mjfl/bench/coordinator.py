@@ -122,7 +122,8 @@ def _table(figures: Mapping[str, float], details: Mapping[str, str]) -> Table:
 
 
 async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> tuple[float, str]:
-    from mjfl.android_bridge.devices.emulator import echo_trainer, run_emulated_fleet
+    from mjfl.android_bridge.devices.emulator import run_emulated_fleet
+    from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.config import JobConfig
     from mjfl.coordinator.engine.clock import RealClock
     from mjfl.coordinator.engine.engine import Engine, EngineJob
@@ -241,7 +242,8 @@ def _arrival_worker(
     out: multiprocessing.queues.Queue[list[tuple[str, int, float]]],
 ) -> None:
     """Emulated devices that report when each task arrived (``time.monotonic``)."""
-    from mjfl.android_bridge.devices.emulator import EmulatedDevice, TrainingLane, echo_trainer
+    from mjfl.android_bridge.devices.emulator import EmulatedDevice, TrainingLane
+    from mjfl.bench.echo import echo_trainer
     from mjfl.ids import DeviceId
     from mjfl.profiling.profiles import DeviceProfile
 
@@ -275,7 +277,8 @@ def _arrival_worker(
 
 
 async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: int) -> tuple[int, float, str]:
-    from mjfl.android_bridge.devices.emulator import Backoff, echo_trainer, run_emulated_fleet
+    from mjfl.android_bridge.devices.emulator import Backoff, run_emulated_fleet
+    from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 
     settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=max(60.0, 6 * heartbeat_s))

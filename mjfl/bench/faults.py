@@ -48,12 +48,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from mjfl.android_bridge.devices.emulator import (
-    Backoff,
-    EmulatedDevice,
-    devices_running,
-    echo_trainer,
-)
+from mjfl.android_bridge.devices.emulator import Backoff, EmulatedDevice, devices_running
+from mjfl.bench.echo import echo_trainer
 from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock

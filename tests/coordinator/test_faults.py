@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from test_server import FAST, SPEC, WEIGHTS, Sink, artifacts, device
 
-from mjfl.android_bridge.devices.emulator import Backoff, devices_running, echo_trainer
+from mjfl.android_bridge.devices.emulator import Backoff, devices_running
+from mjfl.bench.echo import echo_trainer
 from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock

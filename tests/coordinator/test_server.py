@@ -23,11 +23,11 @@ from websockets.exceptions import ConnectionClosed
 from mjfl.android_bridge.devices.emulator import (
     EmulatedDevice,
     devices_running,
-    echo_trainer,
     run_emulated_fleet,
 )
 from mjfl.android_bridge.protocol import Result, Timing, decode_bytes, encode
 from mjfl.android_bridge.protocol import Task as WireTask
+from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob

@@ -34,7 +34,6 @@ import functools
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -56,6 +55,7 @@ from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.engine.fleet import JobArtifacts
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.records import RoundRecord
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
@@ -211,18 +211,14 @@ max_rounds = {rounds}
 
 
 def _rounds(db: Path) -> list[tuple[str, int]]:
-    if not db.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as conn:
-        try:
-            return [(str(j), int(r)) for j, r in conn.execute("SELECT job, round FROM rounds ORDER BY job, round")]
-        except sqlite3.OperationalError:
-            return []
+    """(job, round) of every round in the run database, which the command may be writing."""
+    with Storage.read_only(db) as storage:
+        return [(str(job), round_) for job, round_ in storage.recorded_rounds()]
 
 
 def _run_status(db: Path) -> list[str]:
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as conn:
-        return [str(s) for (s,) in conn.execute("SELECT status FROM runs")]
+    with Storage.read_only(db) as storage:
+        return [status for _, status in storage.runs()]
 
 
 class _Command:

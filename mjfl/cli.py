@@ -88,9 +88,9 @@ def report(
 
     The paper's own figures follow, marked "(paper)", for the jobs whose set-up matches one of its (docs/results.md).
     """
-    from mjfl.commands.report import report_runs
+    from mjfl.commands.report import report as run_report
 
-    report_runs(run_dirs, console=console, json_path=json_path, plots=plots)
+    run_report(run_dirs, console=console, json_path=json_path, plots=plots)
 
 
 @app.command("study")
@@ -100,10 +100,9 @@ def study(
     seeds: Annotated[int | None, typer.Option(help="Run seeds 0..N-1 (default: the study file's).")] = None,
 ) -> None:
     """A grid of simulations (variants x seeds x methods) that ends with the report of each variant."""
-    from mjfl.commands.study import check_out, load_study, run_study
+    from mjfl.commands.study import study as run_study
 
-    check_out(out)
-    run_study(load_study(study_file, seeds), out, console=console)
+    run_study(study_file, out, seeds=seeds, console=console)
 
 
 testbed_app = typer.Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)

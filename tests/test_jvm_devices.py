@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from processes import mjfl_args, query, wait_for
 
+from mjfl.coordinator.storage.database import database_path
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
 
@@ -71,7 +73,7 @@ def test_java_devices_train_with_the_python_coordinator_fail_cleanly_and_join_la
     out = tmp_path / "run"
     config = tmp_path / "cross.toml"
     config.write_text(CONFIG.format(out=out))
-    db = out / "mjfl.db"
+    db = database_path(out)
     coordinator = processes(mjfl_args("testbed", "run", str(config), "--emulate", "2", "--no-live"), read=True)
     url = coordinator.url()
 

@@ -36,17 +36,17 @@ async def test_the_jvm_client_proves_its_secret_over_wss_and_a_wrong_one_is_refu
         wrong = processes(jvm(server.url, tmp_path / "c1", "--secret", "x" * 43, "--ca", str(certs.ca_cert)), read=True)
         # 3: refused by the coordinator (bye unauthorized), and it does not retry.
         assert await asyncio.to_thread(wrong.wait, 120) == 3, "".join(wrong.output)
-        assert server.connected() == {}
+        assert server.registry.connected() == {}
         # A pin of another certificate: the JVM refuses the coordinator in the TLS handshake.
         stranger = create_certificates(tmp_path / "other")
         impostor = processes(jvm(server.url, tmp_path / "c3", "--secret", secret, "--pin", certificate_sha256(stranger.server_cert)), read=True)
         await asyncio.to_thread(impostor.line_with, "not the pinned one", 60)
         impostor.kill()
-        assert server.connected() == {}
+        assert server.registry.connected() == {}
         for trust in (["--ca", str(certs.ca_cert)], ["--pin", certificate_sha256(certs.server_cert)]):
             good = processes(jvm(server.url, tmp_path / "c2", "--secret", secret, *trust), read=True)
-            await server.wait_for_devices(1, 120)
-            assert list(server.connected()) == ["jvm-phone"]
+            await server.registry.wait_for_devices(1, 120)
+            assert list(server.registry.connected()) == ["jvm-phone"]
             good.kill()
-            await server.wait_until(lambda connected: not connected, 60)
+            await server.registry.wait_until(lambda connected: not connected, 60)
     assert store.devices()[0].last_seen is not None

@@ -6,38 +6,7 @@ import subprocess
 from pathlib import Path
 
 from processes import mjfl_args
-
-from mjfl.coordinator.storage.database import Storage
-from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
-from mjfl.ids import DeviceId, JobId
-
-JOB = JobId("lenet")
-
-
-def record_run(folder: Path, method: str, seed: int, ends: list[float], accuracies: list[float], *,
-               options: dict | None = None, winners: list[str] | None = None, finished: bool = True,
-               setup: tuple[str, str, float, str] = ("lenet5", "digits", 0.8, "noniid")) -> None:
-    """A run as the driver records it: info, its job, its rounds (real SQLite in ``folder``).
-
-    ``setup``: the job's model, data set, target accuracy and partition.
-    """
-    run_id = f"{method}-{seed}-{len(ends)}"
-    scheduler = {"method": method, "alpha": 1.0, "beta": 0.05, "omega": "sqrt", "options": options or {}}
-    model, dataset, target, scheme = setup
-    config = {"scheduler": scheduler, "jobs": [{"name": JOB, "partition": scheme, "classes_per_device": 2}]}
-    with Storage(folder / "mjfl.db") as storage:
-        storage.start_run(
-            RunInfo(run_id, method, "virtual", seed, json.dumps(config), "2026-11-26T10:00:00"),
-            [JobInfo(run_id, JOB, model, dataset, target, None, 40, f"{model}/{dataset}")],
-        )
-        started = 0.0
-        for number, (end, accuracy) in enumerate(zip(ends, accuracies), start=1):
-            winner = winners[number - 1] if winners else None
-            devices = (DeviceRound(DeviceId("d0"), "ok", 10, 0.5, end - started),)
-            record = RoundRecord(run_id, JOB, number, started, end, devices, accuracy, 1.0, True, 1.0, 1.0, winner)
-            storage.record_round(record, {w: 1.0 for w in set(winners)} if winners else None)
-            started = end
-        storage.finish_run(run_id, "finished" if finished else "interrupted", "2026-11-26T10:05:00")
+from run_records import record_run
 
 
 def test_report_gathers_the_runs_of_several_folders_per_method(tmp_path: Path) -> None:

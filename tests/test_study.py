@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from processes import mjfl_args, query
 
-from mjfl.commands.study import apply
+from mjfl.coordinator.run.study import apply
+from mjfl.coordinator.storage.database import database_path
 
 CONFIG = """
 seed = 0
@@ -76,7 +77,7 @@ def test_a_study_runs_its_grid_reports_each_variant_and_continues(tmp_path: Path
             f"greedy{suffix}": (2, [0, 1]), f"random{suffix}": (2, [0, 1]),
         }
     # The variant's overrides reached the runs it made.
-    config = json.loads(query(out / "time-only" / "seed-1" / "mjfl.db", "SELECT config_json FROM runs LIMIT 1")[0][0])
+    config = json.loads(query(database_path(out / "time-only" / "seed-1"), "SELECT config_json FROM runs LIMIT 1")[0][0])
     assert config["scheduler"]["beta"] == 0.0 and config["jobs"][0]["partition"] == "iid"
     assert "both: Time to target accuracy" in first.stderr and "time only: Time to target" in first.stderr
     # Run again: nothing is simulated twice, the same report comes back.

@@ -46,7 +46,6 @@ import multiprocessing.synchronize
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from rich.console import Console
@@ -130,7 +129,9 @@ async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> 
     from mjfl.coordinator.config import JobConfig
     from mjfl.coordinator.engine.clock import RealClock
     from mjfl.coordinator.engine.engine import Engine, EngineJob
+    from mjfl.coordinator.engine.events import RoundLog
     from mjfl.coordinator.engine.fleet import JobArtifacts
+    from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.models import ModelSpec, initial_weights
@@ -141,7 +142,7 @@ async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> 
     samples, epochs = 20, 1
     steady = DeviceProfile(DeviceId("bench-steady"), a=round_s / (epochs * samples), mu=1e9)
     rng = np.random.default_rng(0)
-    sink = _Sink()
+    log = RoundLog()
     async with (
         CoordinatorServer("127.0.0.1", 0) as server,
         run_emulated_fleet(
@@ -149,22 +150,23 @@ async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> 
             id_prefix="bench", make_trainer=echo_trainer,
         ) as fleet,
     ):
-        await server.wait_for_devices(devices, timeout=120)
+        await server.registry.wait_for_devices(devices, timeout=120)
         shards = {
             DeviceId(d): (rng.normal(size=(samples, *spec.input_shape)).astype(np.float32), rng.integers(0, 10, samples))
             for d in fleet.device_ids
         }
         # EchoTrainer never runs a program: a placeholder stands in for the .pte.
-        await server.fleet.prepare([JobArtifacts(JobId("bench"), spec, b"\0" * 4096, shards)])
+        remote = RemoteFleet(server.registry)
+        remote.prepare([JobArtifacts(JobId("bench"), spec, b"\0" * 4096, shards)])
         job = EngineJob(
             JobConfig(JobId("bench"), "lenet5", epochs=epochs, fraction=1.0, max_rounds=rounds + 2),
             spec=spec, scheduler=make_scheduler("random", seed=0),
             samples={d: samples for d in shards}, test_x=np.zeros((1, *spec.input_shape), np.float32),
             test_y=np.zeros(1, np.int64), weights=initial_weights(spec, 0),
         )
-        engine = Engine([job], server.fleet, RealClock(), lambda *a: (0.0, 1.0), run_id="bench", sink=sink)
+        engine = Engine([job], remote, RealClock(), lambda *a: (0.0, 1.0), run_id="bench", observers=[log])
         await engine.run()
-    records = sorted(sink.records, key=lambda r: r.round)
+    records = sorted(log.records, key=lambda r: r.round)
     fractions = []
     for record, following in itertools.pairwise(records[1:]):
         upload = {d.device: d.upload_s or 0.0 for d in following.devices}
@@ -179,22 +181,12 @@ async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> 
     )
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.records: list[Any] = []
-
-    def round_finished(self, job: Any, record: Any, choices: Any) -> None:
-        self.records.append(record)
-
-    def profile_refitted(self, refit: Any) -> None:
-        pass
-
-
 # -- (b) broadcast throughput -------------------------------------------------------------
 
 
 async def _broadcast(megabytes: float, devices: int, workers: int) -> tuple[float, str]:
     from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+    from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.models import ModelSpec
@@ -219,14 +211,15 @@ async def _broadcast(megabytes: float, devices: int, workers: int) -> tuple[floa
         for p in processes:
             p.start()
         try:
-            await server.wait_for_devices(devices, timeout=120)
+            await server.registry.wait_for_devices(devices, timeout=120)
             shards = {DeviceId(d): (rng.normal(size=(4, *spec.input_shape)).astype(np.float32), rng.integers(0, 10, 4)) for d in ids}
-            await server.fleet.prepare([JobArtifacts(JobId("bcast"), spec, b"\0" * 4096, shards)])
+            remote = RemoteFleet(server.registry)
+            remote.prepare([JobArtifacts(JobId("bcast"), spec, b"\0" * 4096, shards)])
             starts = {}
             for round_ in range(1, 4):
                 task = Task(JobId("bcast"), round_, weights, epochs=1, batch_size=4, lr=0.0)
                 starts[round_] = time.monotonic()
-                await asyncio.gather(*(server.fleet.run_task(DeviceId(d), task) for d in ids))
+                await asyncio.gather(*(remote.run_task(DeviceId(d), task) for d in ids))
         finally:
             stop.set()
             seen = []
@@ -293,7 +286,7 @@ async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: i
         ),
     ):
         started = time.monotonic()
-        await server.wait_for_devices(count, timeout=180)
+        await server.registry.wait_for_devices(count, timeout=180)
         connect_s = time.monotonic() - started
         await asyncio.sleep(2.0)  # let the connection storm settle
         server.heartbeat_rtts.clear()
@@ -301,7 +294,7 @@ async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: i
         await asyncio.sleep(hold_s)
         cpu = time.process_time() - cpu
         rtts = np.array(server.heartbeat_rtts) * 1000
-        held = len(server.connected())
+        held = len(server.registry.connected())
     if len(rtts) == 0:
         raise RuntimeError("no heartbeat came back")
     p99 = float(np.percentile(rtts, 99))

@@ -53,10 +53,11 @@ from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.engine.fleet import JobArtifacts
+from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
-from mjfl.coordinator.storage.database import Storage
-from mjfl.coordinator.storage.records import RoundRecord
+from mjfl.coordinator.storage.database import Storage, database_path
 from mjfl.errors import UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
@@ -97,17 +98,9 @@ async def _echo_run(
     rng = np.random.default_rng(seed)
     names = [f"d{k:02d}" for k in range(devices)]
     profile = DeviceProfile("echo", a=0.03, mu=20.0)  # ~0.2 s of training per task, with a tail
-    records: list[RoundRecord] = []
     kills: Counter[str] = Counter()
     victims: dict[str, str] = {}
-
-    class Sink:
-        def round_finished(self, job: EngineJob, record: RoundRecord, choices: Any) -> None:
-            records.append(record)
-
-        def profile_refitted(self, refit: Any) -> None:
-            pass
-
+    log = RoundLog()
     settings = ServerSettings(**_FAST)  # type: ignore[arg-type]
     async with CoordinatorServer("127.0.0.1", 0, settings=settings) as server, FaultProxy(
         "127.0.0.1", server.port, faults, seed=seed
@@ -127,8 +120,7 @@ async def _echo_run(
             """Kill ``device`` at a random moment of ``phase`` of one of its tasks."""
             await asyncio.sleep(float(rng.uniform(0.5, 3.0)))
             while True:
-                link = server.link(DeviceId(device.device_id))
-                waiting = set(link.waiters) if link is not None else set()
+                waiting = server.registry.in_flight(DeviceId(device.device_id))
                 seen = {record.task_id: record for record in device.history}
                 if phase == "download" and waiting - set(seen):
                     break  # sent, not yet received: the task is on the wire
@@ -142,11 +134,12 @@ async def _echo_run(
 
         started = time.monotonic()
         async with devices_running(*emulated):
-            await server.wait_for_devices(devices, 30)
-            await server.fleet.prepare(artifacts)
+            await server.registry.wait_for_devices(devices, 30)
+            fleet = RemoteFleet(server.registry)
+            fleet.prepare(artifacts)
             engine = Engine(
-                jobs, server.fleet, RealClock(), _progress, run_id="faults",
-                settings=EngineSettings(device_wait_s=10.0, seed=seed), sink=Sink(),
+                jobs, fleet, RealClock(), _progress, run_id="faults",
+                settings=EngineSettings(device_wait_s=10.0, seed=seed), observers=[log],
             )
             count = round(kill * devices)
             chosen = rng.choice(devices, size=count, replace=False)
@@ -161,6 +154,7 @@ async def _echo_run(
                 await run
                 for hunter in hunters:
                     hunter.cancel()  # a victim never caught in its phase before the jobs ended
+    records = log.records
     failed = {dr.device for r in records for dr in r.devices if dr.status != "ok"}
     killed = [d for d, e in zip(names, emulated, strict=True) if e.stopped_by == "killed"]
     statuses = Counter(dr.status for r in records for dr in r.devices)
@@ -290,7 +284,7 @@ def _coordinator_kills(folder: Path, kills: int, rounds: int, seed: int, timeout
     out = folder / "run"
     config = folder / "testbed.toml"
     config.write_text(_CONFIG.format(out=out, rounds=rounds, seed=seed))
-    db = out / "mjfl.db"
+    db = database_path(out)
     started, done, unhandled, restarts = time.monotonic(), 0, 0, 0
     outputs: list[str] = []
     proc = _start(config)
@@ -333,7 +327,7 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
         out = disk / "run"
         config = folder / "full.toml"
         config.write_text(_CONFIG.format(out=out, rounds=rounds, seed=seed))
-        db = out / "mjfl.db"
+        db = database_path(out)
         proc = _start(config)
         while len(_rounds(db)) < 2 and proc.poll() is None and time.monotonic() - started < timeout_s:
             time.sleep(0.2)

@@ -104,6 +104,7 @@ def run_scale_bench(
 async def _measure(devices: int, rounds: int, workers: int, context: Any) -> dict[str, float]:
     from mjfl.android_bridge.devices.emulator import run_emulated_fleet
     from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+    from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.models import ModelSpec, initial_weights
@@ -119,16 +120,17 @@ async def _measure(devices: int, rounds: int, workers: int, context: Any) -> dic
             server.url, devices, runtime="torch", workers=workers, id_prefix="scale", context=context,
         )
         async with fleet:
-            await server.wait_for_devices(devices, timeout=300)
+            await server.registry.wait_for_devices(devices, timeout=300)
             connect_s = time.perf_counter() - started
             ids = [DeviceId(d) for d in fleet.device_ids]
             shards = {d: (rng.normal(size=(samples, *spec.input_shape)).astype(np.float32), rng.integers(0, 10, samples)) for d in ids}
             # The torch runtime builds its model from the spec: no program is needed.
-            await server.fleet.prepare([JobArtifacts(JobId("scale"), spec, b"\0" * 64, shards)])
+            remote = RemoteFleet(server.registry)
+            remote.prepare([JobArtifacts(JobId("scale"), spec, b"\0" * 64, shards)])
             for round_ in range(1, rounds + 2):
                 task = Task(JobId("scale"), round_, weights, epochs=1, batch_size=samples, lr=0.05, seed=round_)
                 wall, cpu = time.perf_counter(), time.process_time()
-                await asyncio.gather(*(server.fleet.run_task(d, task) for d in ids))
+                await asyncio.gather(*(remote.run_task(d, task) for d in ids))
                 if round_ > 1:  # round 1 provisions and loads: a warm-up
                     walls.append(time.perf_counter() - wall)
                     cpus.append(time.process_time() - cpu)

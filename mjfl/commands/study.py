@@ -1,154 +1,22 @@
 """`mjfl study STUDY.toml`: a grid of simulations (variants x seeds), ending with the report.
 
-A study file names a run configuration, the methods to compare, the seeds,
-and variants of the configuration, each a set of overrides by dotted key::
-
-    config = "quickstart.toml"        # relative to the study file
-    methods = ["meta-greedy", "genetic", "random"]
-    seeds = 3
-
-    [[variants]]
-    name = "both"                     # the configuration as it is
-
-    [[variants]]
-    name = "time only"
-    set = { "scheduler.beta" = 0.0 }
-
-    [[variants]]
-    name = "iid"
-    set = { "jobs.*.partition" = "iid" }   # jobs.* : every job
-
-Each (variant, seed) is one `mjfl simulate` into ``OUT/<variant>/seed-<s>``;
-one already finished there (its summary.json written) is not run again, so an
-interrupted study continues where it stopped. The study ends with one
-`mjfl report` table per variant and ``OUT/study.json``.
+The study itself (its file, the grid, the report of each variant) is
+``mjfl.coordinator.run.study``; this checks the command's arguments and runs it.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-import io
-import json
-import re
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from mjfl.commands.report import report_runs
-from mjfl.commands.simulate import simulate
-from mjfl.coordinator.config import parse_config, read_toml
-from mjfl.coordinator.run.driver import Output
-from mjfl.errors import ConfigError, UserError
-from mjfl.schedulers.registry import METHODS
+from mjfl.coordinator.run.study import load_study, run_study
+from mjfl.errors import UserError
 
 
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    name: str
-    overrides: dict[str, Any]
-
-    @property
-    def folder(self) -> str:
-        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.name).strip("-") or "variant"
-
-
-@dataclasses.dataclass(frozen=True)
-class Study:
-    config: Path
-    methods: tuple[str, ...]
-    seeds: tuple[int, ...]
-    variants: tuple[Variant, ...]
-
-
-def load_study(path: Path, seeds: int | None = None) -> Study:
-    """Read and check a study file (``seeds`` overrides its count: seeds 0..N-1)."""
-    raw = read_toml(path)
-    unknown = set(raw) - {"config", "methods", "seeds", "variants"}
-    if unknown:
-        raise ConfigError(f"{path}: {min(unknown)}", "unknown key (config, methods, seeds, variants)")
-    if not isinstance(raw.get("config"), str):
-        raise ConfigError(f"{path}: config", "give the run configuration's path")
-    methods = raw.get("methods", ["meta-greedy", "random"])
-    if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
-        raise ConfigError(f"{path}: methods", f"a list of methods from {', '.join(METHODS)}")
-    count = seeds if seeds is not None else raw.get("seeds", 3)
-    if not isinstance(count, int) or count < 1:
-        raise ConfigError(f"{path}: seeds", "a number of seeds >= 1")
-    variants = []
-    for i, v in enumerate(raw.get("variants", [{"name": "as configured"}])):
-        if not isinstance(v, dict) or not isinstance(v.get("name"), str) or set(v) - {"name", "set"}:
-            raise ConfigError(f"{path}: variants[{i}]", "a table with a name and an optional set = { key = value }")
-        overrides = v.get("set", {})
-        if not isinstance(overrides, dict):
-            raise ConfigError(f"{path}: variants[{i}].set", "a table of dotted keys and values")
-        variants.append(Variant(v["name"], overrides))
-    folders = [v.folder for v in variants]
-    if len(set(folders)) != len(folders):
-        raise ConfigError(f"{path}: variants", f"names must differ (as folders: {folders})")
-    return Study((path.parent / raw["config"]).resolve(), tuple(methods), tuple(range(count)), tuple(variants))
-
-
-def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a configuration document with dotted-key overrides (``jobs.*.key``: every job)."""
-    document = copy.deepcopy(raw)
-    for key, value in overrides.items():
-        parts = key.split(".")
-        targets: list[Any] = [document]
-        for part in parts[:-1]:
-            step = []
-            for target in targets:
-                if part == "*" and isinstance(target, list):
-                    step.extend(target)
-                elif isinstance(target, dict):
-                    step.append(target.setdefault(part, {}))
-                else:
-                    raise ConfigError(key, f"cannot follow {part!r} into a {type(target).__name__}")
-            targets = step
-        for target in targets:
-            if not isinstance(target, dict):
-                raise ConfigError(key, "does not name a table's key")
-            target[parts[-1]] = value
-    return document
-
-
-def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
-    """Run every (variant, seed) not yet done, then report each variant; returns the study's figures."""
-    raw = read_toml(study.config)
-    configs = {v.name: parse_config(apply(raw, v.overrides), base=study.config.parent, source=study.config)
-               for v in study.variants}  # every variant checked before anything runs
-    total = len(study.variants) * len(study.seeds)
-    done = 0
-    for variant in study.variants:
-        for seed in study.seeds:
-            done += 1
-            folder = out / variant.folder / f"seed-{seed}"
-            where = f"[{done}/{total}] {variant.name}, seed {seed}"
-            if (folder / "summary.json").is_file():
-                console.print(f"{where}: done before ({folder})", highlight=False)
-                continue
-            config = dataclasses.replace(configs[variant.name], seed=seed, out_dir=folder)
-            quiet = Console(file=io.StringIO(), width=160)  # each run's own table: in its folder, not here
-            with console.status(f"{where}: {', '.join(study.methods)} ..."):
-                summary = simulate(config, study.methods, Output(folder, quiet, live=False))
-            times = {m: s["total_time_s"] for m, s in summary["methods"].items()}
-            console.print(
-                f"{where}: group time to target " + ", ".join(
-                    f"{m} {'—' if t is None else f'{t:.1f} s'}" for m, t in times.items()
-                ),
-                highlight=False,
-            )
-    figures: dict[str, Any] = {}
-    for variant in study.variants:
-        folders = [out / variant.folder / f"seed-{seed}" for seed in study.seeds]
-        figures[variant.name] = report_runs(folders, console=console, title=f"{variant.name}: ")
-    path = out / "study.json"
-    path.write_text(json.dumps({"variants": figures}, indent=2, allow_nan=False) + "\n")
-    console.print(f"wrote {path}", highlight=False)
-    return figures
-
-
-def check_out(out: Path) -> None:
+def study(study_file: Path, out: Path, *, seeds: int | None, console: Console) -> dict[str, Any]:
+    """Run the study of ``study_file`` into ``out`` (``seeds``: seeds 0..N-1 instead of the file's)."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: a file is in the way")
+    return run_study(load_study(study_file, seeds), out, console=console)

@@ -12,6 +12,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from mjfl.coordinator.storage.database import database_path
 from mjfl.coordinator.storage.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
@@ -111,12 +112,12 @@ class RunConfig:
     testbed: TestbedConfig = field(default_factory=TestbedConfig)
     seed: int = 0
     out_dir: Path = Path("runs/latest")
-    database: Path | None = None  # default: <out_dir>/mjfl.db
+    database: Path | None = None  # default: database_path(out_dir) (storage.database)
     source: Path | None = None  # the file it came from
 
     @property
     def database_path(self) -> Path:
-        return self.database or self.out_dir / "mjfl.db"
+        return self.database or database_path(self.out_dir)
 
 
 def load_config(path: Path | str) -> RunConfig:

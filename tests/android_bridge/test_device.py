@@ -10,6 +10,7 @@ import functools
 
 import numpy as np
 import pytest
+from loopback import fleet_of
 
 from mjfl.android_bridge.devices.device_model import DeviceModel, RoundDraw, TrainerCache
 from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running
@@ -97,16 +98,16 @@ async def test_an_emulated_device_that_drops_out_fails_its_rounds_as_a_simulated
             server.url, "flaky", runtime="torch", make_trainer=functools.partial(echo_trainer, delta=1.0), dropout=1.0
         )
         async with devices_running(device):
-            await server.wait_for_devices(1, 5)
+            await server.registry.wait_for_devices(1, 5)
             rng = np.random.default_rng(0)
             shard = (rng.normal(size=(6, *SPEC.input_shape)).astype(np.float32), rng.integers(0, 10, 6))
-            await server.fleet.prepare([JobArtifacts(JobId("j"), SPEC, b"program", {DeviceId("flaky"): shard})])
+            fleet_of(server).prepare([JobArtifacts(JobId("j"), SPEC, b"program", {DeviceId("flaky"): shard})])
             weights = {"w": np.zeros(2, np.float32)}
             # With a deadline: silence, then the coordinator gives up at the deadline and cancels.
             with pytest.raises(DeviceFailure, match="deadline") as late:
-                await server.fleet.run_task(DeviceId("flaky"), Task(JobId("j"), 1, weights, 1, 2, 0.1, deadline_s=0.3))
+                await fleet_of(server).run_task(DeviceId("flaky"), Task(JobId("j"), 1, weights, 1, 2, 0.1, deadline_s=0.3))
             assert late.value.after_s >= 0.3
             # Without one: the device reports the lost round itself.
             with pytest.raises(DeviceFailure, match="dropped out"):
-                await server.fleet.run_task(DeviceId("flaky"), Task(JobId("j"), 2, weights, 1, 2, 0.1))
+                await fleet_of(server).run_task(DeviceId("flaky"), Task(JobId("j"), 2, weights, 1, 2, 0.1))
     assert [r.outcome for r in device.history] == ["cancelled", "error"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from loopback import fleet_of
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
@@ -82,19 +83,19 @@ async def test_reconnects_with_backoff_after_the_server_restarts_and_lists_its_c
     dev = EmulatedDevice(server.url, "phoenix", runtime="torch", make_trainer=ECHO, backoff=backoff, seed=1)
     job = artifacts(["phoenix"])
     async with devices_running(dev):
-        await server.wait_for_devices(1, 5)
-        await server.fleet.prepare([job])
-        await server.fleet.run_task(DeviceId("phoenix"), task())
+        await server.registry.wait_for_devices(1, 5)
+        fleet_of(server).prepare([job])
+        await fleet_of(server).run_task(DeviceId("phoenix"), task())
         await server.close(graceful=False)  # a crash: no bye, so the device keeps trying
         await until(lambda: len(dev.delays) >= 5)
         restarted = CoordinatorServer("127.0.0.1", port, settings=FAST)
         async with restarted:
-            await restarted.wait_for_devices(1, 5)
-            hello = restarted.connected()[DeviceId("phoenix")].hello
+            await restarted.registry.wait_for_devices(1, 5)
+            hello = restarted.registry.connected()[DeviceId("phoenix")].hello
             x, y = job.shards[DeviceId("phoenix")]
             assert set(hello.cached) == {hashlib.sha256(job.program).hexdigest(), Shard(x, y).sha256}
-            await restarted.fleet.prepare([job])
-            result = await restarted.fleet.run_task(DeviceId("phoenix"), task(round_=2))
+            fleet_of(restarted).prepare([job])
+            result = await fleet_of(restarted).run_task(DeviceId("phoenix"), task(round_=2))
             assert result.weights["b"].tolist() == [2.0] * 4
     assert dev.sessions == 2
     # One delay per failed attempt, doubling from `initial` up to `maximum`, each jittered down.
@@ -114,15 +115,15 @@ async def test_an_impersonating_device_takes_its_profiles_round_times():
             for k in range(4)
         ]
         async with devices_running(*devices):
-            await server.wait_for_devices(4, 5)
-            info = server.connected()[DeviceId("imp-0")]
+            await server.registry.wait_for_devices(4, 5)
+            info = server.registry.connected()[DeviceId("imp-0")]
             assert info.profile_source == "hello" and (info.profile.a, info.profile.mu) == (0.0025, 400.0)
             assert info.hello.hardware["model"] == "Pixel 7" and info.hello.hardware["impersonates"] == "pixel-7"
-            await server.fleet.prepare([artifacts([d.device_id for d in devices])])
+            fleet_of(server).prepare([artifacts([d.device_id for d in devices])])
 
             async def rounds(device_id):
                 return [
-                    (await server.fleet.run_task(DeviceId(device_id), task(round_=r, epochs=2))).duration_s
+                    (await fleet_of(server).run_task(DeviceId(device_id), task(round_=r, epochs=2))).duration_s
                     for r in range(8)
                 ]
 
@@ -169,14 +170,14 @@ async def test_a_device_whose_training_fails_or_diverges_answers_with_an_error()
         bad = EmulatedDevice(server.url, "bad", runtime="torch", make_trainer=broken)
         nan = EmulatedDevice(server.url, "nan", runtime="torch", make_trainer=functools.partial(echo_trainer, delta=float("nan")))
         async with devices_running(bad, nan):
-            await server.wait_for_devices(2, 5)
-            await server.fleet.prepare([artifacts(["bad", "nan"])])
+            await server.registry.wait_for_devices(2, 5)
+            fleet_of(server).prepare([artifacts(["bad", "nan"])])
             with pytest.raises(DeviceFailure, match="task_failed: training failed: RuntimeError"):
-                await server.fleet.run_task(DeviceId("bad"), task())
+                await fleet_of(server).run_task(DeviceId("bad"), task())
             with pytest.raises(DeviceFailure, match="diverged") as failure:
-                await server.fleet.run_task(DeviceId("nan"), task())
+                await fleet_of(server).run_task(DeviceId("nan"), task())
             assert failure.value.status == "failed"
-            assert list(server.connected()) == ["bad", "nan"]  # errors do not end sessions
+            assert list(server.registry.connected()) == ["bad", "nan"]  # errors do not end sessions
     assert bad.sessions == nan.sessions == 1
 
 
@@ -185,16 +186,16 @@ async def test_stop_says_bye_and_the_coordinator_fails_the_pending_task():
         dev = EmulatedDevice(server.url, "leaver", runtime="torch", make_trainer=ECHO, profile=DeviceProfile("p", a=1.0, mu=1e6))
         async with asyncio.TaskGroup() as group:
             runner = group.create_task(dev.run())
-            await server.wait_for_devices(1, 5)
-            await server.fleet.prepare([artifacts(["leaver"])])
-            pending = group.create_task(_outcome(server.fleet.run_task(DeviceId("leaver"), task())))
+            await server.registry.wait_for_devices(1, 5)
+            fleet_of(server).prepare([artifacts(["leaver"])])
+            pending = group.create_task(_outcome(fleet_of(server).run_task(DeviceId("leaver"), task())))
             await until(lambda: dev.history)
             dev.stop()
             await runner
         failure = pending.result()
         assert isinstance(failure, DeviceFailure) and "device said bye going_away" in failure.reason
         assert dev.stopped_by == "stopped" and dev.history[0].outcome == "lost"
-        assert not server.connected()
+        assert not server.registry.connected()
 
 
 @pytest.fixture(scope="module")
@@ -211,9 +212,9 @@ async def test_an_executorch_device_trains_the_tasks_program_over_the_wire(lenet
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
         dev = EmulatedDevice(server.url, "et", runtime="executorch")
         async with devices_running(dev):
-            await server.wait_for_devices(1, 5)
-            await server.fleet.prepare([artifacts(["et"], n=40, program=lenet_program)])
-            result = await server.fleet.run_task(DeviceId("et"), task(weights=weights))
+            await server.registry.wait_for_devices(1, 5)
+            fleet_of(server).prepare([artifacts(["et"], n=40, program=lenet_program)])
+            result = await fleet_of(server).run_task(DeviceId("et"), task(weights=weights))
     assert list(result.weights) == list(weights) and result.samples == 40
     assert all(np.isfinite(w).all() for w in result.weights.values())
     assert not np.allclose(result.weights["conv1.weight"], weights["conv1.weight"])
@@ -232,13 +233,13 @@ async def test_killing_a_worker_process_fails_its_devices_tasks_at_once():
         assert [fleet.impersonated[d].device_id for d in fleet.device_ids] == ["steady", "steady-too"] * 2
         assert [fleet.assignment[d] for d in fleet.device_ids] == [0, 1, 0, 1]
         async with fleet:
-            await server.wait_for_devices(4, timeout=60)
-            assert sorted(fleet.device_ids) == sorted(server.connected())
-            await server.fleet.prepare([artifacts(fleet.device_ids)])
-            await asyncio.gather(*(server.fleet.run_task(DeviceId(d), task()) for d in fleet.device_ids))  # warm up
+            await server.registry.wait_for_devices(4, timeout=60)
+            assert sorted(fleet.device_ids) == sorted(server.registry.connected())
+            fleet_of(server).prepare([artifacts(fleet.device_ids)])
+            await asyncio.gather(*(fleet_of(server).run_task(DeviceId(d), task()) for d in fleet.device_ids))  # warm up
             started = time.monotonic()
             async with asyncio.TaskGroup() as group:
-                runs = {d: group.create_task(_outcome(server.fleet.run_task(DeviceId(d), task(round_=2)))) for d in fleet.device_ids}
+                runs = {d: group.create_task(_outcome(fleet_of(server).run_task(DeviceId(d), task(round_=2)))) for d in fleet.device_ids}
                 await asyncio.sleep(0.5)
                 killed = fleet.kill_worker(0)
             stop_started = time.monotonic()
@@ -272,8 +273,8 @@ async def test_the_device_emulate_command_runs_devices_until_ctrl_c():
             *command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"}
         )
         try:
-            await server.wait_for_devices(3, timeout=60)
-            assert sorted(server.connected()) == ["cli-0", "cli-1", "cli-2"]
+            await server.registry.wait_for_devices(3, timeout=60)
+            assert sorted(server.registry.connected()) == ["cli-0", "cli-1", "cli-2"]
             process.send_signal(signal.SIGINT)
             async with asyncio.timeout(20):
                 output = (await process.communicate())[0].decode()
@@ -282,5 +283,5 @@ async def test_the_device_emulate_command_runs_devices_until_ctrl_c():
                 process.kill()
                 await process.wait()
         assert process.returncode == 0, output
-        await until(lambda: not server.connected())
+        await until(lambda: not server.registry.connected())
     assert "3 emulated devices" in output

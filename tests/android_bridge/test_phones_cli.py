@@ -19,6 +19,8 @@ import pytest
 from fake_adb import FakeAdbServer, FakePhone
 from processes import Process, mjfl_args, query, wait_for
 
+from mjfl.coordinator.storage.database import database_path
+
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
 PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"
@@ -144,7 +146,7 @@ def test_a_testbed_run_on_phones_survives_a_reboot_and_cleans_up(tmp_path: Path,
     out = tmp_path / "run"
     config = tmp_path / "phones.toml"
     config.write_text(CONFIG.format(out=out))
-    db = out / "mjfl.db"
+    db = database_path(out)
     with FakeAdbServer([pixel, galaxy, moto], on_launch=app_started, on_stop=app_stopped) as server:
         coordinator = processes(
             mjfl_args("testbed", "run", str(config), "--phones", "--adb", server.address, "--emulate", "2", "--no-live"),

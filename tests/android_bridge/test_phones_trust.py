@@ -13,6 +13,7 @@ from processes import Process, mjfl_args, query
 
 from mjfl.coordinator.remote.certs import certificate_sha256, create_certificates
 from mjfl.coordinator.remote.keys import KeyStore
+from mjfl.coordinator.storage.database import database_path
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
@@ -71,6 +72,6 @@ def test_phones_get_their_secret_and_the_pin_in_the_launch_extras(tmp_path: Path
     assert pixel.extras["url"].startswith("wss://127.0.0.1:") and pixel.extras["pin"] == pin == galaxy.extras["pin"]
     assert pixel.extras["secret"] == enrolled
     assert galaxy.extras["secret"] not in ("", enrolled) and store.secret(GALAXY) is None  # never stored
-    trained = {d for (d,) in query(out / "mjfl.db", "SELECT device FROM device_rounds WHERE status = 'ok'")}
+    trained = {d for (d,) in query(database_path(out), "SELECT device FROM device_rounds WHERE status = 'ok'")}
     assert trained == {PIXEL, GALAXY}
     assert [d.name for d in store.devices() if d.last_seen is not None] == [PIXEL]

@@ -15,8 +15,19 @@ import pytest
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import VirtualClock, run_virtual
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.events import (
+    DeviceJoined,
+    DeviceLeft,
+    DeviceResult,
+    JobStopped,
+    ProfileRefitted,
+    RoundAggregated,
+    RunFinished,
+    RunStarted,
+    TaskSent,
+)
 from mjfl.coordinator.engine.fleet import DeviceProfileView, TaskResult
-from mjfl.coordinator.results.report import job_outcomes
+from mjfl.coordinator.results.outcomes import job_outcomes
 from mjfl.coordinator.storage.records import JobInfo
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -43,7 +54,7 @@ class StepFleet:
     def profiles(self):
         return self.views
 
-    async def prepare(self, jobs):
+    def prepare(self, jobs):
         pass
 
     async def run_task(self, device, task):
@@ -75,16 +86,22 @@ def evaluate(spec, weights, x, y):
     return min(1.0, float(weights["w"][0]) / 10), 1.0 / (1 + float(weights["w"][0]))
 
 
-class Sink:
-    def __init__(self):
-        self.records = []
-        self.refits = []
+class Events(list):
+    """Every event of a run, in order (an observer)."""
 
-    def round_finished(self, job, record, choices):
-        self.records.append(record)
+    def __call__(self, event):
+        self.append(event)
 
-    def profile_refitted(self, refit):
-        self.refits.append(refit)
+    def of(self, kind):
+        return [e for e in self if isinstance(e, kind)]
+
+    @property
+    def records(self):
+        return [e.record for e in self.of(RoundAggregated)]
+
+    @property
+    def refits(self):
+        return [e.refit for e in self.of(ProfileRefitted)]
 
 
 def make_jobs(count, method="random", target=0.5, max_rounds=30, fraction=0.3, size=10, target_loss=None):
@@ -102,18 +119,18 @@ def make_jobs(count, method="random", target=0.5, max_rounds=30, fraction=0.3, s
     ]
 
 
-def run(jobs, size=10, seed=0, settings=None, sink=None, **fleet_kw):
-    sink = sink or Sink()
+def run(jobs, size=10, seed=0, settings=None, events=None, **fleet_kw):
+    events = Events() if events is None else events
 
     async def main():
         clock = VirtualClock()
         fleet = StepFleet(size, clock, seed, **fleet_kw)
-        engine = Engine(jobs, fleet, clock, evaluate, run_id="t", settings=settings or EngineSettings(seed=seed), sink=sink)
+        engine = Engine(jobs, fleet, clock, evaluate, run_id="t", settings=settings or EngineSettings(seed=seed), observers=[events])
         await engine.run()
         return fleet
 
     fleet = run_virtual(main())
-    return sink.records, fleet
+    return events.records, fleet
 
 
 @pytest.mark.parametrize("method", ["random", "greedy", "oort", "meta-greedy"])
@@ -178,6 +195,61 @@ def test_jobs_stop_at_their_target_and_at_their_budget():
         assert all(a.ended_s <= b.started_s + 1e-9 for a, b in itertools.pairwise(rs))
 
 
+def test_a_run_is_one_stream_of_events_and_the_engine_alone_says_why_a_job_stopped():
+    jobs = make_jobs(2, target=0.5)
+    jobs[1].config = dataclasses.replace(jobs[1].config, target_accuracy=None)
+    jobs[1].max_rounds = 7
+    events = Events()
+    run(jobs, events=events)
+    started, finished = events[0], events[-1]
+    assert isinstance(started, RunStarted) and started.jobs == ("job0", "job1")
+    assert set(started.devices) == {f"d{k}" for k in range(10)}
+    assert isinstance(finished, RunFinished) and finished.stopped == {"job0": "target", "job1": "budget"}
+    stops = events.of(JobStopped)
+    assert [(s.job, s.reason, s.rounds) for s in sorted(stops, key=lambda s: s.job)] == [
+        ("job0", "target", 5), ("job1", "budget", 7)
+    ]
+    for stop in stops:  # after the job's last round, which carries the same verdict
+        rounds = [e for e in events.of(RoundAggregated) if e.job == stop.job]
+        assert events.index(stop) > events.index(rounds[-1])
+        assert [e.stopped for e in rounds] == [None] * (len(rounds) - 1) + [stop.reason]
+    sent = {(e.job, e.round, e.device): events.index(e) for e in events.of(TaskSent)}
+    answered = {(e.job, e.round, e.result.device): events.index(e) for e in events.of(DeviceResult)}
+    for aggregated in events.of(RoundAggregated):
+        r = aggregated.record
+        for d in r.devices:  # every device of the round was sent its task and answered before the round ended
+            key = (r.job, r.round, d.device)
+            assert sent[key] < answered[key] < events.index(aggregated)
+    assert len(sent) == len(answered) == sum(len(r.devices) for r in events.records)
+
+
+def test_a_device_reaches_the_engine_only_by_an_explicit_join():
+    def with_latecomer(join):
+        jobs = make_jobs(1, target=None, max_rounds=12, fraction=0.5)
+        for job in jobs:
+            del job.samples[DeviceId("d9")]  # d9 holds no shard yet: the fleet offers it, no job may plan it
+        events = Events()
+
+        async def main():
+            clock = VirtualClock()
+            engine = Engine(jobs, StepFleet(10, clock), clock, evaluate, run_id="t", observers=[events])
+            if join:
+                engine.join(DeviceId("d9"), {JobId("job0"): 20})
+            engine.leave(DeviceId("d3"), "unplugged")  # said; the fleet still offers it here
+            await engine.run()
+
+        run_virtual(main())
+        return jobs[0], events
+
+    job, events = with_latecomer(join=False)
+    assert all(d.device != "d9" for r in events.records for d in r.devices)
+    job, events = with_latecomer(join=True)
+    assert job.samples[DeviceId("d9")] == 20
+    assert any(d.device == "d9" for r in events.records for d in r.devices)
+    assert [e.device for e in events.of(DeviceJoined)] == ["d9"]
+    assert [(e.device, e.reason) for e in events.of(DeviceLeft)] == [("d3", "unplugged")]
+
+
 def test_the_engine_stops_a_job_where_the_report_says_it_reached_its_target():
     # Accuracy r/10 reaches 0.9 in round 9; loss 1/(1+r) reaches 0.25 in round 3.
     # Both targets set: the first one met ends the job, and the report (one
@@ -221,17 +293,17 @@ def test_profiles_are_refined_online_from_observed_rounds():
     # The fleet's profiles claim every device is 3x slower than it is; with a
     # window the engine refits them from the rounds it observes.
     jobs = make_jobs(1, "random", target=None, max_rounds=60, fraction=0.5, size=6)
-    sink = Sink()
-    _, fleet = run(jobs, size=6, settings=EngineSettings(profile_window=30, profile_min_observations=5), sink=sink, misprofiled=3.0)
-    assert sink.refits, "no refit was recorded"
-    latest = {r.device: r for r in sink.refits}
+    events = Events()
+    _, fleet = run(jobs, size=6, settings=EngineSettings(profile_window=30, profile_min_observations=5), events=events, misprofiled=3.0)
+    assert events.refits, "no refit was recorded"
+    latest = {r.device: r for r in events.refits}
     for truth in fleet.truth:
         refit = latest[truth.device]
         assert refit.observations >= 10
         # The expected time per sample, a + 1/mu (what plans are scored by),
         # is back near the truth instead of 3x off.
         assert refit.a + 1 / refit.mu == pytest.approx(truth.a + 1 / truth.mu, rel=0.3)
-    assert [r.at_s for r in sink.refits] == sorted(r.at_s for r in sink.refits)
+    assert [r.at_s for r in events.refits] == sorted(r.at_s for r in events.refits)
 
 
 class Recording:

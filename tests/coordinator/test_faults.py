@@ -15,7 +15,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from test_server import FAST, SPEC, WEIGHTS, Sink, artifacts, device
+from loopback import FAST, SPEC, WEIGHTS, artifacts, device, fleet_of
 
 from mjfl.android_bridge.devices.emulator import Backoff, devices_running
 from mjfl.bench.echo import echo_trainer
@@ -23,11 +23,11 @@ from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.events import RoundAggregated, RoundLog
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
-from mjfl.coordinator.results.report import LiveView
-from mjfl.coordinator.run.driver import _Sink
+from mjfl.coordinator.run.recorder import Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints
-from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.database import Storage, database_path
 from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
 from mjfl.errors import RunError
 from mjfl.ids import DeviceId, JobId
@@ -53,11 +53,11 @@ async def run_rounds(server, names, faults, rounds, *, seed=0, deadline_s=None, 
         for d in devices:
             d.url = proxy.url
         async with devices_running(*devices):
-            await server.wait_for_devices(len(names), 10)
-            await server.fleet.prepare([artifacts(names)])
-            the_job, sink = job(names, rounds, deadline_s), Sink()
+            await server.registry.wait_for_devices(len(names), 10)
+            fleet_of(server).prepare([artifacts(names)])
+            the_job, sink = job(names, rounds, deadline_s), RoundLog()
             settings = EngineSettings(device_wait_s=5.0)
-            await Engine([the_job], server.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="f", settings=settings, sink=sink).run()
+            await Engine([the_job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="f", settings=settings, observers=[sink]).run()
     return the_job, sink.records, proxy
 
 
@@ -109,11 +109,11 @@ async def test_reordered_parts_close_that_session_and_the_round_completes_withou
         for d in devices:
             d.url = proxy.url
         async with devices_running(*devices):
-            await server.wait_for_devices(3, 10)
-            await server.fleet.prepare([artifacts(names)])
-            the_job, sink = job(names, 1), Sink()
+            await server.registry.wait_for_devices(3, 10)
+            fleet_of(server).prepare([artifacts(names)])
+            the_job, sink = job(names, 1), RoundLog()
             the_job.weights = dict(big)
-            await Engine([the_job], server.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="r", sink=sink).run()
+            await Engine([the_job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="r", observers=[sink]).run()
     assert proxy.counts["reordered"] >= 1
     (record,) = sink.records
     status = {dr.device: dr for dr in record.devices}
@@ -136,9 +136,9 @@ async def test_a_fifth_of_the_devices_killed_at_random_moments_fail_their_rounds
         slow = functools.partial(echo_trainer, work_s=3.0, delta=1.0)
         devices = [device(server, d, backoff=QUICK, **({"make_trainer": slow} if k == chosen else {})) for k, d in enumerate(names)]
         async with devices_running(*devices):
-            await server.wait_for_devices(5, 10)
-            await server.fleet.prepare([artifacts(names)])
-            the_job, sink = job(names, 4), Sink()
+            await server.registry.wait_for_devices(5, 10)
+            fleet_of(server).prepare([artifacts(names)])
+            the_job, sink = job(names, 4), RoundLog()
             victim = devices[chosen]
 
             async def kill_mid_round():
@@ -149,7 +149,7 @@ async def test_a_fifth_of_the_devices_killed_at_random_moments_fail_their_rounds
             async with asyncio.TaskGroup() as group:
                 group.create_task(kill_mid_round())
                 settings = EngineSettings(device_wait_s=5.0)
-                group.create_task(Engine([the_job], server.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="k", settings=settings, sink=sink).run())
+                group.create_task(Engine([the_job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="k", settings=settings, observers=[sink]).run())
     assert the_job.rounds_done == 4
     recorded = [dr for r in sink.records for dr in r.devices if dr.device == victim.device_id and dr.status == "failed"]
     assert recorded, "the kill is recorded as a failure of the victim's round"
@@ -173,15 +173,17 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
-def sink_over(folder):
-    storage = Storage(folder / "mjfl.db")
+def recorder_over(folder):
+    storage = Storage(database_path(folder))
     info = RunInfo("run-1", "random", "real", 0, "{}", "2026-01-01T00:00:00+00:00")
     storage.start_run(info, [JobInfo("run-1", JobId("j"), "lenet5", "digits", None, None, 10, "lenet5/digits")])
-    return storage, _Sink(storage, Checkpoints(folder / "checkpoints"), "random", LiveView(enabled=False))
+    return storage, Recorder(storage, Checkpoints(folder / "checkpoints"))
 
 
-def record(n):
-    return RoundRecord("run-1", JobId("j"), n, n - 1.0, float(n), (DeviceRound(DeviceId("d0"), "ok", 6, 0.5, 1.0),), 0.5, 1.0, True, 1.0, 1.0)
+def finished(the_job, n):
+    """The engine's event for round ``n`` of ``the_job``."""
+    record = RoundRecord("run-1", JobId("j"), n, n - 1.0, float(n), (DeviceRound(DeviceId("d0"), "ok", 6, 0.5, 1.0),), 0.5, 1.0, True, 1.0, 1.0)
+    return RoundAggregated(record, None, None, the_job.weights, the_job.scheduler, 0.5, the_job.max_rounds)
 
 
 def fill(folder):
@@ -194,36 +196,36 @@ def fill(folder):
 
 def test_a_full_output_folder_stops_the_run_with_one_clear_error_and_keeps_every_finished_round(small_disk):
     the_job = job(["d0"], 10)
-    storage, sink = sink_over(small_disk)
+    storage, recorder = recorder_over(small_disk)
     with storage:
         for n in (1, 2):
-            sink.round_finished(the_job, record(n), None)
+            recorder(finished(the_job, n))
         fill(small_disk)
         with pytest.raises(RunError, match=r"cannot save round 3 of job j \(.*\); every round before it is saved.*--resume"):
-            sink.round_finished(the_job, record(3), None)
+            recorder(finished(the_job, 3))
         assert [r.round for r in storage.rounds("run-1")] == [1, 2]
     (small_disk / "filler").unlink()  # room again: resume redoes round 3
-    storage = Storage(small_disk / "mjfl.db")
+    storage = Storage(database_path(small_disk))
     with storage:
         assert [r.round for r in storage.rounds("run-1")] == [1, 2]
-        storage.record_round(record(3))
+        storage.record_round(finished(the_job, 3).record)
         assert [r.round for r in storage.rounds("run-1")] == [1, 2, 3]
 
 
 def test_an_unwritable_checkpoint_folder_stops_the_run_before_the_round_is_committed(tmp_path):
     the_job = job(["d0"], 10)
-    storage, sink = sink_over(tmp_path)
+    storage, recorder = recorder_over(tmp_path)
     folder = tmp_path / "checkpoints" / "j"
     with storage:
-        sink.round_finished(the_job, record(1), None)
+        recorder(finished(the_job, 1))
         locked = lock(folder)
         try:
             with pytest.raises(RunError, match="cannot save round 2 of job j .*--resume"):
-                sink.round_finished(the_job, record(2), None)
+                recorder(finished(the_job, 2))
         finally:
             locked()
         assert [r.round for r in storage.rounds("run-1")] == [1]  # not half a round: no checkpoint, no record
-        sink.round_finished(the_job, record(2), None)
+        recorder(finished(the_job, 2))
         assert [r.round for r in storage.rounds("run-1")] == [1, 2]
 
 

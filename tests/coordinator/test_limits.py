@@ -15,14 +15,14 @@ import time
 
 import numpy as np
 import pytest
-from test_server import (
+from loopback import (
     FAST,
     SPEC,
     WEIGHTS,
-    Sink,
     artifacts,
     device,
     expect_bye,
+    fleet_of,
     hello,
     outcome,
     raw_client,
@@ -38,7 +38,10 @@ from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob
+from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.engine.fedavg import fedavg, norm_outliers, update_sizes
+from mjfl.coordinator.remote.fleet import RemoteFleet
+from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import ConfigError, DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -63,10 +66,10 @@ async def test_connections_past_the_per_address_limit_get_bye_too_many_connectio
         assert json.loads(await second.recv())["type"] == "welcome"
         await first.close()
         async with asyncio.timeout(5):
-            while len(srv.connected()) != 1:
+            while len(srv.registry.connected()) != 1:
                 await asyncio.sleep(0.01)
         fourth = await raw_client(srv, "c")
-        assert set(srv.connected()) == {"b", "c"}
+        assert set(srv.registry.connected()) == {"b", "c"}
         await second.close()
         await fourth.close()
 
@@ -78,14 +81,12 @@ async def test_messages_read_ahead_per_device_are_bounded_by_max_queued_messages
     # filled from outside; this checks the bound each device's connection gets.
     async with server(max_queued_messages=3) as srv:
         client = await raw_client(srv, "a")
-        (link,) = [link for link in srv._handlers if link.device == "a"]
-        queue = link.conn.ws.recv_messages
+        queue = srv.registry.connection(DeviceId("a")).ws.recv_messages
         assert (queue.high, queue.low) == (3, 0)
         await client.close()
     async with server(max_queued_messages=None) as srv:
         client = await raw_client(srv, "b")
-        (link,) = [link for link in srv._handlers if link.device == "b"]
-        assert link.conn.ws.recv_messages.high is None  # None turns the bound off
+        assert srv.registry.connection(DeviceId("b")).ws.recv_messages.high is None  # None turns the bound off
         await client.close()
 
 
@@ -117,10 +118,10 @@ async def test_a_device_may_not_announce_a_split_result_larger_than_its_task():
     async with server() as srv:
         good = device(srv, "good")
         async with devices_running(good):
-            await srv.wait_for_devices(1, 5)
-            await srv.fleet.prepare([artifacts(["good", "raw"])])
+            await srv.registry.wait_for_devices(1, 5)
+            fleet_of(srv).prepare([artifacts(["good", "raw"])])
             ws = await raw_client(srv)
-            run = asyncio.ensure_future(outcome(srv.fleet.run_task(DeviceId("raw"), task())))
+            run = asyncio.ensure_future(outcome(fleet_of(srv).run_task(DeviceId("raw"), task())))
             t = await received_task(ws)
             huge = {"w": np.zeros((3, 2), np.float32), "b": np.zeros(2_000_000, np.float32)}  # 8 MB, not 16 bytes
             parts = split_message(encode(Result(t.task_id, t.job_id, t.round, huge, 6, 0.5, Timing(0, 0, None))), 2**16 + 64)
@@ -130,37 +131,41 @@ async def test_a_device_may_not_announce_a_split_result_larger_than_its_task():
             assert isinstance(failure, DeviceFailure) and failure.status == "rejected"
             assert "message_too_big" in failure.reason
             # The good device trains on.
-            assert (await srv.fleet.run_task(DeviceId("good"), task())).weights["b"].tolist() == [2.0] * 4
+            assert (await fleet_of(srv).run_task(DeviceId("good"), task())).weights["b"].tolist() == [2.0] * 4
 
 
 async def test_tasks_in_flight_are_bounded_across_the_fleet():
     # Each device takes ~0.3 s (6 samples x a = 0.05); one slot: the tasks run one after the other.
     profile = DeviceProfile("p", a=0.05, mu=1e6)
-    async with server(max_tasks_in_flight=1) as srv:
+    async with server() as srv:
+        fleet_of(srv, max_tasks_in_flight=1)
         devices = [device(srv, d, profile=profile) for d in ("d0", "d1")]
         async with devices_running(*devices):
-            await srv.wait_for_devices(2, 5)
-            await srv.fleet.prepare([artifacts(["d0", "d1"])])
-            results = await asyncio.gather(*(srv.fleet.run_task(DeviceId(d), task()) for d in ("d0", "d1")))
+            await srv.registry.wait_for_devices(2, 5)
+            fleet_of(srv).prepare([artifacts(["d0", "d1"])])
+            results = await asyncio.gather(*(fleet_of(srv).run_task(DeviceId(d), task()) for d in ("d0", "d1")))
             assert [r.weights["b"].tolist() for r in results] == [[2.0] * 4] * 2
-            (*_, e0, o0), (*_, s1, _, o1) = sorted(srv.fleet.task_log, key=lambda x: x[3])
+            (*_, e0, o0), (*_, s1, _, o1) = sorted(fleet_of(srv).task_log, key=lambda x: x[3])
             assert o0 == o1 == "ok" and s1 >= e0  # never two tasks out at once
             # A task whose deadline passes while it waits for a slot fails without being sent.
-            slow = asyncio.ensure_future(srv.fleet.run_task(DeviceId("d0"), task(round_=2)))
+            slow = asyncio.ensure_future(fleet_of(srv).run_task(DeviceId("d0"), task(round_=2)))
             async with asyncio.timeout(5):
-                while not srv.link(DeviceId("d0")).waiters:  # d0's task holds the slot
+                while not srv.registry.in_flight(DeviceId("d0")):  # d0's task holds the slot
                     await asyncio.sleep(0.01)
-            waiting = await outcome(srv.fleet.run_task(DeviceId("d1"), task(round_=2, deadline_s=0.1)))
+            waiting = await outcome(fleet_of(srv).run_task(DeviceId("d1"), task(round_=2, deadline_s=0.1)))
             assert isinstance(waiting, DeviceFailure) and "no task slot" in waiting.reason
             assert (await slow).weights["b"].tolist() == [2.0] * 4
             assert len(devices[1].history) == 1  # d1 never got the second task
 
 
 def test_new_limits_are_checked():
-    for name in ("max_connections_per_address", "max_queued_messages", "max_tasks_in_flight"):
+    for name in ("max_connections_per_address", "max_queued_messages"):
         with pytest.raises(ConfigError, match=name):
             ServerSettings(**{name: 0})
         ServerSettings(**{name: None})  # None turns it off
+    with pytest.raises(ConfigError, match="max_tasks_in_flight"):
+        RemoteFleet(DeviceRegistry(), max_tasks_in_flight=0)
+    RemoteFleet(DeviceRegistry(), max_tasks_in_flight=None)
 
 
 # -- update checks before FedAvg ---------------------------------------------------------
@@ -204,10 +209,10 @@ async def test_a_round_rejects_a_huge_and_a_nan_update_and_averages_only_the_hon
         devices = [device(srv, d, make_trainer=functools.partial(echo_trainer, delta=x)) for d, x in honest.items()]
         devices.append(device(srv, "huge", make_trainer=functools.partial(echo_trainer, delta=1e4)))
         async with devices_running(*devices):
-            await srv.wait_for_devices(4, 5)
+            await srv.registry.wait_for_devices(4, 5)
             ws = await raw_client(srv, "nan")
             names = [*honest, "huge", "nan"]
-            await srv.fleet.prepare([artifacts(names)])
+            fleet_of(srv).prepare([artifacts(names)])
             job = EngineJob(
                 JobConfig(JobId("j"), "lenet5", fraction=1.0, max_rounds=1), spec=SPEC,
                 scheduler=make_scheduler("random", seed=0), samples={DeviceId(d): 6 for d in names},
@@ -224,10 +229,10 @@ async def test_a_round_rejects_a_huge_and_a_nan_update_and_averages_only_the_hon
                 await ws.send(bytes(data))
                 await expect_bye(ws, "bad_weights", 1002)
 
-            sink = Sink()
+            sink = RoundLog()
             async with asyncio.TaskGroup() as group:
                 group.create_task(answer_with_nan())
-                group.create_task(Engine([job], srv.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="n", sink=sink).run())
+                group.create_task(Engine([job], fleet_of(srv), RealClock(), lambda *a: (0.5, 1.0), run_id="n", observers=[sink]).run())
     (record,) = sink.records
     status = {dr.device: dr for dr in record.devices}
     assert status["huge"].status == "rejected" and "norm" in status["huge"].error
@@ -252,16 +257,16 @@ async def test_the_engine_judges_a_round_of_stand_ins_by_the_jobs_typical_update
     async with server() as srv:
         devices = [device(srv, d, make_trainer=functools.partial(echo_trainer, delta=x)) for d, x in moves.items()]
         async with devices_running(*devices):
-            await srv.wait_for_devices(len(moves), 5)
-            await srv.fleet.prepare([artifacts(list(moves))])
+            await srv.registry.wait_for_devices(len(moves), 5)
+            fleet_of(srv).prepare([artifacts(list(moves))])
             job = EngineJob(
                 JobConfig(JobId("j"), "lenet5", fraction=1.0, max_rounds=1), spec=SPEC,
                 scheduler=make_scheduler("random", seed=0), samples={DeviceId(d): 6 for d in moves},
                 test_x=np.zeros((1, 1, 16, 16), np.float32), test_y=np.zeros(1, np.int64), weights=dict(WEIGHTS),
             )
             job.accepted_sizes.extend(update_sizes(WEIGHTS, [moved(0.75)]))  # an earlier round's honest update
-            sink = Sink()
-            await Engine([job], srv.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="s", sink=sink).run()
+            sink = RoundLog()
+            await Engine([job], fleet_of(srv), RealClock(), lambda *a: (0.5, 1.0), run_id="s", observers=[sink]).run()
     (record,) = sink.records
     assert {dr.device: dr.status for dr in record.devices} == {**dict.fromkeys(moves, "ok"), "huge": "rejected"}
     assert record.aggregated

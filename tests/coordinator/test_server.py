@@ -17,11 +17,26 @@ import time
 
 import numpy as np
 import pytest
+from loopback import (
+    FAST,
+    SPEC,
+    WEIGHTS,
+    artifacts,
+    coordinator_with_a_good_device,
+    device,
+    expect_bye,
+    fleet_of,
+    hello,
+    outcome,
+    raw_client,
+    received_task,
+    result_for,
+    task,
+)
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from mjfl.android_bridge.devices.emulator import (
-    EmulatedDevice,
     devices_running,
     run_emulated_fleet,
 )
@@ -31,104 +46,20 @@ from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob
+from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.engine.fedavg import fedavg
-from mjfl.coordinator.engine.fleet import JobArtifacts, Task
-from mjfl.coordinator.remote.server import DEFAULT_A, DEFAULT_MU, CoordinatorServer, ServerSettings
+from mjfl.coordinator.engine.fleet import JobArtifacts
+from mjfl.coordinator.remote.fleet import RemoteFleet
+from mjfl.coordinator.remote.registry import DeviceRegistry
+from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import ConfigError, DeviceFailure, RunError
 from mjfl.ids import DeviceId, JobId
-from mjfl.jobs.models import ModelSpec, build_model, initial_weights, load_weights
+from mjfl.jobs.models import build_model, initial_weights, load_weights
+from mjfl.profiling.planning import DEFAULT_A, DEFAULT_MU, PlanningProfiles
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers.registry import make_scheduler
 
 pytestmark = pytest.mark.timeout(60)
-
-SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
-WEIGHTS = {"w": np.zeros((3, 2), np.float32), "b": np.ones(4, np.float32)}
-FAST = {"heartbeat_interval": 0.2, "heartbeat_timeout": 2.0, "handshake_timeout": 2.0, "close_timeout": 1.0, "shutdown_timeout": 3.0}
-
-
-def shard(n=6):
-    return np.zeros((n, *SPEC.input_shape), np.float32), np.arange(n, dtype=np.int64) % 10
-
-
-def artifacts(devices, job="j"):
-    return JobArtifacts(JobId(job), SPEC, b"placeholder program", {DeviceId(d): shard() for d in devices})
-
-
-def task(round_=1, job="j", weights=WEIGHTS, **kw):
-    return Task(JobId(job), round_, weights, epochs=1, batch_size=4, lr=0.1, **kw)
-
-
-def device(server, device_id, **kw):
-    kw.setdefault("make_trainer", functools.partial(echo_trainer, delta=1.0))
-    return EmulatedDevice(server.url, device_id, runtime="torch", **kw)
-
-
-async def outcome(run):
-    """A run_task's TaskResult, or its DeviceFailure as a value (so a TaskGroup keeps going)."""
-    try:
-        return await run
-    except DeviceFailure as failure:
-        return failure
-
-
-def hello(device_id="raw", *, token="", versions=(1,), cached=(), hardware=None):
-    return json.dumps({
-        "type": "hello", "device_id": device_id, "token": token, "runtime": "torch",
-        "versions": list(versions), "hardware": hardware or {}, "cached": list(cached), "max_message_bytes": None,
-    })
-
-
-async def raw_client(server, device_id="raw", **kw):
-    """A websockets client that has said hello and got its welcome."""
-    ws = await connect(server.url, compression=None, ping_interval=None, proxy=None, max_size=None)
-    await ws.send(hello(device_id, **kw))
-    assert json.loads(await ws.recv())["type"] == "welcome"
-    return ws
-
-
-async def expect_bye(ws, code, close_code):
-    """Read until the coordinator's bye; then the WebSocket closes with ``close_code``."""
-    async with asyncio.timeout(5):
-        while True:
-            message = await ws.recv()
-            if isinstance(message, str) and json.loads(message)["type"] == "bye":
-                break
-        assert json.loads(message)["code"] == code, message
-        with pytest.raises(ConnectionClosed):
-            while True:
-                await ws.recv()
-    assert ws.close_code == close_code
-
-
-async def received_task(ws):
-    """Skip text messages and the provision; the decoded task."""
-    async with asyncio.timeout(5):
-        while True:
-            message = await ws.recv()
-            if isinstance(message, bytes):
-                decoded = decode_bytes(message)
-                if isinstance(decoded, WireTask):
-                    return decoded
-
-
-def result_for(t, weights):
-    return encode(Result(t.task_id, t.job_id, t.round, weights, 6, 0.5, Timing(0.0, 0.0, None)))
-
-
-@contextlib.asynccontextmanager
-async def coordinator_with_a_good_device(**settings):
-    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | settings))) as server:
-        good = device(server, "good")
-        async with devices_running(good):
-            await server.wait_for_devices(1, 5)
-            await server.fleet.prepare([artifacts(["good", "raw"])])
-            yield server, good
-            # The run went on: the good device still trains, on its first session.
-            result = await server.fleet.run_task(DeviceId("good"), task(round_=99))
-            assert result.weights["b"].tolist() == [2.0] * 4
-            assert good.sessions == 1
-
 
 # -- the engine over remote devices -------------------------------------------------
 
@@ -147,17 +78,6 @@ def evaluate(spec, weights, x, y):
     return accuracy, loss
 
 
-class Sink:
-    def __init__(self):
-        self.records = []
-
-    def round_finished(self, job, record, choices):
-        self.records.append(record)
-
-    def profile_refitted(self, refit):
-        pass
-
-
 class RecordingFleet:
     """The server's fleet, keeping every result by (job, round)."""
 
@@ -168,8 +88,8 @@ class RecordingFleet:
     def profiles(self):
         return self.fleet.profiles()
 
-    async def prepare(self, jobs):
-        await self.fleet.prepare(jobs)
+    def prepare(self, jobs):
+        self.fleet.prepare(jobs)
 
     async def run_task(self, device, task):
         result = await self.fleet.run_task(device, task)
@@ -207,17 +127,17 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
             weights=initial_weights(SPEC, m),
         ))
     before = [evaluate(SPEC, job.weights, data.test_x, data.test_y) for job in jobs]
-    sink = Sink()
+    sink = RoundLog()
     async with (
         CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server,
         run_emulated_fleet(server.url, 8, runtime="torch", workers=2, id_prefix="mp"),
     ):
-        await server.wait_for_devices(8, timeout=60)
-        order = [p.device for p in server.fleet.profiles()]
-        assert sorted(order) == sorted(ids) and order == list(server.connected())
-        await server.fleet.prepare(prepared)
-        fleet = RecordingFleet(server.fleet)
-        await Engine(jobs, fleet, RealClock(), evaluate, run_id="t", sink=sink).run()
+        await server.registry.wait_for_devices(8, timeout=60)
+        order = [p.device for p in fleet_of(server).profiles()]
+        assert sorted(order) == sorted(ids) and order == list(server.registry.connected())
+        fleet_of(server).prepare(prepared)
+        fleet = RecordingFleet(fleet_of(server))
+        await Engine(jobs, fleet, RealClock(), evaluate, run_id="t", observers=[sink]).run()
 
     assert sorted((r.job, r.round) for r in sink.records) == [(j, r) for j in ("a", "b") for r in (1, 2, 3)]
     for record in sink.records:
@@ -237,7 +157,7 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
         assert loss < loss0 and acc > max(acc0, 0.6)  # measured 0.88-0.92
     # Never two tasks on one device: the server's own log and the round records agree.
     spans = {}
-    for dev, job, round_, sent, ended, outcome in server.fleet.task_log:
+    for dev, job, round_, sent, ended, _ in fleet_of(server).task_log:
         spans.setdefault(dev, []).append((sent, ended, (job, round_)))
     assert not overlaps(spans)
     starts = {}
@@ -254,8 +174,8 @@ async def test_a_device_killed_mid_round_fails_fast_and_the_round_completes():
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         devices = [device(server, "d0"), device(server, "d1"), device(server, "slow", profile=slow_profile)]
         async with devices_running(*devices):
-            await server.wait_for_devices(3, 5)
-            await server.fleet.prepare([artifacts(["d0", "d1", "slow"])])
+            await server.registry.wait_for_devices(3, 5)
+            fleet_of(server).prepare([artifacts(["d0", "d1", "slow"])])
             job = EngineJob(
                 JobConfig(JobId("j"), "lenet5", fraction=1.0, max_rounds=1), spec=SPEC,
                 scheduler=make_scheduler("random", seed=0),
@@ -268,11 +188,11 @@ async def test_a_device_killed_mid_round_fails_fast_and_the_round_completes():
                     await asyncio.sleep(0.01)
                 devices[2].kill()
 
-            sink = Sink()
+            sink = RoundLog()
             started = time.monotonic()
             async with asyncio.TaskGroup() as group:
                 group.create_task(kill_when_training())
-                group.create_task(Engine([job], server.fleet, RealClock(), lambda *a: (0.5, 1.0), run_id="k", sink=sink).run())
+                group.create_task(Engine([job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="k", observers=[sink]).run())
             assert time.monotonic() - started < 3.0  # not the 6 s the slow device would take
     (record,) = sink.records
     status = {dr.device: dr for dr in record.devices}
@@ -290,16 +210,16 @@ async def test_a_missed_deadline_cancels_the_task_and_the_device_waits_before_it
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         slow = device(server, "d", make_trainer=functools.partial(echo_trainer, work_s=0.6, delta=1.0))
         async with devices_running(slow):
-            await server.wait_for_devices(1, 5)
-            await server.fleet.prepare([artifacts(["d"])])
+            await server.registry.wait_for_devices(1, 5)
+            fleet_of(server).prepare([artifacts(["d"])])
             started = time.monotonic()
             with pytest.raises(DeviceFailure) as failure:
-                await server.fleet.run_task(DeviceId("d"), task(deadline_s=0.2))
+                await fleet_of(server).run_task(DeviceId("d"), task(deadline_s=0.2))
             assert failure.value.status == "failed" and "deadline" in failure.value.reason
             assert 0.2 <= time.monotonic() - started < 0.5
-            assert server.fleet.profiles() == []  # busy with the cancelled task
-            result = await server.fleet.run_task(DeviceId("d"), task(round_=2))
-            assert [p.device for p in server.fleet.profiles()] == ["d"]
+            assert fleet_of(server).profiles() == []  # busy with the cancelled task
+            result = await fleet_of(server).run_task(DeviceId("d"), task(round_=2))
+            assert [p.device for p in fleet_of(server).profiles()] == ["d"]
     first, second = slow.history
     assert first.outcome == "cancelled" and second.outcome == "result"
     assert second.received_at >= first.answered_at  # never two tasks at once
@@ -307,37 +227,38 @@ async def test_a_missed_deadline_cancels_the_task_and_the_device_waits_before_it
 
 
 async def test_task_timeout_bounds_a_task_without_a_deadline():
-    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST, task_timeout=0.2)) as server:
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
+        fleet_of(server, task_timeout=0.2)
         d = device(server, "d", profile=DeviceProfile("p", a=1.0, mu=1e6))  # a 6 s round
         async with devices_running(d):
-            await server.wait_for_devices(1, 5)
-            await server.fleet.prepare([artifacts(["d"])])
+            await server.registry.wait_for_devices(1, 5)
+            fleet_of(server).prepare([artifacts(["d"])])
             with pytest.raises(DeviceFailure, match="0.2 s deadline"):
-                await server.fleet.run_task(DeviceId("d"), task())
+                await fleet_of(server).run_task(DeviceId("d"), task())
             # The stretch is interrupted by the cancel: the device is free again at once.
             async with asyncio.timeout(2):
-                while not server.fleet.profiles():
+                while not fleet_of(server).profiles():
                     await asyncio.sleep(0.01)
     assert d.history[0].outcome == "cancelled"
 
 
 async def test_a_device_that_is_not_connected_fails_at_once():
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
-        await server.fleet.prepare([artifacts(["ghost"])])
+        fleet_of(server).prepare([artifacts(["ghost"])])
         with pytest.raises(DeviceFailure, match="not connected"):
-            await server.fleet.run_task(DeviceId("ghost"), task())
+            await fleet_of(server).run_task(DeviceId("ghost"), task())
 
 
 async def test_an_error_reply_fails_the_task_and_keeps_the_session():
     async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
         async with asyncio.TaskGroup() as group:
-            run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
+            run = group.create_task(outcome(fleet_of(server).run_task(DeviceId("raw"), task())))
             t = await received_task(ws)
             await ws.send(json.dumps({"type": "error", "code": "task_failed", "reason": "out of memory", "task_id": t.task_id}))
         failure = run.result()
         assert failure.status == "failed" and "out of memory" in failure.reason
-        assert "raw" in server.connected()
+        assert "raw" in server.registry.connected()
         await ws.close()
 
 
@@ -348,7 +269,7 @@ async def test_an_unmeasured_upload_stays_unmeasured():
         timings = []
         for round_, upload in ((1, None), (2, 0.25)):
             async with asyncio.TaskGroup() as group:
-                run = group.create_task(server.fleet.run_task(DeviceId("raw"), task(round_=round_)))
+                run = group.create_task(fleet_of(server).run_task(DeviceId("raw"), task(round_=round_)))
                 t = await received_task(ws)
                 weights = {k: np.array(v) for k, v in t.weights.items()}
                 await ws.send(encode(Result(t.task_id, t.job_id, t.round, weights, 6, 0.5, Timing(0.1, 0.2, upload))))
@@ -379,7 +300,7 @@ async def test_bad_first_messages_close_that_session_only(first, code, close_cod
         ws = await connect(server.url, compression=None, ping_interval=None, proxy=None)
         await ws.send(first)
         await expect_bye(ws, code, close_code)
-        assert list(server.connected()) == ["good"]
+        assert list(server.registry.connected()) == ["good"]
 
 
 @pytest.mark.parametrize(
@@ -400,11 +321,11 @@ async def test_bad_first_messages_close_that_session_only(first, code, close_cod
 async def test_bad_messages_after_the_welcome_close_that_session_only(message, code, close_code):
     async with coordinator_with_a_good_device(max_control_bytes=4096) as (server, _good):
         ws = await raw_client(server)
-        assert list(server.connected()) == ["good", "raw"]
+        assert list(server.registry.connected()) == ["good", "raw"]
         await ws.send(message)
         await expect_bye(ws, code, close_code)
         async with asyncio.timeout(2):
-            while "raw" in server.connected():
+            while "raw" in server.registry.connected():
                 await asyncio.sleep(0.01)
 
 
@@ -434,9 +355,9 @@ async def test_an_invalid_update_is_rejected_and_closes_that_session(corrupt, re
     async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
         async with asyncio.TaskGroup() as group:
-            run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
+            run = group.create_task(outcome(fleet_of(server).run_task(DeviceId("raw"), task())))
             # Meanwhile the good device trains for another job round, undisturbed.
-            other = group.create_task(outcome(server.fleet.run_task(DeviceId("good"), task(round_=5))))
+            other = group.create_task(outcome(fleet_of(server).run_task(DeviceId("good"), task(round_=5))))
             t = await received_task(ws)
             weights = {k: np.asarray(v) for k, v in t.weights.items()}
             await ws.send(result_for(t, corrupt(weights)))
@@ -475,7 +396,7 @@ async def test_a_device_disconnecting_mid_task_fails_it_at_once():
     async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
         async with asyncio.TaskGroup() as group:
-            run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task(deadline_s=30))))
+            run = group.create_task(outcome(fleet_of(server).run_task(DeviceId("raw"), task(deadline_s=30))))
             await received_task(ws)
             started = time.monotonic()
             ws.transport.abort()
@@ -488,7 +409,7 @@ async def test_a_device_saying_bye_mid_task_fails_it_with_its_reason():
     async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
         async with asyncio.TaskGroup() as group:
-            run = group.create_task(outcome(server.fleet.run_task(DeviceId("raw"), task())))
+            run = group.create_task(outcome(fleet_of(server).run_task(DeviceId("raw"), task())))
             await received_task(ws)
             await ws.send(json.dumps({"type": "bye", "code": "going_away", "reason": "battery low"}))
         failure = run.result()
@@ -501,17 +422,17 @@ async def test_a_device_saying_bye_mid_task_fails_it_with_its_reason():
 async def test_a_newer_connection_with_the_same_id_replaces_the_older():
     async with coordinator_with_a_good_device() as (server, _good):
         old = await raw_client(server, "twin")
-        await server.fleet.prepare([artifacts(["good", "twin"])])
+        fleet_of(server).prepare([artifacts(["good", "twin"])])
         async with asyncio.TaskGroup() as group:
-            pending = group.create_task(outcome(server.fleet.run_task(DeviceId("twin"), task())))
+            pending = group.create_task(outcome(fleet_of(server).run_task(DeviceId("twin"), task())))
             await received_task(old)
             new = await raw_client(server, "twin")
             await expect_bye(old, "going_away", 1001)
         assert "replaced" in pending.result().reason
-        assert list(server.connected()) == ["good", "twin"]
-        assert server.connected()[DeviceId("twin")].connected_at > 0
+        assert list(server.registry.connected()) == ["good", "twin"]
+        assert server.registry.connected()[DeviceId("twin")].connected_at > 0
         async with asyncio.TaskGroup() as group:
-            run = group.create_task(outcome(server.fleet.run_task(DeviceId("twin"), task(round_=2))))
+            run = group.create_task(outcome(fleet_of(server).run_task(DeviceId("twin"), task(round_=2))))
             assert (await received_task(new)).round == 2  # tasks go to the newer connection
             await new.close()
         assert isinstance(run.result(), DeviceFailure)
@@ -520,7 +441,7 @@ async def test_a_newer_connection_with_the_same_id_replaces_the_older():
 async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifacts():
     async with coordinator_with_a_good_device() as (server, _good):
         job = artifacts(["good", "raw"])
-        await server.fleet.prepare([job, artifacts(["raw"], job="k")])
+        fleet_of(server).prepare([job, artifacts(["raw"], job="k")])
         program_sha = hashlib.sha256(job.program).hexdigest()
         ws = await raw_client(server, cached=[program_sha])
         seen = []
@@ -539,7 +460,7 @@ async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifa
         async with asyncio.TaskGroup() as group:
             group.create_task(answer(3))
             for r, j in [(1, "j"), (2, "j"), (1, "k")]:
-                await server.fleet.run_task(DeviceId("raw"), task(round_=r, job=j))
+                await fleet_of(server).run_task(DeviceId("raw"), task(round_=r, job=j))
         kinds = [(type(m).__name__, getattr(m, "job_id", None)) for m in seen]
         assert kinds == [("Provision", "j"), ("Task", "j"), ("Task", "j"), ("Provision", "k"), ("Task", "k")]
         assert seen[0].program is None and seen[0].shard is not None  # the device holds the program
@@ -549,19 +470,20 @@ async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifa
 
 async def test_profiles_come_from_the_lab_then_the_hello_then_a_neutral_default():
     lab = [DeviceProfile("known", a=0.02, mu=30.0), DeviceProfile("other", a=0.04, mu=10.0)]
-    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST), profiles=lab) as server:
+    registry = DeviceRegistry(PlanningProfiles(lab))
+    async with CoordinatorServer("127.0.0.1", 0, registry=registry, settings=ServerSettings(**FAST)) as server:
         a = await raw_client(server, "known", hardware={"a": 9.0, "mu": 9.0})
         b = await raw_client(server, "claims", hardware={"a": 0.1, "mu": 2.0})
         c = await raw_client(server, "unknown", hardware={"a": "fast", "mu": -1})
-        got = {p.device: (p.a, p.mu) for p in server.fleet.profiles()}
+        got = {p.device: (p.a, p.mu) for p in fleet_of(server).profiles()}
         assert got == {"known": (0.02, 30.0), "claims": (0.1, 2.0), "unknown": (0.03, 20.0)}
-        assert [p.device for p in server.fleet.profiles()] == ["known", "claims", "unknown"]
-        assert server.connected()[DeviceId("claims")].profile_source == "hello"
+        assert [p.device for p in fleet_of(server).profiles()] == ["known", "claims", "unknown"]
+        assert server.registry.connected()[DeviceId("claims")].profile_source == "hello"
         for ws in (a, b, c):
             await ws.close()
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         ws = await raw_client(server, "x")
-        assert [(p.a, p.mu) for p in server.fleet.profiles()] == [(DEFAULT_A, DEFAULT_MU)]
+        assert [(p.a, p.mu) for p in fleet_of(server).profiles()] == [(DEFAULT_A, DEFAULT_MU)]
         await ws.close()
 
 
@@ -570,9 +492,9 @@ async def test_wait_for_devices_reports_progress_and_times_out():
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         devices = [device(server, f"d{i}") for i in range(3)]
         async with devices_running(*devices):
-            await server.wait_for_devices(3, 5, progress=lambda k, n: seen.append((k, n)))
+            await server.registry.wait_for_devices(3, 5, progress=lambda k, n: seen.append((k, n)))
             with pytest.raises(RunError, match="3 of 4 devices"):
-                await server.wait_for_devices(4, 0.2)
+                await server.registry.wait_for_devices(4, 0.2)
     assert seen[0][1] == 3 and seen[-1] == (3, 3)
     assert [k for k, _ in seen] == sorted(k for k, _ in seen)
 
@@ -584,9 +506,9 @@ async def test_shutdown_says_bye_going_away_to_every_device_and_fails_pending_ta
     async with asyncio.TaskGroup() as group:
         for d in devices:
             group.create_task(d.run())
-        await server.wait_for_devices(3, 5)
-        await server.fleet.prepare([artifacts([d.device_id for d in devices])])
-        pending = group.create_task(outcome(server.fleet.run_task(DeviceId("d0"), task())))
+        await server.registry.wait_for_devices(3, 5)
+        fleet_of(server).prepare([artifacts([d.device_id for d in devices])])
+        pending = group.create_task(outcome(fleet_of(server).run_task(DeviceId("d0"), task())))
         while not devices[0].history:
             await asyncio.sleep(0.01)
         started = time.monotonic()
@@ -600,7 +522,7 @@ def test_settings_are_checked():
     with pytest.raises(ConfigError, match="heartbeat_timeout"):
         ServerSettings(heartbeat_interval=10, heartbeat_timeout=5)
     with pytest.raises(ConfigError, match="task_timeout"):
-        ServerSettings(task_timeout=-1)
+        RemoteFleet(DeviceRegistry(), task_timeout=-1)
     assert ServerSettings(max_message_bytes=None).websocket_max_size() is None
     assert math.isclose(ServerSettings().heartbeat_timeout, 60.0)
 
@@ -626,12 +548,12 @@ async def test_a_device_that_ignores_the_bye_is_dropped_without_waiting_for_its_
         )
         await reader.readuntil(b"\r\n\r\n")
         writer.write(text_frame(hello("stubborn")))
-        await server.wait_for_devices(1, 5)
+        await server.registry.wait_for_devices(1, 5)
         writer.write(text_frame('{"type":"gossip"}'))  # -> bye unknown_type
         started = time.monotonic()
         with contextlib.suppress(ConnectionError):
             for seq in itertools.count(1):
-                if server.link(DeviceId("stubborn")) is None:  # its handler has ended
+                if server.registry.connection(DeviceId("stubborn")) is None:  # its handler has ended
                     break
                 writer.write(text_frame(json.dumps({"type": "heartbeat", "seq": seq, "sent_at": 0.0})))
                 await writer.drain()

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from processes import group_alive, mjfl_args, query, wait_for
 
+from mjfl.coordinator.storage.database import database_path
+
 pytestmark = pytest.mark.slow
 
 CONFIG = """
@@ -52,7 +54,7 @@ def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_pa
     out = tmp_path / "run"
     config = tmp_path / "testbed.toml"
     config.write_text(CONFIG.format(out=out, rounds=8))
-    db = out / "mjfl.db"
+    db = database_path(out)
     first = processes(coordinator_args(config), read=True)
     wait_for(lambda: len(query(db, ROUNDS)) >= 4, 300, first)
     first.proc.kill()  # the coordinator alone, mid-run, as a crash would
@@ -81,7 +83,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_every_round(tmp_path, processes):
     out = tmp_path / "run"
     config = tmp_path / "testbed.toml"
     config.write_text(CONFIG.format(out=out, rounds=50))
-    db = out / "mjfl.db"
+    db = database_path(out)
     run = processes(coordinator_args(config), read=True)
     wait_for(lambda: len(query(db, ROUNDS)) >= 2, 300, run)
     os.killpg(run.pid, signal.SIGINT)
@@ -121,7 +123,7 @@ def test_devices_that_join_a_running_run_take_a_shard_and_get_tasks(tmp_path, pr
     out = tmp_path / "run"
     config = tmp_path / "late.toml"
     config.write_text(LATE.format(out=out, rounds=14))
-    db = out / "mjfl.db"
+    db = database_path(out)
     coordinator = processes(mjfl_args("testbed", "run", str(config), "--emulate", "2", "--no-live"), read=True)
     url = coordinator.url()
     wait_for(lambda: len(query(db, ROUNDS)) >= 2, 300, coordinator)

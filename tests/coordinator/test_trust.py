@@ -14,6 +14,7 @@ import stat
 
 import numpy as np
 import pytest
+from loopback import fleet_of
 from processes import mjfl_args, query
 from websockets.asyncio.client import connect
 
@@ -26,6 +27,7 @@ from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.certs import create_certificates
 from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.storage.database import database_path
 from mjfl.errors import ConfigError, DataError, ProtocolError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.models import ModelSpec
@@ -90,7 +92,7 @@ async def test_bad_credentials_get_bye_unauthorized(store, who):
     async with server_with(store) as server:
         answer, _ = await first_answer(server, proofs[who])
         assert answer == {"type": "bye", "code": "unauthorized", "reason": "credentials refused"}
-        assert server.connected() == {}
+        assert server.registry.connected() == {}
     assert all(d.last_seen is None for d in store.devices())
 
 
@@ -163,10 +165,10 @@ async def test_an_emulated_device_trains_over_wss_with_the_lab_ca(store, tmp_pat
             make_trainer=functools.partial(echo_trainer, delta=1.0),
         )
         async with devices_running(dev):
-            await server.wait_for_devices(1, 10)
+            await server.registry.wait_for_devices(1, 10)
             job = JobArtifacts(JobId("j"), SPEC, b"program", {DeviceId("emu-tls"): (np.zeros((4, 1, 16, 16), np.float32), np.arange(4) % 10)})
-            await server.fleet.prepare([job])
-            result = await server.fleet.run_task(DeviceId("emu-tls"), Task(JobId("j"), 1, WEIGHTS, epochs=1, batch_size=4, lr=0.1))
+            fleet_of(server).prepare([job])
+            result = await fleet_of(server).run_task(DeviceId("emu-tls"), Task(JobId("j"), 1, WEIGHTS, epochs=1, batch_size=4, lr=0.1))
             assert result.weights["b"].tolist() == [2.0] * 4
 
 
@@ -253,7 +255,7 @@ def test_testbed_over_wss_with_an_enrolled_emulated_device(tmp_path, processes):
     ))
     assert coordinator.wait(300) == 0, "".join(coordinator.output)
     device.wait(60)
-    trained = {d for (d,) in query(out / "mjfl.db", "SELECT device FROM device_rounds WHERE status = 'ok'")}
+    trained = {d for (d,) in query(database_path(out), "SELECT device FROM device_rounds WHERE status = 'ok'")}
     assert "lab-0" in trained and len(trained) == 2, trained
     (lab,) = KeyStore(keys).devices()
     assert lab.last_seen is not None

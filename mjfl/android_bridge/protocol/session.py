@@ -395,6 +395,10 @@ class CoordinatorSession(_Session):
         """Whether the device holds this artifact (listed in its hello or provisioned since)."""
         return sha256 in self._inventory
 
+    def binding(self, job_id: str) -> tuple[str, str] | None:
+        """The (program, shard) sha256 ``job_id`` was provisioned with in this session; None if it was not."""
+        return self._jobs.get(JobId(job_id))
+
     def send_welcome(self) -> None:
         """Accept the device after its hello (to refuse it, send_bye("unauthorized", ...))."""
         self._require(State.HELLO)

@@ -29,13 +29,26 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import Clock
+from mjfl.coordinator.engine.events import (
+    DeviceJoined,
+    DeviceLeft,
+    DeviceResult,
+    JobStopped,
+    Observer,
+    ProfileRefitted,
+    RoundAggregated,
+    RunEvent,
+    RunFinished,
+    RunStarted,
+    StopReason,
+    TaskSent,
+)
 from mjfl.coordinator.engine.fedavg import (
     check_update,
     fedavg,
@@ -84,14 +97,14 @@ class EngineJob:
     config: JobConfig  # what the job trains and how (epochs, lr, C_m, target, deadline ...)
     spec: ModelSpec
     scheduler: Scheduler
-    samples: Mapping[DeviceId, int]  # D_k^m: the devices holding a shard of this job
+    samples: dict[DeviceId, int]  # D_k^m: the devices holding a shard of this job (``Engine.join`` adds one)
     test_x: NDArray[np.float32]
     test_y: NDArray[np.int64]
     weights: Weights  # the global model; replaced after every aggregated round
     max_rounds: int = 0  # R_m; 0 takes config.max_rounds
     rounds_done: int = 0  # > 0 when resuming
     best_accuracy: float = 0.0
-    stopped: str | None = None  # why the job ended: "target", "budget", "no devices"
+    stopped: StopReason | None = None  # why the job ended: the engine's verdict (``JobStopped``)
     # the sizes of the updates its recent rounds accepted (fedavg.norm_outliers' typical update)
     accepted_sizes: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_UPDATES))
 
@@ -101,14 +114,6 @@ class EngineJob:
     @property
     def name(self) -> JobId:
         return self.config.name
-
-
-class RoundSink(Protocol):
-    """Where finished rounds go (storage, checkpoints, live view), synchronously."""
-
-    def round_finished(self, job: EngineJob, record: RoundRecord, choices: Mapping[str, float] | None) -> None: ...
-
-    def profile_refitted(self, refit: ProfileRefit) -> None: ...
 
 
 @dataclass
@@ -135,7 +140,11 @@ class EngineSettings:
 
 
 class Engine:
-    """Runs M jobs concurrently over one fleet (DESIGN.md section 3)."""
+    """Runs M jobs concurrently over one fleet, telling ``observers`` what happens (``events.py``).
+
+    The design's "one engine, two clocks" (docs/architecture.md): the same
+    loop runs phones on the wall clock and simulations on a virtual one.
+    """
 
     def __init__(
         self,
@@ -146,7 +155,7 @@ class Engine:
         *,
         run_id: str,
         settings: EngineSettings | None = None,
-        sink: RoundSink | None = None,
+        observers: Sequence[Observer] = (),
         frequencies: Mapping[JobId, Mapping[DeviceId, int]] | None = None,
     ) -> None:
         if len({job.name for job in jobs}) != len(jobs):
@@ -157,7 +166,7 @@ class Engine:
         self.evaluate = evaluate
         self.run_id = run_id
         self.settings = settings or EngineSettings()
-        self.sink = sink
+        self.observers = list(observers)
         self.busy: dict[DeviceId, JobId] = {}
         # Devices planned while another job held them: they start this job's task when released.
         self.claimed: dict[DeviceId, JobId] = {}
@@ -181,30 +190,73 @@ class Engine:
         return self.clock.now() - self._start + self.settings.time_offset
 
     async def run(self) -> None:
-        """Run every job until it reaches its target or its budget."""
+        """Run every job until it stops: at its target, at its budget, or with no device to train it."""
         self._start = self.clock.now()
+        devices = tuple(dict.fromkeys(d for job in self.jobs for d in job.samples))
+        self._emit(RunStarted(self.run_id, tuple(job.name for job in self.jobs), devices, self.now()))
+        for job in self.jobs:
+            if job.stopped is not None:  # resumed after it had stopped
+                self._emit(JobStopped(job.name, job.stopped, job.rounds_done, self.now()))
         if not self.settings.parallel:
             for job in self.jobs:  # in the config's order; a resumed run skips the finished ones
                 await self._run_job(job)
-            return
-        async with asyncio.TaskGroup() as group:
-            for job in self.jobs:
-                group.create_task(self._run_job(job), name=f"job {job.name}")
+        else:
+            async with asyncio.TaskGroup() as group:
+                for job in self.jobs:
+                    group.create_task(self._run_job(job), name=f"job {job.name}")
+        stopped = {job.name: job.stopped for job in self.jobs if job.stopped is not None}
+        self._emit(RunFinished(self.run_id, stopped, self.now()))
+
+    def join(self, device: DeviceId, samples: Mapping[JobId, int]) -> None:
+        """``device`` may train these jobs from now on, holding ``samples[job]`` samples of each (D_k^m).
+
+        The run driver calls this when a device joins a run that is under way
+        (or before it starts); the device is planned as soon as the fleet
+        offers it.
+        """
+        for job in self.jobs:
+            if job.name in samples:
+                job.samples[device] = samples[job.name]
+        self._emit(DeviceJoined(device, self.now()))
+
+    def leave(self, device: DeviceId, reason: str) -> None:
+        """``device`` is gone (the fleet no longer offers it); a task it had fails on its own."""
+        self._emit(DeviceLeft(device, reason, self.now()))
+
+    def _emit(self, event: RunEvent) -> None:
+        for observer in self.observers:
+            observer(event)
 
     # -- one job ----------------------------------------------------------
 
     async def _run_job(self, job: EngineJob) -> None:
+        if job.stopped is None and job.rounds_done >= job.max_rounds:
+            self._stop(job, "budget")  # resumed with a budget already spent
         while job.stopped is None:
-            if job.rounds_done >= job.max_rounds:
-                job.stopped = "budget"
-                break
             ctx = await self._wait_and_plan(job)
             if ctx is None:
-                job.stopped = "no devices"
+                self._stop(job, "no devices")
                 break
             await self._run_round(job, ctx)
         async with self._released:
             self._released.notify_all()
+
+    def _stop(self, job: EngineJob, reason: StopReason) -> None:
+        job.stopped = reason
+        self._emit(JobStopped(job.name, reason, job.rounds_done, self.now()))
+
+    @staticmethod
+    def _verdict(job: EngineJob, accuracy: float, loss: float) -> StopReason | None:
+        """Whether ``job`` stops after a round that left it at ``accuracy`` and ``loss``, and why.
+
+        The one decision of a job's end: its target (``Target.reached``,
+        docs/config.md), else its round budget R_m.
+        """
+        if job.config.target.reached(accuracy, loss):
+            return "target"
+        if job.rounds_done >= job.max_rounds:
+            return "budget"
+        return None
 
     async def _wait_and_plan(self, job: EngineJob) -> tuple[PlanContext, Decision, list[DeviceId]] | None:
         """Wait until enough devices are free, then plan and occupy them (no await in between).
@@ -286,28 +338,20 @@ class Engine:
         started = self.now()
         expected = float(costs.time(np.asarray(plan)) * costs.reference_time)
         task_for = {d: self._task(job, round_, d) for d in devices}
-        results = await asyncio.gather(*(self._train(job, d, task_for[d]) for d in devices))
+        results = await asyncio.gather(*(self._train(job, d, task_for[d], started) for d in devices))
         ended = self.now()
         results = self._reject_outliers(job, results)
 
         updates, device_rounds, durations, losses, failed = [], [], {}, {}, set()
         for k, device, (outcome, task_started) in zip(plan, devices, results):
-            wait = task_started - started
+            device_rounds.append(_device_round(device, outcome, wait_s=task_started - started))
             if isinstance(outcome, TaskResult):
                 updates.append((outcome.weights, outcome.samples))
                 durations[k] = outcome.duration_s
                 losses[k] = outcome.mean_loss
-                device_rounds.append(DeviceRound(
-                    device, "ok", outcome.samples, outcome.mean_loss, outcome.duration_s,
-                    outcome.timing.download_s, outcome.timing.compute_s, outcome.timing.upload_s,
-                    device_state=outcome.device_state, wait_s=wait,
-                ))
                 self._observe_profile(job, device, outcome)
             else:
                 failed.add(k)
-                device_rounds.append(
-                    DeviceRound(device, outcome.status, 0, None, outcome.after_s, error=outcome.reason, wait_s=wait)
-                )
 
         aggregated = len(updates) >= max(1, self.settings.min_returns)
         if aggregated:
@@ -325,10 +369,13 @@ class Engine:
             self.run_id, job.name, round_, started, ended, tuple(device_rounds), accuracy, loss,
             aggregated, expected, cost, decision.chosen_by,
         )
-        if job.config.target.reached(accuracy, loss):
-            job.stopped = "target"
-        if self.sink is not None:
-            self.sink.round_finished(job, record, decision.candidates or None)
+        job.stopped = self._verdict(job, accuracy, loss)
+        self._emit(RoundAggregated(
+            record, decision.candidates or None, job.stopped, job.weights, job.scheduler, job.best_accuracy,
+            job.max_rounds,
+        ))
+        if job.stopped is not None:
+            self._emit(JobStopped(job.name, job.stopped, job.rounds_done, self.now()))
         self._refit_profiles(devices)
 
     def _reject_outliers(
@@ -366,7 +413,9 @@ class Engine:
             c.weight_decay, c.deadline_s, seed=int.from_bytes(digest[:4], "little"),
         )
 
-    async def _train(self, job: EngineJob, device: DeviceId, task: Task) -> tuple[TaskResult | DeviceFailure, float]:
+    async def _train(
+        self, job: EngineJob, device: DeviceId, task: Task, round_started: float
+    ) -> tuple[TaskResult | DeviceFailure, float]:
         """One device's task and when it started; always releases the device, never raises for its faults.
 
         A device claimed while another job held it starts when that job releases it.
@@ -378,24 +427,26 @@ class Engine:
                 self.busy[device] = job.name
         started = self.now()
         self._task_started[device] = self.clock.now()
+        self._emit(TaskSent(job.name, task.round, device, started))
+        outcome: TaskResult | DeviceFailure
         try:
-            result = await self.fleet.run_task(device, task)
-            problem = check_update(job.weights, result.weights)
+            outcome = await self.fleet.run_task(device, task)
+            problem = check_update(job.weights, outcome.weights)
+            if problem is None and outcome.samples <= 0:
+                problem = f"reported {outcome.samples} samples"
             if problem is not None:
-                return DeviceFailure(device, problem, status="rejected", after_s=self.now() - started), started
-            if result.samples <= 0:
-                reason = f"reported {result.samples} samples"
-                return DeviceFailure(device, reason, status="rejected", after_s=self.now() - started), started
-            return result, started
+                outcome = DeviceFailure(device, problem, status="rejected", after_s=self.now() - started)
         except DeviceFailure as failure:
             failure.after_s = failure.after_s or self.now() - started
-            return failure, started
+            outcome = failure
         finally:
             async with self._released:
                 self.busy.pop(device, None)
                 self._task_started.pop(device, None)
                 self._in_flight[job.name].discard(device)
                 self._released.notify_all()
+        self._emit(DeviceResult(job.name, task.round, _device_round(device, outcome, started - round_started), self.now()))
+        return outcome, started
 
     def _expected_waits(self, fleet: FleetModel) -> np.ndarray:
         """Seconds until each device of ``fleet`` can start a new task; inf where it cannot be planned.
@@ -436,7 +487,17 @@ class Engine:
             if fit is None or fit.a <= 0:
                 continue
             self._refined[device] = (fit.a, fit.mu)
-            if self.sink is not None:
-                self.sink.profile_refitted(
-                    ProfileRefit(self.run_id, device, self.now(), fit.a, fit.mu, fit.n, fit.ks_statistic)
-                )
+            self._emit(ProfileRefitted(
+                ProfileRefit(self.run_id, device, self.now(), fit.a, fit.mu, fit.n, fit.ks_statistic)
+            ))
+
+
+def _device_round(device: DeviceId, outcome: TaskResult | DeviceFailure, wait_s: float) -> DeviceRound:
+    """A device's part in a round as the records keep it."""
+    if isinstance(outcome, TaskResult):
+        t = outcome.timing
+        return DeviceRound(
+            device, "ok", outcome.samples, outcome.mean_loss, outcome.duration_s, t.download_s, t.compute_s,
+            t.upload_s, device_state=outcome.device_state, wait_s=wait_s,
+        )
+    return DeviceRound(device, outcome.status, 0, None, outcome.after_s, error=outcome.reason, wait_s=wait_s)

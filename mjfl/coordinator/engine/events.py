@@ -34,10 +34,11 @@ StopReason: TypeAlias = Literal["target", "budget", "no devices"]
 
 @dataclass(frozen=True)
 class RunStarted:
-    """The engine starts (or resumes) a run of these jobs."""
+    """The engine starts (or resumes) a run of these jobs over these devices (those holding a shard)."""
 
     run_id: str
     jobs: tuple[JobId, ...]
+    devices: tuple[DeviceId, ...]
     at_s: float
 
 
@@ -144,6 +145,20 @@ class Observer(Protocol):
     def __call__(self, event: RunEvent) -> None: ...
 
 
+class RoundLog:
+    """An observer that keeps every round's record and every job's stop, in order (benchmarks and tests read a run so)."""
+
+    def __init__(self) -> None:
+        self.records: list[RoundRecord] = []
+        self.stopped: dict[JobId, StopReason] = {}
+
+    def __call__(self, event: RunEvent) -> None:
+        if isinstance(event, RoundAggregated):
+            self.records.append(event.record)
+        elif isinstance(event, JobStopped):
+            self.stopped[event.job] = event.reason
+
+
 __all__ = [
     "DeviceJoined",
     "DeviceLeft",
@@ -152,6 +167,7 @@ __all__ = [
     "Observer",
     "ProfileRefitted",
     "RoundAggregated",
+    "RoundLog",
     "RunEvent",
     "RunFinished",
     "RunStarted",

@@ -1,13 +1,16 @@
-"""The coordinator's view of devices: one small interface, two kinds of fleet.
+"""The engine's view of devices: one small interface, two kinds of fleet, and the engine's task types.
 
 A Fleet runs one training task on one device and answers with its result or
 raises ``DeviceFailure``. The virtual-time fleet (``coordinator/run/simulated.py``)
 trains in worker processes and reports round times sampled from each device's
-profile; the real-time fleet (``coordinator/remote/server.py``) drives phones and
-emulated devices over WebSockets. Its clients, the engine
-(``coordinator/engine/engine.py``) and profiling sessions (``profiling/observations.py``),
-cannot tell them apart. The interface lives here, under both, because it is
-what the coordinator and the profiler ask of devices.
+profile; the real-time fleet (``coordinator/remote/fleet.py``) drives phones and
+emulated devices over WebSockets. Its clients, the engine (``engine.py``) and
+profiling sessions (``coordinator/run/calibration.py``), cannot tell them apart.
+
+``Task``, ``TaskResult`` and ``Timing`` are the engine's words for a device's
+round; the wire protocol has messages of similar names
+(``mjfl.android_bridge.protocol``: ``Task``, ``Result``, ``Timing``), which the
+remote fleet translates to and from, always naming them ``protocol.X``.
 """
 
 from __future__ import annotations
@@ -99,8 +102,13 @@ class Fleet(Protocol):
         """Every device of the fleet, in a fixed order, with its current profile."""
         ...
 
-    async def prepare(self, jobs: Sequence[JobArtifacts]) -> None:
-        """Make each job's program and shards available to its devices."""
+    def prepare(self, jobs: Sequence[JobArtifacts]) -> None:
+        """Make each job's program and shards available to its devices.
+
+        Preparing a job again with the same program adds the shards of devices
+        it had none for (devices that joined the run); their tasks are then
+        accepted like the others'.
+        """
         ...
 
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:

@@ -29,9 +29,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["CLAIMS", "JOBS", "METHODS", "PaperJob", "PaperResult", "match"]
+from mjfl.coordinator.storage.records import JobInfo
+
+__all__ = ["CLAIMS", "JOBS", "METHODS", "PaperJob", "PaperResult", "figures_for", "match"]
 
 Partition = Literal["noniid", "iid"]
 
@@ -157,3 +159,49 @@ def match(dataset: str, model: str, partition: str | None, target_accuracy: floa
         ):
             return job
     return None
+
+
+def figures_for(jobs: Mapping[str, JobInfo], partitions: Mapping[str, str]) -> dict[str, Any]:
+    """The paper's figures for each of our jobs whose set-up matches one of its rows, and a one-line note.
+
+    ``{"matches": {job: {...}}, "note": str}``, the ``paper`` part of `mjfl
+    report --json`; ``partitions`` names each job's partition as the tables
+    do (``results.runs.partition_name``); a job without one matches nothing.
+    """
+    matches: dict[str, Any] = {}
+    for name, info in jobs.items():
+        found = match(info.dataset, info.model, partitions.get(name), info.target_accuracy)
+        if found is None:
+            continue
+        matches[name] = {
+            "table": found.table,
+            "group": found.group,
+            "job": found.name,
+            "network": found.network,
+            "model": found.model,
+            "stand_in": found.stand_in,
+            "dataset": found.dataset,
+            "partition": found.partition,
+            "target_accuracy": found.target_accuracy,
+            "methods": {
+                method: {
+                    "time_to_target_min": result.time_to_target_min,
+                    "time_to_target_s": result.time_to_target_s,
+                    "final_accuracy": result.final_accuracy,
+                }
+                for method, result in found.results.items()
+            },
+        }
+    if not matches:
+        note = (
+            "the paper's figures: no job here matches a set-up of its Tables 4-5 "
+            "(same data set, model, partition and target accuracy; docs/results.md)"
+        )
+    else:
+        pairs = ", ".join(
+            f"{name} = {m['table']} {m['job']} {m['partition']} ({m['network']}"
+            + (f", run as {m['model']}, a stand-in)" if m["stand_in"] else ")")
+            for name, m in matches.items()
+        )
+        note = f"(paper) rows: the paper's Tables 4-5, its minutes x 60 (it prints no group time); {pairs}"
+    return {"matches": matches, "note": note}

@@ -74,7 +74,7 @@ async def run_session(
     they carry one-off costs (receiving and loading the program and the shard,
     the runtime's first allocation) that are not the device's round time.
     """
-    await fleet.prepare([job.artifacts for job in jobs])
+    fleet.prepare([job.artifacts for job in jobs])
     by_base: dict[JobId, list[CalibrationJob]] = {}
     for job in jobs:
         by_base.setdefault(job.base, []).append(job)

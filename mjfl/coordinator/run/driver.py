@@ -39,20 +39,21 @@ from mjfl.coordinator.engine.budget import round_budget
 from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.engine.fleet import Fleet
-from mjfl.coordinator.results import report
+from mjfl.coordinator.results.live import LiveView
+from mjfl.coordinator.results.report import report_run
 from mjfl.coordinator.run.calibration import calibration_jobs, run_session
 from mjfl.coordinator.run.preparation import Assignment, PreparedJob, evaluate_job, prepare_jobs
-from mjfl.coordinator.storage.checkpoints import Checkpoints, JobCheckpoint, write_atomically
+from mjfl.coordinator.run.recorder import Recorder
+from mjfl.coordinator.storage.checkpoints import Checkpoints, write_atomically
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.records import (
     JobInfo,
-    ProfileRefit,
     RoundRecord,
     RunInfo,
     RunMode,
     SchedulerChoice,
 )
-from mjfl.errors import DuplicateRoundError, RunError, StorageError, UserError
+from mjfl.errors import RunError, StorageError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.observations import Observation, fit_profiles, write_observations
 from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
@@ -89,8 +90,16 @@ class ReadyFleet:
     device_wait_s: float = 0.0  # how long a job waits for devices to (re)connect before giving up
     hardware: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # by device (hello's facts)
     impersonated: Mapping[str, DeviceProfile] = field(default_factory=dict)  # emulated devices' own profiles
-    # Fleets that devices can join after the start: ``watch(fn)`` calls ``fn(device)`` when one connects.
-    watch: Callable[[Callable[[DeviceId], None]], None] | None = None
+    # Fleets that devices can join and leave while a run goes (the registry of a testbed).
+    members: Membership | None = None
+
+
+class Membership(Protocol):
+    """Who tells the driver that devices come and go (``DeviceRegistry``); listeners run on the event loop."""
+
+    def on_join(self, listener: Callable[[DeviceId], None]) -> None: ...
+
+    def on_leave(self, listener: Callable[[DeviceId, str], None]) -> None: ...
 
 
 class Devices(Protocol):
@@ -136,7 +145,7 @@ class Driver:
         results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
         choices: list[SchedulerChoice] = []
         with Storage(self.config.database_path) as storage:
-            view = report.LiveView(
+            view = LiveView(
                 enabled=self.output.live, console=console, clock="virtual" if devices.mode == "virtual" else "wall"
             )
             with view:
@@ -161,9 +170,8 @@ class Driver:
                             self._finish(storage, run.info.run_id, status)
                     results[method] = (storage.jobs(run.info.run_id), storage.rounds(run.info.run_id))
                     choices += storage.choices(run.info.run_id)
-            summary = report.summary(results)
             try:
-                self._report(results, choices, summary, storage)
+                summary = self._report(results, choices)
             except OSError as exc:
                 raise RunError(
                     f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
@@ -179,7 +187,7 @@ class Driver:
         except StorageError as exc:
             log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
-    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: report.LiveView) -> None:
+    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView) -> None:
         config = self.config
         async with devices.fleet() as ready:
             assignment = run.assignment(ready.devices, self._slots(devices, ready.devices))
@@ -206,17 +214,18 @@ class Driver:
             settings = self._settings(ready.device_wait_s)
             frequencies = run.restore(storage, jobs, settings) if run.resumed else None
             view.add_jobs(run.info.method, infos)
-            await ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
-            if ready.watch is not None:
-                # Devices that join later take a free shard and are planned like the others;
-                # so do those that connected while the jobs were being prepared.
-                ready.watch(lambda device: run.joined(assignment, device))
-                for profile in ready.fleet.profiles():
-                    run.joined(assignment, profile.device)
+            ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,
-                sink=_Sink(storage, run.checkpoints, run.info.method, view), frequencies=frequencies,
+                observers=[Recorder(storage, run.checkpoints), view.observer(run.info.method)], frequencies=frequencies,
             )
+            if ready.members is not None:
+                # Devices that join later take a free shard and are planned like the others;
+                # so do those that connected while the jobs were being prepared.
+                ready.members.on_join(lambda device: run.joined(engine, ready.fleet, prepared, assignment, device))
+                ready.members.on_leave(engine.leave)
+                for profile in ready.fleet.profiles():
+                    run.joined(engine, ready.fleet, prepared, assignment, profile.device)
             await engine.run()
         if all(job.stopped == "no devices" for job in jobs):
             raise RunError("no job could run: too few devices")
@@ -303,23 +312,16 @@ class Driver:
         return self._prepared[slots]
 
     def _report(
-        self,
-        results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]],
-        choices: Sequence[SchedulerChoice],
-        summary: Mapping[str, Any],
-        storage: Storage,
-    ) -> None:
+        self, results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]], choices: Sequence[SchedulerChoice]
+    ) -> dict[str, Any]:
         out, console = self.output.out_dir, self.output.console
-        report.write_summary(out / "summary.json", summary)
-        report.write_rounds_csv(out / "rounds.csv", results)
-        report.plot_accuracy(out, results)
-        report.plot_meta_greedy_wins(out / "meta-greedy-wins.png", choices)
-        console.print(report.results_table(summary, next(iter(results.values()))[0]))
+        summary = report_run(out, results, choices, console=console)
         runs = ", ".join(jobs[0].run_id for jobs, _ in results.values() if jobs)
         console.print(
             f"wrote {out}/summary.json, rounds.csv and plots; records in {self.config.database_path}"
             f" (run {runs}); log in {self.output.log_file}"
         )
+        return summary
 
     # -- profiling sessions ---------------------------------------------------
 
@@ -404,8 +406,10 @@ class _Run:
         self._save(assignment)
         return assignment
 
-    def joined(self, assignment: Assignment, device: DeviceId) -> None:
-        """A device connected: give it a shard if it has none (saved, so a resumed run keeps it)."""
+    def joined(
+        self, engine: Engine, fleet: Fleet, prepared: Sequence[PreparedJob], assignment: Assignment, device: DeviceId
+    ) -> None:
+        """A device connected: give it a shard if it has none (saved, so a resumed run keeps it), and tell the fleet and the engine."""
         if device in assignment.slot_of:
             return
         slot = assignment.assign(device)
@@ -416,6 +420,8 @@ class _Run:
             return
         log.info("device %s joined: it holds shard %d of every job", device, slot)
         self._save(assignment)
+        fleet.prepare([job.artifacts(assignment, [device]) for job in prepared])
+        engine.join(device, {job.config.name: job.samples(assignment, [device])[device] for job in prepared})
 
     @property
     def _assignment_file(self) -> Path:
@@ -456,49 +462,6 @@ def _resumable_run(storage: Storage, out_dir: Path, mode: RunMode, method: str) 
         ):
             return info.run_id
     raise UserError(f"--resume: no unfinished {method} run recorded for {out_dir} in {storage.path}")
-
-
-class _Sink:
-    """Where the engine's finished rounds go: checkpoint first, then commit the round, then show it.
-
-    The checkpoint (real-time runs) is written before the round is committed
-    to the database, so resume is exact (see checkpoint.py).
-    """
-
-    def __init__(self, storage: Storage, checkpoints: Checkpoints | None, method: str, view: report.LiveView) -> None:
-        self.storage = storage
-        self.checkpoints = checkpoints
-        self.method = method
-        self.view = view
-
-    def round_finished(self, job: EngineJob, record: RoundRecord, choices: Mapping[str, float] | None) -> None:
-        try:
-            if self.checkpoints is not None:
-                self.checkpoints.save(
-                    job.name, JobCheckpoint(record.round, dict(job.weights), job.scheduler, job.best_accuracy, job.stopped)
-                )
-            self.storage.record_round(record, choices)
-        except (OSError, StorageError) as exc:
-            # The output folder became unwritable or full: stop with one clear line.
-            # Round r was not committed, so resume redoes it; rounds before it are all kept.
-            if isinstance(exc, DuplicateRoundError):
-                raise
-            if isinstance(exc, OSError) and exc.strerror:
-                where = exc.filename or (self.checkpoints.root if self.checkpoints is not None else self.storage.path)
-                reason = f"{exc.strerror}: {where}"
-            else:
-                reason = str(exc)
-            raise RunError(
-                f"cannot save round {record.round} of job {job.name} ({reason}); every round before it is"
-                f" saved in {self.storage.path}: make room or fix the folder's permissions, then continue"
-                f" with --resume (run {record.run_id})"
-            ) from None
-        self.view.update(record, self.method)
-        if job.stopped is None and record.round >= job.max_rounds:
-            self.view.set_status(self.method, job.name, "stopped")
-
-    def profile_refitted(self, refit: ProfileRefit) -> None:
-        self.storage.record_refit(refit)
 
 
 def _now() -> str:

@@ -8,10 +8,9 @@ shards for a given seed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,8 +24,6 @@ from mjfl.profiling.profiles import DeviceProfile, draw_fleet, load_profiles
 from mjfl.schedulers.synthetic import synthetic_fleet
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 PROGRAM_CACHE = Path(".mjfl-cache") / "programs"
 
@@ -59,22 +56,6 @@ class Assignment:
         return self.slot_of[device]
 
 
-class _ByDevice(Mapping[DeviceId, T]):
-    """A live view of per-shard values by the devices that hold the shards."""
-
-    def __init__(self, values: Sequence[T], assignment: Assignment) -> None:
-        self._values, self._assignment = values, assignment
-
-    def __getitem__(self, device: DeviceId) -> T:
-        return self._values[self._assignment.slot_of[device]]
-
-    def __iter__(self) -> Iterator[DeviceId]:
-        return iter(self._assignment.slot_of)
-
-    def __len__(self) -> int:
-        return len(self._assignment.slot_of)
-
-
 @dataclass(frozen=True, eq=False)
 class PreparedJob:
     """A job with its data cut into shards and its training program exported."""
@@ -89,9 +70,10 @@ class PreparedJob:
     test_y: NDArray[np.int64]
     initial: dict[str, NDArray[np.float32]]
 
-    def artifacts(self, assignment: Assignment) -> JobArtifacts:
-        """What devices need to train the job, its shards following ``assignment`` as it grows."""
-        shards = _ByDevice(self.parts, assignment)
+    def artifacts(self, assignment: Assignment, devices: Iterable[DeviceId] | None = None) -> JobArtifacts:
+        """What ``devices`` (default: every device holding a shard) need to train the job."""
+        held = assignment.slot_of
+        shards = {d: self.parts[held[d]] for d in (held if devices is None else devices)}
         return JobArtifacts(
             JobId(self.config.name), self.spec, self.program, shards, self.batch_norm_pixels, self.dropout_shapes
         )
@@ -111,9 +93,10 @@ class PreparedJob:
         every = len(np.unique(np.concatenate([y for _, y in self.parts])))
         return min(every, sum(counts[:plan])), every
 
-    def samples(self, assignment: Assignment) -> Mapping[DeviceId, int]:
-        """D_k^m of every device holding a shard, following ``assignment`` as it grows."""
-        return _ByDevice([len(y) for _, y in self.parts], assignment)
+    def samples(self, assignment: Assignment, devices: Iterable[DeviceId] | None = None) -> dict[DeviceId, int]:
+        """D_k^m of ``devices`` (default: every device holding a shard)."""
+        held = assignment.slot_of
+        return {d: len(self.parts[held[d]][1]) for d in (held if devices is None else devices)}
 
     def info(self, run_id: str) -> JobInfo:
         c = self.config

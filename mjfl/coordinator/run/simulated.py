@@ -84,7 +84,8 @@ class SimulatedFleet:
         }
         self._own_executor = executor is None
         self._executor = executor or worker_pool(workers)
-        self._artifacts: dict[JobId, JobArtifacts] = {}
+        self._specs: dict[JobId, ModelSpec] = {}
+        self._shards: dict[JobId, dict[DeviceId, tuple[np.ndarray, np.ndarray]]] = {}
         self._keep_program = keep_program
         self._programs: dict[JobId, tuple[Callable[[], bytes], str]] = {}
         self._program_dir = tempfile.TemporaryDirectory(prefix="mjfl-programs-")
@@ -92,13 +93,19 @@ class SimulatedFleet:
     def profiles(self) -> list[DeviceProfileView]:
         return [DeviceProfileView(d.device, d.a, d.mu) for d in self.devices.values()]
 
-    async def prepare(self, jobs: Sequence[JobArtifacts]) -> None:
+    def prepare(self, jobs: Sequence[JobArtifacts]) -> None:
         for job in jobs:
-            self._artifacts[job.job] = job
+            digest = hashlib.sha256(job.program).hexdigest()
+            known = self._programs.get(job.job)
+            if known is not None and known[1] == digest:
+                for device, data in job.shards.items():
+                    self._shards[job.job].setdefault(device, data)
+                continue
+            self._specs[job.job] = job.spec
+            self._shards[job.job] = dict(job.shards)
             # Workers load each program once, from a file (or the executor's
             # own store, e.g. Ray's objects on a cluster), instead of receiving
             # its bytes with every task.
-            digest = hashlib.sha256(job.program).hexdigest()
             if self._keep_program is not None:
                 self._programs[job.job] = (self._keep_program(job.program), digest)
                 continue
@@ -107,8 +114,7 @@ class SimulatedFleet:
             self._programs[job.job] = (ProgramFile(str(path)), digest)
 
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
-        artifacts = self._artifacts[task.job]
-        x, y = artifacts.shards[device]
+        x, y = self._shards[task.job][device]
         # The round's fate is drawn before training, so the stream does not depend on the outcome.
         fate = self._models[device].draw(task.epochs, len(y))
         failure = fate.failure(task.deadline_s)
@@ -117,7 +123,7 @@ class SimulatedFleet:
             await self.clock.sleep(after)
             raise DeviceFailure(device, reason, after_s=after)
         trained = await self.clock.run_blocking(
-            self._executor, train_in_worker, self.runtime, artifacts.spec, *self._programs[task.job],
+            self._executor, train_in_worker, self.runtime, self._specs[task.job], *self._programs[task.job],
             task.weights, x, y, task.epochs, task.batch_size, task.lr, task.momentum, task.weight_decay, task.seed,
         )
         assert fate.duration_s is not None  # simulated devices always have a profile

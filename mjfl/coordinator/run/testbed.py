@@ -1,13 +1,16 @@
 """The testbed's devices: whatever connects to the coordinator's server, on the wall clock.
 
 `mjfl testbed run` and `mjfl profile` train on these: phones and emulated
-devices elsewhere connect to the server (``server.py``, protocol v1),
-attached phones this command points at it over adb join them (``phones``,
-``android_bridge/phones/attached.py``), and so do ``emulate`` emulated devices it
-starts itself (the embedded default: no phone needed). The fleet is ready
-once enough devices are there; leaving it stops the emulated devices, takes
-the phones' port forwards back and shuts the server down, saying bye to
-every device.
+devices elsewhere connect to the server (``coordinator/remote/server.py``,
+protocol v1), attached phones this command points at it over adb join them
+(``phones``, ``android_bridge/phones/attached.py``), and so do ``emulate``
+emulated devices it starts itself (the embedded default: no phone needed).
+The server registers them in a device registry (``remote/registry.py``),
+over which ``RemoteFleet`` (``remote/fleet.py``) is the engine's fleet; the
+registry also tells the run driver when devices come and go. The fleet is
+ready once enough devices are there; leaving it stops the emulated devices,
+takes the phones' port forwards back and shuts the server down, saying bye
+to every device.
 """
 
 from __future__ import annotations
@@ -35,13 +38,16 @@ from mjfl.android_bridge.protocol.credentials import new_secret
 from mjfl.coordinator.config import RunConfig, TestbedConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.remote.certs import certificate_sha256
+from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.keys import default_key_store
+from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.coordinator.run.driver import Output, ReadyFleet
 from mjfl.coordinator.run.preparation import fleet_profiles
 from mjfl.coordinator.storage.records import RunMode
 from mjfl.errors import ConfigError, RunError, UserError
 from mjfl.ids import DeviceId
+from mjfl.profiling.planning import PlanningProfiles
 from mjfl.profiling.profiles import DeviceProfile, load_profiles
 
 T = TypeVar("T")
@@ -97,20 +103,23 @@ class RemoteDevices:
         config, tb, console = self.config, self.config.testbed, self.output.console
         settings = ServerSettings(
             heartbeat_interval=tb.heartbeat_interval_s, heartbeat_timeout=tb.heartbeat_timeout_s,
-            max_message_bytes=int(tb.max_message_mb * 2**20), task_timeout=tb.task_timeout_s,
+            max_message_bytes=int(tb.max_message_mb * 2**20),
             keys=key_store(tb), token=tb.token, tls_cert=tb.tls_cert, tls_key=tb.tls_key,
             handshake_timeout=tb.handshake_timeout_s,
             max_connections_per_address=tb.max_connections_per_address or None,
-            max_tasks_in_flight=tb.max_tasks_in_flight or None,
         )
         lab = load_profiles(config.fleet.profiles) if config.fleet.profiles is not None else []
+        registry = DeviceRegistry(PlanningProfiles(lab))
+        remote = RemoteFleet(
+            registry, task_timeout=tb.task_timeout_s, max_tasks_in_flight=tb.max_tasks_in_flight or None
+        )
         # Devices this run starts itself prove secrets it draws for them, kept in memory only.
         checked = settings.keys is not None or settings.token is not None
         prefix = default_id_prefix()
         own = {f"{prefix}-{i}": new_secret() for i in range(self.emulate)} if checked else {}
         # The phones' serving ends after the server's bye, so they hear it before their port forward goes.
         async with contextlib.AsyncExitStack() as stack, CoordinatorServer(
-            tb.host, tb.port, settings=settings, profiles=lab, run_secrets=own
+            tb.host, tb.port, registry=registry, settings=settings, run_secrets=own
         ) as server:
             if checked:
                 admitted = [f"enrolled devices of {settings.keys}"] if settings.keys else []
@@ -152,16 +161,16 @@ class RemoteDevices:
                     where = " on Ray" if self.ray is not None else ""
                     console.print(f"started {self.emulate} emulated devices ({config.fleet.runtime}){where} for {server.url}")
                 await self._wait(server, console)
-                connected = server.connected()
+                connected = registry.connected()
                 devices = self.only or sorted(connected)
                 console.print(f"{len(connected)} devices connected to {server.url}")
                 yield ReadyFleet(
-                    server.fleet, RealClock(), list(devices),
+                    remote, RealClock(), list(devices),
                     # Phones that drop out may come back.
                     device_wait_s=tb.wait_timeout_s,
                     hardware={d: dict(connected[d].hello.hardware) for d in devices if d in connected},
                     impersonated=impersonated,
-                    watch=server.on_connect,
+                    members=registry,
                 )
             finally:
                 if emulated is not None:
@@ -188,9 +197,9 @@ class RemoteDevices:
 
             if not self.only:
                 try:
-                    await server.wait_for_devices(self.wanted, timeout=timeout, progress=progress)
+                    await server.registry.wait_for_devices(self.wanted, timeout=timeout, progress=progress)
                 except RunError as exc:
-                    silent = [p for p in self._phones_ready if p not in server.connected()]
+                    silent = [p for p in self._phones_ready if p not in server.registry.connected()]
                     if silent and self.phones is not None:
                         raise RunError(
                             f"{exc} on {server.url}; the app was started on {', '.join(silent)} but did not"
@@ -203,12 +212,12 @@ class RemoteDevices:
                     ) from None
                 return
             try:
-                await server.wait_until(
+                await server.registry.wait_until(
                     lambda connected: all(d in connected for d in self.only), timeout,
                     progress=progress, needed=len(self.only),
                 )
             except RunError:
-                missing = [d for d in self.only if d not in server.connected()]
+                missing = [d for d in self.only if d not in server.registry.connected()]
                 raise UserError(f"--devices: {', '.join(missing)} did not connect within {timeout:g} s") from None
 
 

@@ -50,10 +50,17 @@ from mjfl.profiling.profiles import (
     profiles_to_document,
 )
 
-__all__ = ["RUN_STATUSES", "SCHEMA_VERSION", "RunStatus", "Storage"]
+__all__ = ["DATABASE_FILE", "RUN_STATUSES", "SCHEMA_VERSION", "RunStatus", "Storage", "database_path"]
 
 RunStatus: TypeAlias = Literal["running", "finished", "interrupted", "failed"]
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
+
+DATABASE_FILE = "mjfl.db"
+
+
+def database_path(out_dir: str | os.PathLike[str]) -> Path:
+    """Where a run's output folder keeps its run database: ``<out_dir>/mjfl.db``."""
+    return Path(out_dir) / DATABASE_FILE
 
 
 # --- schema -----------------------------------------------------------------

@@ -16,7 +16,7 @@ from mjfl.jobs.datasets import CIFAR10_FILES, DATA_DIR_ENV, idx_file_names, load
 from mjfl.jobs.models import MODEL_NAMES
 from mjfl.jobs.partition import partition
 
-EXAMPLES = Path(__file__).parents[2] / "examples"
+EXAMPLES = Path(__file__).parents[3] / "examples"
 GROUPS = {"A": EXAMPLES / "paper-group-a.toml", "B": EXAMPLES / "paper-group-b.toml"}
 
 

@@ -1,0 +1,95 @@
+"""The report's files: JSON documents (summary.json, `mjfl report --json`, study.json) and rounds.csv."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mjfl.coordinator.results.outcomes import Results
+from mjfl.coordinator.storage.checkpoints import write_atomically
+
+__all__ = ["CSV_COLUMNS", "write_json", "write_rounds_csv"]
+
+CSV_COLUMNS: tuple[str, ...] = (
+    "method",
+    "run_id",
+    "job",
+    "round",
+    "started_s",
+    "ended_s",
+    "accuracy",
+    "loss",
+    "aggregated",
+    "devices",
+    "failed",
+    "expected_time_s",
+    "cost",
+    "winner",
+    "plan",
+)
+
+
+def write_json(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Path:
+    """Write ``document`` as indented JSON (None as null, NaN refused), atomically; returns the path."""
+    text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+    # A temporary file and a rename: a crash never leaves half a document (a study
+    # takes a summary.json for a finished run).
+    file = write_atomically(Path(path), text)
+    # The temporary file was private (mkstemp: 0600); a report is as readable as
+    # its neighbours, rounds.csv and the plots: 0666 less the umask.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    file.chmod(0o666 & ~umask)
+    return file
+
+
+def write_rounds_csv(path: str | os.PathLike[str], results: Results) -> Path:
+    """One CSV row per job round across methods (columns ``CSV_COLUMNS``).
+
+    Rows go method by method, then run (the jobs' run first), then job (in
+    ``jobs`` order), then round.
+    ``aggregated`` is 1/0, ``devices`` the plan size, ``failed`` the devices
+    whose update was not used (status failed or rejected), ``plan`` the device
+    ids in plan order joined by ``;``; an absent winner is an empty field.
+    """
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with file.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(CSV_COLUMNS)
+        for method, (jobs, records) in results.items():
+            runs = {
+                run_id: index
+                for index, run_id in enumerate(
+                    dict.fromkeys([*(j.run_id for j in jobs), *(r.run_id for r in records)])
+                )
+            }
+            order = {job.job: index for index, job in enumerate(jobs)}
+            for r in sorted(
+                records,
+                key=lambda r: (runs[r.run_id], order.get(r.job, len(order)), r.job, r.round),
+            ):
+                writer.writerow(
+                    (
+                        method,
+                        r.run_id,
+                        r.job,
+                        r.round,
+                        r.started_s,
+                        r.ended_s,
+                        r.accuracy,
+                        r.loss,
+                        int(r.aggregated),
+                        len(r.devices),
+                        sum(d.status != "ok" for d in r.devices),
+                        r.expected_time_s,
+                        r.cost,
+                        r.winner or "",
+                        ";".join(r.plan),
+                    )
+                )
+    return file

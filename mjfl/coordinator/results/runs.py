@@ -1,0 +1,100 @@
+"""The finished runs of output folders, read back from their run databases.
+
+Each folder is a run's output folder (``out_dir``), its records in the run
+database (``storage.database.database_path``). A run is named by its method
+and the settings that make it a variant (non-default cost weights, the
+method's options), so runs of one variant over several seeds or folders
+gather under one name (``outcomes.gather``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mjfl.coordinator.config import SchedulerConfig
+from mjfl.coordinator.results.outcomes import RunRecords
+from mjfl.coordinator.storage.database import DATABASE_FILE, Storage, database_path
+from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
+from mjfl.errors import UserError
+
+__all__ = ["FinishedRun", "FoundRuns", "finished_runs", "partition_name", "run_label"]
+
+_WEIGHTS = ("alpha", "beta", "omega")  # the cost weights (schedulers/cost.py)
+
+
+@dataclass(frozen=True)
+class FinishedRun:
+    """A finished run: its record, its name, its jobs and rounds, and its jobs' partitions."""
+
+    info: RunInfo
+    label: str  # ``run_label``: the method and what makes the run a variant
+    jobs: tuple[JobInfo, ...]
+    rounds: tuple[RoundRecord, ...]
+    partitions: Mapping[str, str]  # job -> ``partition_name``, where the run's configuration says
+
+    @property
+    def records(self) -> RunRecords:
+        return self.jobs, self.rounds
+
+
+@dataclass(frozen=True)
+class FoundRuns:
+    """What the folders hold: the finished runs, in order, and how many others (unfinished) were left out."""
+
+    finished: tuple[FinishedRun, ...]
+    unfinished: int
+
+
+def finished_runs(folders: Iterable[Path]) -> FoundRuns:
+    """Every finished run of ``folders``, folder by folder in the order each database started them.
+
+    A folder without a run database is the user's mistake (``UserError``): a
+    report of nothing would hide it.
+    """
+    finished: list[FinishedRun] = []
+    unfinished = 0
+    for folder in folders:
+        database = database_path(folder)
+        if not database.is_file():
+            raise UserError(f"{folder}: no run database ({DATABASE_FILE}) here; give a run's output folder")
+        with Storage(database) as storage:
+            for info, status in storage.runs():
+                if status != "finished":
+                    unfinished += 1
+                    continue
+                config = json.loads(info.config_json)
+                finished.append(
+                    FinishedRun(
+                        info=info,
+                        label=run_label(info.method, config.get("scheduler", {})),
+                        jobs=tuple(storage.jobs(info.run_id)),
+                        rounds=tuple(storage.rounds(info.run_id)),
+                        partitions={
+                            str(job["name"]): partition_name(job)
+                            for job in config.get("jobs", [])
+                            if "name" in job and "partition" in job
+                        },
+                    )
+                )
+    return FoundRuns(tuple(finished), unfinished)
+
+
+def run_label(method: str, scheduler: Mapping[str, Any]) -> str:
+    """The method, and the settings that make its runs a variant: non-default weights, its options."""
+    default = SchedulerConfig()
+    settings = {k: scheduler[k] for k in _WEIGHTS if k in scheduler and scheduler[k] != getattr(default, k)}
+    settings |= scheduler.get("options", {}).get(method, {})
+    if not settings:
+        return method
+    return f"{method} ({', '.join(f'{k}={v}' for k, v in settings.items())})"
+
+
+def partition_name(job: Mapping[str, Any]) -> str:
+    """A job's partition as the paper's tables name it: its non-IID is two classes a device."""
+    scheme = str(job["partition"])
+    classes = job.get("classes_per_device", 2)
+    return scheme if scheme != "noniid" or classes == 2 else f"noniid ({classes} classes per device)"

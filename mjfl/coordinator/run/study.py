@@ -1,0 +1,162 @@
+"""A study: a grid of simulations (variants x seeds) ending with the report of each variant.
+
+A study file names a run configuration, the methods to compare, the seeds,
+and variants of the configuration, each a set of overrides by dotted key::
+
+    config = "quickstart.toml"        # relative to the study file
+    methods = ["meta-greedy", "genetic", "random"]
+    seeds = 3
+
+    [[variants]]
+    name = "both"                     # the configuration as it is
+
+    [[variants]]
+    name = "time only"
+    set = { "scheduler.beta" = 0.0 }
+
+    [[variants]]
+    name = "iid"
+    set = { "jobs.*.partition" = "iid" }   # jobs.* : every job
+
+Each (variant, seed) is one simulation of every method (the run driver on
+``SimulatedDevices``, as `mjfl simulate`) into ``OUT/<variant>/seed-<s>``;
+one already finished there (its summary.json written) is not run again, so an
+interrupted study continues where it stopped. The study ends with one
+gathered report per variant (``results.report.report_runs``, as `mjfl
+report`) and ``OUT/study.json``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mjfl.coordinator.config import parse_config, read_toml
+from mjfl.coordinator.results.files import write_json
+from mjfl.coordinator.results.report import SUMMARY_FILE, report_runs
+from mjfl.coordinator.results.tables import NOT_REACHED
+from mjfl.coordinator.run.driver import Driver, Output
+from mjfl.coordinator.run.simulated import SimulatedDevices
+from mjfl.errors import ConfigError
+from mjfl.schedulers.registry import METHODS
+
+__all__ = ["Study", "Variant", "apply", "load_study", "run_study"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A named set of dotted-key overrides of the study's configuration."""
+
+    name: str
+    overrides: dict[str, Any]
+
+    @property
+    def folder(self) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.name).strip("-") or "variant"
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A checked study file: the configuration it varies, the methods, the seeds and the variants."""
+
+    config: Path
+    methods: tuple[str, ...]
+    seeds: tuple[int, ...]
+    variants: tuple[Variant, ...]
+
+
+def load_study(path: Path, seeds: int | None = None) -> Study:
+    """Read and check a study file (``seeds`` overrides its count: seeds 0..N-1)."""
+    raw = read_toml(path)
+    unknown = set(raw) - {"config", "methods", "seeds", "variants"}
+    if unknown:
+        raise ConfigError(f"{path}: {min(unknown)}", "unknown key (config, methods, seeds, variants)")
+    if not isinstance(raw.get("config"), str):
+        raise ConfigError(f"{path}: config", "give the run configuration's path")
+    methods = raw.get("methods", ["meta-greedy", "random"])
+    if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
+        raise ConfigError(f"{path}: methods", f"a list of methods from {', '.join(METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise ConfigError(f"{path}: methods", f"each method once, got {', '.join(methods)}")
+    count = seeds if seeds is not None else raw.get("seeds", 3)
+    if not isinstance(count, int) or count < 1:
+        raise ConfigError(f"{path}: seeds", "a number of seeds >= 1")
+    variants = []
+    for i, v in enumerate(raw.get("variants", [{"name": "as configured"}])):
+        if not isinstance(v, dict) or not isinstance(v.get("name"), str) or set(v) - {"name", "set"}:
+            raise ConfigError(f"{path}: variants[{i}]", "a table with a name and an optional set = { key = value }")
+        overrides = v.get("set", {})
+        if not isinstance(overrides, dict):
+            raise ConfigError(f"{path}: variants[{i}].set", "a table of dotted keys and values")
+        variants.append(Variant(v["name"], overrides))
+    folders = [v.folder for v in variants]
+    if len(set(folders)) != len(folders):
+        raise ConfigError(f"{path}: variants", f"names must differ (as folders: {folders})")
+    return Study((path.parent / raw["config"]).resolve(), tuple(methods), tuple(range(count)), tuple(variants))
+
+
+def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a configuration document with dotted-key overrides (``jobs.*.key``: every job)."""
+    document = copy.deepcopy(raw)
+    for key, value in overrides.items():
+        parts = key.split(".")
+        targets: list[Any] = [document]
+        for part in parts[:-1]:
+            step = []
+            for target in targets:
+                if part == "*" and isinstance(target, list):
+                    step.extend(target)
+                elif isinstance(target, dict):
+                    step.append(target.setdefault(part, {}))
+                else:
+                    raise ConfigError(key, f"cannot follow {part!r} into a {type(target).__name__}")
+            targets = step
+        for target in targets:
+            if not isinstance(target, dict):
+                raise ConfigError(key, "does not name a table's key")
+            target[parts[-1]] = value
+    return document
+
+
+def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
+    """Run every (variant, seed) not yet done, then report each variant; returns the study's figures."""
+    raw = read_toml(study.config)
+    configs = {v.name: parse_config(apply(raw, v.overrides), base=study.config.parent, source=study.config)
+               for v in study.variants}  # every variant checked before anything runs
+    total = len(study.variants) * len(study.seeds)
+    done = 0
+    for variant in study.variants:
+        for seed in study.seeds:
+            done += 1
+            folder = out / variant.folder / f"seed-{seed}"
+            where = f"[{done}/{total}] {variant.name}, seed {seed}"
+            if (folder / SUMMARY_FILE).is_file():
+                console.print(f"{where}: done before ({folder})", highlight=False)
+                continue
+            config = dataclasses.replace(configs[variant.name], seed=seed, out_dir=folder)
+            quiet = Console(file=io.StringIO(), width=160)  # each run's own table: in its folder, not here
+            output = Output(folder, quiet, live=False)
+            with console.status(f"{where}: {', '.join(study.methods)} ..."):
+                driver = Driver(config, output)
+                with SimulatedDevices(config, output) as devices:
+                    summary = driver.train(study.methods, devices)
+            times = {m: s["total_time_s"] for m, s in summary["methods"].items()}
+            console.print(
+                f"{where}: group time to target " + ", ".join(
+                    f"{m} {NOT_REACHED if t is None else f'{t:.1f} s'}" for m, t in times.items()
+                ),
+                highlight=False,
+            )
+    figures: dict[str, Any] = {}
+    for variant in study.variants:
+        folders = [out / variant.folder / f"seed-{seed}" for seed in study.seeds]
+        figures[variant.name] = report_runs(folders, console=console, title=f"{variant.name}: ")
+    path = write_json(out / "study.json", {"variants": figures})
+    console.print(f"wrote {path}", highlight=False)
+    return figures

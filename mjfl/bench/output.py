@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -10,6 +9,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+from mjfl.coordinator.results.files import write_json
 
 __all__ = ["log_path", "machine", "table", "write"]
 
@@ -39,7 +40,6 @@ def write(figures: Mapping[str, Any], json_path: Path | None, console: Console) 
     """Write ``figures`` as JSON to ``json_path`` (if given); say where, and where the log is if there is one."""
     if json_path is None:
         return
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(figures, indent=2) + "\n")
+    write_json(json_path, figures)  # whole or absent, as a report's JSON
     log = log_path(json_path)
     console.print(f"wrote {json_path}" + (f"; log in {log}" if log is not None and log.exists() else ""), highlight=False, soft_wrap=True)

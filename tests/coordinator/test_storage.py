@@ -364,18 +364,19 @@ def test_foreign_keys_and_sync_pragmas_are_on(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
 
 
-def test_other_files_are_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("open_", [Storage, Storage.read_only], ids=["writer", "reader"])
+def test_other_files_are_refused(tmp_path: Path, open_) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("not a database at all, just some text that is long enough" * 20)
     with pytest.raises(DataError, match="notes.txt"):
-        Storage(text)
+        open_(text)
     foreign = tmp_path / "foreign.sqlite"
     conn = sqlite3.connect(foreign)
     conn.execute("CREATE TABLE invoices (id INTEGER)")
     conn.commit()
     conn.close()
     with pytest.raises(DataError, match="not an mjfl run database"):
-        Storage(foreign)
+        open_(foreign)
     newer = tmp_path / "newer.sqlite"
     Storage(newer).close()
     conn = sqlite3.connect(newer)
@@ -383,7 +384,7 @@ def test_other_files_are_refused(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     with pytest.raises(DataError, match="newer"):
-        Storage(newer)
+        open_(newer)
 
 
 # --- property: whatever goes in comes out ------------------------------------------
@@ -559,17 +560,3 @@ def test_a_reader_reads_a_schema_still_being_created_as_empty(tmp_path: Path) ->
         assert writer.schema_version == SCHEMA_VERSION
     with Storage.read_only(path) as reader:
         assert [info.run_id for info, _ in reader.runs()] == ["r1"]
-
-
-def test_a_reader_refuses_other_files(tmp_path: Path) -> None:
-    text = tmp_path / "notes.txt"
-    text.write_text("not a database at all, just some text that is long enough" * 20)
-    with pytest.raises(DataError, match="notes.txt"):
-        Storage.read_only(text)
-    foreign = tmp_path / "foreign.sqlite"
-    conn = sqlite3.connect(foreign)
-    conn.execute("CREATE TABLE invoices (id INTEGER)")
-    conn.commit()
-    conn.close()
-    with pytest.raises(DataError, match="not an mjfl run database"):
-        Storage.read_only(foreign)

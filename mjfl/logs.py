@@ -2,7 +2,8 @@
 
 A user's terminal shows mjfl's progress and results (its rich console) and
 mjfl's own warnings; the rest goes to the log file of the run (``mjfl.log``
-in the output folder), or to the terminal as well with ``--verbose``. "The
+in the output folder; a bench's beside its JSON; none for `mjfl export`,
+whose rest is dropped), or to the terminal as well with ``--verbose``. "The
 rest" is mostly third-party noise, of three kinds:
 
 * Python logging: torchao's "Failed to load ..." lines (logger ``torchao``,
@@ -18,10 +19,9 @@ rest" is mostly third-party noise, of three kinds:
   own process (`mjfl bench trainers`, `mjfl export`) does that work inside
   ``native_output``, which sends both to where ``setup`` sends the rest.
 
-Every process calls ``setup`` (the command line, in ``cli.py``; the run
-driver once it knows the output folder; a bench for the log next to its
-JSON) or ``setup_worker`` (worker processes) before importing torch or
-ExecuTorch.
+Every process calls ``setup`` (the command line, in ``cli.py``, again for a
+bench's log; the run driver once it knows the output folder) or
+``setup_worker`` (worker processes) before importing torch or ExecuTorch.
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-bench_app = typer.Typer(help="Benchmarks that print a table and write JSON figures.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks that print a table and write JSON figures (the code: mjfl/bench).", no_args_is_help=True
+)
 app.add_typer(bench_app, name="bench")
 device_app = typer.Typer(help="Devices: attached phones (over adb) and emulated ones.", no_args_is_help=True)
 app.add_typer(device_app, name="devices")
@@ -203,6 +205,23 @@ def _config(
     )
 
 
+JsonOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--json",
+        help="Write the figures here, and the log (third-party output such as torch's and ExecuTorch's"
+        " included) beside them, as .log; without --json that output is dropped. --verbose shows it all.",
+    ),
+]
+
+
+def _bench_log(json_path: Path | None) -> None:
+    """A bench logs beside its figures: ``<json>.log`` (``mjfl.bench.output.log_path``)."""
+    from mjfl.bench.output import log_path
+
+    logs.setup(log_path(json_path), verbose=_verbose)
+
+
 @bench_app.command("schedulers")
 def bench_schedulers(
     devices: Annotated[list[int], typer.Option(help="Fleet sizes to measure (repeatable or space-separated).")] = [100, 1000],  # noqa: B006 - typer reads the default, never mutates it
@@ -211,13 +230,14 @@ def bench_schedulers(
     fraction: Annotated[float, typer.Option(help="C_m: fraction of the fleet per plan.")] = 0.1,
     methods: Annotated[str | None, typer.Option(help="Comma-separated methods (default: all).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic fleet and schedulers.")] = 0,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: JsonOption = None,
 ) -> None:
     """Plan latency and cost of every scheduler on a synthetic heterogeneous fleet."""
-    from mjfl.bench.schedulers import run_scheduler_bench
+    from mjfl.bench.schedulers import run_schedulers_bench
 
+    _bench_log(json_path)
     method_list = methods.split(",") if methods else None
-    run_scheduler_bench(
+    run_schedulers_bench(
         devices=devices, jobs=jobs, rounds=rounds, fraction=fraction,
         methods=method_list, seed=seed, json_path=json_path, console=console,
     )
@@ -225,7 +245,7 @@ def bench_schedulers(
 
 @bench_app.command("coordinator")
 def bench_coordinator(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: JsonOption = None,
     devices: Annotated[int, typer.Option(help="Emulated devices for the round-overhead figure.")] = 100,
     rounds: Annotated[int, typer.Option(help="Measured rounds (plus a warm-up and a closing one).")] = 3,
     round_s: Annotated[float, typer.Option(help="The devices' own round time, seconds.")] = 3.0,
@@ -239,6 +259,7 @@ def bench_coordinator(
     """Coordinator overhead per round, broadcast throughput, 1,000 connections' heartbeat p99."""
     from mjfl.bench.coordinator import run_coordinator_bench
 
+    _bench_log(json_path)
     run_coordinator_bench(
         devices=devices, rounds=rounds, round_s=round_s, broadcast_mb=broadcast_mb,
         broadcast_devices=broadcast_devices, connections=connections, heartbeat_s=heartbeat_s,
@@ -248,7 +269,7 @@ def bench_coordinator(
 
 @bench_app.command("scale")
 def bench_scale(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: JsonOption = None,
     devices: Annotated[list[int], typer.Option(help="Emulated fleet sizes (repeatable or space-separated).")] = [20, 100, 500],  # noqa: B006 - typer reads the default, never mutates it
     rounds: Annotated[int, typer.Option(help="Measured rounds per size (after a warm-up).")] = 3,
     backends: Annotated[str, typer.Option(help="Comma-separated: local (processes), ray (a local Ray).")] = "local,ray",
@@ -256,17 +277,21 @@ def bench_scale(
     """Device-trainings per second and coordinator CPU per training, local pool vs Ray, 20-500 devices."""
     from mjfl.bench.scale import run_scale_bench
 
+    _bench_log(json_path)
     backend_list = [b.strip() for b in backends.split(",") if b.strip()]
     run_scale_bench(devices=devices, rounds=rounds, backends=backend_list, json_path=json_path, console=console)
+
+
 @bench_app.command("fuzz")
 def bench_fuzz(
     inputs: Annotated[int, typer.Option(help="Mutated inputs to try.")] = 100_000,
     seed: Annotated[int, typer.Option(help="Seed of the mutations (same seed, same inputs).")] = 0,
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: JsonOption = None,
 ) -> None:
     """Fuzz the protocol decoder and sessions: every input decodes or is a coded protocol error."""
     from mjfl.bench.fuzz import run_fuzz_bench
 
+    _bench_log(json_path)
     figures = run_fuzz_bench(inputs=inputs, seed=seed, json_path=json_path, console=console)
     if figures["unhandled"]:
         raise typer.Exit(1)
@@ -274,7 +299,7 @@ def bench_fuzz(
 
 @bench_app.command("faults")
 def bench_faults(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: JsonOption = None,
     devices: Annotated[int, typer.Option(help="Emulated devices of the kill and network scenarios.")] = 20,
     coordinator_kills: Annotated[int, typer.Option(help="Times the coordinator is SIGKILLed and resumed.")] = 3,
     rounds: Annotated[int, typer.Option(help="Rounds per job of the killed and the disk-full runs.")] = 8,
@@ -284,8 +309,7 @@ def bench_faults(
     """Fault injection: devices killed, a bad network, the coordinator SIGKILLed, the disk full."""
     from mjfl.bench.faults import run_faults_bench
 
-    if devices < 5 or coordinator_kills < 0 or rounds < 2:
-        raise UserError("--devices must be >= 5, --coordinator-kills >= 0 and --rounds >= 2")
+    _bench_log(json_path)
     figures = run_faults_bench(
         devices=devices, coordinator_kills=coordinator_kills, rounds=rounds, seed=seed, timeout_s=timeout_s,
         json_path=json_path, console=console,
@@ -296,18 +320,17 @@ def bench_faults(
 
 @bench_app.command("trainers")
 def bench_trainers(
-    json_path: Annotated[Path | None, typer.Option("--json", help="Write the figures here.")] = None,
+    json_path: JsonOption = None,
     models: Annotated[str | None, typer.Option(help="Comma-separated zoo models (default: all).")] = None,
     steps: Annotated[int, typer.Option(help="Measured steps per model and runtime (after a warm-up).")] = 100,
     batch: Annotated[int, typer.Option(help="Batch size of a step.")] = 32,
 ) -> None:
     """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per zoo model."""
-    from mjfl.bench.trainers import run_trainer_bench
+    from mjfl.bench.trainers import run_trainers_bench
 
+    _bench_log(json_path)
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
-    if steps < 1 or batch < 1:
-        raise UserError("--steps and --batch must be >= 1")
-    run_trainer_bench(models=model_list, steps=steps, batch=batch, json_path=json_path, console=console)
+    run_trainers_bench(models=model_list, steps=steps, batch=batch, json_path=json_path, console=console)
 
 
 @app.command("export")
@@ -318,7 +341,10 @@ def export_program(
     classes: Annotated[int, typer.Option(help="Number of classes.")] = 10,
     max_batch: Annotated[int, typer.Option(help="Largest batch the program accepts (its batch is dynamic).")] = 256,
 ) -> None:
-    """Export MODEL's ExecuTorch training program (forward, loss, backward) to a .pte."""
+    """Export MODEL's ExecuTorch training program (forward, loss, backward) to a .pte.
+
+    What torch and ExecuTorch print while exporting is dropped; --verbose shows it.
+    """
     from mjfl.commands.export import export_program as export
 
     export(model, out, input_shape=input_shape, classes=classes, max_batch=max_batch, console=console)

@@ -2,7 +2,8 @@
 
 A user's terminal shows mjfl's progress and results (its rich console) and
 mjfl's own warnings; the rest goes to the log file of the run (``mjfl.log``
-in the output folder), or to the terminal as well with ``--verbose``. "The
+in the output folder; a bench's beside its JSON; none for `mjfl export`,
+whose rest is dropped), or to the terminal as well with ``--verbose``. "The
 rest" is mostly third-party noise, of three kinds:
 
 * Python logging: torchao's "Failed to load ..." lines (logger ``torchao``,
@@ -11,23 +12,30 @@ rest" is mostly third-party noise, of three kinds:
   its own, so it is re-routed by name);
 * Python warnings (FutureWarning, DeprecationWarning), captured into logging;
 * C++ lines of ExecuTorch's runtime (``cpuinfo_utils.cpp`` ...), which
-  pybind11 writes to ``sys.stderr`` on the first training call of a process.
-  They appear only in worker processes (simulated devices, emulated devices),
-  whose ``sys.stderr`` ``setup_worker`` points at the log file.
+  pybind11 writes to ``sys.stderr`` on the first training call of a process
+  (native code may also write to file descriptors 1 and 2 directly). Worker
+  processes (simulated devices, emulated devices) point their ``sys.stderr``
+  at the log file in ``setup_worker``; a command that trains or exports in its
+  own process (`mjfl bench trainers`, `mjfl export`) does that work inside
+  ``native_output``, which sends both to where ``setup`` sends the rest.
 
-Every process calls ``setup`` (the command line, in ``cli.py``; the run
-driver once it knows the output folder) or ``setup_worker`` (worker
-processes) before importing torch or ExecuTorch.
+Every process calls ``setup`` (the command line, in ``cli.py``, again for a
+bench's log; the run driver once it knows the output folder) or
+``setup_worker`` (worker processes) before importing torch or ExecuTorch.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["LOG_FILE", "setup", "setup_worker"]
+__all__ = ["LOG_FILE", "native_output", "setup", "setup_worker"]
 
 LOG_FILE = "mjfl.log"
 """The log file's name in a run's output folder."""
@@ -36,6 +44,10 @@ LOG_FILE = "mjfl.log"
 _SELF_HANDLED = ("torch.utils._pytree",)
 _FORMAT = "%(asctime)s %(processName)s %(name)s %(levelname)s: %(message)s"
 _OURS = "mjfl"  # a handler attribute that marks the handlers set up here
+# Where the last ``setup`` sends third-party output: its log file (None: nowhere) and verbosity.
+_routing: tuple[Path | None, bool] = (None, False)
+# The terminal while ``native_output`` has taken sys.stderr: mjfl's own records still go there.
+_terminal: TextIO | None = None
 
 
 class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
@@ -46,7 +58,7 @@ class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
 
     @property  # type: ignore[override]
     def stream(self) -> TextIO:
-        return sys.stderr
+        return _terminal or sys.stderr
 
     @stream.setter
     def stream(self, value: TextIO) -> None:
@@ -97,6 +109,55 @@ def setup(log_file: Path | None = None, *, verbose: bool = False, stream: TextIO
         to_file.setFormatter(logging.Formatter(_FORMAT))
         handlers.append(to_file)
     _install(handlers, level=logging.DEBUG if verbose else logging.INFO)
+    global _routing
+    _routing = (log_file, verbose)
+
+
+@contextlib.contextmanager
+def native_output() -> Iterator[None]:
+    """Inside, what this process writes to its stdout and stderr goes where ``setup`` sends third-party records.
+
+    That is the log file of the last ``setup`` (appended to), nowhere without
+    one, and the terminal, unchanged, with ``verbose``. Both the Python streams
+    (pybind11 writes C++'s ``std::cerr`` to ``sys.stderr``) and file
+    descriptors 1 and 2 (C code's ``stdout`` and ``stderr``) are redirected.
+    mjfl's log records still reach the terminal; print the console's lines
+    outside the block, as they would go to the log too.
+    """
+    log_file, verbose = _routing
+    if verbose:
+        yield
+        return
+    global _terminal
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+    sink = open(log_file or os.devnull, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - closed below
+    saved = {fd: os.dup(fd) for fd in (1, 2)}
+    streams = sys.stdout, sys.stderr
+    terminal = open(saved[2], "w", buffering=1, encoding="utf-8", closefd=False)  # noqa: SIM115 - closed below
+    try:
+        for fd in saved:
+            os.dup2(sink.fileno(), fd)
+        sys.stdout = sys.stderr = sink
+        _terminal = terminal
+        yield
+    finally:
+        sink.flush()
+        _flush_c_streams()  # what C code buffered belongs in the sink, not on the restored terminal
+        sys.stdout, sys.stderr = streams
+        _terminal = None
+        terminal.close()
+        for fd, copy in saved.items():
+            os.dup2(copy, fd)
+            os.close(copy)
+        sink.close()
+
+
+def _flush_c_streams() -> None:
+    with contextlib.suppress(OSError, AttributeError, TypeError):  # no C library to ask: nothing buffered there
+        ctypes.CDLL(None).fflush(None)
 
 
 def setup_worker(log_file: Path | None, *, verbose: bool = False, level: int = logging.INFO) -> None:
@@ -106,8 +167,6 @@ def setup_worker(log_file: Path | None, *, verbose: bool = False, level: int = l
     without a log file they are dropped. mjfl's own warnings reach the
     terminal in every case.
     """
-    import os
-
     sink: TextIO
     if verbose:
         sink = sys.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Callable, Iterator
 
@@ -36,3 +37,16 @@ def processes() -> Iterator[Callable[..., Process]]:
     for process in started:
         if process.proc.poll() is None or group_alive(process.pid):
             process.kill()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[object]:
+    """One local Ray (2 CPUs) for the test module that asks for it (its start-up takes seconds): its RayOptions."""
+    import ray  # in the dev extras: make test runs the tests that need it, never skips them
+
+    from mjfl.android_bridge.devices.ray_cluster import RayOptions
+
+    assert not ray.is_initialized()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    yield RayOptions()
+    ray.shutdown()

@@ -20,7 +20,8 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from mjfl.android_bridge import protocol
-from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running, echo_trainer
+from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running
+from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings

@@ -1,1 +1,42 @@
-"""Benchmarks."""
+"""The benchmarks, and the tools that only benchmarks and tests use.
+
+Every benchmark is one module with one entry point, ``run_<module>_bench(...,
+json_path, console) -> figures``, which `mjfl bench <module>` calls: it checks
+its arguments (a ``UserError`` naming the option), measures, prints a table on
+``console`` and writes the figures it returns as JSON to ``json_path``.
+
+Benchmarks:
+
+- ``schedulers`` (`mjfl bench schedulers`): plan latency (median, p95) and
+  plan cost (mean TotalCost, Formula 8) of every scheduler on synthetic
+  fleets, with each member's share of Meta-Greedy's decisions.
+- ``trainers`` (`mjfl bench trainers`): the time of one training step in
+  ExecuTorch's runtime against eager PyTorch, per zoo model, and the ratio
+  against its goal.
+- ``coordinator`` (`mjfl bench coordinator`): the real-time coordinator on
+  loopback: its overhead per round, broadcast throughput, and the heartbeat
+  p99 over 1,000 idle connections.
+- ``scale`` (`mjfl bench scale`): device-trainings per second and
+  coordinator CPU per training of emulated fleets of 20 to 500 devices, in
+  local worker processes and on Ray.
+- ``fuzz`` (`mjfl bench fuzz`): the protocol decoder and sessions under the
+  mutation fuzzer; ``unhandled`` must be 0.
+- ``faults`` (`mjfl bench faults`): the fault suite: devices killed
+  mid-task, a bad network, the coordinator SIGKILLed and resumed, a full
+  disk; every target reached, no round lost or repeated.
+
+Tools:
+
+- ``echo``: ``EchoTrainer``, devices that answer without training (the
+  coordinator under test, not learning).
+- ``faultproxy``: a user-space TCP proxy between devices and coordinator
+  that delays, caps bandwidth, drops, cuts and reorders.
+- ``fuzzer``: the seeded mutation fuzzer of protocol v1.
+- ``output``: what every benchmark does with its figures: the table, the
+  JSON file, the log file beside it.
+
+The package sits below the command line and above the coordinator
+(pyproject.toml, ``tool.importlinter``): the runtime (``mjfl.coordinator``,
+``mjfl.android_bridge``, ``mjfl.jobs``) never imports it. It imports nothing
+here, so a worker process that unpickles ``echo_trainer`` loads only ``echo``.
+"""

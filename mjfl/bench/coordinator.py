@@ -5,7 +5,7 @@ processes than the coordinator so that the coordinator's event loop is
 measured honestly:
 
 overhead_fraction
-    100 emulated devices (``run_emulated_fleet``, ``EchoTrainer``: no real
+    100 emulated devices (``run_emulated_fleet``, ``mjfl.bench.echo``: no real
     training, so they fit on two cores) impersonate a steady phone whose
     Formula 4 time is ``round_s`` (``mu`` so large that the exponential part
     vanishes). The real Engine runs a job with C = 1 (every device, every
@@ -39,19 +39,19 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import multiprocessing
 import multiprocessing.queues
 import multiprocessing.synchronize
 import os
 import time
-from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
+
+from mjfl.bench import output
+from mjfl.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,14 @@ def run_coordinator_bench(
     json_path: Path | None = None,
     console: Console | None = None,
 ) -> dict[str, float]:
-    """Measure the three figures (module docstring), print a table, write ``json_path``."""
+    """Measure the three figures (module docstring); print a table, write ``json_path``."""
+    if min(devices, rounds, broadcast_devices, connections) < 1 or min(round_s, broadcast_mb, heartbeat_s) <= 0:
+        raise UserError(
+            "--devices, --rounds, --broadcast-devices and --connections must be >= 1;"
+            " --round-s, --broadcast-mb and --heartbeat-s > 0"
+        )
+    if hold_s <= heartbeat_s:
+        raise UserError(f"--hold-s must be longer than --heartbeat-s ({heartbeat_s:g} s): no heartbeat would be measured")
     console = console or Console(stderr=True)
     workers = workers or min(2, os.cpu_count() or 1)
     _raise_open_files_limit()
@@ -96,32 +103,29 @@ def run_coordinator_bench(
     figures["connections"] = held
     figures["heartbeat_p99_ms"] = p99
     details["heartbeat_p99_ms"] = f"heartbeat every {heartbeat_s:g} s"
-    console.print(_table(figures, details))
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps({k: figures[k] for k in GOALS}, indent=2) + "\n")
-        console.print(f"wrote {json_path}")
+    console.print(output.table(
+        f"coordinator benchmark (loopback, {output.machine()})",
+        ("figure", "measured", "goal", "met", "how"),
+        (_row(name, figures[name], details.get(name, "")) for name in GOALS),
+        left=("how",),
+    ))
+    output.write(figures, json_path, console)
     return figures
 
 
-def _table(figures: Mapping[str, float], details: Mapping[str, str]) -> Table:
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    table = Table(title=f"coordinator benchmark (loopback, {os.cpu_count()} CPUs, load average {load})")
-    for column in ("figure", "measured", "goal", "met", "how"):
-        table.add_column(column)
-    for name, (op, goal) in GOALS.items():
-        value = figures[name]
-        met = value <= goal if op == "<=" else value >= goal if op == ">=" else value < goal
-        shown = f"{value:.4f}" if name == "overhead_fraction" else f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
-        table.add_row(name, shown, f"{op} {goal:g}", "yes" if met else "[red]no[/]", details.get(name, ""))
-    return table
+def _row(name: str, value: float, how: str) -> tuple[str, ...]:
+    op, goal = GOALS[name]
+    met = value <= goal if op == "<=" else value >= goal if op == ">=" else value < goal
+    shown = f"{value:.4f}" if name == "overhead_fraction" else f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+    return name, shown, f"{op} {goal:g}", "yes" if met else "[red]no[/]", how
 
 
 # -- (a) overhead per round ------------------------------------------------------------
 
 
 async def _overhead(devices: int, rounds: int, round_s: float, workers: int) -> tuple[float, str]:
-    from mjfl.android_bridge.devices.emulator import echo_trainer, run_emulated_fleet
+    from mjfl.android_bridge.devices.emulator import run_emulated_fleet
+    from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.config import JobConfig
     from mjfl.coordinator.engine.clock import RealClock
     from mjfl.coordinator.engine.engine import Engine, EngineJob
@@ -236,7 +240,8 @@ def _arrival_worker(
     out: multiprocessing.queues.Queue[list[tuple[str, int, float]]],
 ) -> None:
     """Emulated devices that report when each task arrived (``time.monotonic``)."""
-    from mjfl.android_bridge.devices.emulator import EmulatedDevice, TrainingLane, echo_trainer
+    from mjfl.android_bridge.devices.emulator import EmulatedDevice, TrainingLane
+    from mjfl.bench.echo import echo_trainer
     from mjfl.ids import DeviceId
     from mjfl.profiling.profiles import DeviceProfile
 
@@ -270,7 +275,8 @@ def _arrival_worker(
 
 
 async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: int) -> tuple[int, float, str]:
-    from mjfl.android_bridge.devices.emulator import Backoff, echo_trainer, run_emulated_fleet
+    from mjfl.android_bridge.devices.emulator import Backoff, run_emulated_fleet
+    from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 
     settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=max(60.0, 6 * heartbeat_s))

@@ -20,7 +20,7 @@ Four scenarios (docs/faults.md, "The fault suite"):
    after room is made, ``--resume`` finishes the run (skipped where a tmpfs
    cannot be mounted: it needs root).
 
-In 1 and 2 the devices train echo models (``EchoTrainer``: the coordinator is
+In 1 and 2 the devices train echo models (``mjfl.bench.echo``: the coordinator is
 under test, not learning): a job's accuracy there is the share of its target
 progress its global model shows, so a job reaches its target only through
 enough aggregated rounds. 3 and 4 train real models on real data.
@@ -34,7 +34,6 @@ import functools
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -46,14 +45,10 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
-from mjfl.android_bridge.devices.emulator import (
-    Backoff,
-    EmulatedDevice,
-    devices_running,
-    echo_trainer,
-)
+from mjfl.android_bridge.devices.emulator import Backoff, EmulatedDevice, devices_running
+from mjfl.bench import output
+from mjfl.bench.echo import echo_trainer
 from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
@@ -62,7 +57,9 @@ from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.engine.fleet import JobArtifacts
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import database_path
+from mjfl.errors import UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.profiles import DeviceProfile
@@ -210,18 +207,14 @@ max_rounds = {rounds}
 
 
 def _rounds(db: Path) -> list[tuple[str, int]]:
-    if not db.exists():
-        return []
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as conn:
-        try:
-            return [(str(j), int(r)) for j, r in conn.execute("SELECT job, round FROM rounds ORDER BY job, round")]
-        except sqlite3.OperationalError:
-            return []
+    """(job, round) of every round in the run database, which the command may be writing."""
+    with Storage.read_only(db) as storage:
+        return [(str(job), round_) for job, round_ in storage.recorded_rounds()]
 
 
 def _run_status(db: Path) -> list[str]:
-    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)) as conn:
-        return [str(s) for (s,) in conn.execute("SELECT status FROM runs")]
+    with Storage.read_only(db) as storage:
+        return [status for _, status in storage.runs()]
 
 
 class _Command:
@@ -369,10 +362,13 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
 
 
 def run_faults_bench(
-    *, devices: int, coordinator_kills: int, rounds: int, seed: int, timeout_s: float,
-    json_path: Path | None, console: Console,
+    *, devices: int = 20, coordinator_kills: int = 3, rounds: int = 8, seed: int = 0, timeout_s: float = 600.0,
+    json_path: Path | None = None, console: Console | None = None,
 ) -> Figures:
-    """Run the four scenarios; print the table and write the figures to ``json_path``."""
+    """Run the four scenarios (module docstring); print a table, write ``json_path``."""
+    if devices < 5 or coordinator_kills < 0 or rounds < 2:
+        raise UserError("--devices must be >= 5, --coordinator-kills >= 0 and --rounds >= 2")
+    console = console or Console(stderr=True)
     scenarios: dict[str, Figures] = {}
     unhandled = 0
 
@@ -412,13 +408,8 @@ def run_faults_bench(
         "seed": seed,
         "scenarios": scenarios,
     }
-    table = Table(title=f"fault suite (seed {seed})")
-    for key in ("kills", "kills_recorded", "coordinator_kills", "jobs", "targets_reached", "runs_finished",
-                "rounds_lost", "rounds_duplicated", "unhandled"):
-        table.add_row(key, str(figures[key]))
-    console.print(table)
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(figures, indent=2) + "\n")
-        console.print(f"figures written to {json_path}")
+    shown = ("kills", "kills_recorded", "coordinator_kills", "jobs", "targets_reached", "runs_finished",
+             "rounds_lost", "rounds_duplicated", "unhandled")
+    console.print(output.table(f"fault suite (seed {seed})", ("figure", "value"), ((k, str(figures[k])) for k in shown)))
+    output.write(figures, json_path, console)
     return figures

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import time
 from collections.abc import Sequence
@@ -39,7 +38,8 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
+
+from mjfl.bench import output
 
 BACKENDS = ("local", "ray")
 FIGURES = ("trainings_per_s", "coordinator_ms_per_training", "coordinator_cpu_share", "connect_s")
@@ -53,7 +53,7 @@ def run_scale_bench(
     json_path: Path | None = None,
     console: Console | None = None,
 ) -> dict[str, Any]:
-    """Measure every backend at every fleet size (module docstring), print a table, write ``json_path``."""
+    """Measure every backend at every fleet size (module docstring); print a table, write ``json_path``."""
     from mjfl.android_bridge.devices.ray_cluster import (
         RayContext,
         RayOptions,
@@ -85,26 +85,20 @@ def run_scale_bench(
                     f"{backend:>5} {n:>4} devices: {figures['trainings_per_s']:.1f} trainings/s,"
                     f" coordinator {figures['coordinator_ms_per_training']:.2f} ms CPU per training", highlight=False,
                 )
-    result = {"cpus": os.cpu_count(), "rounds": rounds, "results": rows}
-    console.print(_table(rows))
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(result, indent=2) + "\n")
-        console.print(f"wrote {json_path}")
-    return result
-
-
-def _table(rows: Sequence[dict[str, Any]]) -> Table:
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    table = Table(title=f"emulated fleets at scale (loopback, {os.cpu_count()} CPUs, load average {load})")
-    for column in ("backend", "devices", "workers", *FIGURES):
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(
-            row["backend"], str(row["devices"]), str(row["workers"]), f"{row['trainings_per_s']:.1f}",
-            f"{row['coordinator_ms_per_training']:.2f}", f"{row['coordinator_cpu_share']:.3f}", f"{row['connect_s']:.1f}",
-        )
-    return table
+    report = {"cpus": os.cpu_count(), "rounds": rounds, "results": rows}
+    console.print(output.table(
+        f"emulated fleets at scale (loopback, {output.machine()})",
+        ("backend", "devices", "workers", *FIGURES),
+        (
+            (
+                row["backend"], str(row["devices"]), str(row["workers"]), f"{row['trainings_per_s']:.1f}",
+                f"{row['coordinator_ms_per_training']:.2f}", f"{row['coordinator_cpu_share']:.3f}", f"{row['connect_s']:.1f}",
+            )
+            for row in rows
+        ),
+    ))
+    output.write(report, json_path, console)
+    return report
 
 
 async def _measure(devices: int, rounds: int, workers: int, context: Any) -> dict[str, float]:

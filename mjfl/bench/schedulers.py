@@ -1,6 +1,6 @@
 """`mjfl bench schedulers`: plan latency and plan cost of every scheduler.
 
-For each fleet size, a synthetic heterogeneous fleet (``schedulers/synthetic.py``) with
+For each fleet size, a synthetic heterogeneous fleet (``mjfl.schedulers.synthetic``) with
 ``jobs`` jobs is driven for ``rounds`` rounds on the cost model, one scheduler
 instance per job, and every ``plan`` call is timed: one call plans one job's
 round while the other jobs' plans are in flight. ``mean_cost`` is the mean
@@ -13,7 +13,6 @@ every member's own row repeats its share.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -22,8 +21,8 @@ from typing import Any
 
 import numpy as np
 from rich.console import Console
-from rich.table import Table
 
+from mjfl.bench import output
 from mjfl.errors import UserError
 from mjfl.schedulers.base import Plan, PlanContext
 from mjfl.schedulers.cost import cost_model
@@ -73,7 +72,7 @@ def measure(
     return row
 
 
-def run_scheduler_bench(
+def run_schedulers_bench(
     *,
     devices: Sequence[int],
     jobs: int,
@@ -84,7 +83,7 @@ def run_scheduler_bench(
     json_path: Path | None = None,
     console: Console | None = None,
 ) -> dict[str, list[Row]]:
-    """Measure every method on every fleet size; print a table, optionally write JSON."""
+    """Measure every method on every fleet size (module docstring); print a table, write ``json_path``."""
     methods = list(methods or METHODS)
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
@@ -102,20 +101,17 @@ def run_scheduler_bench(
         meta = next((r for r in results if r["method"] == "meta-greedy" and r["devices"] == row["devices"]), None)
         if meta is not None and row["method"] in meta["wins"]:
             row["wins"] = meta["wins"][row["method"]]
-    table = Table(title=f"Plans ({jobs} jobs, {rounds} rounds, C={fraction})")
-    for column in ("method", "devices", "median ms", "p95 ms", "mean TotalCost", "Meta-Greedy wins"):
-        table.add_column(column, justify="left" if column == "method" else "right")
-    for row in results:
-        wins = row.get("wins")
-        share = f"{wins:.0%}" if isinstance(wins, float) else ""
-        table.add_row(
-            row["method"], str(row["devices"]), f"{row['median_ms']:.2f}", f"{row['p95_ms']:.2f}",
-            f"{row['mean_cost']:.3f}", share,
-        )
-    console.print(table)
+    console.print(output.table(
+        f"Plans ({jobs} jobs, {rounds} rounds, C={fraction})",
+        ("method", "devices", "median ms", "p95 ms", "mean TotalCost", "Meta-Greedy wins"),
+        (
+            (
+                row["method"], str(row["devices"]), f"{row['median_ms']:.2f}", f"{row['p95_ms']:.2f}",
+                f"{row['mean_cost']:.3f}", f"{row['wins']:.0%}" if isinstance(row.get("wins"), float) else "",
+            )
+            for row in results
+        ),
+    ))
     report = {"results": results}
-    if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(report, indent=2) + "\n")
-        console.print(f"wrote {json_path}")
+    output.write(report, json_path, console)
     return report

@@ -10,7 +10,6 @@ on one thread; the ratio executorch / torch is what the issue tracks
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from collections.abc import Sequence
@@ -18,9 +17,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from mjfl.jobs.models import MODELS, ModelSpec
+from rich.console import Console
 
-__all__ = ["BENCH_SHAPES", "GOALS", "BenchRow", "run_trainer_bench"]
+from mjfl import logs
+from mjfl.bench import output
+from mjfl.errors import UserError
+from mjfl.jobs.base import MODEL_NAMES, ModelSpec, Trainer
+
+__all__ = ["BENCH_SHAPES", "GOALS", "RUNTIMES", "BenchRow", "run_trainers_bench"]
 
 # Inputs the bench trains on: the digits jobs' usual sizes (MNIST-like 28x28
 # for the small nets, CIFAR-like 32x32 for the deep ones), one channel.
@@ -44,6 +48,7 @@ GOALS: dict[str, float] = {
     "resnet13": 6.0,
 }
 WARMUP_STEPS = 5
+RUNTIMES = ("executorch", "torch")
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,8 @@ class BenchRow:
     input_shape: tuple[int, int, int]
 
 
-def _time_steps(trainer: Any, spec: ModelSpec, *, steps: int, batch: int, seed: int) -> list[float]:
+def _time_steps(trainer: Trainer, spec: ModelSpec, *, steps: int, batch: int, seed: int) -> list[float]:
+    """Milliseconds of each measured step: one epoch over ``steps`` batches after the warm-up ones."""
     import numpy as np
 
     from mjfl.jobs.base import LocalTraining
@@ -69,41 +75,47 @@ def _time_steps(trainer: Any, spec: ModelSpec, *, steps: int, batch: int, seed: 
     n = batch * (steps + WARMUP_STEPS)
     x = rng.normal(size=(n, *spec.input_shape)).astype(np.float32)
     y = rng.integers(0, spec.num_classes, size=n)
+    # The bench's one call of Trainer.train: its training settings are here alone.
     result = trainer.train(initial_weights(spec, seed), x, y, LocalTraining(epochs=1, batch_size=batch, lr=0.01, momentum=0.9))
     return [t * 1e3 for t in result.step_times_s[WARMUP_STEPS:]]
 
 
-def run_trainer_bench(
+def _trainer(runtime: str, program: Path, spec: ModelSpec) -> Trainer:
+    from mjfl.jobs.trainers import ExecuTorchTrainer, TorchTrainer
+
+    return ExecuTorchTrainer(program.read_bytes(), spec) if runtime == "executorch" else TorchTrainer(spec, device="cpu")
+
+
+def run_trainers_bench(
     *,
     models: Sequence[str] | None = None,
     steps: int = 100,
     batch: int = 32,
     cache_dir: str | Path = Path(".mjfl-cache") / "programs",
-    json_path: Path | None = None,
-    console: Any = None,
     seed: int = 0,
+    json_path: Path | None = None,
+    console: Console | None = None,
 ) -> dict[str, Any]:
-    """Measure every model in both runtimes; print a table, optionally write JSON.
+    """Measure every model in both runtimes (module docstring); print a table, write ``json_path``.
 
     Programs come from `cached_program` (exported on first use). Dropout is
     set to 0 so both runtimes do the same work. Returns the JSON document:
     {"results": [...], "ratios": {model: executorch/torch}, "settings": {...}}.
+    What ExecuTorch and torch print goes where ``mjfl.logs.setup`` sends
+    third-party output (``logs.native_output``), not to the console.
     """
-    import torch
-    from rich.table import Table
-
-    from mjfl.jobs.export import cached_program
-    from mjfl.jobs.models import parameter_count
-    from mjfl.jobs.trainers import ExecuTorchTrainer, TorchTrainer
-
     names = list(models) if models else list(BENCH_SHAPES)
-    unknown = [m for m in names if m not in MODELS]
+    unknown = [m for m in names if m not in MODEL_NAMES]
     if unknown:
-        from mjfl.errors import UserError
-
-        raise UserError(f"unknown model(s) {', '.join(unknown)}; known: {', '.join(MODELS)}")
+        raise UserError(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODEL_NAMES)}")
     if steps < 1 or batch < 1:
-        raise ValueError("steps and batch must be >= 1")
+        raise UserError("--steps and --batch must be >= 1")
+    console = console or Console(stderr=True)
+    with logs.native_output():  # importing torch and ExecuTorch's exporter may print too
+        import torch
+
+        from mjfl.jobs.export import cached_program
+        from mjfl.jobs.models import parameter_count
 
     threads_before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -114,41 +126,34 @@ def run_trainer_bench(
         for name in names:
             spec = ModelSpec(name, BENCH_SHAPES.get(name, (1, 28, 28)), 10, dropout=0.0)
             params[name] = parameter_count(spec)
-            if console is not None:
-                console.print(f"[dim]{name}: exporting (cached after the first run) ...[/]")
-            path, _ = cached_program(spec, cache_dir, max_batch=max(batch, 64))
+            console.print(f"[dim]{name}: exporting (cached after the first run) ...[/]")
+            with logs.native_output():
+                path, _ = cached_program(spec, cache_dir, max_batch=max(batch, 64))
             medians = {}
-            for runtime in ("executorch", "torch"):
-                trainer: Any
-                if runtime == "executorch":
-                    trainer = ExecuTorchTrainer(path.read_bytes(), spec)
-                else:
-                    trainer = TorchTrainer(spec, device="cpu")
+            for runtime in RUNTIMES:
                 started = time.perf_counter()
-                times = _time_steps(trainer, spec, steps=steps, batch=batch, seed=seed)
-                median = statistics.median(times)
-                medians[runtime] = median
+                with logs.native_output():  # ExecuTorch's runtime prints cpuinfo lines on its first step
+                    times = _time_steps(_trainer(runtime, path, spec), spec, steps=steps, batch=batch, seed=seed)
+                medians[runtime] = statistics.median(times)
                 rows.append(
                     BenchRow(
                         model=name,
                         runtime=runtime,
-                        median_step_ms=round(median, 3),
+                        median_step_ms=round(medians[runtime], 3),
                         p90_step_ms=round(sorted(times)[int(0.9 * (len(times) - 1))], 3),
                         steps=len(times),
                         batch=batch,
                         input_shape=spec.input_shape,
                     )
                 )
-                if console is not None:
-                    console.print(
-                        f"[dim]{name} {runtime}: {median:.2f} ms/step "
-                        f"({time.perf_counter() - started:.1f} s)[/]"
-                    )
+                console.print(
+                    f"[dim]{name} {runtime}: {medians[runtime]:.2f} ms/step ({time.perf_counter() - started:.1f} s)[/]"
+                )
             ratios[name] = round(medians["executorch"] / medians["torch"], 3)
     finally:
         torch.set_num_threads(threads_before)
 
-    doc = {
+    report = {
         "results": [asdict(r) for r in rows],
         "ratios": ratios,
         "settings": {
@@ -161,27 +166,24 @@ def run_trainer_bench(
             "parameters": params,
         },
     }
-    if console is not None:
-        table = Table(title=f"Training step, batch {batch}, median of {steps} (torch on 1 thread)")
-        for col in ("model", "input", "params", "executorch ms", "torch ms", "ratio", "goal"):
-            table.add_column(col, justify="left" if col == "model" else "right")
-        by = {(r.model, r.runtime): r for r in rows}
-        for name in names:
-            goal = GOALS.get(name)
-            ratio = ratios[name]
-            mark = "" if goal is None else ("[green]ok[/]" if ratio <= goal else "[red]over[/]")
-            table.add_row(
-                name,
-                "x".join(str(d) for d in by[(name, "torch")].input_shape),
-                f"{params[name]:,}",
-                f"{by[(name, 'executorch')].median_step_ms:.2f}",
-                f"{by[(name, 'torch')].median_step_ms:.2f}",
-                f"{ratio:.2f}",
-                f"<= {goal:g} {mark}" if goal is not None else "",
-            )
-        console.print(table)
-    if json_path is not None:
-        json_path = Path(json_path)
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(doc, indent=2) + "\n")
-    return doc
+    console.print(output.table(
+        f"Training step, batch {batch}, median of {steps} (torch on 1 thread)",
+        ("model", "input", "params", "executorch ms", "torch ms", "ratio", "goal"),
+        (_row(name, params[name], ratios[name], {r.runtime: r for r in rows if r.model == name}) for name in names),
+    ))
+    output.write(report, json_path, console)
+    return report
+
+
+def _row(name: str, params: int, ratio: float, by_runtime: dict[str, BenchRow]) -> tuple[str, ...]:
+    goal = GOALS.get(name)
+    mark = "" if goal is None else ("[green]ok[/]" if ratio <= goal else "[red]over[/]")
+    return (
+        name,
+        "x".join(str(d) for d in by_runtime["torch"].input_shape),
+        f"{params:,}",
+        f"{by_runtime['executorch'].median_step_ms:.2f}",
+        f"{by_runtime['torch'].median_step_ms:.2f}",
+        f"{ratio:.2f}",
+        f"<= {goal:g} {mark}" if goal is not None else "",
+    )

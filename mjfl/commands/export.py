@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from mjfl import logs
 from mjfl.errors import ConfigError, UserError
 
 
@@ -33,7 +34,8 @@ def export_program(model: str, out: Path, *, input_shape: str, classes: int, max
         arg = {"model": "MODEL", "input_shape": "--input-shape", "num_classes": "--classes"}.get(exc.field, exc.field)
         raise UserError(f"{arg}: {exc.problem}") from None
     console.print(f"exporting {model} for {shape}, {classes} classes (this takes a while) ...")
-    data = export_training_program(spec, max_batch=max_batch)
+    with logs.native_output():  # torch's and ExecuTorch's own lines: dropped, or shown with --verbose
+        data = export_training_program(spec, max_batch=max_batch)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
     console.print(f"wrote {out} ({len(data):,} bytes, sha256 {hashlib.sha256(data).hexdigest()})")

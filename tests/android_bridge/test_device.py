@@ -13,7 +13,8 @@ import pytest
 from loopback import fleet_of
 
 from mjfl.android_bridge.devices.device_model import DeviceModel, RoundDraw, TrainerCache
-from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running, echo_trainer
+from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running
+from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure

@@ -24,10 +24,10 @@ from mjfl.android_bridge.devices.emulator import (
     Backoff,
     EmulatedDevice,
     devices_running,
-    echo_trainer,
     run_emulated_fleet,
 )
 from mjfl.android_bridge.protocol import Shard
+from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure

@@ -32,8 +32,9 @@ from loopback import (
 )
 from websockets.asyncio.client import connect
 
-from mjfl.android_bridge.devices.emulator import devices_running, echo_trainer
+from mjfl.android_bridge.devices.emulator import devices_running
 from mjfl.android_bridge.protocol import Result, Timing, encode, split_message
+from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob

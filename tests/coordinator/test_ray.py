@@ -5,9 +5,6 @@ process pool, and the testbed's emulated devices, hosted by Ray actors,
 must train a job to its target over real WebSockets.
 """
 
-import json
-import logging
-import os
 import subprocess
 import sys
 
@@ -23,15 +20,6 @@ from mjfl.coordinator.config import parse_config
 from mjfl.coordinator.run.driver import Output
 from mjfl.coordinator.storage.database import Storage
 from mjfl.errors import UserError
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    """One local Ray for the module (its start-up takes seconds)."""
-    assert not ray.is_initialized()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
-    yield RayOptions()
-    ray.shutdown()
 
 
 def small_run(folder, target=None, **fleet):
@@ -101,20 +89,6 @@ def test_without_ray_installed_the_error_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(UserError, match=r"pip install 'mjfl\[ray\]'"), connect(RayOptions()):
         pass
-
-
-def test_the_scale_bench_measures_both_backends(tmp_path, cluster):
-    from mjfl.bench.scale import run_scale_bench
-
-    out = tmp_path / "scale.json"
-    run_scale_bench(devices=[3], rounds=1, json_path=out, console=Console(quiet=True))
-    rows = json.loads(out.read_text())["results"]
-    assert [(r["backend"], r["devices"], r["workers"]) for r in rows] == [
-        ("local", 3, min(3, os.cpu_count())), ("ray", 3, 2),  # the fixture's Ray has 2 CPUs
-    ]
-    for row in rows:
-        assert row["trainings_per_s"] > 0 and row["coordinator_ms_per_training"] > 0
-        assert 0 < row["coordinator_cpu_share"] < 2
 
 
 @pytest.mark.parametrize(

@@ -39,9 +39,9 @@ from websockets.exceptions import ConnectionClosed
 from mjfl.android_bridge import protocol
 from mjfl.android_bridge.devices.emulator import (
     devices_running,
-    echo_trainer,
     run_emulated_fleet,
 )
+from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob

@@ -364,18 +364,19 @@ def test_foreign_keys_and_sync_pragmas_are_on(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
 
 
-def test_other_files_are_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("open_", [Storage, Storage.read_only], ids=["writer", "reader"])
+def test_other_files_are_refused(tmp_path: Path, open_) -> None:
     text = tmp_path / "notes.txt"
     text.write_text("not a database at all, just some text that is long enough" * 20)
     with pytest.raises(DataError, match="notes.txt"):
-        Storage(text)
+        open_(text)
     foreign = tmp_path / "foreign.sqlite"
     conn = sqlite3.connect(foreign)
     conn.execute("CREATE TABLE invoices (id INTEGER)")
     conn.commit()
     conn.close()
     with pytest.raises(DataError, match="not an mjfl run database"):
-        Storage(foreign)
+        open_(foreign)
     newer = tmp_path / "newer.sqlite"
     Storage(newer).close()
     conn = sqlite3.connect(newer)
@@ -383,7 +384,7 @@ def test_other_files_are_refused(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     with pytest.raises(DataError, match="newer"):
-        Storage(newer)
+        open_(newer)
 
 
 # --- property: whatever goes in comes out ------------------------------------------
@@ -497,3 +498,65 @@ def test_a_crash_mid_round_leaves_no_half_round(tmp_path: Path) -> None:
 def test_a_folder_is_not_a_database(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="cannot open"):
         Storage(tmp_path)
+
+
+# --- reading a database that another process writes ---------------------------------
+
+
+def test_a_reader_sees_what_the_writer_committed_and_cannot_write(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "mjfl.db"
+    with Storage.read_only(path) as reader:  # not there yet: empty, and nothing is created
+        assert reader.runs() == [] and reader.recorded_rounds() == []
+    assert not path.parent.exists()
+    with Storage(path) as writer:
+        writer.start_run(run_info(), job_infos())
+        writer.record_round(round_record(A, 1))
+        writer.record_round(round_record(B, 1))
+        with Storage.read_only(path) as reader:
+            writer.record_round(round_record(A, 2))  # a writer goes on while the reader is open
+            assert reader.recorded_rounds() == [(A, 1), (A, 2), (B, 1)]
+            assert reader.recorded_rounds("r1") == reader.recorded_rounds() and reader.recorded_rounds("r2") == []
+            assert [status for _, status in reader.runs()] == ["running"]
+            with pytest.raises(StorageError, match="refused a write"):
+                reader.finish_run("r1", "finished", "t")
+        writer.finish_run("r1", "finished", "t")
+    with Storage.read_only(path) as reader:
+        assert [status for _, status in reader.runs()] == ["finished"]
+
+
+def test_a_reader_counts_a_round_recorded_by_two_runs_twice(tmp_path: Path) -> None:
+    path = tmp_path / "mjfl.db"
+    with Storage(path) as writer:
+        for run in ("r1", "r2"):
+            writer.start_run(run_info(run), job_infos(run))
+            writer.record_round(dataclasses.replace(round_record(A, 1), run_id=run))
+    with Storage.read_only(path) as reader:
+        assert reader.recorded_rounds() == [(A, 1), (A, 1)]
+        assert reader.recorded_rounds("r2") == [(A, 1)]
+
+
+def test_a_reader_reads_a_schema_still_being_created_as_empty(tmp_path: Path) -> None:
+    from mjfl.coordinator.storage import database as storage_module
+
+    path = tmp_path / "mjfl.db"
+    path.touch()  # the writer has created the file, nothing in it yet
+    with Storage.read_only(path) as reader:
+        assert reader.runs() == [] and reader.recorded_rounds() == []
+    conn = sqlite3.connect(path)  # the writer's first migration is committed, not the later ones
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for statement in storage_module._SCHEMA_V1:
+        conn.execute(statement)
+    conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+    conn.commit()
+    with Storage.read_only(path) as reader:
+        assert reader.runs() == [] and reader.recorded_rounds() == []
+    # With a run in it, a version 1 file is an older mjfl's: refused, not misread as empty.
+    conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(DataError, match="older"):
+        Storage.read_only(path)
+    with Storage(path) as writer:  # a writer upgrades it; then it reads
+        assert writer.schema_version == SCHEMA_VERSION
+    with Storage.read_only(path) as reader:
+        assert [info.run_id for info, _ in reader.runs()] == ["r1"]

@@ -83,7 +83,7 @@ from mjfl.android_bridge.protocol import (
 from mjfl.android_bridge.protocol.credentials import NONCE_HEADER, hello_proof, is_nonce
 from mjfl.android_bridge.tls import client_context
 from mjfl.errors import SessionClosed, UserError
-from mjfl.jobs.base import LocalTraining, TrainResult
+from mjfl.jobs.base import TrainResult
 
 log = logging.getLogger(__name__)
 
@@ -143,33 +143,6 @@ class TrainingLane:
     def close(self) -> None:
         """Stop taking work; a training already running finishes on its own."""
         self._executor.shutdown(wait=False, cancel_futures=True)
-
-
-class EchoTrainer:
-    """Returns the weights it was given, plus ``delta``, after ``work_s`` seconds of sleep.
-
-    For load tests and benchmarks, where the coordinator is under test and
-    training is not: a hundred of them fit on two cores.
-    """
-
-    def __init__(self, work_s: float = 0.0, delta: float = 0.0) -> None:
-        self.work_s = work_s
-        self.delta = delta
-
-    def train(
-        self, weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray, training: LocalTraining, *,
-        seed: int = 0,
-    ) -> TrainResult:
-        started = time.perf_counter()
-        if self.work_s > 0:
-            time.sleep(self.work_s)
-        out = {k: np.asarray(v) + np.asarray(self.delta, dtype=np.asarray(v).dtype) for k, v in weights.items()}
-        return TrainResult(out, len(y), training.epochs, 0, 0.0, time.perf_counter() - started)
-
-
-def echo_trainer(runtime: str, model: ModelName, program: bytes, *, work_s: float = 0.0, delta: float = 0.0) -> EchoTrainer:
-    """A TrainerFactory of EchoTrainers; ``functools.partial(echo_trainer, work_s=...)`` pickles."""
-    return EchoTrainer(work_s, delta)
 
 
 class ArtifactStore:
@@ -825,7 +798,6 @@ def _raise_open_files_limit() -> None:
 __all__ = [
     "ArtifactStore",
     "Backoff",
-    "EchoTrainer",
     "EmulatedDevice",
     "EmulatedFleet",
     "Impersonation",
@@ -834,6 +806,5 @@ __all__ = [
     "WorkerContext",
     "default_id_prefix",
     "devices_running",
-    "echo_trainer",
     "run_emulated_fleet",
 ]

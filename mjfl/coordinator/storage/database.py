@@ -231,6 +231,54 @@ class Storage:
             self._conn.close()
             raise
 
+    @classmethod
+    def read_only(cls, path: str | os.PathLike[str]) -> Self:
+        """The run database at ``path``, to read while another process may be writing it.
+
+        Nothing is created, migrated or written: a write raises ``StorageError``.
+        A file that is not there yet, or whose schema its writer has not finished
+        creating, reads as an empty database (no runs, no rounds); so does an
+        older file that holds no run. An older file with runs is refused
+        (``DataError``): the first ``Storage(path)`` that opens it upgrades it.
+        Readers see the last committed transaction (WAL) and never block the writer.
+        """
+        file = Path(path)
+        if not file.exists():
+            return cls._empty(file)
+        try:
+            conn = sqlite3.connect(
+                f"{file.absolute().as_uri()}?mode=ro",
+                uri=True,
+                timeout=_BUSY_TIMEOUT_S,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise DataError(f"{file}: cannot open the run database: {exc}") from exc
+        try:
+            conn.execute("PRAGMA query_only = ON")
+            ready = _schema_ready(conn, str(file))
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise DataError(f"{file}: not a usable mjfl run database: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        if not ready:
+            conn.close()
+            return cls._empty(file)
+        storage = cls.__new__(cls)
+        storage._origin, storage._conn, storage._lock = str(file), conn, threading.RLock()
+        return storage
+
+    @classmethod
+    def _empty(cls, path: Path) -> Self:
+        """A read-only empty database standing in for ``path`` (not there, or not ready yet)."""
+        storage = cls(":memory:")
+        storage._origin = str(path)
+        storage._conn.execute("PRAGMA query_only = ON")
+        return storage
+
     @property
     def path(self) -> str:
         """The database file (or ``:memory:``)."""
@@ -512,6 +560,19 @@ class Storage:
             for r in rows
         ]
 
+    def recorded_rounds(self, run_id: str | None = None) -> list[tuple[JobId, int]]:
+        """(job, round) of every recorded round of a run, or of every run with None; by job, then round.
+
+        The keys alone, cheap enough to poll: what an audit of lost or repeated
+        rounds needs (a round recorded by two runs appears twice).
+        """
+        where, params = ("", ()) if run_id is None else (" WHERE run_id = ?", (run_id,))
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT job, round FROM rounds{where} ORDER BY job, round, rowid", params
+            ).fetchall()
+        return [(JobId(job), int(round_)) for job, round_ in rows]
+
     def last_round(self, run_id: str, job: JobId | str) -> int:
         """The last recorded round of a job (0 if none); resume continues after it."""
         with self._lock:
@@ -746,6 +807,31 @@ class Storage:
             ).rowcount
             if changed == 0:
                 raise UnknownRunError(f"no run {run_id!r} in {self._origin}")
+
+
+def _schema_ready(conn: sqlite3.Connection, origin: str) -> bool:
+    """Whether a read-only connection sees this mjfl's whole schema (see ``Storage.read_only``)."""
+    tables = {name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if "schema_version" not in tables:
+        if tables:
+            raise DataError(f"{origin}: an SQLite database, but not an mjfl run database")
+        return False  # a new file: its writer has not created the schema yet
+    (version,) = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    version = int(version or 0)
+    if version > SCHEMA_VERSION:
+        raise DataError(
+            f"{origin}: schema version {version} is newer than this mjfl understands ({SCHEMA_VERSION}); upgrade mjfl"
+        )
+    if version == SCHEMA_VERSION:
+        return True
+    # Migrations run one transaction each: an unfinished schema without runs is a
+    # new file being created (or an old one with nothing in it); with runs, an old file.
+    if "runs" in tables and conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone():
+        raise DataError(
+            f"{origin}: schema version {version} is older than this mjfl's ({SCHEMA_VERSION});"
+            " open it for writing once (mjfl report does) to upgrade it"
+        )
+    return False
 
 
 def _run_from_row(row: Sequence[Any]) -> tuple[RunInfo, RunStatus]:

@@ -1,0 +1,49 @@
+"""`mjfl bench trainers` (mjfl.bench.trainers): the figures it writes, and a terminal with mjfl's lines only."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+from processes import mjfl_args
+from rich.console import Console
+
+from mjfl.bench.trainers import run_trainers_bench
+from mjfl.errors import UserError
+
+
+def test_the_command_prints_only_its_own_lines_and_logs_the_rest_beside_the_json(tmp_path):
+    out = tmp_path / "bench" / "trainers.json"
+    done = subprocess.run(
+        mjfl_args("bench", "trainers", "--models", "lenet5", "--steps", "2", "--batch", "4", "--json", str(out)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, timeout=300, check=False,
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stdout
+    # ExecuTorch's runtime prints cpuinfo_utils.cpp lines on its first step, torchao and torch warn on import:
+    # none of it on the terminal. Before the table: mjfl's progress, line by line; then the table; last, where.
+    title = next(n for n, line in enumerate(lines) if "Training step, batch 4, median of 2" in line)
+    assert [re.sub(r"\d+(\.\d+)?", "N", line) for line in lines[:title]] == [
+        "lenetN: exporting (cached after the first run) ...",
+        "lenetN executorch: N ms/step (N s)",
+        "lenetN torch: N ms/step (N s)",
+    ], done.stdout
+    assert any(line.split()[:2] == ["│", "lenet5"] for line in lines[title:]), done.stdout
+    log = out.with_suffix(".log")
+    assert lines[-1] == f"wrote {out}; log in {log}"
+    assert not any("cpuinfo" in line or "torchao" in line for line in lines)
+    assert "cpuinfo" in log.read_text() or "torchao" in log.read_text()  # the noise is kept, in the log
+    figures = json.loads(out.read_text())
+    assert [(r["model"], r["runtime"], r["steps"], r["batch"]) for r in figures["results"]] == [
+        ("lenet5", "executorch", 2, 4), ("lenet5", "torch", 2, 4),
+    ]
+    assert figures["ratios"]["lenet5"] > 0 and figures["settings"]["goals"] == {"lenet5": 3.0}
+
+
+def test_unknown_models_and_empty_runs_name_the_option():
+    with pytest.raises(UserError, match="--models: unknown vgg19"):
+        run_trainers_bench(models=["lenet5", "vgg19"], console=Console(quiet=True))
+    with pytest.raises(UserError, match="--steps and --batch"):
+        run_trainers_bench(models=["lenet5"], steps=0, console=Console(quiet=True))

@@ -1,11 +1,10 @@
 from pathlib import Path
 
 import pytest
+from repository import ROOT
 
 from mjfl.coordinator.config import load_config, parse_config
 from mjfl.errors import ConfigError
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def minimal(**job):

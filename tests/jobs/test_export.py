@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from repository import ROOT
 
 from mjfl.errors import ProgramError
 from mjfl.jobs import export as export_mod
 from mjfl.jobs.export import cached_program, program_key, validate_program
 from mjfl.jobs.models import ModelSpec
 
-ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".mjfl-cache" / "programs"
 LENET = ModelSpec("lenet5", (1, 16, 16), 10)
 MAX_BATCH = 64

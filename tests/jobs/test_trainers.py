@@ -26,10 +26,10 @@ from __future__ import annotations
 
 import itertools
 import os
-from pathlib import Path
 
 import numpy as np
 import pytest
+from repository import ROOT
 
 from mjfl.errors import DataError, ProgramError
 from mjfl.jobs.base import LocalTraining
@@ -43,7 +43,6 @@ from mjfl.jobs.trainers import (
     make_trainer,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / ".mjfl-cache" / "programs"
 MAX_BATCH = 64
 SHAPE = (1, 16, 16)

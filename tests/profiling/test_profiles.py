@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from repository import DOCS
 
 from mjfl.errors import DataError, ProfileError, UserError
 from mjfl.ids import DeviceId
@@ -285,7 +286,7 @@ def test_draw_fleet_counts_and_ids(count: int, n: int, seed: int) -> None:
 
 
 def test_example_in_docs_parses() -> None:
-    docs = Path(__file__).resolve().parents[2] / "docs" / "profiles.md"
+    docs = DOCS / "profiles.md"
     example = re.search(r"```json\n(.*?)```", docs.read_text(), re.DOTALL)
     assert example is not None
     profiles = profiles_from_document(json.loads(example.group(1)), origin=str(docs))

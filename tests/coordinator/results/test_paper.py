@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from processes import mjfl_args
+from repository import EXAMPLES
 
 from mjfl.coordinator.config import load_config
 from mjfl.coordinator.results import paper
@@ -16,7 +17,6 @@ from mjfl.jobs.datasets import CIFAR10_FILES, DATA_DIR_ENV, idx_file_names, load
 from mjfl.jobs.models import MODEL_NAMES
 from mjfl.jobs.partition import partition
 
-EXAMPLES = Path(__file__).parents[3] / "examples"
 GROUPS = {"A": EXAMPLES / "paper-group-a.toml", "B": EXAMPLES / "paper-group-b.toml"}
 
 

@@ -6,7 +6,7 @@ command is 4 hex digits of length then the text; the answer OKAY or FAIL
 plus a 4-hex-digit length block; ``host:track-devices`` a block per change;
 ``host:tport:serial:`` switching the connection to a phone's services;
 ``shell:``, ``reverse:`` and the ``sync:`` file protocol), and each phone
-answers its shell commands with the outputs in ``phones/<name>/`` (in the
+answers its shell commands with the outputs in ``outputs/<name>/`` (in the
 formats real phones print; see that folder's README).
 
 Every command is kept in ``transcript`` as (serial or None, command), so a
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-PHONES = Path(__file__).parent / "phones"
+PHONES = Path(__file__).parent / "outputs"
 APP = "org.mjfl.app"
 # Files the recorded outputs come from, by the shell command that prints them.
 RECORDED = {

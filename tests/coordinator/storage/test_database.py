@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from repository import ROOT
 
 from mjfl.coordinator.storage.database import SCHEMA_VERSION, Storage
 from mjfl.coordinator.storage.records import (
@@ -484,7 +485,7 @@ def test_a_crash_mid_round_leaves_no_half_round(tmp_path: Path) -> None:
     with Storage(path) as db:
         db.start_run(run_info(), job_infos())
         db.record_round(round_record(A, 1))
-    root = Path(__file__).resolve().parents[2]
+    root = ROOT
     died = subprocess.run(
         [sys.executable, "-c", CRASH_MID_ROUND, str(path)], cwd=root, timeout=60, check=False
     )

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 from processes import mjfl_args, query, wait_for
+from repository import ROOT
 
 from mjfl.coordinator.storage.layout import database_path
 
-ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
 
 pytestmark = [

@@ -3,15 +3,14 @@
 import asyncio
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
+from repository import ROOT
 
 from mjfl.coordinator.remote.certs import certificate_sha256, create_certificates
 from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 
-ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
 
 pytestmark = [

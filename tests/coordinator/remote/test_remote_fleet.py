@@ -1,18 +1,17 @@
-"""The coordinator's server and RemoteFleet on real loopback sockets.
+"""The remote fleet on real loopback sockets: tasks out and results in through the registry, the engine over remote devices.
 
 Good devices are EmulatedDevices (in-process, or in worker processes for the
-engine run); bad ones are raw websockets clients writing hand-made frames.
+engine run); bad ones are raw websockets clients writing hand-made frames
+(tests/loopback.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 import itertools
 import json
-import math
 import time
 
 import numpy as np
@@ -24,17 +23,13 @@ from loopback import (
     artifacts,
     coordinator_with_a_good_device,
     device,
-    expect_bye,
     fleet_of,
-    hello,
     outcome,
     raw_client,
     received_task,
     result_for,
     task,
 )
-from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
 
 from mjfl.android_bridge import protocol
 from mjfl.android_bridge.devices.emulator import (
@@ -48,14 +43,11 @@ from mjfl.coordinator.engine.engine import Engine, EngineJob
 from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.engine.fedavg import fedavg
 from mjfl.coordinator.engine.fleet import JobArtifacts
-from mjfl.coordinator.remote.fleet import RemoteFleet
-from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
-from mjfl.errors import ConfigError, DeviceFailure, RunError
+from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import build_model, initial_weights, load_weights
-from mjfl.profiling.planning import DEFAULT_A, DEFAULT_MU, PlanningProfiles
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers.registry import make_scheduler
 
@@ -202,9 +194,6 @@ async def test_a_device_killed_mid_round_fails_fast_and_the_round_completes():
     assert record.aggregated and job.weights["b"].tolist() == [2.0] * 4
 
 
-# -- deadlines and exclusivity --------------------------------------------------------
-
-
 async def test_a_missed_deadline_cancels_the_task_and_the_device_waits_before_its_next_task():
     # The trainer blocks for 0.6 s (a thread cannot be interrupted), the deadline is 0.2 s.
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
@@ -278,120 +267,6 @@ async def test_an_unmeasured_upload_stays_unmeasured():
         await ws.close()
 
 
-# -- a bad device is closed, nobody else notices ---------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "first, code, close_code",
-    [
-        ("{not json", "bad_message", 1002),
-        (json.dumps({"type": "bogus"}), "unknown_type", 1002),
-        (json.dumps({"type": "heartbeat", "seq": 1, "sent_at": 0.0}), "unexpected_message", 1002),
-        ("x" * 5000, "message_too_big", 1009),
-        (b"MJFL" + bytes(60), "unexpected_message", 1002),  # a binary message (e.g. a result) before hello
-        (hello("raw", versions=(7,)), "unsupported_version", 1002),
-        (hello("raw", token="wrong"), "unauthorized", 1008),
-    ],
-    ids=["malformed-json", "unknown-type", "heartbeat-before-hello", "oversized-text", "result-before-hello",
-         "no-common-version", "unauthorized"],
-)
-async def test_bad_first_messages_close_that_session_only(first, code, close_code):
-    async with coordinator_with_a_good_device(max_control_bytes=4096, token="") as (server, _good):
-        ws = await connect(server.url, compression=None, ping_interval=None, proxy=None)
-        await ws.send(first)
-        await expect_bye(ws, code, close_code)
-        assert list(server.registry.connected()) == ["good"]
-
-
-@pytest.mark.parametrize(
-    "message, code, close_code",
-    [
-        ("{not json", "bad_message", 1002),
-        (json.dumps({"type": "teleport", "where": "mars"}), "unknown_type", 1002),
-        ("y" * 5000, "message_too_big", 1009),
-        (hello("raw"), "unexpected_message", 1002),  # a second hello
-        (json.dumps({"type": "heartbeat_ack", "seq": 99, "echo": 0.0}), "bad_message", 1002),
-        (result_for(protocol.Task("t-none", "j", 1, WEIGHTS, 1, 1, 0.1, 0, 0, None, "a" * 64, "b" * 64), WEIGHTS),
-         "unknown_task", 1002),
-        (b"JUNK" + bytes(60), "bad_frame", 1002),
-    ],
-    ids=["malformed-json", "unknown-type", "oversized-text", "second-hello", "unsolicited-ack",
-         "result-for-unknown-task", "bad-magic"],
-)
-async def test_bad_messages_after_the_welcome_close_that_session_only(message, code, close_code):
-    async with coordinator_with_a_good_device(max_control_bytes=4096) as (server, _good):
-        ws = await raw_client(server)
-        assert list(server.registry.connected()) == ["good", "raw"]
-        await ws.send(message)
-        await expect_bye(ws, code, close_code)
-        async with asyncio.timeout(2):
-            while "raw" in server.registry.connected():
-                await asyncio.sleep(0.01)
-
-
-async def test_a_binary_message_over_the_size_limit_is_refused():
-    async with coordinator_with_a_good_device(max_message_bytes=2**20) as (server, _good):
-        ws = await raw_client(server)
-        await ws.send(b"MJFL" + bytes(2**20 + 100))
-        with pytest.raises(ConnectionClosed):
-            async with asyncio.timeout(5):
-                while True:
-                    await ws.recv()
-        assert ws.close_code == 1009
-
-
-@pytest.mark.parametrize(
-    "corrupt, reason",
-    [
-        (lambda w: {"w": np.zeros((2, 3), np.float32), "b": w["b"]}, "'w' is float32 [2, 3], expected float32 [3, 2]"),
-        (lambda w: {"w": w["w"].astype(np.float64), "b": w["b"]}, "'w' is float64"),
-        (lambda w: {"w": w["w"], "b": np.full(4, np.nan, np.float32)}, "NaN"),
-        (lambda w: {"b": w["b"], "w": w["w"]}, "different order"),
-        (lambda w: {"w": w["w"]}, "missing"),
-    ],
-    ids=["wrong-shape", "wrong-dtype", "nan", "wrong-order", "missing-tensor"],
-)
-async def test_an_invalid_update_is_rejected_and_closes_that_session(corrupt, reason):
-    async with coordinator_with_a_good_device() as (server, _good):
-        ws = await raw_client(server)
-        async with asyncio.TaskGroup() as group:
-            run = group.create_task(outcome(fleet_of(server).run_task(DeviceId("raw"), task())))
-            # Meanwhile the good device trains for another job round, undisturbed.
-            other = group.create_task(outcome(fleet_of(server).run_task(DeviceId("good"), task(round_=5))))
-            t = await received_task(ws)
-            weights = {k: np.asarray(v) for k, v in t.weights.items()}
-            await ws.send(result_for(t, corrupt(weights)))
-            await expect_bye(ws, "bad_weights", 1002)
-        failure = run.result()
-        assert isinstance(failure, DeviceFailure) and failure.status == "rejected"
-        assert "bad_weights" in failure.reason and reason in failure.reason
-        assert other.result().weights["w"].tolist() == [[1.0, 1.0]] * 3
-
-
-async def test_a_silent_device_is_closed_after_the_heartbeat_timeout():
-    async with coordinator_with_a_good_device(heartbeat_interval=0.1, heartbeat_timeout=0.4) as (server, _good):
-        ws = await raw_client(server)
-        started = time.monotonic()
-        beats = 0
-        with pytest.raises(ConnectionClosed):
-            async with asyncio.timeout(5):
-                while True:
-                    message = json.loads(await ws.recv())
-                    beats += message["type"] == "heartbeat"
-                    if message["type"] == "bye":
-                        assert message["code"] == "heartbeat_timeout"
-        assert ws.close_code == 1011
-        assert 0.4 <= time.monotonic() - started < 2.0 and beats >= 2
-        assert len(server.heartbeat_rtts) > 0  # the good device answers its heartbeats
-        assert all(0 <= rtt < 0.5 for rtt in server.heartbeat_rtts)
-
-
-async def test_a_silent_handshake_is_closed():
-    async with coordinator_with_a_good_device(handshake_timeout=0.3) as (server, _good):
-        ws = await connect(server.url, compression=None, ping_interval=None, proxy=None)
-        await expect_bye(ws, "heartbeat_timeout", 1011)
-
-
 async def test_a_device_disconnecting_mid_task_fails_it_at_once():
     async with coordinator_with_a_good_device() as (server, _good):
         ws = await raw_client(server)
@@ -414,28 +289,6 @@ async def test_a_device_saying_bye_mid_task_fails_it_with_its_reason():
             await ws.send(json.dumps({"type": "bye", "code": "going_away", "reason": "battery low"}))
         failure = run.result()
         assert failure.status == "failed" and "battery low" in failure.reason
-
-
-# -- registry, profiles, provisioning, shutdown ----------------------------------------------
-
-
-async def test_a_newer_connection_with_the_same_id_replaces_the_older():
-    async with coordinator_with_a_good_device() as (server, _good):
-        old = await raw_client(server, "twin")
-        fleet_of(server).prepare([artifacts(["good", "twin"])])
-        async with asyncio.TaskGroup() as group:
-            pending = group.create_task(outcome(fleet_of(server).run_task(DeviceId("twin"), task())))
-            await received_task(old)
-            new = await raw_client(server, "twin")
-            await expect_bye(old, "going_away", 1001)
-        assert "replaced" in pending.result().reason
-        assert list(server.registry.connected()) == ["good", "twin"]
-        assert server.registry.connected()[DeviceId("twin")].connected_at > 0
-        async with asyncio.TaskGroup() as group:
-            run = group.create_task(outcome(fleet_of(server).run_task(DeviceId("twin"), task(round_=2))))
-            assert (await received_task(new)).round == 2  # tasks go to the newer connection
-            await new.close()
-        assert isinstance(run.result(), DeviceFailure)
 
 
 async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifacts():
@@ -466,97 +319,3 @@ async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifa
         assert seen[0].program is None and seen[0].shard is not None  # the device holds the program
         assert seen[3].program is None  # sent once: the same program bytes for job k
         await ws.close()
-
-
-async def test_profiles_come_from_the_lab_then_the_hello_then_a_neutral_default():
-    lab = [DeviceProfile("known", a=0.02, mu=30.0), DeviceProfile("other", a=0.04, mu=10.0)]
-    registry = DeviceRegistry(PlanningProfiles(lab))
-    async with CoordinatorServer("127.0.0.1", 0, registry=registry, settings=ServerSettings(**FAST)) as server:
-        a = await raw_client(server, "known", hardware={"a": 9.0, "mu": 9.0})
-        b = await raw_client(server, "claims", hardware={"a": 0.1, "mu": 2.0})
-        c = await raw_client(server, "unknown", hardware={"a": "fast", "mu": -1})
-        got = {p.device: (p.a, p.mu) for p in fleet_of(server).profiles()}
-        assert got == {"known": (0.02, 30.0), "claims": (0.1, 2.0), "unknown": (0.03, 20.0)}
-        assert [p.device for p in fleet_of(server).profiles()] == ["known", "claims", "unknown"]
-        assert server.registry.connected()[DeviceId("claims")].profile_source == "hello"
-        for ws in (a, b, c):
-            await ws.close()
-    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
-        ws = await raw_client(server, "x")
-        assert [(p.a, p.mu) for p in fleet_of(server).profiles()] == [(DEFAULT_A, DEFAULT_MU)]
-        await ws.close()
-
-
-async def test_wait_for_devices_reports_progress_and_times_out():
-    seen = []
-    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
-        devices = [device(server, f"d{i}") for i in range(3)]
-        async with devices_running(*devices):
-            await server.registry.wait_for_devices(3, 5, progress=lambda k, n: seen.append((k, n)))
-            with pytest.raises(RunError, match="3 of 4 devices"):
-                await server.registry.wait_for_devices(4, 0.2)
-    assert seen[0][1] == 3 and seen[-1] == (3, 3)
-    assert [k for k, _ in seen] == sorted(k for k, _ in seen)
-
-
-async def test_shutdown_says_bye_going_away_to_every_device_and_fails_pending_tasks():
-    server = CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST))
-    await server.start()
-    devices = [device(server, f"d{i}", profile=DeviceProfile("p", a=1.0, mu=1e6)) for i in range(3)]
-    async with asyncio.TaskGroup() as group:
-        for d in devices:
-            group.create_task(d.run())
-        await server.registry.wait_for_devices(3, 5)
-        fleet_of(server).prepare([artifacts([d.device_id for d in devices])])
-        pending = group.create_task(outcome(fleet_of(server).run_task(DeviceId("d0"), task())))
-        while not devices[0].history:
-            await asyncio.sleep(0.01)
-        started = time.monotonic()
-        await server.close()
-        assert time.monotonic() - started < 2.0
-    assert [d.stopped_by for d in devices] == ["bye going_away: coordinator shutdown"] * 3
-    assert isinstance(pending.result(), DeviceFailure) and "shutdown" in pending.result().reason
-
-
-def test_settings_are_checked():
-    with pytest.raises(ConfigError, match="heartbeat_timeout"):
-        ServerSettings(heartbeat_interval=10, heartbeat_timeout=5)
-    with pytest.raises(ConfigError, match="task_timeout"):
-        RemoteFleet(DeviceRegistry(), task_timeout=-1)
-    assert ServerSettings(max_message_bytes=None).websocket_max_size() is None
-    assert math.isclose(ServerSettings().heartbeat_timeout, 60.0)
-
-
-async def test_a_device_that_ignores_the_bye_is_dropped_without_waiting_for_its_close():
-    # A raw TCP peer that keeps sending after the coordinator's bye (protocol.md
-    # 5.9 says nothing may follow a bye); the coordinator must not wait its whole
-    # close_timeout (30 s here) for a close frame that never comes.
-    import base64
-    import os
-
-    def text_frame(text: str) -> bytes:  # RFC 6455 5.2: a masked text frame of < 64 KiB
-        data, mask = text.encode(), os.urandom(4)
-        size = bytes([0x80 | len(data)]) if len(data) < 126 else bytes([0x80 | 126]) + len(data).to_bytes(2, "big")
-        return bytes([0x81]) + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
-
-    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | {"close_timeout": 30.0}))) as server:
-        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
-        key = base64.b64encode(os.urandom(16)).decode()
-        writer.write(
-            f"GET / HTTP/1.1\r\nHost: mjfl\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode()
-        )
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(text_frame(hello("stubborn")))
-        await server.registry.wait_for_devices(1, 5)
-        writer.write(text_frame('{"type":"gossip"}'))  # -> bye unknown_type
-        started = time.monotonic()
-        with contextlib.suppress(ConnectionError):
-            for seq in itertools.count(1):
-                if server.registry.connection(DeviceId("stubborn")) is None:  # its handler has ended
-                    break
-                writer.write(text_frame(json.dumps({"type": "heartbeat", "seq": seq, "sent_at": 0.0})))
-                await writer.drain()
-                await asyncio.sleep(0.05)
-                assert time.monotonic() - started < 10, "the coordinator waited for a close that never came"
-        writer.close()

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from repository import GOLDEN
 
 from mjfl.android_bridge.protocol import (
     Assembly,
@@ -45,7 +46,6 @@ from mjfl.android_bridge.protocol import (
 )
 from mjfl.errors import ProtocolError
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "protocol"
 PART_BYTES = 400  # small enough to split the result example in two parts
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import struct
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from repository import DOCS
 
 from mjfl.android_bridge import protocol as p
 from mjfl.android_bridge.protocol import (
@@ -45,7 +45,7 @@ from mjfl.android_bridge.protocol.credentials import hello_proof
 from mjfl.errors import EncodeError, ProtocolError
 from mjfl.jobs.base import LocalTraining
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+PROTOCOL_MD = DOCS / "protocol.md"
 SHA_A, SHA_B = "a" * 64, "b" * 64
 MODEL = ModelSpec("cnn", (1, 4, 4), 3)
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1222,4 +1222,4 @@ def doc_examples() -> dict[str, str]:
 
 @pytest.mark.parametrize("name", list(doc_examples()))
 def test_docs_show_what_the_codec_writes(name: str) -> None:
-    assert doc_examples()[name] in DOCS.read_text(), f"docs/protocol.md is out of date for {name}"
+    assert doc_examples()[name] in PROTOCOL_MD.read_text(), f"docs/protocol.md is out of date for {name}"

@@ -16,12 +16,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fake_adb import FakeAdbServer, FakePhone
+from fake_adb import PHONES, FakeAdbServer, FakePhone
 from processes import Process, mjfl_args, query, wait_for
+from repository import ROOT
 
 from mjfl.coordinator.storage.layout import database_path
 
-ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
 PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"
 
@@ -177,7 +177,7 @@ def test_a_testbed_run_on_phones_survives_a_reboot_and_cleans_up(tmp_path: Path,
         started = [c for c in server.commands(PIXEL) if c.startswith("shell:am start")]
         assert len(started) == 2  # at the start, and after the reboot
         # Each phone's log is kept, the pixel's across its reboot (the galaxy logged nothing).
-        recorded = (ROOT / "tests" / "android_bridge" / "phones" / "pixel7" / "logcat.txt").read_bytes()
+        recorded = (PHONES / "pixel7" / "logcat.txt").read_bytes()
         assert (out / "phones" / f"{PIXEL}.logcat").read_bytes().count(recorded) == 2
         assert (out / "phones" / f"{GALAXY}.logcat").exists()
     statuses = {r[2] for r in query(db, DEVICE_ROUNDS) if r[1] == PIXEL}

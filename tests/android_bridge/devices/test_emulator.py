@@ -12,11 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from loopback import fleet_of
+from repository import ROOT
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
@@ -39,7 +39,6 @@ from mjfl.schedulers import round_time
 
 pytestmark = pytest.mark.timeout(60)
 
-ROOT = Path(__file__).resolve().parents[2]
 SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
 WEIGHTS = {"w": np.zeros((3, 2), np.float32), "b": np.ones(4, np.float32)}
 FAST = ServerSettings(heartbeat_interval=0.2, heartbeat_timeout=2.0, handshake_timeout=2.0, close_timeout=1.0, shutdown_timeout=3.0)

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from fake_adb import FakeAdbServer, FakePhone
 from processes import Process, mjfl_args, query
+from repository import ROOT
 
 from mjfl.coordinator.remote.certs import certificate_sha256, create_certificates
 from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.storage.layout import database_path
 
-ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
 PIXEL, GALAXY = "28041FDH2004TQ", "R58R41ABCDE"
 

@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup java-setup test java-test demo bench clean
+.PHONY: setup java-setup test test-fast java-test demo bench clean
 
 # The JVM side (android/client-core and the app's compile check) needs a JDK 17,
 # JUnit 5, Gson and OkHttp: Debian's packages, installed here when missing.
@@ -38,6 +38,13 @@ test: $(STAMP) java-setup
 	$(BIN)/ruff check mjfl tests
 	android/build-jvm.sh
 	$(BIN)/python -m pytest -q
+
+# The inner loop: lint, the import contracts and every test not marked slow (the end-to-end
+# runs as lab staff start them), without the Java build. `make test` runs everything.
+test-fast: $(STAMP)
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check mjfl tests
+	$(BIN)/python -m pytest -q -m "not slow"
 
 # The phone client's Java core (android/client-core) and the app's compile check, with
 # javac and the JUnit console launcher (no Gradle, no Android SDK needed).

@@ -162,7 +162,8 @@ def profile(
     if emulate < 0:
         raise UserError("--emulate must be >= 0")
     phone_options = _phones(phones, adb, apk)
-    run_config = _config(config, port=port) if config is not None else _config(None, port=port, default=default_config(emulate))
+    # --out holds all of a session's outputs, its database too; by default they go to <out_dir>/profile and <out_dir>/mjfl.db.
+    run_config = _config(config, out=out, port=port) if config is not None else _config(None, out=out, port=port, default=default_config(emulate))
     out_dir = out or run_config.out_dir / "profile"
     profile_run(run_config, _output(out_dir), emulate=emulate, devices=devices or [], rounds=rounds, phones=phone_options)
 

@@ -3,53 +3,35 @@
 from __future__ import annotations
 
 import datetime
-import os
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
 
 from rich.console import Console
 from rich.table import Table
 
-from mjfl.android_bridge.phones.adb import Adb, AttachedPhone, PhoneFacts
-from mjfl.android_bridge.phones.attached import BUILT_APK, PhoneOptions, describe, prepare
-from mjfl.coordinator.remote.keys import EnrolledDevice, KeyStore, default_key_store
-from mjfl.errors import PhoneError, UserError
-
-T = TypeVar("T")
-
-
-def _each(phones: list[AttachedPhone], work: Callable[[str], T]) -> dict[str, T | PhoneError]:
-    """``work(serial)`` on every usable phone at once (adb serves phones in parallel)."""
-    usable = [p.serial for p in phones if p.usable]
-
-    def attempt(serial: str) -> T | PhoneError:
-        try:
-            return work(serial)
-        except PhoneError as exc:
-            return exc
-
-    with ThreadPoolExecutor(max_workers=max(1, min(16, len(usable)))) as pool:
-        return dict(zip(usable, pool.map(attempt, usable)))
-
-
-def _attached(adb: Adb) -> list[AttachedPhone]:
-    phones = adb.phones()
-    if not phones:
-        raise PhoneError(
-            f"no phone attached to the adb server at {adb.address}: connect one by USB"
-            " with USB debugging on (docs/phones.md, a lab from zero)"
-        )
-    return phones
+from mjfl.android_bridge.phones.adb import Adb, PhoneFacts
+from mjfl.android_bridge.phones.attached import (
+    BUILT_APK,
+    PhoneOptions,
+    attached_or_fail,
+    describe,
+    on_each_phone,
+    prepare,
+)
+from mjfl.coordinator.remote.keys import (
+    EnrolledDevice,
+    KeyStore,
+    append_key_file,
+    default_key_store,
+)
+from mjfl.errors import PhoneError
 
 
 def list_phones(options: PhoneOptions, *, console: Console) -> dict[str, PhoneFacts]:
     """Print a table of the attached phones and their facts; PhoneError when none can be used."""
     adb = Adb(options.adb)
-    phones = _attached(adb)
+    phones = attached_or_fail(adb)
     with console.status(f"reading {len(phones)} phones ..."):
-        facts = _each(phones, adb.facts)
+        facts = on_each_phone(phones, adb.facts)
     table = Table(title=f"phones on the adb server at {adb.address}")
     for column in ("serial", "state", "model", "Android", "ABI", "cores", "RAM (MB)", "battery", "thermal", "mjfl app"):
         table.add_column(column, justify="right" if column in ("cores", "RAM (MB)", "battery") else "left")
@@ -84,10 +66,10 @@ def prepare_phones(options: PhoneOptions, *, console: Console) -> dict[str, Phon
     if apk is not None and not apk.is_file():
         raise PhoneError(f"--apk {apk}: no such file (build it: docs/phones.md, section 1)")
     adb = Adb(options.adb)
-    phones = _attached(adb)
+    phones = attached_or_fail(adb)
     what = f"installing {apk} on" if apk else "preparing"
     with console.status(f"{what} {sum(p.usable for p in phones)} phones ..."):
-        results = _each(phones, lambda serial: prepare(adb, serial, apk=apk))
+        results = on_each_phone(phones, lambda serial: prepare(adb, serial, apk=apk))
     for phone in phones:
         if not phone.usable:
             console.print(f"[yellow]{phone.problem()}[/]", highlight=False)
@@ -147,30 +129,3 @@ def list_keys(keys: Path | None, *, console: Console) -> list[EnrolledDevice]:
         table.add_row(d.name, when(d.enrolled_at), when(d.last_seen), when(d.revoked_at))
     console.print(table)
     return devices
-
-
-def append_key_file(path: Path, name: str, secret: str) -> None:
-    """Add ``NAME SECRET`` to a device key file (created 0600), as ``--key-file`` reads it."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(f"{name} {secret}\n")
-    except OSError as exc:
-        raise UserError(f"--save {path}: {exc.strerror or exc}") from None
-
-
-def read_key_file(path: Path) -> dict[str, str]:
-    """A device key file: one ``NAME SECRET`` per line; ``#`` comments and blank lines skipped."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise UserError(f"--key-file {path}: {exc.strerror or exc}") from None
-    secrets: dict[str, str] = {}
-    for number, line in enumerate(lines, 1):
-        words = line.split()
-        if not words or words[0].startswith("#"):
-            continue
-        if len(words) != 2:
-            raise UserError(f"--key-file {path}, line {number}: expected NAME SECRET")
-        secrets[words[0]] = words[1]
-    return secrets

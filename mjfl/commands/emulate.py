@@ -15,7 +15,7 @@ from mjfl.android_bridge.devices.emulator import (
     run_emulated_fleet,
 )
 from mjfl.android_bridge.devices.ray_cluster import RayContext, RayOptions, cluster_cpus, connect
-from mjfl.commands.devices import read_key_file
+from mjfl.coordinator.remote.keys import read_key_file
 from mjfl.errors import UserError
 from mjfl.profiling.profiles import draw_fleet, load_profiles
 

@@ -23,8 +23,10 @@ import logging
 import re
 import threading
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from mjfl.android_bridge.phones.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
 from mjfl.errors import PhoneError
@@ -33,6 +35,34 @@ log = logging.getLogger(__name__)
 
 # Where `./gradlew :app:assembleDebug` puts the APK (docs/phones.md, section 1).
 BUILT_APK = Path("android/app/build/outputs/apk/debug/app-debug.apk")
+
+
+T = TypeVar("T")
+
+
+def on_each_phone(phones: list[AttachedPhone], work: Callable[[str], T]) -> dict[str, T | PhoneError]:
+    """``work(serial)`` on every usable phone at once (adb serves phones in parallel)."""
+    usable = [p.serial for p in phones if p.usable]
+
+    def attempt(serial: str) -> T | PhoneError:
+        try:
+            return work(serial)
+        except PhoneError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(usable)))) as pool:
+        return dict(zip(usable, pool.map(attempt, usable)))
+
+
+def attached_or_fail(adb: Adb) -> list[AttachedPhone]:
+    """The phones attached to ``adb``'s server, usable or not; PhoneError (one line) when there is none."""
+    phones = adb.phones()
+    if not phones:
+        raise PhoneError(
+            f"no phone attached to the adb server at {adb.address}: connect one by USB"
+            " with USB debugging on (docs/phones.md, a lab from zero)"
+        )
+    return phones
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,10 @@ serialises those writers where a rewritten text file would lose one.
 
 Revoking keeps the row (when, and the device's last visit) but erases the
 secret: nothing can be verified against it any more.
+
+A device *key file* is the other side's: ``NAME SECRET`` a line, what
+``mjfl devices enroll NAME --save FILE`` appends and ``mjfl devices emulate
+--key-file FILE`` reads (``append_key_file``, ``read_key_file``).
 """
 
 from __future__ import annotations
@@ -159,4 +163,33 @@ class KeyStore:
         return None if row is None else row[0]
 
 
-__all__ = ["EnrolledDevice", "KeyStore", "default_key_store"]
+
+
+def append_key_file(path: Path, name: str, secret: str) -> None:
+    """Add ``NAME SECRET`` to a device key file (created 0600), as ``--key-file`` reads it."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
+            f.write(f"{name} {secret}\n")
+    except OSError as exc:
+        raise UserError(f"--save {path}: {exc.strerror or exc}") from None
+
+
+def read_key_file(path: Path) -> dict[str, str]:
+    """A device key file: one ``NAME SECRET`` per line; ``#`` comments and blank lines skipped."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UserError(f"--key-file {path}: {exc.strerror or exc}") from None
+    secrets: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) != 2:
+            raise UserError(f"--key-file {path}, line {number}: expected NAME SECRET")
+        secrets[words[0]] = words[1]
+    return secrets
+
+
+__all__ = ["EnrolledDevice", "KeyStore", "append_key_file", "default_key_store", "read_key_file"]

@@ -1,7 +1,7 @@
 """The finished runs of output folders, read back from their run databases.
 
 Each folder is a run's output folder (``out_dir``), its records in the run
-database (``storage.database.database_path``). A run is named by its method
+database (``storage/layout.py: database_path``). A run is named by its method
 and the settings that make it a variant (non-default cost weights, the
 method's options), so runs of one variant over several seeds or folders
 gather under one name (``outcomes.gather``).

@@ -447,8 +447,9 @@ def test_any_round_round_trips(
 
 CRASH_MID_ROUND = """
 import os, sys
+sys.path[:0] = sys.argv[2:]  # this test file's folder and tests/, as pytest has them
 from mjfl.coordinator.storage.database import Storage
-from tests.coordinator.test_storage import round_record, A
+from test_database import round_record, A
 
 
 class DiesBeforeDeviceRows:
@@ -485,9 +486,9 @@ def test_a_crash_mid_round_leaves_no_half_round(tmp_path: Path) -> None:
     with Storage(path) as db:
         db.start_run(run_info(), job_infos())
         db.record_round(round_record(A, 1))
-    root = ROOT
     died = subprocess.run(
-        [sys.executable, "-c", CRASH_MID_ROUND, str(path)], cwd=root, timeout=60, check=False
+        [sys.executable, "-c", CRASH_MID_ROUND, str(path), str(Path(__file__).parent), str(ROOT / "tests")],
+        cwd=ROOT, timeout=60, check=False,
     )
     assert died.returncode == 3  # it really died inside record_round
     with Storage(path) as db:

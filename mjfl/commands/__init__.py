@@ -1,5 +1,6 @@
 """The commands of `mjfl`, one module each: what `cli.py` calls once it has parsed the arguments.
 
-A command checks its arguments, chooses its devices and clock, and hands
-them to the run driver (``mjfl.coordinator.run.driver``), or runs a benchmark.
+A command checks its arguments, calls the room that does the work (the run
+driver with the devices it chooses, the results package, the phones, the
+key store) and prints what comes back. Benchmarks are ``mjfl.bench``'s.
 """

@@ -1,1 +1,8 @@
-"""Devices that are not phones."""
+"""Devices that are not phones, and what they share with simulated ones.
+
+- ``device_model``: one device's round: Formula 4 round times, drop-outs, what a
+  deadline does, and the trainers it keeps loaded (simulated devices use it too);
+- ``emulator``: emulated devices, protocol v1 clients that train like a phone, and
+  the worker processes that host them;
+- ``ray_cluster``: the same workers (and simulated devices' training) on a Ray cluster.
+"""

@@ -18,7 +18,11 @@ completes with the rest when at least ``min_returns`` came back.
 
 The engine knows devices only through a Fleet and time only through a Clock,
 so the same code runs phones in wall-clock time and simulations in virtual
-time.
+time. It tells everything else what happens through one stream of events
+(``events.py``): storage, the live view and any later observer follow it.
+It alone decides whether a job stopped and why (``_verdict``), and it learns
+of devices that join or leave a running run only by an explicit ``join`` /
+``leave`` from the run driver.
 """
 
 from __future__ import annotations

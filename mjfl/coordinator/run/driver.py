@@ -9,12 +9,18 @@ to a ``Driver``. Everything else happens here, once:
     output folder and its log -> the run database -> a run id (or the run to
     resume) -> the fleet, ready -> job preparation (data, partitions,
     programs) -> round budgets (Formula 10) -> checkpoints restored -> the
-    engine, with the live view -> every round recorded (and checkpointed) ->
-    the final report (summary.json, rounds.csv, plots, table)
+    engine, observed by the recorder (every round checkpointed and recorded)
+    and the live view -> the final report (``results/report.py``)
 
 or, for a profiling session, the fleet and the prepared jobs -> calibration
-tasks -> Formula 4 fits -> profiles.json, observations.csv, the profile table
-and CDF plots.
+tasks (``calibration.py``) -> Formula 4 fits -> profiles.json,
+observations.csv, the profile table and CDF plots.
+
+Where devices can come and go (a testbed's registry, ``ReadyFleet.members``),
+the driver is the one who tells the engine: a device that joins gets a free
+shard of every job (the ``Assignment``, saved for ``--resume``), the fleet
+its data, and the engine an explicit ``Engine.join``; one that leaves, an
+``Engine.leave``.
 """
 
 from __future__ import annotations

@@ -375,8 +375,7 @@ class Engine:
         )
         job.stopped = self._verdict(job, accuracy, loss)
         self._emit(RoundAggregated(
-            record, decision.candidates or None, job.stopped, job.weights, job.scheduler, job.best_accuracy,
-            job.max_rounds,
+            record, decision.candidates or None, job.stopped, job.weights, job.scheduler, job.best_accuracy
         ))
         if job.stopped is not None:
             self._emit(JobStopped(job.name, job.stopped, job.rounds_done, self.now()))

@@ -100,7 +100,6 @@ class RoundAggregated:
     weights: Mapping[str, Any]
     scheduler: Any
     best_accuracy: float
-    max_rounds: int
 
     @property
     def job(self) -> JobId:

@@ -22,7 +22,7 @@ from mjfl.ids import DeviceId
 
 def aggregated(record: RoundRecord) -> RoundAggregated:
     return RoundAggregated(
-        record=record, choices=None, stopped=None, weights={}, scheduler=None, best_accuracy=0.0, max_rounds=50
+        record=record, choices=None, stopped=None, weights={}, scheduler=None, best_accuracy=0.0
     )
 
 

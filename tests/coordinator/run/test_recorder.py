@@ -45,7 +45,7 @@ def recorder_over(folder):
 def finished(n):
     """The engine's event for round ``n`` of job j: its record, and the model and scheduler a checkpoint keeps."""
     record = RoundRecord("run-1", JobId("j"), n, n - 1.0, float(n), (DeviceRound(DeviceId("d0"), "ok", 6, 0.5, 1.0),), 0.5, 1.0, True, 1.0, 1.0)
-    return RoundAggregated(record, None, None, {"w": np.full(4, float(n), np.float32)}, make_scheduler("random", seed=0), 0.5, 10)
+    return RoundAggregated(record, None, None, {"w": np.full(4, float(n), np.float32)}, make_scheduler("random", seed=0), 0.5)
 
 
 def fill(folder):

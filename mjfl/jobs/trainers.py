@@ -10,10 +10,11 @@ form. That dict is exactly what travels between coordinator and devices.
 - `TorchTrainer` runs the eager model with `torch.optim.SGD` (CUDA when
   available): the fallback, and the reference the runtime is tested against.
 
-Both draw the same batches and the same dropout masks for the same seed
-(masks come from U[0, 1) noise of a numpy generator, fed to the program as
-inputs), so from the same weights they agree step by step, and a seed gives
-the same training in either runtime, run after run.
+Both draw the same batches and the same dropout masks for the same seed,
+from the task generator (`mjfl.jobs.randomness`, docs/models.md): masks come
+from U[0, 1) noise fed to the program as inputs. So from the same weights they
+agree step by step, a seed gives the same training in either runtime run
+after run, and a phone given the task's seed draws the same numbers.
 
 `evaluate` is the coordinator's test-set evaluation (eager, eval mode).
 """
@@ -37,6 +38,7 @@ from mjfl.jobs.models import (
     load_weights,
     state_to_numpy,
 )
+from mjfl.jobs.randomness import TaskRandom
 
 __all__ = [
     "ExecuTorchTrainer",
@@ -52,38 +54,29 @@ __all__ = [
 def batches(n: int, *, epochs: int, batch_size: int, seed: int) -> list[np.ndarray]:
     """Index arrays of every mini-batch of a call, epoch after epoch.
 
-    Each epoch is a fresh permutation from one `numpy` generator seeded with
-    `seed`; the last batch of an epoch is short when `batch_size` does not
-    divide `n`.
+    Epoch e is the task generator's permutation e of the shard
+    (`TaskRandom.permutation`), cut into batches of `batch_size`; the last
+    batch of an epoch is short when `batch_size` does not divide `n`.
     """
     if n <= 0:
         raise ValueError("cannot train on an empty shard")
     if epochs < 1 or batch_size < 1:
         raise ValueError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
-    rng = np.random.default_rng(seed)
+    rng = TaskRandom(seed)
     out: list[np.ndarray] = []
-    for _ in range(epochs):
-        perm = rng.permutation(n)
+    for epoch in range(epochs):
+        perm = rng.permutation(epoch, n)
         out += [perm[i : i + batch_size] for i in range(0, n, batch_size)]
     return out
 
 
-# Dropout noise has its own stream, so it does not shift the batch order.
-_NOISE_STREAM = 0x6E6F697365
-
-
-def dropout_rng(seed: int) -> np.random.Generator:
-    """The generator of a `train` call's dropout noise, from its seed."""
-    return np.random.default_rng([seed, _NOISE_STREAM])
-
-
-def draw_noise(rng: np.random.Generator, n: int, features: tuple[int, ...]) -> np.ndarray:
+def draw_noise(rng: TaskRandom, n: int, features: tuple[int, ...]) -> np.ndarray:
     """U[0, 1) float32 noise for one dropout site of an n-sample batch.
 
     Drawn in the program's layout, (*features, n) with the batch last; the
     eager trainer views it batch-first, so both runtimes use the same numbers.
     """
-    return rng.random((*features, n), dtype=np.float32)
+    return rng.noise((*features, n))
 
 
 def _check_data(spec: ModelSpec, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -229,7 +222,7 @@ class ExecuTorchTrainer:
         named = {f: self._params[k] for f, k in zip(self._fqns, self._param_keys)}
         optimizer = get_sgd_optimizer(named, training.lr, training.momentum, 0.0, training.weight_decay, False)
         xt, yt = torch.from_numpy(x), torch.from_numpy(y)
-        noise_rng = dropout_rng(seed)
+        noise_rng = TaskRandom(seed)
         t1 = time.perf_counter()
 
         step_times = []
@@ -336,7 +329,7 @@ class TorchTrainer:
         t1 = time.perf_counter()
         step_times = []
         losses = []
-        noise_rng = dropout_rng(seed)
+        noise_rng = TaskRandom(seed)
 
         def noise(shape: tuple[int, ...]) -> torch.Tensor:
             # The program's (*features, N) numbers, viewed batch-first.

@@ -26,7 +26,8 @@ public final class ReportingTrainer implements Trainer {
         String what = describe(task);
         board.task(what);
         LOG.info("training " + what + String.format(Locale.ROOT, ": %d epochs, batch %d, lr %g, momentum %g, "
-                + "weight decay %g", task.epochs(), task.batchSize(), task.lr(), task.momentum(), task.weightDecay()));
+                + "weight decay %g, seed %d", task.epochs(), task.batchSize(), task.lr(), task.momentum(),
+                task.weightDecay(), task.seed()));
         try {
             TrainingResult r = inner.train(task, cancelled);
             String answer = what + ": " + summary(r);

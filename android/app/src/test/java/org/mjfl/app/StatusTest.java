@@ -19,7 +19,7 @@ class StatusTest {
     private static TrainingTask task() {
         return new TrainingTask("t-7", "cnn", 3, new Message.ModelSpec("cnn", List.of(1L), 2), Path.of("p.pte"),
                 new Shard(1, List.of(1L), new float[1], new long[1]), List.of(), 1, 1, 0.1, 0, 0,
-                Double.POSITIVE_INFINITY);
+                Double.POSITIVE_INFINITY, 5);
     }
 
     @Test

@@ -312,7 +312,7 @@ public final class Device {
         double deadlineAt = task.deadlineS() == null ? Double.POSITIVE_INFINITY : arrivedAt + task.deadlineS();
         TrainingTask tt = new TrainingTask(task.taskId(), task.jobId(), task.round(), job.model(), program, shard,
                 task.tensors(), task.epochs(), task.batchSize(), task.lr(), task.momentum(), task.weightDecay(),
-                deadlineAt);
+                deadlineAt, seed(task));
         double downloadS = cfg.clock().now() - arrivedAt; // 5.5: arrival to weights and data ready
         TrainingResult r;
         try {
@@ -370,6 +370,19 @@ public final class Device {
                 LOG.fine(() -> id() + ": task " + taskId + ": error " + code + " (" + reason + ")");
             }
         };
+    }
+
+    /**
+     * The task's seed; when the coordinator sent none (an older one), a seed the device draws
+     * itself, logged so that the run can be replayed.
+     */
+    private long seed(Message.Task task) {
+        if (task.seed() != null) {
+            return task.seed();
+        }
+        long drawn = java.util.concurrent.ThreadLocalRandom.current().nextLong() >>> 1; // 0 to 2^63 - 1
+        LOG.fine(() -> id() + ": task " + task.taskId() + " carries no seed; the device drew " + drawn);
+        return drawn;
     }
 
     private static boolean sameSpec(List<Tensor> want, List<Tensor> got) {

@@ -441,6 +441,32 @@ class DeviceLoopbackTest {
     }
 
     @Test
+    void theTrainerGetsTheTasksSeedOrOneTheDeviceDrew() throws Exception {
+        List<Long> seeds = java.util.Collections.synchronizedList(new ArrayList<>());
+        Trainer trainer = (task, cancelled) -> {
+            seeds.add(task.seed());
+            return new TrainingResult(task.weights(), 3, 0.1, 0.01);
+        };
+        CompletableFuture<Device.Stop> stop = run(config(trainer).build());
+        Peer p = welcomed(server, null, null);
+        p.sendBinary(wire(provision("j", true, true)));
+        Message.Task plain = task("seeded", "j", 0, weights(1));
+        p.sendBinary(wire(new Message.Task("seeded", "j", 0, plain.epochs(), plain.batchSize(), plain.lr(),
+                plain.momentum(), plain.weightDecay(), plain.deadlineS(), PROGRAM_SHA, SHARD_SHA, Long.MAX_VALUE,
+                plain.tensors())));
+        assertEquals("seeded", p.next(Message.Result.class).taskId());
+        for (String id : new String[] {"unseeded-1", "unseeded-2"}) {
+            p.sendBinary(wire(task(id, "j", 0, weights(1))));
+            assertEquals(id, p.next(Message.Result.class).taskId());
+        }
+        assertEquals(Long.MAX_VALUE, seeds.get(0));
+        assertTrue(seeds.get(1) >= 0 && seeds.get(2) >= 0, seeds.toString());
+        assertFalse(seeds.get(1).equals(seeds.get(2)), "each unseeded task draws its own: " + seeds);
+        p.sayBye(Codes.GOING_AWAY, "done", 1001);
+        assertEquals(Device.Stop.COORDINATOR_BYE, stopOf(stop));
+    }
+
+    @Test
     void largeMessagesTravelInPartsBothWays() throws Exception {
         CompletableFuture<Device.Stop> stop = run(config(new StandInTrainer())
                 .options(new Connection.Options(4096, 8 << 20, 5.0, 1.0)).build());

@@ -58,7 +58,7 @@ class ProgramTrainerTest {
     private static TrainingTask task(Shard shard, List<Tensor> weights, long epochs, long batchSize, double momentum) {
         Message.ModelSpec model = new Message.ModelSpec("fake", List.of(2L, 1L, 2L), 2);
         return new TrainingTask("t-1", "job", 3, model, PROGRAM, shard, weights, epochs, batchSize, 0.5, momentum,
-                0.0, Double.POSITIVE_INFINITY);
+                0.0, Double.POSITIVE_INFINITY, 0);
     }
 
     private final List<FakeProgram> loaded = new ArrayList<>();
@@ -213,7 +213,8 @@ class ProgramTrainerTest {
         for (int job = 0; job <= ProgramTrainer.KEPT_PROGRAMS; job++) {
             TrainingTask base = task(shard(4), weights(false, null), 1, 2, 0.0);
             TrainingTask other = new TrainingTask(base.taskId(), "job" + job, base.round(), base.model(),
-                    Path.of("job" + job + ".pte"), base.shard(), base.weights(), 1, 2, 0.1, 0, 0, base.deadlineAt());
+                    Path.of("job" + job + ".pte"), base.shard(), base.weights(), 1, 2, 0.1, 0, 0, base.deadlineAt(),
+                    base.seed());
             t.train(other, new long[0], () -> false);
         }
         assertTrue(all.get(0).closed);

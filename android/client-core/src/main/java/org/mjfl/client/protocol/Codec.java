@@ -427,8 +427,10 @@ public final class Codec {
                 Double deadline = f.optNumber("deadline_s", 0, true);
                 String program = f.sha256("program_sha256");
                 String shard = f.sha256("shard_sha256");
+                // Absent or null from a coordinator that sends none (docs/models.md, "The task generator").
+                Long seed = f.optInteger("seed", 0, Long.MAX_VALUE);
                 return ts -> new Message.Task(taskId, jobId, round, epochs, batchSize, lr, momentum, weightDecay,
-                        deadline, program, shard, ts);
+                        deadline, program, shard, seed, ts);
             }
             case "result": {
                 String taskId = f.id("task_id");
@@ -522,6 +524,9 @@ public final class Codec {
                     .key("weight_decay").number("weight_decay", t.weightDecay())
                     .key("deadline_s").number("deadline_s", t.deadlineS())
                     .key("program_sha256").value(t.programSha256()).key("shard_sha256").value(t.shardSha256());
+            if (t.seed() != null) { // written only when there is one, as the Python coordinator does
+                w.key("seed").value((long) t.seed());
+            }
         } else {
             Message.Result r = (Message.Result) m;
             Message.Timing tm = r.timing();

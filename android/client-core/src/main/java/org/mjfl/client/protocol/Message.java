@@ -103,12 +103,23 @@ public sealed interface Message {
         }
     }
 
-    /** 5.4; tensors are the global weights in state-dict order. */
+    /**
+     * 5.4; tensors are the global weights in state-dict order. {@code seed} (0 to 2^63 - 1) is
+     * the task generator's (docs/models.md): batch order and dropout noise; null when the
+     * coordinator sends none (an older one), and the device then draws its own.
+     */
     record Task(String taskId, String jobId, long round, long epochs, long batchSize, double lr, double momentum,
-            double weightDecay, Double deadlineS, String programSha256, String shardSha256, List<Tensor> tensors)
-            implements Binary {
+            double weightDecay, Double deadlineS, String programSha256, String shardSha256, Long seed,
+            List<Tensor> tensors) implements Binary {
         public Task {
             tensors = List.copyOf(tensors);
+        }
+
+        /** A task without a seed. */
+        public Task(String taskId, String jobId, long round, long epochs, long batchSize, double lr, double momentum,
+                double weightDecay, Double deadlineS, String programSha256, String shardSha256, List<Tensor> tensors) {
+            this(taskId, jobId, round, epochs, batchSize, lr, momentum, weightDecay, deadlineS, programSha256,
+                    shardSha256, null, tensors);
         }
 
         public String type() {

@@ -2,6 +2,7 @@ package org.mjfl.client.protocol;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -396,6 +397,36 @@ class CodecTest {
         bin(Codes.BAD_MESSAGE, Frames.binary(String.format(t, "0", "0", "null"), new byte[0]));
         bin(Codes.BAD_MESSAGE, Frames.binary(String.format(t, "1", "-0.1", "null"), new byte[0]));
         bin(Codes.BAD_MESSAGE, Frames.binary(String.format(t, "1", "0", "0"), new byte[0]));
+    }
+
+    @Test
+    void aTaskCarriesAnOptionalSeedOfSixtyThreeBits() {
+        String t = "{\"type\":\"task\",\"task_id\":\"t\",\"job_id\":\"j\",\"round\":0,\"epochs\":1,\"batch_size\":1,\"lr\":0,"
+                + "\"momentum\":0,\"weight_decay\":0,\"deadline_s\":null,\"program_sha256\":\"" + SHA_A + "\",\"shard_sha256\":\""
+                + SHA_B + "\"%s,\"tensors\":[]}";
+        for (String seed : new String[] {"0", "20261127", "9223372036854775807"}) {
+            Message.Task m = decodeTask(String.format(t, ",\"seed\":" + seed));
+            assertEquals(Long.valueOf(seed), m.seed());
+            // Written back after shard_sha256, as the Python coordinator writes it.
+            Message.Task again = (Message.Task) Codec.decodeBinary(Codec.encodeBinary(m, 1), 1, null);
+            assertEquals(m, again);
+        }
+        assertNull(decodeTask(String.format(t, "")).seed(), "an older coordinator sends none");
+        assertNull(decodeTask(String.format(t, ",\"seed\":null")).seed());
+        String header = new String(Frames.bytes(Codec.encodeBinary(task(List.of()), 1)), StandardCharsets.US_ASCII);
+        assertFalse(header.contains("seed"), "a task without a seed is written without the field");
+        for (String bad : new String[] {"-1", "9223372036854775808", "1.5", "1e3", "\"7\"", "true"}) {
+            ProtocolException x = assertThrows(ProtocolException.class,
+                    () -> decodeTask(String.format(t, ",\"seed\":" + bad)), bad);
+            assertEquals(Codes.BAD_MESSAGE, x.code(), bad);
+            assertTrue(x.reason().contains("seed"), x.reason());
+        }
+        refused(Codes.BAD_MESSAGE, () -> Codec.encodeBinary(new Message.Task("t", "j", 0, 1, 1, 0, 0, 0, null, SHA_A,
+                SHA_B, -1L, List.of()), 1));
+    }
+
+    private static Message.Task decodeTask(String header) {
+        return (Message.Task) Codec.decodeBinary(ByteBuffer.wrap(Frames.binary(header, new byte[0])), 1, null);
     }
 
     // ----------------------------------------------------------------------------------------

@@ -206,6 +206,9 @@ class GoldenFramesTest {
             o.add("deadline_s", num(t.deadlineS()));
             o.addProperty("program_sha256", t.programSha256());
             o.addProperty("shard_sha256", t.shardSha256());
+            if (t.seed() != null) { // absent from a task without one (older coordinators send none)
+                o.addProperty("seed", t.seed());
+            }
         } else if (m instanceof Message.Result r) {
             o.addProperty("task_id", r.taskId());
             o.addProperty("job_id", r.jobId());

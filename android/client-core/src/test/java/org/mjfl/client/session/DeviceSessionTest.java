@@ -192,6 +192,31 @@ class DeviceSessionTest {
     }
 
     @Test
+    void aTasksSeedArrivesWithItAndAnOutOfRangeOneIsBadMessage() {
+        DeviceSession s = provisioned();
+        Message.Task plain = task("t", "j", 0, weights(1));
+        Message.Task seeded = new Message.Task("t", "j", 0, plain.epochs(), plain.batchSize(), plain.lr(),
+                plain.momentum(), plain.weightDecay(), plain.deadlineS(), plain.programSha256(), plain.shardSha256(), 42L,
+                plain.tensors());
+        SessionEvent.TaskArrived t = (SessionEvent.TaskArrived) s.receiveBinary(wire(seeded), 0).get(0);
+        assertEquals(42L, t.task().seed());
+        assertTrue(s.sendError(Codes.BUSY, "busy", "t"));
+        t = (SessionEvent.TaskArrived) s.receiveBinary(wire(plain), 0).get(0);
+        assertNull(t.task().seed(), "a task from a coordinator that sends no seed is still a task");
+
+        DeviceSession b = provisioned();
+        ByteBuffer negative = wire(seeded);
+        byte[] raw = Frames.bytes(negative);
+        String header = new String(raw, java.nio.charset.StandardCharsets.ISO_8859_1);
+        int at = header.indexOf("\"seed\":42") + "\"seed\":".length();
+        raw[at] = '-';
+        raw[at + 1] = '1';
+        List<SessionEvent> events = b.receiveBinary(ByteBuffer.wrap(raw), 0);
+        closedWith(b, events, Codes.BAD_MESSAGE, 1002);
+        assertTrue(((SessionEvent.Closed) events.get(events.size() - 1)).reason().contains("seed"), events.toString());
+    }
+
+    @Test
     void aTaskIdMayBeReusedOnceAnswered() {
         DeviceSession s = provisioned();
         s.receiveBinary(wire(task("t", "j", 0, weights(1))), 0);

@@ -21,7 +21,7 @@ class StandInTrainerTest {
 
     static TrainingTask task(List<Tensor> weights, double lr, long epochs, long batch) {
         Shard shard = new Shard(5, MODEL.inputShape(), new float[10], new long[5]);
-        return new TrainingTask("t", "j", 1, MODEL, Paths.get("p"), shard, weights, epochs, batch, lr, 0.9, 0, Double.POSITIVE_INFINITY);
+        return new TrainingTask("t", "j", 1, MODEL, Paths.get("p"), shard, weights, epochs, batch, lr, 0.9, 0, Double.POSITIVE_INFINITY, 0);
     }
 
     @Test

@@ -1,9 +1,13 @@
 package org.mjfl.app.training;
 
+import java.io.IOException;
 import java.nio.BufferUnderflowException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
@@ -12,13 +16,15 @@ import java.util.List;
  * What a device must know about a training program before running it, read from the
  * {@code .pte} file itself (docs/models.md, "Training a task on a device"): the inputs of
  * {@code forward} ({@code x}, {@code y}, then one noise tensor per dropout site, all reported at
- * the program's batch bound), the parameters' names and shapes ({@code __et_training_fqn_forward})
- * and where the gradients and the parameters start among the outputs.
+ * the program's batch bound), the parameters' names and shapes ({@code __et_training_fqn_forward}),
+ * where the gradients and the parameters start among the outputs, and the memory the runtime
+ * plans for it.
  *
  * <p>ExecuTorch's Java API has no method metadata beyond names and backends (its
  * {@code MethodMetadata}), so the program's flatbuffer is read here, following
  * {@code schema/program.fbs} (identical in executorch 1.4 and 1.5.1): {@code Program.execution_plan}
- * -> {@code ExecutionPlan{name, values, inputs, outputs}} -> {@code EValue{val: KernelTypes}}.
+ * -> {@code ExecutionPlan{name, values, inputs, outputs, non_const_buffer_sizes}} ->
+ * {@code EValue{val: KernelTypes}}.
  */
 public final class ProgramSignature {
     /** ExecuTorch's ScalarType codes (schema/scalar_type.fbs). */
@@ -47,14 +53,16 @@ public final class ProgramSignature {
     private final List<long[]> parameterShapes;
     private final int gradientsIndex;
     private final int parametersIndex;
+    private final long plannedBytes;
 
     private ProgramSignature(List<TensorSpec> inputs, List<String> parameterNames, List<long[]> parameterShapes,
-            int gradientsIndex, int parametersIndex) {
+            int gradientsIndex, int parametersIndex, long plannedBytes) {
         this.inputs = List.copyOf(inputs);
         this.parameterNames = List.copyOf(parameterNames);
         this.parameterShapes = List.copyOf(parameterShapes);
         this.gradientsIndex = gradientsIndex;
         this.parametersIndex = parametersIndex;
+        this.plannedBytes = plannedBytes;
     }
 
     /** Reads and checks the signature of {@code method} (mjfl's programs: "forward"). */
@@ -62,8 +70,15 @@ public final class ProgramSignature {
         Flat f = new Flat(pte);
         try {
             return read(f, method);
-        } catch (IndexOutOfBoundsException | BufferUnderflowException | IllegalArgumentException e) {
+        } catch (IndexOutOfBoundsException | BufferUnderflowException | IllegalArgumentException | ArithmeticException e) {
             throw new ProgramException("not a readable ExecuTorch program: " + e.getMessage());
+        }
+    }
+
+    /** Reads the signature from a program file, mapped, not loaded into any runtime. */
+    public static ProgramSignature read(Path pte, String method) throws IOException, ProgramException {
+        try (FileChannel ch = FileChannel.open(pte, StandardOpenOption.READ)) {
+            return read(ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size()), method);
         }
     }
 
@@ -99,18 +114,33 @@ public final class ProgramSignature {
         for (int i = 0; i < names.size(); i++) {
             shapes.add(f.tensorValue(forward, f.intAt(outputIdx, (int) parametersIndex + i)).sizes());
         }
-        return of(inputs, names, shapes, (int) gradientsIndex);
+        // TrainingModule loads the three index methods beside the method itself, each with its
+        // own planned memory (tiny: they return constants).
+        long planned = 0;
+        for (int plan : new int[] {forward, gradPlan, paramPlan, fqnPlan}) {
+            planned = Math.addExact(planned, f.plannedBytes(plan));
+        }
+        return of(inputs, names, shapes, (int) gradientsIndex, planned);
+    }
+
+    /** A signature from its parts, checked as one read from a file (for test programs); no planned memory. */
+    static ProgramSignature of(List<TensorSpec> inputs, List<String> parameterNames, List<long[]> parameterShapes,
+            int gradientsIndex) throws ProgramException {
+        return of(inputs, parameterNames, parameterShapes, gradientsIndex, 0);
     }
 
     /** A signature from its parts, checked as one read from a file (for test programs). */
     static ProgramSignature of(List<TensorSpec> inputs, List<String> parameterNames, List<long[]> parameterShapes,
-            int gradientsIndex) throws ProgramException {
+            int gradientsIndex, long plannedBytes) throws ProgramException {
         if (parameterShapes.size() != parameterNames.size() || gradientsIndex < 2 || gradientsIndex % 2 != 0) {
             throw new ProgramException("gradients at " + gradientsIndex + " after loss, logits and pairs of batch "
                     + "statistics; " + parameterNames.size() + " names, " + parameterShapes.size() + " shapes");
         }
+        if (plannedBytes < 0) {
+            throw new ProgramException("planned memory of " + plannedBytes + " bytes");
+        }
         ProgramSignature s = new ProgramSignature(inputs, parameterNames, parameterShapes, gradientsIndex,
-                gradientsIndex + parameterNames.size());
+                gradientsIndex + parameterNames.size(), plannedBytes);
         s.check();
         return s;
     }
@@ -183,6 +213,17 @@ public final class ProgramSignature {
         return parametersIndex;
     }
 
+    /**
+     * Bytes of non-constant memory (activations, gradients, outputs) the runtime allocates when it
+     * loads the method and its training metadata methods, for the batch bound: the sum of each
+     * plan's {@code non_const_buffer_sizes} after index 0, which program.fbs reserves (ExecuTorch's
+     * {@code MethodMeta::memory_planned_buffer_size(i)} is entry {@code i + 1};
+     * {@code Module::load_method} allocates one buffer of each size). The weights come on top.
+     */
+    public long plannedBytes() {
+        return plannedBytes;
+    }
+
     /** Batch-norm layers the outputs report: loss, logits, then a mean and a variance each. */
     public int batchNormLayers() {
         return (gradientsIndex - 2) / 2;
@@ -195,6 +236,7 @@ public final class ProgramSignature {
         static final int PLAN_VALUES = 2;
         static final int PLAN_INPUTS = 3;
         static final int PLAN_OUTPUTS = 4;
+        static final int PLAN_NON_CONST_BUFFER_SIZES = 8;
         // EValue { val: KernelTypes } -> field 0 is the union's type, field 1 its table.
         static final int EVALUE_TYPE = 0;
         static final int EVALUE_VALUE = 1;
@@ -326,6 +368,21 @@ public final class ProgramSignature {
                 dims[i] = intAt(sizes, i);
             }
             return new TensorSpec(scalarType, dims);
+        }
+
+        /** The sum of a plan's non_const_buffer_sizes, entry 0 (reserved) left out. */
+        long plannedBytes(int plan) throws ProgramException {
+            int sizes = ref(plan, PLAN_NON_CONST_BUFFER_SIZES);
+            long sum = 0;
+            for (int i = 1; i < length(sizes); i++) {
+                checkIndex(sizes, i);
+                long size = b.getLong(sizes + 4 + 8 * i);
+                if (size < 0) {
+                    throw new ProgramException("planned buffer " + i + " has " + size + " bytes");
+                }
+                sum = Math.addExact(sum, size);
+            }
+            return sum;
         }
 
         /** The single Int output of a metadata method. */

@@ -41,6 +41,18 @@ class ProgramSignatureTest {
         assertEquals(2, s.gradientsIndex());
         assertEquals(8, s.parametersIndex());
         assertEquals(0, s.batchNormLayers());
+        // forward's non_const_buffer_sizes, [0, 35776048] (the index methods plan none), as
+        // executorch.exir._serialize._program.deserialize_pte_binary reads the file.
+        assertEquals(35_776_048L, s.plannedBytes());
+    }
+
+    @Test
+    void readsAProgramFileWithoutLoadingIt(@org.junit.jupiter.api.io.TempDir java.nio.file.Path dir) throws Exception {
+        java.nio.file.Path pte = java.nio.file.Files.write(dir.resolve("p.pte"), fixture());
+        ProgramSignature s = ProgramSignature.read(pte, "forward");
+        assertEquals(35_776_048L, s.plannedBytes());
+        assertEquals(6, s.parameterNames().size());
+        assertThrows(java.io.IOException.class, () -> ProgramSignature.read(dir.resolve("absent.pte"), "forward"));
     }
 
     @Test

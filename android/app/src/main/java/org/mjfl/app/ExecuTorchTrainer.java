@@ -1,6 +1,5 @@
 package org.mjfl.app;
 
-import java.util.SplittableRandom;
 import java.util.function.BooleanSupplier;
 import org.mjfl.app.training.ProgramTrainer;
 import org.mjfl.client.protocol.Message;
@@ -14,7 +13,7 @@ import org.mjfl.client.train.TrainingTask;
  * runs the steps). Programs stay loaded between rounds; {@link #close()} frees them.
  */
 public final class ExecuTorchTrainer implements Trainer, AutoCloseable {
-    private final ProgramTrainer trainer = new ProgramTrainer(ExecuTorchProgram::load, new SplittableRandom());
+    private final ProgramTrainer trainer = new ProgramTrainer(ExecuTorchProgram::load);
 
     @Override
     public synchronized TrainingResult train(TrainingTask task, BooleanSupplier cancelled) throws Exception {

@@ -8,7 +8,6 @@ import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.SplittableRandom;
 import java.util.concurrent.CancellationException;
 import java.util.function.BooleanSupplier;
 import org.mjfl.app.training.TrainingProgram.StepOutputs;
@@ -24,6 +23,8 @@ import org.mjfl.client.train.TrainingTask;
  * device", says; the runtime behind {@link TrainingProgram} only runs steps and holds the
  * parameters. Everything else (the parameter mapping, shuffling, the short last batch, the
  * noise, the batch-norm statistics, the mean loss, the result's layout) is here, in plain Java.
+ * The batch order and the noise come from the task's seed ({@link TaskRandom}), so a task trains
+ * the same on every device.
  *
  * <p>Programs are loaded once and kept (a few, least recently used first out): a task writes
  * its weights into the program before its first step, so nothing carries over between tasks
@@ -39,13 +40,10 @@ public final class ProgramTrainer implements AutoCloseable {
     static final int KEPT_PROGRAMS = 4;
 
     private final Loader loader;
-    private final SplittableRandom rng;
     private final Map<Path, TrainingProgram> programs = new LinkedHashMap<>(8, 0.75f, true);
 
-    /** @param rng the device's own generator: the order of samples and the dropout noise */
-    public ProgramTrainer(Loader loader, SplittableRandom rng) {
+    public ProgramTrainer(Loader loader) {
         this.loader = loader;
-        this.rng = rng;
     }
 
     /**
@@ -71,6 +69,9 @@ public final class ProgramTrainer implements AutoCloseable {
         if (task.epochs() < 1) {
             throw new ProgramException("epochs " + task.epochs() + " < 1");
         }
+        if (task.seed() < 0) {
+            throw new ProgramException("seed " + task.seed() + " is outside [0, 2^63)");
+        }
         int batchSize = (int) task.batchSize();
         long epochs = task.epochs();
 
@@ -83,6 +84,7 @@ public final class ProgramTrainer implements AutoCloseable {
         }
         BatchNormStats stats = batchNormStats(layout, weights);
         StepInputs inputs = new StepInputs(sig.sampleShape(), sig.noiseFeatures());
+        TaskRandom random = new TaskRandom(task.seed());
 
         TaskRun run = program.start(initial, task.lr(), task.momentum(), task.weightDecay());
         // protocol.md 5.5: compute_s runs from the first batch to the final weights.
@@ -91,13 +93,13 @@ public final class ProgramTrainer implements AutoCloseable {
         int perEpoch = Shuffle.batchesPerEpoch(n, batchSize);
         training:
         for (long epoch = 0; epoch < epochs; epoch++) {
-            int[] order = Shuffle.permutation(n, rng);
+            int[] order = random.permutation(epoch, n);
             for (int b = 0; b < perEpoch; b++) {
                 if (cancelled.getAsBoolean()) {
                     throw new CancellationException("cancelled");
                 }
                 int length = Shuffle.batchLength(n, batchSize, b);
-                Batch batch = inputs.fill(shard.x(), shard.y(), order, b * batchSize, length, rng);
+                Batch batch = inputs.fill(shard.x(), shard.y(), order, b * batchSize, length, random);
                 StepOutputs out = run.step(batch);
                 checkOutputs(out, stats.layers());
                 lossSum += (double) out.loss() * length;

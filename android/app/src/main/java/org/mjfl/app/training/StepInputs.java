@@ -8,12 +8,13 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.SplittableRandom;
 
 /**
  * Fills the inputs of each step from the shard: the batch's samples gathered in permutation
- * order, their labels, and fresh U[0, 1) noise per dropout site with the batch last. Buffers
- * are kept per batch size (a round uses at most two: {@code batch_size} and the remainder).
+ * order, their labels, and the task generator's next U[0, 1) noise per dropout site, in the
+ * program's input order, each {@code (*features, N)} in C order. Buffers are kept per batch
+ * size (a round uses at most two: {@code batch_size} and the remainder), so a runtime may wrap
+ * each once.
  */
 public final class StepInputs {
     private final int sampleSize;
@@ -35,8 +36,9 @@ public final class StepInputs {
      *
      * @param x the shard's inputs, {@code [shard n, *input_shape]} flat
      * @param y the shard's labels
+     * @param random the task's generator: the noise continues its running counter
      */
-    public Batch fill(float[] x, long[] y, int[] order, int from, int n, SplittableRandom noiseRng) {
+    public Batch fill(float[] x, long[] y, int[] order, int from, int n, TaskRandom random) {
         Batch b = buffers.computeIfAbsent(n, this::allocate);
         FloatBuffer xb = b.x();
         LongBuffer yb = b.y();
@@ -51,17 +53,10 @@ public final class StepInputs {
         yb.flip();
         for (FloatBuffer noise : b.noise()) {
             noise.clear();
-            while (noise.hasRemaining()) {
-                noise.put(uniform(noiseRng));
-            }
+            random.fillNoise(noise);
             noise.flip();
         }
         return b;
-    }
-
-    /** A float uniform in [0, 1): the top 24 bits of a random int, scaled by 2^-24. */
-    static float uniform(SplittableRandom rng) {
-        return (rng.nextInt() >>> 8) * 0x1.0p-24f;
     }
 
     private Batch allocate(int n) {

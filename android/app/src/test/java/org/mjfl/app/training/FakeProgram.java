@@ -20,6 +20,8 @@ final class FakeProgram implements TrainingProgram {
     final List<Map<String, float[]>> starts = new ArrayList<>();
     final List<Integer> batchSizes = new ArrayList<>();
     final List<long[]> labels = new ArrayList<>();
+    final List<float[]> inputs = new ArrayList<>();
+    final List<float[]> noise = new ArrayList<>();
     final List<Float> losses = new ArrayList<>();
     final List<StepOutputs> outputs = new ArrayList<>();
     /** Loss to report instead of the real one at step {@code nanAt} (to test divergence). */
@@ -66,13 +68,17 @@ final class FakeProgram implements TrainingProgram {
                 batch.x().duplicate().get(x);
                 long[] y = new long[n];
                 batch.y().duplicate().get(y);
-                for (java.nio.FloatBuffer noise : batch.noise()) {
-                    if (noise.remaining() != noise.capacity() || noise.capacity() % n != 0) {
+                for (java.nio.FloatBuffer site : batch.noise()) {
+                    if (site.remaining() != site.capacity() || site.capacity() % n != 0) {
                         throw new IllegalStateException("noise not filled for the batch");
                     }
+                    float[] values = new float[site.remaining()];
+                    site.duplicate().get(values);
+                    noise.add(values);
                 }
                 batchSizes.add(n);
                 labels.add(y);
+                inputs.add(x);
                 float[] w = params.get("model.fc.weight");
                 float[] b = params.get("model.fc.bias");
                 float[] gw = new float[w.length];

@@ -55,10 +55,17 @@ class ProgramTrainerTest {
         return w;
     }
 
+    private static final long SEED = 20261127;
+
     private static TrainingTask task(Shard shard, List<Tensor> weights, long epochs, long batchSize, double momentum) {
+        return task(shard, weights, epochs, batchSize, momentum, SEED);
+    }
+
+    private static TrainingTask task(Shard shard, List<Tensor> weights, long epochs, long batchSize, double momentum,
+            long seed) {
         Message.ModelSpec model = new Message.ModelSpec("fake", List.of(2L, 1L, 2L), 2);
         return new TrainingTask("t-1", "job", 3, model, PROGRAM, shard, weights, epochs, batchSize, 0.5, momentum,
-                0.0, Double.POSITIVE_INFINITY, 0);
+                0.0, Double.POSITIVE_INFINITY, seed);
     }
 
     private final List<FakeProgram> loaded = new ArrayList<>();
@@ -68,7 +75,50 @@ class ProgramTrainerTest {
             FakeProgram p = new FakeProgram(SAMPLE, 2, 8, batchNorm, noise);
             loaded.add(p);
             return p;
-        }, new SplittableRandom(42));
+        });
+    }
+
+    @Test
+    void batchesFollowTheTaskGeneratorsPermutationAndNoiseItsCounter() throws Exception {
+        long[] site = {3};
+        ProgramTrainer t = trainer(false, List.of(site));
+        Shard shard = shard(10);
+        t.train(task(shard, weights(false, null), 2, 4, 0.9), new long[0], () -> false);
+        FakeProgram p = loaded.get(0);
+        TaskRandom expected = new TaskRandom(SEED);
+        int step = 0;
+        for (int e = 0; e < 2; e++) {
+            int[] order = expected.permutation(e, 10);
+            for (int b = 0; b < 3; b++) {
+                int length = Shuffle.batchLength(10, 4, b);
+                float[] x = new float[length * 4];
+                float[] noise = new float[3 * length];
+                for (int k = 0; k < length; k++) {
+                    System.arraycopy(shard.x(), order[b * 4 + k] * 4, x, k * 4, 4);
+                }
+                for (int i = 0; i < noise.length; i++) {
+                    noise[i] = expected.nextNoise();
+                }
+                assertArrayEquals(x, p.inputs.get(step), "epoch " + e + " batch " + b);
+                assertArrayEquals(noise, p.noise.get(step), "noise of epoch " + e + " batch " + b);
+                step++;
+            }
+        }
+        assertEquals(6, p.inputs.size());
+    }
+
+    @Test
+    void theSameSeedTrainsTheSameBitsAndAnotherSeedOtherwise() throws Exception {
+        List<List<Tensor>> results = new ArrayList<>();
+        for (long seed : new long[] {7, 7, 8}) {
+            ProgramTrainer t = trainer(false, List.of(new long[] {2, 1}));
+            TrainingResult r = t.train(task(shard(13), weights(false, null), 2, 4, 0.9, seed), new long[0],
+                    () -> false);
+            results.add(r.weights());
+        }
+        assertArrayEquals(results.get(0).get(0).toFloats(), results.get(1).get(0).toFloats());
+        assertArrayEquals(results.get(0).get(1).toFloats(), results.get(1).get(1).toFloats());
+        assertFalse(Arrays.equals(results.get(0).get(0).toFloats(), results.get(2).get(0).toFloats()));
     }
 
     @Test
@@ -209,7 +259,7 @@ class ProgramTrainerTest {
             FakeProgram p = new FakeProgram(SAMPLE, 2, 8, false, List.of());
             all.add(p);
             return p;
-        }, new SplittableRandom(1));
+        });
         for (int job = 0; job <= ProgramTrainer.KEPT_PROGRAMS; job++) {
             TrainingTask base = task(shard(4), weights(false, null), 1, 2, 0.0);
             TrainingTask other = new TrainingTask(base.taskId(), "job" + job, base.round(), base.model(),

@@ -2,14 +2,12 @@ package org.mjfl.app.training;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.nio.ByteOrder;
 import java.nio.FloatBuffer;
 import java.util.List;
-import java.util.SplittableRandom;
 import org.junit.jupiter.api.Test;
 
 class StepInputsTest {
@@ -25,7 +23,7 @@ class StepInputsTest {
         }
         StepInputs in = new StepInputs(new long[] {2, 1}, List.of(new long[] {3, 2}, new long[] {4}));
         int[] order = {4, 0, 3, 1, 2};
-        Batch b = in.fill(x, y, order, 1, 3, new SplittableRandom(3));
+        Batch b = in.fill(x, y, order, 1, 3, new TaskRandom(3));
         assertEquals(3, b.size());
         assertArrayEquals(new long[] {3, 2, 1}, b.xShape());
         assertArrayEquals(new long[] {3}, b.yShape());
@@ -46,23 +44,23 @@ class StepInputsTest {
     }
 
     @Test
-    void noiseIsUniformInTheUnitIntervalAndFreshEveryStep() {
-        StepInputs in = new StepInputs(new long[] {1}, List.of(new long[] {10_000}));
-        SplittableRandom rng = new SplittableRandom(5);
-        float[] first = values(in.fill(new float[] {0}, new long[] {0}, new int[] {0}, 0, 1, rng).noise().get(0));
-        float[] second = values(in.fill(new float[] {0}, new long[] {0}, new int[] {0}, 0, 1, rng).noise().get(0));
-        double sum = 0;
-        for (float u : first) {
-            assertTrue(u >= 0f && u < 1f);
-            sum += u;
+    void noiseContinuesTheTasksCounterSiteAfterSiteInCOrder() {
+        StepInputs in = new StepInputs(new long[] {1}, List.of(new long[] {2}, new long[] {3}));
+        TaskRandom random = new TaskRandom(5);
+        TaskRandom expected = new TaskRandom(5);
+        float[] x = {0, 1};
+        long[] y = {0, 1};
+        for (int step = 0; step < 2; step++) {
+            Batch b = in.fill(x, y, new int[] {1, 0}, 0, 2, random);
+            for (FloatBuffer site : b.noise()) {
+                float[] want = new float[site.remaining()];
+                for (int i = 0; i < want.length; i++) {
+                    want[i] = expected.nextNoise();
+                }
+                assertArrayEquals(want, values(site), "step " + step);
+            }
         }
-        assertEquals(0.5, sum / first.length, 0.02);
-        assertFalse(java.util.Arrays.equals(first, second));
-    }
-
-    @Test
-    void theLargestUniformIsBelowOne() {
-        assertTrue((0xffffff) * 0x1.0p-24f < 1f);
+        assertEquals(2 * (4 + 6), random.noiseDrawn());
     }
 
     @Test
@@ -70,11 +68,11 @@ class StepInputsTest {
         StepInputs in = new StepInputs(new long[] {1}, List.of());
         float[] x = {1, 2, 3};
         long[] y = {0, 1, 0};
-        Batch full = in.fill(x, y, new int[] {0, 1, 2}, 0, 2, new SplittableRandom(1));
-        Batch last = in.fill(x, y, new int[] {0, 1, 2}, 2, 1, new SplittableRandom(1));
+        Batch full = in.fill(x, y, new int[] {0, 1, 2}, 0, 2, new TaskRandom(1));
+        Batch last = in.fill(x, y, new int[] {0, 1, 2}, 2, 1, new TaskRandom(1));
         assertEquals(2, full.x().capacity());
         assertEquals(1, last.x().capacity());
-        assertSame(full, in.fill(x, y, new int[] {2, 1, 0}, 0, 2, new SplittableRandom(1)));
+        assertSame(full, in.fill(x, y, new int[] {2, 1, 0}, 0, 2, new TaskRandom(1)));
         assertTrue(full.noise().isEmpty());
     }
 

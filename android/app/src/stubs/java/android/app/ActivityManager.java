@@ -11,6 +11,8 @@ public class ActivityManager {
     }
 
     public static class MemoryInfo {
+        public long availMem;
+        public long threshold;
         public long totalMem;
 
         public MemoryInfo() {

@@ -88,7 +88,7 @@ public final class DeviceService extends Service {
         wakeLock = pm.newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:device");
         wakeLock.setReferenceCounted(false);
         wakeLock.acquire();
-        trainer = new ExecuTorchTrainer();
+        trainer = new ExecuTorchTrainer(new AndroidMemory(this), org.mjfl.client.net.Clock.SYSTEM);
         board.listen(notifier);
     }
 

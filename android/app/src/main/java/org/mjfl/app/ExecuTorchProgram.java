@@ -1,17 +1,17 @@
 package org.mjfl.app;
 
-import java.io.IOException;
+import java.lang.reflect.Field;
 import java.nio.Buffer;
 import java.nio.FloatBuffer;
-import java.nio.MappedByteBuffer;
-import java.nio.channels.FileChannel;
 import java.nio.file.Path;
-import java.nio.file.StandardOpenOption;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.HashSet;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.logging.Level;
+import java.util.logging.Logger;
 import org.mjfl.app.training.Batch;
 import org.mjfl.app.training.ProgramException;
 import org.mjfl.app.training.ProgramSignature;
@@ -37,9 +37,24 @@ import org.pytorch.executorch.training.TrainingModule;
  * {@code SGD.create} takes the same tensors and updates the same memory in place
  * ({@code SGDHybrid}: {@code from_blob} over {@code GetDirectBufferAddress}). {@link #start}
  * checks the write by reading the parameters back through a second {@code namedParameters} call.
+ *
+ * <p>What a task leaves behind, and how it is released (read in executorch's sources; the
+ * training API, {@code training/SGD.kt}, {@code training/TrainingModule.kt},
+ * {@code jni_layer_training.cpp} and {@code training_module.cpp}, is the same in release/1.4 and
+ * on main after 1.5.0, so in 1.5.1):
+ * <ul>
+ *   <li>{@code SGD} holds its C++ optimizer (whose momentum buffers, as large as the parameters,
+ *       are {@code malloc}ed by {@code optimizer::SGD::step} and freed by {@code ~SGD}) in a
+ *       private fbjni {@code HybridData} and has no {@code close()}. The memory goes when
+ *       fbjni's DestructorThread sees the SGD collected, which native memory alone never
+ *       prompts; {@code HybridData.resetNative()} frees it at once, and {@code SGD.step} checks
+ *       {@code mHybridData.isValid} for exactly that case. {@link Run#close()} calls it.
+ *   <li>{@code TrainingModule.close()} calls {@code resetNative()} on its own HybridData: the
+ *       module, its methods and their planned memory go at once ({@link #close()}).
+ * </ul>
  */
 final class ExecuTorchProgram implements TrainingProgram {
-    static final String METHOD = "forward";
+    private static final Logger LOG = Logger.getLogger(ExecuTorchProgram.class.getName());
 
     private final TrainingModule module;
     private final ProgramSignature signature;
@@ -51,13 +66,12 @@ final class ExecuTorchProgram implements TrainingProgram {
         this.parameters = parameters;
     }
 
-    /** Loads a {@code .pte} training program (its weights inside it, no {@code .ptd}). */
-    static ExecuTorchProgram load(Path pte) throws IOException, ProgramException {
-        ProgramSignature signature;
-        try (FileChannel ch = FileChannel.open(pte, StandardOpenOption.READ)) {
-            MappedByteBuffer bytes = ch.map(FileChannel.MapMode.READ_ONLY, 0, ch.size());
-            signature = ProgramSignature.read(bytes, METHOD);
-        }
+    /**
+     * Loads a {@code .pte} training program (its weights inside it, no {@code .ptd}) whose file
+     * {@link ProgramSignature#read(Path, String)} described as {@code signature}. The runtime
+     * allocates the method's planned memory here, in the first {@code namedParameters}.
+     */
+    static ExecuTorchProgram load(Path pte, ProgramSignature signature) throws ProgramException {
         TrainingModule module = TrainingModule.load(pte.toString());
         try {
             Map<String, Tensor> parameters = module.namedParameters(METHOD);
@@ -99,6 +113,23 @@ final class ExecuTorchProgram implements TrainingProgram {
         return new Run(sgd);
     }
 
+    /**
+     * Frees the optimizer's native memory now: {@code HybridData.resetNative()} on its
+     * {@code mHybridData}, the field fbjni's C++ side finds every hybrid object's native part by
+     * (so its name is fixed). Where that cannot be reached (another runtime build, a test
+     * double), the garbage collector frees it later, as it always did.
+     */
+    private static void release(SGD sgd) {
+        try {
+            Field f = SGD.class.getDeclaredField("mHybridData");
+            f.setAccessible(true);
+            Object hybrid = f.get(sgd);
+            hybrid.getClass().getMethod("resetNative").invoke(hybrid);
+        } catch (ReflectiveOperationException | RuntimeException e) {
+            LOG.log(Level.FINE, "the optimizer's native memory waits for the garbage collector", e);
+        }
+    }
+
     private static void write(Tensor t, String name, float[] values) throws ProgramException {
         Buffer raw = t == null ? null : t.getRawDataBuffer();
         if (!(raw instanceof FloatBuffer)) {
@@ -124,8 +155,39 @@ final class ExecuTorchProgram implements TrainingProgram {
         }
     }
 
+    /** The inputs of a step over the batch's buffers, without a copy. */
+    private static EValue[] wrap(Batch batch) {
+        EValue[] in = new EValue[2 + batch.noise().size()];
+        in[0] = EValue.from(Tensor.fromBlob(batch.x(), batch.xShape()));
+        in[1] = EValue.from(Tensor.fromBlob(batch.y(), batch.yShape()));
+        for (int i = 0; i < batch.noise().size(); i++) {
+            in[2 + i] = EValue.from(Tensor.fromBlob(batch.noise().get(i), batch.noiseShapes().get(i)));
+        }
+        return in;
+    }
+
     private final class Run implements TaskRun {
-        private final SGD sgd;
+        private SGD sgd;
+        /**
+         * The inputs, wrapped once per batch buffer: the JNI ({@code newTensorFromJTensor}) reads
+         * each tensor's shape and {@code GetDirectBufferAddress} afresh on every call, so a
+         * wrapper over a buffer that {@link org.mjfl.app.training.StepInputs} refills stays right.
+         */
+        private final Map<Batch, EValue[]> inputs = new IdentityHashMap<>();
+        /**
+         * {@code namedGradients}, asked once, after the first step. Safe across steps: C++
+         * {@code TrainingModule::named_gradients} returns a map filled once, at the method's
+         * first {@code execute_forward_backward}, with the method's gradient output tensors
+         * ("the tensors in the dict and the tensors in the method alias the same TensorImpl");
+         * those outputs are memory-planned (MethodMeta says so of every output of mjfl's
+         * programs), so their data pointers are set when the method is loaded and kept until it
+         * is unloaded (runtime/executor/method.cpp resets only unplanned tensors; the Java API
+         * never unloads, and {@code close()} ends the module and this run with it). The Java tensors wrap those pointers without a copy
+         * ({@code newJTensorFromTensor}: {@code JByteBuffer::wrapBytes}), so each step's
+         * gradients are read through the same wrappers; a gradient's size does not depend on
+         * the batch.
+         */
+        private Map<String, Tensor> gradients;
 
         Run(SGD sgd) {
             this.sgd = sgd;
@@ -133,13 +195,11 @@ final class ExecuTorchProgram implements TrainingProgram {
 
         @Override
         public StepOutputs step(Batch batch) throws ProgramException {
-            EValue[] inputs = new EValue[2 + batch.noise().size()];
-            inputs[0] = EValue.from(Tensor.fromBlob(batch.x(), batch.xShape()));
-            inputs[1] = EValue.from(Tensor.fromBlob(batch.y(), batch.yShape()));
-            for (int i = 0; i < batch.noise().size(); i++) {
-                inputs[2 + i] = EValue.from(Tensor.fromBlob(batch.noise().get(i), batch.noiseShapes().get(i)));
+            if (sgd == null) {
+                throw new IllegalStateException("the task's run is closed");
             }
-            EValue[] out = module.executeForwardBackward(METHOD, inputs);
+            EValue[] in = inputs.computeIfAbsent(batch, ExecuTorchProgram::wrap);
+            EValue[] out = module.executeForwardBackward(METHOD, in);
             if (out.length != signature.gradientsIndex()) {
                 throw new ProgramException("forward returned " + out.length + " values before its gradients, expected "
                         + signature.gradientsIndex());
@@ -150,14 +210,27 @@ final class ExecuTorchProgram implements TrainingProgram {
             for (int i = 2; i < out.length; i++) {
                 stats.add(out[i].toTensor().getDataAsFloatArray());
             }
-            // named_gradients exists once forward has run; its tensors alias the gradient outputs.
-            sgd.step(module.namedGradients(METHOD));
+            if (gradients == null) {
+                gradients = module.namedGradients(METHOD); // exists once forward has run
+            }
+            sgd.step(gradients);
             return new StepOutputs(loss, stats);
         }
 
         @Override
         public float[] parameter(String programName) {
             return parameters.get(programName).getDataAsFloatArray();
+        }
+
+        @Override
+        public void close() {
+            SGD s = sgd;
+            sgd = null;
+            gradients = null;
+            inputs.clear();
+            if (s != null) {
+                release(s);
+            }
         }
     }
 

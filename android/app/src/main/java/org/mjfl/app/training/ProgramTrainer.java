@@ -1,5 +1,6 @@
 package org.mjfl.app.training;
 
+import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.file.Path;
@@ -12,6 +13,7 @@ import java.util.concurrent.CancellationException;
 import java.util.function.BooleanSupplier;
 import org.mjfl.app.training.TrainingProgram.StepOutputs;
 import org.mjfl.app.training.TrainingProgram.TaskRun;
+import org.mjfl.client.net.Clock;
 import org.mjfl.client.protocol.DType;
 import org.mjfl.client.protocol.Tensor;
 import org.mjfl.client.train.Shard;
@@ -26,24 +28,39 @@ import org.mjfl.client.train.TrainingTask;
  * The batch order and the noise come from the task's seed ({@link TaskRandom}), so a task trains
  * the same on every device.
  *
- * <p>Programs are loaded once and kept (a few, least recently used first out): a task writes
- * its weights into the program before its first step, so nothing carries over between tasks
- * but the loaded program. One thread at a time.
+ * <p>Programs stay loaded between tasks while memory allows ({@link MemoryBudget}): a task
+ * writes its weights into the program before its first step and closes its optimizer after its
+ * last, so nothing carries over between tasks but the loaded program. One thread at a time.
  */
 public final class ProgramTrainer implements AutoCloseable {
-    /** Loads a program file; on Android, ExecuTorch's TrainingModule. */
+    /** The reason of the {@link CancellationException} that stops a task at its deadline. */
+    public static final String DEADLINE_PASSED = "the deadline passed during training";
+
+    /** Reads and loads program files; on Android, ExecuTorch's TrainingModule. */
     public interface Loader {
-        TrainingProgram load(Path program) throws Exception;
+        /**
+         * The program's signature and planned memory, from its file alone: nothing is loaded
+         * into the runtime, so a program too big for the device can be refused first.
+         */
+        default ProgramSignature read(Path program) throws IOException, ProgramException {
+            return ProgramSignature.read(program, TrainingProgram.METHOD);
+        }
+
+        /** Loads the program whose file {@link #read} described as {@code signature}. */
+        TrainingProgram load(Path program, ProgramSignature signature) throws Exception;
     }
 
-    /** Programs kept loaded: a device rarely serves more jobs than this at once. */
-    static final int KEPT_PROGRAMS = 4;
+    private final LoadedPrograms programs;
+    private final Clock clock;
 
-    private final Loader loader;
-    private final Map<Path, TrainingProgram> programs = new LinkedHashMap<>(8, 0.75f, true);
-
-    public ProgramTrainer(Loader loader) {
-        this.loader = loader;
+    /**
+     * @param memory what the device can give programs; one stays loaded, more while they fit
+     * @param clock the scale of {@link TrainingTask#deadlineAt()} (the device's clock); also
+     *     times {@code compute_s}
+     */
+    public ProgramTrainer(Loader loader, MemoryBudget memory, Clock clock) {
+        this.programs = new LoadedPrograms(loader, memory);
+        this.clock = clock;
     }
 
     /**
@@ -51,12 +68,26 @@ public final class ProgramTrainer implements AutoCloseable {
      *
      * @param batchNormPixels the provision's {@code batch_norm_pixels} (empty without batch norm)
      * @param cancelled checked before every step
-     * @throws ProgramException when the program, the task or the shard does not fit the contract
-     * @throws CancellationException when {@code cancelled} turned true
+     * @throws ProgramException when the program, the task or the shard does not fit the contract,
+     *     or the program's planned memory does not fit the device (refused before loading it)
+     * @throws CancellationException when {@code cancelled} turned true ("cancelled"), or at the
+     *     first step boundary after the task's deadline ({@link #DEADLINE_PASSED})
      */
     public TrainingResult train(TrainingTask task, long[] batchNormPixels, BooleanSupplier cancelled)
             throws Exception {
-        TrainingProgram program = program(task.program());
+        try {
+            return trainLoaded(task, programs.get(task.program()), batchNormPixels, cancelled);
+        } finally {
+            programs.trim();
+        }
+    }
+
+    private TrainingResult trainLoaded(TrainingTask task, TrainingProgram program, long[] batchNormPixels,
+            BooleanSupplier cancelled) throws Exception {
+        // protocol.md 5.5's compute_s: from the task's weights going into the program to the
+        // trained weights read back, as mjfl's own trainers time their whole train call (the
+        // program's loading, done once per job, is left out of both).
+        double start = clock.now();
         ProgramSignature sig = program.signature();
         TaskLayout layout = TaskLayout.of(entries(task.weights()), sig, batchNormPixels);
         Shard shard = task.shard();
@@ -86,50 +117,48 @@ public final class ProgramTrainer implements AutoCloseable {
         StepInputs inputs = new StepInputs(sig.sampleShape(), sig.noiseFeatures());
         TaskRandom random = new TaskRandom(task.seed());
 
-        TaskRun run = program.start(initial, task.lr(), task.momentum(), task.weightDecay());
-        // protocol.md 5.5: compute_s runs from the first batch to the final weights.
-        long start = System.nanoTime();
-        double lossSum = 0;
-        int perEpoch = Shuffle.batchesPerEpoch(n, batchSize);
-        training:
-        for (long epoch = 0; epoch < epochs; epoch++) {
-            int[] order = random.permutation(epoch, n);
-            for (int b = 0; b < perEpoch; b++) {
-                if (cancelled.getAsBoolean()) {
-                    throw new CancellationException("cancelled");
-                }
-                int length = Shuffle.batchLength(n, batchSize, b);
-                Batch batch = inputs.fill(shard.x(), shard.y(), order, b * batchSize, length, random);
-                StepOutputs out = run.step(batch);
-                checkOutputs(out, stats.layers());
-                lossSum += (double) out.loss() * length;
-                if (!Float.isFinite(out.loss())) {
-                    // The answer is `error diverged` whatever follows: stop here.
-                    break training;
-                }
-                for (int l = 0; l < stats.layers(); l++) {
-                    stats.update(l, out.batchStats().get(2 * l), out.batchStats().get(2 * l + 1), length);
+        // The run holds the task's optimizer (its momentum buffers): released however the task ends.
+        try (TaskRun run = program.start(initial, task.lr(), task.momentum(), task.weightDecay())) {
+            double lossSum = 0;
+            int perEpoch = Shuffle.batchesPerEpoch(n, batchSize);
+            training:
+            for (long epoch = 0; epoch < epochs; epoch++) {
+                int[] order = random.permutation(epoch, n);
+                for (int b = 0; b < perEpoch; b++) {
+                    checkGoOn(task, cancelled);
+                    int length = Shuffle.batchLength(n, batchSize, b);
+                    Batch batch = inputs.fill(shard.x(), shard.y(), order, b * batchSize, length, random);
+                    StepOutputs out = run.step(batch);
+                    checkOutputs(out, stats.layers());
+                    lossSum += (double) out.loss() * length;
+                    if (!Float.isFinite(out.loss())) {
+                        // The answer is `error diverged` whatever follows: stop here.
+                        break training;
+                    }
+                    for (int l = 0; l < stats.layers(); l++) {
+                        stats.update(l, out.batchStats().get(2 * l), out.batchStats().get(2 * l + 1), length);
+                    }
                 }
             }
+            List<Tensor> trained = result(layout, weights, run, stats);
+            double computeS = clock.now() - start;
+            // docs/models.md: sum(loss * N) / (n * epochs), over every step of every epoch.
+            double meanLoss = lossSum / ((double) n * epochs);
+            return new TrainingResult(trained, n, meanLoss, computeS);
         }
-        List<Tensor> trained = result(layout, weights, run, stats);
-        double computeS = (System.nanoTime() - start) / 1e9;
-        // docs/models.md: sum(loss * N) / (n * epochs), over every step of every epoch.
-        double meanLoss = lossSum / ((double) n * epochs);
-        return new TrainingResult(trained, n, meanLoss, computeS);
     }
 
-    private TrainingProgram program(Path path) throws Exception {
-        TrainingProgram p = programs.get(path);
-        if (p == null) {
-            p = loader.load(path);
-            programs.put(path, p);
-            if (programs.size() > KEPT_PROGRAMS) {
-                Path eldest = programs.keySet().iterator().next();
-                programs.remove(eldest).close();
-            }
+    /**
+     * Between steps: stops on a cancel, or once the deadline has passed (the coordinator has
+     * stopped waiting: training on would only spend the battery).
+     */
+    private void checkGoOn(TrainingTask task, BooleanSupplier cancelled) {
+        if (cancelled.getAsBoolean()) {
+            throw new CancellationException("cancelled");
         }
-        return p;
+        if (clock.now() >= task.deadlineAt()) {
+            throw new CancellationException(DEADLINE_PASSED);
+        }
     }
 
     static List<TaskLayout.Entry> entries(List<Tensor> weights) throws ProgramException {
@@ -223,11 +252,9 @@ public final class ProgramTrainer implements AutoCloseable {
         return Tensor.ofFloats(like.name(), like.shape(), new float[] {(float) value});
     }
 
+    /** Closes every loaded program. */
     @Override
     public void close() {
-        for (TrainingProgram p : programs.values()) {
-            p.close();
-        }
-        programs.clear();
+        programs.close();
     }
 }

@@ -9,25 +9,37 @@ import java.util.Map;
  * one thread at a time.
  */
 public interface TrainingProgram extends AutoCloseable {
+    /** The training method of mjfl's programs (docs/models.md, "The training program"). */
+    String METHOD = "forward";
+
     ProgramSignature signature();
 
     /**
      * Writes {@code parameters} (program name -> values, C-order) into the program's own
      * parameter tensors and creates the task's SGD on them, with dampening 0 and no Nesterov;
-     * its momentum buffers start at zero.
+     * its momentum buffers start at zero. The caller closes the run when the task ends.
      */
     TaskRun start(Map<String, float[]> parameters, double lr, double momentum, double weightDecay) throws Exception;
 
+    /** Frees the program's runtime memory; it is not used after. */
     @Override
     void close();
 
-    /** One task's steps on a program: one optimizer, created by {@link #start}. */
-    interface TaskRun {
+    /**
+     * One task's steps on a program: one optimizer, created by {@link #start}, released by
+     * {@link #close()} (success, failure or cancellation alike). Batches come from one
+     * {@link StepInputs}, whose buffers are reused per batch size: a run may wrap each once.
+     */
+    interface TaskRun extends AutoCloseable {
         /** Runs {@code forward} on the batch, then one SGD step on its gradients. */
         StepOutputs step(Batch batch) throws Exception;
 
         /** The parameter's current values, a copy. */
         float[] parameter(String programName) throws Exception;
+
+        /** Releases the optimizer (its momentum buffers) and whatever the steps kept; idempotent. */
+        @Override
+        void close();
     }
 
     /**

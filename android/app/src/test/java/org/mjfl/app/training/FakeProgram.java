@@ -9,7 +9,8 @@ import java.util.Map;
  * A training program in plain Java for the trainer's tests: softmax regression on the
  * flattened input ({@code model.fc.weight} [K, D], {@code model.fc.bias} [K]) with PyTorch's SGD,
  * optionally reporting one batch-norm layer's statistics (per-channel mean and biased variance of
- * x). It records what the trainer asked of it.
+ * x). It records what the trainer asked of it, and runs hooks (to move a test clock, or fail)
+ * when a task starts and at each step.
  */
 final class FakeProgram implements TrainingProgram {
     final ProgramSignature signature;
@@ -26,13 +27,31 @@ final class FakeProgram implements TrainingProgram {
     final List<StepOutputs> outputs = new ArrayList<>();
     /** Loss to report instead of the real one at step {@code nanAt} (to test divergence). */
     int nanAt = -1;
+    /** Runs as a task starts, before its optimizer exists. */
+    Runnable onStart = () -> {};
+    /** Runs at the start of every step, before the step's work. */
+    Runnable onStep = () -> {};
+    /** Task runs started, and closed (each counted once, however often it is closed). */
+    int runs;
+    int runsClosed;
     boolean closed;
 
     FakeProgram(long[] sampleShape, int classes, int maxBatch, boolean batchNorm, List<long[]> noise)
             throws ProgramException {
+        this(signature(sampleShape, classes, maxBatch, batchNorm, noise, 0), classes, batchNorm);
+    }
+
+    FakeProgram(ProgramSignature signature, int classes, boolean batchNorm) {
+        this.signature = signature;
         this.classes = classes;
         this.batchNorm = batchNorm;
-        this.features = Math.toIntExact(StepInputs.numel(sampleShape));
+        this.features = Math.toIntExact(StepInputs.numel(signature.sampleShape()));
+    }
+
+    /** The signature of a FakeProgram, as a file of it would read: model.fc.weight [K, D] and model.fc.bias [K]. */
+    static ProgramSignature signature(long[] sampleShape, int classes, int maxBatch, boolean batchNorm,
+            List<long[]> noise, long plannedBytes) throws ProgramException {
+        int features = Math.toIntExact(StepInputs.numel(sampleShape));
         List<ProgramSignature.TensorSpec> inputs = new ArrayList<>();
         long[] x = new long[sampleShape.length + 1];
         x[0] = maxBatch;
@@ -44,8 +63,8 @@ final class FakeProgram implements TrainingProgram {
             s[f.length] = maxBatch;
             inputs.add(new ProgramSignature.TensorSpec(ProgramSignature.SCALAR_FLOAT, s));
         }
-        signature = ProgramSignature.of(inputs, List.of("model.fc.weight", "model.fc.bias"),
-                List.of(new long[] {classes, features}, new long[] {classes}), batchNorm ? 4 : 2);
+        return ProgramSignature.of(inputs, List.of("model.fc.weight", "model.fc.bias"),
+                List.of(new long[] {classes, features}, new long[] {classes}), batchNorm ? 4 : 2, plannedBytes);
     }
 
     @Override
@@ -55,14 +74,25 @@ final class FakeProgram implements TrainingProgram {
 
     @Override
     public TaskRun start(Map<String, float[]> parameters, double lr, double momentum, double weightDecay) {
+        if (closed) {
+            throw new IllegalStateException("the program is closed");
+        }
+        onStart.run();
         starts.add(new HashMap<>(parameters));
+        runs++;
         for (Map.Entry<String, float[]> e : parameters.entrySet()) {
             params.put(e.getKey(), e.getValue().clone());
         }
         Map<String, float[]> buffers = new HashMap<>();
         return new TaskRun() {
+            private boolean runClosed;
+
             @Override
             public StepOutputs step(Batch batch) {
+                if (runClosed) {
+                    throw new IllegalStateException("the run is closed");
+                }
+                onStep.run();
                 int n = batch.size();
                 float[] x = new float[n * features];
                 batch.x().duplicate().get(x);
@@ -141,6 +171,14 @@ final class FakeProgram implements TrainingProgram {
             @Override
             public float[] parameter(String programName) {
                 return params.get(programName).clone();
+            }
+
+            @Override
+            public void close() {
+                if (!runClosed) {
+                    runClosed = true;
+                    runsClosed++;
+                }
             }
         };
     }

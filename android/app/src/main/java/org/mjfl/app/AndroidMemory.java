@@ -1,0 +1,31 @@
+package org.mjfl.app;
+
+import android.app.ActivityManager;
+import android.content.Context;
+import org.mjfl.app.training.MemoryBudget;
+
+/**
+ * The memory a phone can give training programs now: {@code ActivityManager.MemoryInfo.availMem}
+ * less the system's low-memory {@code threshold} (below it Android starts killing processes) and
+ * a margin for what training allocates besides the program (the task's weights, the batch).
+ */
+public final class AndroidMemory implements MemoryBudget {
+    /** Room kept for training's own allocations on top of the programs' planned memory. */
+    public static final long MARGIN_BYTES = 64L << 20;
+
+    private final ActivityManager activities;
+
+    public AndroidMemory(Context context) {
+        this.activities = context.getSystemService(ActivityManager.class);
+    }
+
+    @Override
+    public long availableBytes() {
+        if (activities == null) {
+            return Long.MAX_VALUE; // no ActivityManager (never on a phone): nothing to go by
+        }
+        ActivityManager.MemoryInfo info = new ActivityManager.MemoryInfo();
+        activities.getMemoryInfo(info);
+        return info.availMem - info.threshold - MARGIN_BYTES;
+    }
+}

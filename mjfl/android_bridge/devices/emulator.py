@@ -38,6 +38,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import multiprocessing
 import multiprocessing.synchronize
 import os
@@ -488,7 +489,10 @@ class EmulatedDevice:
         # The device model decides this round's fate (Formula 4, drop-out) before training.
         fate = self.model.draw(task.training.epochs, len(y))
         record.target_s = fate.duration_s
-        seed = int(self._train_seeds.integers(2**31))
+        # The coordinator's seed (docs/models.md, "The task generator"); drawn
+        # either way, so a task without one leaves the device's other draws as they were.
+        own_seed = int(self._train_seeds.integers(2**31))
+        seed = own_seed if task.seed is None else task.seed
 
         def answer_error(code: str, reason: str, outcome: str) -> None:
             record.outcome, record.answered_at = outcome, loop.time()
@@ -537,8 +541,9 @@ class EmulatedDevice:
             ordered = {name: np.asarray(trained.weights[name], dtype=task.weights[name].dtype) for name in task.weights}
         except KeyError as exc:
             return answer_error("task_failed", f"the trainer lost tensor {exc}", "error")
-        if not all(np.isfinite(a).all() for a in ordered.values()):
-            return answer_error("diverged", "training produced NaN or infinite weights", "error")
+        if not math.isfinite(trained.mean_loss) or not all(np.isfinite(a).all() for a in ordered.values()):
+            # Protocol 5.8: never send such weights, nor a loss the result cannot carry.
+            return answer_error("diverged", "the loss or weights became NaN or infinite", "error")
         done = loop.time()
         record.download_s = (ready - arrived) + loaded
         record.compute_s = done - ready - loaded

@@ -498,6 +498,7 @@ def _task(f: _Fields, pack: TensorPack, verify: bool) -> Task:
         deadline_s=f.opt_number("deadline_s", positive=True),
         program_sha256=f.digest("program_sha256"),
         shard_sha256=f.digest("shard_sha256"),
+        seed=f.opt_integer("seed"),
     )
 
 
@@ -693,6 +694,7 @@ def _binary_json(
                 "deadline_s": m.deadline_s,
                 "program_sha256": m.program_sha256,
                 "shard_sha256": m.shard_sha256,
+                **({} if m.seed is None else {"seed": m.seed}),
             }
             return header, m.weights
         case Result():

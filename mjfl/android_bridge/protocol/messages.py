@@ -159,6 +159,9 @@ class Task:
     deadline_s: float | None
     program_sha256: str
     shard_sha256: str
+    # The task generator's seed (docs/models.md): batch order and dropout noise.
+    # None from a coordinator that sends none; the device then draws its own.
+    seed: int | None = None
 
     @property
     def training(self) -> LocalTraining:

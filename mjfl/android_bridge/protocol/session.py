@@ -450,8 +450,12 @@ class CoordinatorSession(_Session):
         weights: Mapping[str, npt.ArrayLike],
         training: LocalTraining,
         deadline_s: float | None = None,
+        seed: int | None = None,
     ) -> None:
         """Send a training task for a job provisioned in this session: train from ``weights`` as ``training`` says.
+
+        ``seed`` (0 to 2**63 - 1) fixes the device's batch order and dropout
+        noise (docs/models.md, "The task generator"); None leaves them to it.
 
         To broadcast one model, pass the same ``TensorPack.from_arrays(weights)``
         to every session: it is laid out and checked for NaN once.
@@ -478,6 +482,7 @@ class CoordinatorSession(_Session):
                 training.weight_decay,
                 deadline_s,
                 *binding,
+                seed,
             )
         )
         self._tasks[TaskId(task_id)] = _Pending(JobId(job_id), round, signature(weights))

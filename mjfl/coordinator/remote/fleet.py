@@ -177,7 +177,7 @@ class RemoteFleet:
                 session.send_provision(task.job, job.spec, job.program, shard)
             session.send_task(
                 task_id=task_id, job_id=task.job, round=task.round, weights=self._pack(task),
-                training=task.training, deadline_s=task.deadline_s,
+                training=task.training, deadline_s=task.deadline_s, seed=task.seed,
             )
         except SessionClosed as exc:
             raise DeviceFailure(device, f"session closed: {exc.reason}", status="failed") from None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import hashlib
 import json
@@ -27,13 +28,14 @@ from mjfl.android_bridge.devices.emulator import (
     run_emulated_fleet,
 )
 from mjfl.android_bridge.protocol import Shard
-from mjfl.bench.echo import echo_trainer
+from mjfl.bench.echo import EchoTrainer, echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import ModelSpec, initial_weights
+from mjfl.jobs.trainers import ExecuTorchTrainer
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers import round_time
 
@@ -181,6 +183,28 @@ async def test_a_device_whose_training_fails_or_diverges_answers_with_an_error()
     assert bad.sessions == nan.sessions == 1
 
 
+class _LossOnlyDiverges(EchoTrainer):
+    """Finite weights and a NaN loss: what a program whose loss overflowed before its step hands back."""
+
+    def train(self, weights, x, y, training, *, seed=0):
+        return dataclasses.replace(super().train(weights, x, y, training, seed=seed), mean_loss=float("nan"))
+
+
+def _loss_only_diverges(runtime, spec, program):
+    return _LossOnlyDiverges()
+
+
+async def test_a_nan_loss_with_finite_weights_answers_diverged():
+    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
+        dev = EmulatedDevice(server.url, "lossy", runtime="torch", make_trainer=_loss_only_diverges)
+        async with devices_running(dev):
+            await server.registry.wait_for_devices(1, 5)
+            fleet_of(server).prepare([artifacts(["lossy"])])
+            with pytest.raises(DeviceFailure, match="diverged: the loss or weights became NaN"):
+                await fleet_of(server).run_task(DeviceId("lossy"), task())
+            assert list(server.registry.connected()) == ["lossy"]
+
+
 async def test_stop_says_bye_and_the_coordinator_fails_the_pending_task():
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
         dev = EmulatedDevice(server.url, "leaver", runtime="torch", make_trainer=ECHO, profile=DeviceProfile("p", a=1.0, mu=1e6))
@@ -219,6 +243,25 @@ async def test_an_executorch_device_trains_the_tasks_program_over_the_wire(lenet
     assert all(np.isfinite(w).all() for w in result.weights.values())
     assert not np.allclose(result.weights["conv1.weight"], weights["conv1.weight"])
     assert result.timing.compute_s > 0 and result.timing.download_s > 0 and result.mean_loss > 0
+
+
+async def test_the_tasks_seed_fixes_the_update_whichever_device_trains_it(lenet_program):
+    """docs/models.md, "The task generator": the coordinator's seed, not the device's, orders batches."""
+    weights = initial_weights(SPEC, 0)
+    x, y = shard(40, 0)
+    training = LocalTraining(epochs=2, batch_size=8, lr=0.05, momentum=0.9)
+    reference = ExecuTorchTrainer(lenet_program, SPEC).train(weights, x, y, training, seed=4321)
+    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
+        devices = [EmulatedDevice(server.url, d, runtime="executorch", seed=k) for k, d in enumerate(("a", "b"))]
+        async with devices_running(*devices):
+            await server.registry.wait_for_devices(2, 5)
+            job = JobArtifacts(JobId("j"), SPEC, lenet_program, {DeviceId("a"): (x, y), DeviceId("b"): (x, y)})
+            fleet_of(server).prepare([job])
+            seeded = Task(JobId("j"), 1, weights, training, seed=4321)
+            a, b = [await fleet_of(server).run_task(DeviceId(d), seeded) for d in ("a", "b")]
+    for name, want in reference.weights.items():
+        assert np.array_equal(a.weights[name], want) and np.array_equal(b.weights[name], want), name
+    assert a.mean_loss == b.mean_loss == pytest.approx(reference.mean_loss, rel=1e-6)
 
 
 @pytest.mark.timeout(120)

@@ -71,7 +71,9 @@ def _messages() -> dict[str, Any]:
             "cnn", ModelSpec("cnn", (1, 2, 2), 2, batch_norm_pixels=(4, 1), dropout_shapes=((3, 1, 1), (5,))),
             program.sha256, shard.sha256, None, None,
         ),
-        "task": Task("t-0007", "cnn", 3, weights, 5, 32, 0.01, 0.9, 0.0, 120.0, program.sha256, shard.sha256),
+        "task": Task("t-0007", "cnn", 3, weights, 5, 32, 0.01, 0.9, 0.0, 120.0, program.sha256, shard.sha256, 20261127),
+        # An older coordinator sends no seed: the device draws its own (docs/models.md, "The task generator").
+        "task-unseeded": Task("t-0008", "cnn", 3, weights, 5, 32, 0.01, 0.9, 0.0, 120.0, program.sha256, shard.sha256),
         "result": Result(
             "t-0007", "cnn", 3, {"fc.bias": np.array([0.5, -1.0], np.float32), "steps": np.array([3], np.int64)},
             20, 0.6931, Timing(0.012, 4.25, 0.31),
@@ -98,6 +100,8 @@ def _invalid() -> dict[str, tuple[str | bytes, str]]:
     bias = {"name": "fc.bias", "dtype": "float32", "shape": [2], "offset": 0, "nbytes": 8}
     result = {"type": "result", "task_id": "t-0007", "job_id": "cnn", "round": 3, "samples": 20,
               "mean_loss": 0.5, "timing": {"download_s": 0.0, "compute_s": 1.0, "upload_s": None}}
+    task = {"type": "task", "task_id": "t-0007", "job_id": "cnn", "round": 3, "epochs": 1, "batch_size": 2, "lr": 0.1,
+            "momentum": 0.0, "weight_decay": 0.0, "deadline_s": None, "program_sha256": "a" * 64, "shard_sha256": "b" * 64}
     payload = np.array([0.5, -1.0], np.float32).tobytes()
     return {
         "bad-magic.bin": (_binary({**result, "tensors": [bias]}, payload, magic=b"MJFX"), "bad_frame"),
@@ -107,6 +111,8 @@ def _invalid() -> dict[str, tuple[str | bytes, str]]:
         "bad-tensor-nbytes.bin": (_binary({**result, "tensors": [{**bias, "nbytes": 4}]}, payload[:4]), "bad_tensor_table"),
         "payload-too-long.bin": (_binary({**result, "tensors": [bias]}, payload + bytes(64)), "bad_tensor_table"),
         "negative-samples.bin": (_binary({**result, "samples": -1, "tensors": [bias]}, payload), "bad_message"),
+        "negative-seed.bin": (_binary({**task, "seed": -1, "tensors": [bias]}, payload), "bad_message"),
+        "seed-beyond-int64.bin": (_binary({**task, "seed": 2**63, "tensors": [bias]}, payload), "bad_message"),
         "text-type-as-binary.bin": (_binary({"type": "heartbeat", "seq": 1, "sent_at": 0.0, "tensors": []}), "bad_message"),
         "unknown-type.txt": ('{"type":"gossip"}', "unknown_type"),
         "malformed.txt": ('{"type":"heartbeat","seq":1,', "bad_message"),

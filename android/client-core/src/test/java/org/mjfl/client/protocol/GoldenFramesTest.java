@@ -55,6 +55,28 @@ class GoldenFramesTest {
         }
     }
 
+    @Test
+    void goldenTasksComeWithAndWithoutASeed() throws IOException {
+        List<Long> seeds = new ArrayList<>();
+        int unseeded = 0;
+        for (JsonElement e : manifest().getAsJsonArray("valid")) {
+            JsonObject v = e.getAsJsonObject();
+            if (v.get("type").getAsString().equals("task")) {
+                Message.Task t = (Message.Task) Codec.decodeBinary(ByteBuffer.wrap(read(v.get("file").getAsString())), 1,
+                        65536L);
+                JsonObject fields = v.getAsJsonObject("fields");
+                if (fields.has("seed")) {
+                    assertEquals(fields.get("seed").getAsLong(), t.seed());
+                    seeds.add(t.seed());
+                } else {
+                    assertNull(t.seed(), v.get("file").getAsString());
+                    unseeded++;
+                }
+            }
+        }
+        assertTrue(!seeds.isEmpty() && unseeded > 0, "seeded tasks " + seeds + ", unseeded " + unseeded);
+    }
+
     @TestFactory
     Stream<DynamicTest> validFramesDecodeToTheManifestAndEncodeBackByteForByte() throws IOException {
         List<DynamicTest> tests = new ArrayList<>();

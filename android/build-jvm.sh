@@ -5,6 +5,8 @@
 #
 #   android/build-jvm.sh            compile main and tests, run the tests (prints the summary)
 #   android/build-jvm.sh --no-test  compile main only (what bin/mjfl-device calls)
+#   android/build-jvm.sh --app      compile main, the app and its tests, run nothing (what
+#                                   app/bin/mjfl-selftest calls)
 #
 # Idempotent: a step runs only when its sources changed. Exit status is non-zero on a compile
 # error, a failed test, or when no test ran.
@@ -97,14 +99,19 @@ test_core() {
 APP="$ANDROID/app"
 APP_OUT="$APP/build/jvm"
 
-build_app() {
+compile_app() {
     check_libs junit-platform-console-standalone.jar
-    local deps="$OUT/classes:$CORE_DEPS" log
+    local deps="$OUT/classes:$CORE_DEPS"
     compile app-stubs "$APP/src/stubs/java" "$APP_OUT/stubs" ""
     stale "$APP_OUT/classes" "$APP_OUT/stubs" "$OUT/classes"
     compile app "$APP/src/main/java" "$APP_OUT/classes" "$APP_OUT/stubs:$deps"
     stale "$APP_OUT/test-classes" "$APP_OUT/classes"
     compile app-tests "$APP/src/test/java" "$APP_OUT/test-classes" "$APP_OUT/classes:$deps:$JUNIT"
+}
+
+build_app() {
+    local deps="$OUT/classes:$CORE_DEPS" log
+    compile_app
     # The stubs are not on the tests' class path: a test that reaches android.* or ExecuTorch fails.
     if ! log="$(java -Dmjfl.randomness="$REPO/tests/golden/randomness.json" \
             -jar "$JUNIT" --disable-banner --disable-ansi-colors --details=summary --fail-if-no-tests \
@@ -119,6 +126,10 @@ main() {
     command -v javac >/dev/null || die "javac not found (JDK 17 needed)"
     build_core
     if [[ "${1:-}" == "--no-test" ]]; then
+        return 0
+    fi
+    if [[ "${1:-}" == "--app" ]]; then
+        compile_app
         return 0
     fi
     build_app

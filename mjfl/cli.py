@@ -395,6 +395,34 @@ def devices_prepare(
     prepare_phones(PhoneOptions(adb=adb, apk=apk), console=console)
 
 
+@device_app.command("check")
+def devices_check(
+    apk: Annotated[Path | None, typer.Option(help="Install this app where it is missing or another build (default: the local build, when there is one).")] = None,
+    adb: AdbOption = None,
+    models: Annotated[list[str] | None, typer.Option(help="Only these zoo models (space-separated; default: all seven).")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds a phone's self-test may say nothing before the phone is given up.")] = 300.0,
+) -> None:
+    """The first-day check: each phone trains every zoo model on golden data, compared with the Python runtime."""
+    from mjfl.android_bridge.phones.attached import PhoneOptions
+    from mjfl.android_bridge.phones.selftest import Waits
+    from mjfl.commands.device_check import check_phones
+
+    if not timeout > 0:
+        raise UserError(f"--timeout {timeout}: must be > 0 seconds")
+    check_phones(PhoneOptions(adb=adb, apk=apk), models=models, waits=Waits(quiet_s=timeout), console=console)
+
+
+@device_app.command("golden")
+def devices_golden(
+    out: Annotated[Path, typer.Argument(help="Folder to write the set to (replaced), e.g. android/app/src/androidTest/assets/golden.")],
+    models: Annotated[list[str] | None, typer.Option(help="Only these zoo models (space-separated; default: all seven).")] = None,
+) -> None:
+    """Write the first-day check's golden set (what the app's instrumented test trains)."""
+    from mjfl.commands.device_check import write_golden
+
+    write_golden(out, models=models, console=console)
+
+
 @device_app.command("emulate")
 def device_emulate(
     url: Annotated[str, typer.Option(help="The coordinator: ws://HOST:PORT.")],
@@ -467,9 +495,9 @@ def certs_create(
     create(out_dir, host, ip, days=days, console=console)
 
 
-# Options that take several values after one flag (`--devices 100 1000`);
+# Options that take several values after one flag (`--devices 100 1000`, `--models lenet5 vgg6`);
 # click wants the flag repeated, so main() spells it out.
-MULTI_VALUE_OPTIONS = frozenset({"--devices"})
+MULTI_VALUE_OPTIONS = frozenset({"--devices", "--models"})
 
 
 def expand_multi_value_options(argv: list[str]) -> list[str]:

@@ -14,6 +14,7 @@ What mjfl does on a phone, command by command (docs/phones.md lists them too):
     sync SEND /data/local/tmp/mjfl-app.apk; pm install -r -t ...    install
     am start -n org.mjfl.app/.MainActivity --es url ... (+ device_id, token)
     pidof org.mjfl.app                                              is the app running
+    am start -n org.mjfl.app/.SelfTestActivity ...; logcat -d ...   the first-day check (selftest.py)
     logcat -v threadtime MJFL:V AndroidRuntime:E *:S                its log
 """
 
@@ -342,6 +343,11 @@ class Adb:
         if "Success" not in output:
             failure = re.search(r"Failure \[([^\]]*)\]", output)
             raise PhoneError(f"phone {serial}: installing {apk} failed: {failure[1] if failure else output.strip()}")
+
+    def push(self, serial: str, source: Path, remote: str, *, mode: int = 0o644) -> None:
+        """Copy a file onto the phone (the sync protocol's SEND), as ``mode``; adbd makes missing folders."""
+        with self._errors(f"phone {serial}: pushing {source.name} to {remote}"), source.open("rb") as data:
+            self._client.device(serial).sync.push(data, remote, mode=mode)
 
     def launch(
         self, serial: str, *, url: str, device_id: str, token: str = "", secret: str | None = None, pin: str | None = None

@@ -7,7 +7,10 @@ plus a 4-hex-digit length block; ``host:track-devices`` a block per change;
 ``host:tport:serial:`` switching the connection to a phone's services;
 ``shell:``, ``reverse:`` and the ``sync:`` file protocol), and each phone
 answers its shell commands with the outputs in ``outputs/<name>/`` (in the
-formats real phones print; see that folder's README).
+formats real phones print; see that folder's README). The app's self-test
+(``am start`` of its SelfTestActivity) is played by a test's ``on_selftest``,
+which writes the lines the app would log under MJFL-CHECK into
+``check_log``; ``logcat -d`` dumps them.
 
 Every command is kept in ``transcript`` as (serial or None, command), so a
 test asserts what the bridge sent. Unplugging a phone does what a cable pull
@@ -17,6 +20,7 @@ app on it keeps running unless the phone rebooted.
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import socket
 import struct
@@ -54,6 +58,10 @@ class FakePhone:
     reverses: set[str] = field(default_factory=set)
     logcat: bytes = b""
     install_failure: str | None = None  # e.g. INSTALL_FAILED_INSUFFICIENT_STORAGE
+    apk: bytes | None = None  # the installed app's base.apk, when mjfl installed it
+    has_selftest: bool = True  # False: an app build from before the self-test
+    check_log: list[str] = field(default_factory=list)  # the app's lines under MJFL-CHECK
+    modes: dict[str, int] = field(default_factory=dict)  # chmod'ed folders and pushed files, by path
 
     @classmethod
     def recorded(cls, name: str, serial: str, **kwargs: Any) -> FakePhone:
@@ -72,12 +80,14 @@ class FakeAdbServer:
         *,
         on_launch: Callable[[FakePhone], None] | None = None,
         on_stop: Callable[[FakePhone], None] | None = None,
+        on_selftest: Callable[[FakePhone, dict[str, str]], None] | None = None,
     ) -> None:
         """``on_launch(phone)`` runs when ``am start`` starts the app or gives the running app new
         extras (the app then points its session anew; the same extras again change nothing),
-        ``on_stop(phone)`` when a reboot ends it: a test plays the app's process with them."""
+        ``on_stop(phone)`` when a reboot ends it: a test plays the app's process with them;
+        ``on_selftest(phone, extras)`` when ``am start`` starts the app's self-test."""
         self.phones: dict[str, FakePhone] = {p.serial: p for p in phones}
-        self.on_launch, self.on_stop = on_launch, on_stop
+        self.on_launch, self.on_stop, self.on_selftest = on_launch, on_stop, on_selftest
         self.transcript: list[tuple[str | None, str]] = []
         self._changed = threading.Condition()
         self._lists: list[str] = []  # the phone list after each change
@@ -216,7 +226,7 @@ class FakeAdbServer:
                 conn.sendall(_block(listing))
 
     def _service(self, conn: socket.socket, phone: FakePhone, command: str) -> None:
-        if command.startswith("shell:logcat"):
+        if command.startswith("shell:logcat") and " -d " not in command:
             self._logcat(conn, phone, command)
             return
         self._record(phone.serial, command)
@@ -265,10 +275,13 @@ class FakeAdbServer:
             if phone.install_failure:
                 return f"Failure [{phone.install_failure}]\n"
             phone.installed = True
+            phone.apk = phone.files[args[-1]]
             return "Performing Streamed Install\nSuccess\n"
         if args[:2] == ["rm", "-f"]:
             phone.files.pop(args[2], None)
             return ""
+        if args[:2] == ["am", "start"] and args[3].endswith(".SelfTestActivity"):
+            return self._selftest(phone, args)
         if args[:2] == ["am", "start"]:
             if not phone.installed:
                 return f"Error: Activity class {{{APP}/{APP}.MainActivity}} does not exist.\n"
@@ -282,6 +295,25 @@ class FakeAdbServer:
             if started and self.on_launch is not None:
                 self.on_launch(phone)
             return f"Starting: Intent {{ cmp={APP}/.MainActivity (has extras) }}\n"
+        if args[:2] == ["logcat", "-d"]:
+            # What `logcat -d -v raw TAG:V *:S` prints: the buffer's header, then the tag's lines.
+            return "--------- beginning of main\n" + "".join(f"{line}\n" for line in list(phone.check_log))
+        if args[:1] == ["sha256sum"]:
+            if not (phone.installed and args[1].endswith(f"{APP}-1/base.apk")):
+                return f"sha256sum: {args[1]}: No such file or directory\n"
+            return f"{hashlib.sha256(phone.apk or b'installed by hand').hexdigest()}  {args[1]}\n"
+        if args[:1] == ["cat"] and args[1].startswith("/data/local/tmp/"):
+            data = phone.files.get(args[1])
+            return data.decode() if data is not None else f"cat: {args[1]}: No such file or directory\n"
+        if args[:2] == ["rm", "-rf"]:
+            for path in [p for p in phone.files if p == args[2] or p.startswith(args[2] + "/")]:
+                del phone.files[path]
+            return ""
+        if args[:2] == ["mkdir", "-p"]:
+            return ""
+        if args[:1] == ["chmod"]:
+            phone.modes.update({path: int(args[1], 8) for path in args[2:]})
+            return ""
         if args[:1] == ["pidof"]:
             return f"{phone.app_pid}\n" if phone.app_pid and args[1] == APP else ""
         if line in phone.outputs:
@@ -289,6 +321,17 @@ class FakeAdbServer:
         if args[:1] == ["dumpsys"]:
             return f"Can't find service: {args[1]}\n"
         return f"/system/bin/sh: {args[0]}: inaccessible or not found\n"
+
+    def _selftest(self, phone: FakePhone, args: list[str]) -> str:
+        """``am start -n org.mjfl.app/.SelfTestActivity --es run R --es dir D``: the app's process runs it."""
+        if not phone.installed or not phone.has_selftest:
+            return f"Error: Activity class {{{APP}/{APP}.SelfTestActivity}} does not exist.\n"
+        with self._changed:
+            phone.app_pid = phone.app_pid or 4242
+            self._bump()
+        if self.on_selftest is not None:
+            self.on_selftest(phone, _extras(args[4:]))
+        return f"Starting: Intent {{ cmp={APP}/.SelfTestActivity (has extras) }}\n"
 
     def _sync(self, conn: socket.socket, phone: FakePhone) -> None:
         """adb's file protocol: (id, little-endian length, data) requests."""
@@ -311,6 +354,7 @@ class FakeAdbServer:
                     assert kind == b"DATA" and n <= 64 * 1024, (kind, n)
                     chunks.append(_read_exact(conn, n))
                 phone.files[name] = b"".join(chunks)
+                phone.modes[name] = int(path.rsplit(",", 1)[1]) & 0o7777
                 phone.pushed.append((name, phone.files[name]))
                 conn.sendall(b"OKAY" + struct.pack("<I", 0))
                 return  # adbutils closes after one SEND

@@ -1,0 +1,157 @@
+"""`mjfl devices check`: the first-day check of every attached phone; `mjfl devices golden`: its golden set.
+
+docs/phones.md, "First-day check", says what the check does and what to do
+when a phone fails it.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn
+from rich.table import Table
+
+from mjfl.android_bridge.devices.golden import golden_set
+from mjfl.android_bridge.phones.adb import Adb
+from mjfl.android_bridge.phones.attached import (
+    BUILT_APK,
+    PhoneOptions,
+    attached_or_fail,
+    on_each_phone,
+)
+from mjfl.android_bridge.phones.selftest import (
+    DEFAULT_WAITS,
+    CaseCheck,
+    PhoneCheck,
+    SelfTestLines,
+    Waits,
+    check_phone,
+)
+from mjfl.errors import PhoneError
+
+
+def check_phones(
+    options: PhoneOptions,
+    *,
+    models: list[str] | None = None,
+    waits: Waits = DEFAULT_WAITS,
+    console: Console,
+    golden: Path | None = None,
+) -> dict[str, PhoneCheck]:
+    """Run the app's self-test on every usable phone and print the verdicts.
+
+    Installs ``options.apk`` (else a local build when there is one) where the
+    app is missing or another build. PhoneError when a phone fails, cannot be
+    checked, or none can be used. ``golden``: a set already made (tests).
+    """
+    apk = options.apk if options.apk is not None else (BUILT_APK if BUILT_APK.is_file() else None)
+    if apk is not None and not apk.is_file():
+        raise PhoneError(f"--apk {apk}: no such file (build it: docs/phones.md, section 1)")
+    adb = Adb(options.adb)
+    phones = attached_or_fail(adb)
+    for phone in phones:
+        if not phone.usable:
+            console.print(f"[yellow]{phone.problem()}[/]", highlight=False)
+    usable = [p.serial for p in phones if p.usable]
+    if not usable:
+        raise PhoneError(f"none of the {len(phones)} attached phones can be used (see above)")
+    if golden is None:
+        with console.status("making the golden set (each model's program is exported once, then cached) ..."):
+            golden = golden_set(models, workers=2)
+    run = secrets.token_hex(4)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=console, transient=True) as bar:
+        rows = {serial: bar.add_task(f"phone {serial}: waiting") for serial in usable}
+
+        def check(serial: str) -> PhoneCheck:
+            def progress(what: str, lines: SelfTestLines) -> None:
+                bar.update(rows[serial], description=_progress_text(serial, what, lines))
+
+            return check_phone(adb, serial, golden, run=run, apk=apk, waits=waits, progress=progress)
+
+        results = on_each_phone(phones, check)
+    checks = {s: r for s, r in results.items() if isinstance(r, PhoneCheck)}
+    if checks:
+        console.print(_table(checks))
+    bad = 0
+    for result in results.values():
+        if isinstance(result, PhoneError):
+            bad += 1
+            console.print(f"[red]{result}[/]", highlight=False, soft_wrap=True)
+        else:
+            bad += not result.passed
+            console.print(_verdict(result), highlight=False, soft_wrap=True)
+    if bad:
+        raise PhoneError(
+            f"{bad} of {len(results)} phones failed the first-day check (see above; what to do: docs/phones.md, First-day check)"
+        )
+    console.print(f"{len(results)} phones passed the first-day check", highlight=False)
+    return checks
+
+
+def _progress_text(serial: str, what: str, lines: SelfTestLines) -> str:
+    if lines.started is None:
+        return f"phone {serial}: {what} ..."
+    done = len(lines.results)
+    failed = sum(not c.passed for c in lines.results.values())
+    on = f", training {lines.next_case}" if lines.next_case else ""
+    return f"phone {serial}: {done}/{len(lines.cases)} cases{on}" + (f" ([red]{failed} failed[/])" if failed else "")
+
+
+def _mb(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}" if v >= 1 else f"{v:.2f}"
+
+
+def _diff(c: CaseCheck) -> str:
+    if c.max_rel_diff is None:
+        return "-"
+    return f"{max(c.max_rel_diff, c.loss_rel_diff or 0.0):.1e}"
+
+
+def _table(checks: dict[str, PhoneCheck]) -> Table:
+    table = Table(title="first-day check: each zoo model trained on the phone against the Python runtime")
+    for column in ("phone", "model", "result", "max rel diff", "step ms", "planned MB", "peak MB", "battery", "thermal"):
+        table.add_column(column, justify="right" if column not in ("phone", "model", "result", "thermal") else "left")
+    for serial, check in checks.items():
+        for i, c in enumerate(check.cases):
+            peak = _mb(c.peak_mb) + ("" if c.peak_reset or c.peak_mb is None else "*")
+            table.add_row(
+                serial if i == 0 else "", c.case, "pass" if c.passed else "[red]FAIL[/]", _diff(c),
+                _ms(c.step_ms), _mb(c.planned_mb), peak,
+                c.state.battery, c.state.thermal,
+            )  # fmt: skip
+        table.add_section()
+    return table
+
+
+def _verdict(check: PhoneCheck) -> str:
+    f = check.facts
+    facts = f"{f.manufacturer} {f.model}".strip() + f", Android {f.android or '?'}, {f.abi or '?'}"
+    took = "" if check.elapsed_s is None else f" in {check.elapsed_s:.1f} s"
+    state = (
+        f"battery {check.started.battery} -> {check.ended.battery}, thermal {check.started.thermal} -> {check.ended.thermal}"
+    )
+    installed = "; app installed first" if check.installed else ""
+    if check.passed:
+        return f"phone {check.serial} ({facts}): passed {len(check.cases)} of {len(check.cases)}{took}; {state}{installed}"
+    why = [f"{c.case}: {c.problem()}" for c in check.cases if not c.passed]
+    if check.error:
+        why.append(check.error)
+    return f"[red]phone {check.serial} ({facts}): FAILED[/] {'; '.join(why)}{took}; {state}{installed}"
+
+
+def write_golden(out: Path, *, models: list[str] | None, console: Console) -> Path:
+    """Copy the golden set (made if need be) to ``out``, replacing what is there: the instrumented test's assets."""
+    with console.status("making the golden set (each model's program is exported once, then cached) ..."):
+        folder = golden_set(models, workers=2)
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(folder, out)
+    console.print(f"golden set {folder.name} written to {out}", highlight=False)
+    return out

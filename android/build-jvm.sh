@@ -100,13 +100,18 @@ APP="$ANDROID/app"
 APP_OUT="$APP/build/jvm"
 
 compile_app() {
-    check_libs junit-platform-console-standalone.jar
+    check_libs junit-platform-console-standalone.jar junit4.jar
     local deps="$OUT/classes:$CORE_DEPS"
-    compile app-stubs "$APP/src/stubs/java" "$APP_OUT/stubs" ""
+    compile app-stubs "$APP/src/stubs/java" "$APP_OUT/stubs" "$LIBS/junit4.jar"
     stale "$APP_OUT/classes" "$APP_OUT/stubs" "$OUT/classes"
     compile app "$APP/src/main/java" "$APP_OUT/classes" "$APP_OUT/stubs:$deps"
     stale "$APP_OUT/test-classes" "$APP_OUT/classes"
     compile app-tests "$APP/src/test/java" "$APP_OUT/test-classes" "$APP_OUT/classes:$deps:$JUNIT"
+    # The instrumented test (JUnit 4 on a phone or an emulator: ./gradlew connectedAndroidTest) is
+    # only type-checked here, against the same stubs.
+    stale "$APP_OUT/android-test-classes" "$APP_OUT/classes"
+    compile app-android-tests "$APP/src/androidTest/java" "$APP_OUT/android-test-classes" \
+        "$APP_OUT/classes:$APP_OUT/stubs:$deps:$LIBS/junit4.jar"
 }
 
 build_app() {

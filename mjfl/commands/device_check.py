@@ -14,7 +14,8 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
-from mjfl.android_bridge.devices.golden import golden_set
+from mjfl import logs
+from mjfl.android_bridge.devices.golden import cached_set, golden_set
 from mjfl.android_bridge.phones.adb import Adb
 from mjfl.android_bridge.phones.attached import (
     BUILT_APK,
@@ -59,8 +60,7 @@ def check_phones(
     if not usable:
         raise PhoneError(f"none of the {len(phones)} attached phones can be used (see above)")
     if golden is None:
-        with console.status("making the golden set (each model's program is exported once, then cached) ..."):
-            golden = golden_set(models, workers=2)
+        golden = _golden(models, console)
     run = secrets.token_hex(4)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=console, transient=True) as bar:
         rows = {serial: bar.add_task(f"phone {serial}: waiting") for serial in usable}
@@ -146,10 +146,23 @@ def _verdict(check: PhoneCheck) -> str:
     return f"[red]phone {check.serial} ({facts}): FAILED[/] {'; '.join(why)}{took}; {state}{installed}"
 
 
+def _golden(models: list[str] | None, console: Console) -> Path:
+    """The golden set, made on the first use of this version of the programs and the trainer."""
+    folder = cached_set(models)
+    if folder is not None:
+        return folder
+    console.print(
+        "making the golden set: exporting each model's program and training it in the Python runtime"
+        " (minutes, once; then .mjfl-cache/golden) ...",
+        highlight=False,
+    )
+    with logs.native_output():  # the exporter's and the runtime's own lines; --verbose shows them
+        return golden_set(models, workers=2)
+
+
 def write_golden(out: Path, *, models: list[str] | None, console: Console) -> Path:
     """Copy the golden set (made if need be) to ``out``, replacing what is there: the instrumented test's assets."""
-    with console.status("making the golden set (each model's program is exported once, then cached) ..."):
-        folder = golden_set(models, workers=2)
+    folder = _golden(models, console)
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(folder, out)

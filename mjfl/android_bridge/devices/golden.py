@@ -55,6 +55,7 @@ __all__ = [
     "TOLERANCE",
     "ZOO_CASES",
     "GoldenCase",
+    "cached_set",
     "golden_set",
     "relative_difference",
     "write_case",
@@ -233,6 +234,20 @@ def _made_by() -> dict[str, str]:
     return out
 
 
+def _cases(models: Iterable[str] | None) -> list[GoldenCase]:
+    names = list(MODEL_NAMES) if models is None else list(dict.fromkeys(models))
+    unknown = [n for n in names if n not in MODEL_NAMES]
+    if unknown or not names:
+        raise ConfigError("models", f"unknown model(s) {unknown or names}; known: {', '.join(MODEL_NAMES)}")
+    return [c for c in ZOO_CASES if c.model in names]
+
+
+def cached_set(models: Iterable[str] | None = None, *, cache: Path = GOLDEN_CACHE) -> Path | None:
+    """The folder of the golden set for ``models`` if it is made already, else None."""
+    folder = cache / _set_key(_cases(models))
+    return folder if (folder / "manifest.json").is_file() else None
+
+
 def golden_set(
     models: Iterable[str] | None = None,
     *,
@@ -245,11 +260,7 @@ def golden_set(
     Exports the cases' programs (``cached_programs``: ``workers`` at once) and
     trains each case in the Python runtime.
     """
-    names = list(MODEL_NAMES) if models is None else list(dict.fromkeys(models))
-    unknown = [n for n in names if n not in MODEL_NAMES]
-    if unknown or not names:
-        raise ConfigError("models", f"unknown model(s) {unknown or names}; known: {', '.join(MODEL_NAMES)}")
-    cases = [c for c in ZOO_CASES if c.model in names]
+    cases = _cases(models)
     key = _set_key(cases)
     folder = cache / key
     if (folder / "manifest.json").is_file():

@@ -29,4 +29,12 @@ public abstract class Context {
     public int checkSelfPermission(String permission) {
         throw new UnsupportedOperationException("stub");
     }
+
+    public File getCacheDir() {
+        throw new UnsupportedOperationException("stub");
+    }
+
+    public android.content.res.AssetManager getAssets() {
+        throw new UnsupportedOperationException("stub");
+    }
 }

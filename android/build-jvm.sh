@@ -106,7 +106,7 @@ build_app() {
     stale "$APP_OUT/test-classes" "$APP_OUT/classes"
     compile app-tests "$APP/src/test/java" "$APP_OUT/test-classes" "$APP_OUT/classes:$deps:$JUNIT"
     # The stubs are not on the tests' class path: a test that reaches android.* or ExecuTorch fails.
-    if ! log="$(java -jar "$JUNIT" --disable-banner --disable-ansi-colors --details=summary --fail-if-no-tests \
+    if ! log="$(java -Dmjfl.app.main="$APP/src/main" -jar "$JUNIT" --disable-banner --disable-ansi-colors --details=summary --fail-if-no-tests \
             --class-path "$APP_OUT/test-classes:$APP/src/test/resources:$APP_OUT/classes:$deps" \
             --scan-class-path "$APP_OUT/test-classes" 2>&1)"; then
         printf '%s\n' "$log" >&2

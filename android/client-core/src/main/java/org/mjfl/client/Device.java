@@ -336,7 +336,11 @@ public final class Device {
                 giveUpIfCannotTrain(c);
             } catch (RuntimeException | Error e) { // our bug; still no crash
                 LOG.log(Level.SEVERE, id() + ": answering task " + task.taskId() + " failed", e);
-                c.act(s -> s.close(Codes.INTERNAL_ERROR, "internal error"));
+                try {
+                    c.act(s -> s.close(Codes.INTERNAL_ERROR, "internal error"));
+                } catch (RuntimeException | Error again) {
+                    LOG.log(Level.SEVERE, id() + ": cannot even close the session", again);
+                }
             }
         });
     }
@@ -357,12 +361,11 @@ public final class Device {
         TrainingTask tt = new TrainingTask(task.taskId(), task.jobId(), task.round(), job.model(), program, shard,
                 task.tensors(), task.epochs(), task.batchSize(), task.lr(), task.momentum(), task.weightDecay(),
                 deadlineAt);
-        double ready = cfg.clock().now();
-        double downloadS = ready - arrivedAt; // 5.5: arrival to weights and data ready
+        double downloadS = cfg.clock().now() - arrivedAt; // 5.5: arrival to weights and data ready
         if (t.cancelled) {
             return error(Codes.CANCELLED, "cancelled", task.taskId());
         }
-        if (ready > deadlineAt) {
+        if (cfg.clock().now() > deadlineAt) {
             // 5.4: a device past the deadline does not start the task (the coordinator no longer
             // uses the result); the same code and reason as the Python emulated device.
             return error(Codes.CANCELLED, "the deadline passed before training", task.taskId());

@@ -45,7 +45,7 @@ def runtime_planned_memory(tmp_path_factory: pytest.TempPathFactory) -> Callable
     """The C++ runtime's own figures (tests/jobs/planned_memory.cpp, built against the executorch wheel)."""
     import executorch
 
-    wheel = Path(executorch.__file__).parent
+    wheel = Path(next(iter(executorch.__path__)))  # a namespace package: no __file__
     include, lib = wheel / "include", wheel / "lib"
     compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
     if compiler is None or not (include / "executorch/runtime/executor/program.h").exists() or not any(lib.glob("libexecutorch.*")):
@@ -130,6 +130,22 @@ def test_planned_memory_is_what_the_runtime_allocates(
     # The training metadata methods, which a TrainingModule loads too, plan nothing.
     for method in ("__et_training_fqn_forward", "__et_training_gradients_index_forward"):
         assert planned_memory(lenet_program[0].read_bytes(), method=method) == sum(runtime_planned_memory(lenet_program[0], method)) == 0
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_a_program_for_the_smallest_batch_sizes_trains_a_shard_with_a_shorter_last_batch(batch_size: int) -> None:
+    """Runs export a job's program for its batch_size, and 1 is a static batch (no dynamic dimension)."""
+    from mjfl.jobs.models import initial_weights
+    from mjfl.jobs.trainers import ExecuTorchTrainer
+
+    spec = ModelSpec("cnn-b", (1, 8, 8), 4)  # dropout: noise inputs batched too
+    path, _ = cached_program(spec, CACHE, max_batch=batch_size)
+    trainer = ExecuTorchTrainer(path.read_bytes(), spec)
+    assert trainer.max_batch == batch_size
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(5, 1, 8, 8)).astype(np.float32), rng.integers(0, 4, 5)
+    result = trainer.train(initial_weights(spec, 0), x, y, LocalTraining(epochs=1, batch_size=batch_size, lr=0.1), seed=1)
+    assert len(result.step_times_s) == -(-5 // batch_size) and np.isfinite(result.mean_loss)
 
 
 def test_planned_memory_refuses_what_is_not_a_program_and_never_crashes(lenet_program: tuple[Path, str]) -> None:

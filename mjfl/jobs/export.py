@@ -334,10 +334,12 @@ def planned_memory(data: bytes, *, method: str = "forward") -> int:
     loaders (its Module extension, the pybindings, the example runner)
     allocate one buffer of `MethodMeta::memory_planned_buffer_size(i)` bytes
     for each of the others when they load the method, before any step. It
-    holds the step's inputs, activations, gradients and outputs at the batch
-    bound, so it grows with `max_batch`; the parameters and constants are
-    not in it (they live in the program's bytes). The training metadata
-    methods (`__et_training_*`) plan none.
+    holds what a step reads and writes, sized for the batch bound: the
+    inputs, the activations the backward pass reads, the gradients, the
+    outputs and the parameters themselves (the runtime's working copy,
+    filled from the program's bytes on loading), so it grows with
+    `max_batch` from a floor of about twice the parameters' size. The
+    training metadata methods (`__et_training_*`) plan none.
 
     Raises `ProgramError` when the bytes are not an ExecuTorch program or
     have no such method; it checks nothing else (`validate_program` checks

@@ -84,8 +84,8 @@ class FakeAdbServer:
     ) -> None:
         """``on_launch(phone)`` runs when ``am start`` starts the app or gives the running app new
         extras (the app then points its session anew; the same extras again change nothing),
-        ``on_stop(phone)`` when a reboot ends it: a test plays the app's process with them;
-        ``on_selftest(phone, extras)`` when ``am start`` starts the app's self-test."""
+        ``on_stop(phone)`` when a reboot or ``am force-stop`` ends it: a test plays the app's process
+        with them; ``on_selftest(phone, extras)`` when ``am start`` starts the app's self-test."""
         self.phones: dict[str, FakePhone] = {p.serial: p for p in phones}
         self.on_launch, self.on_stop, self.on_selftest = on_launch, on_stop, on_selftest
         self.transcript: list[tuple[str | None, str]] = []
@@ -284,7 +284,7 @@ class FakeAdbServer:
             return self._selftest(phone, args)
         if args[:2] == ["am", "start"]:
             if not phone.installed:
-                return f"Error: Activity class {{{APP}/{APP}.MainActivity}} does not exist.\n"
+                return f"Error: Activity class {{{APP}/{APP}.StartActivity}} does not exist.\n"
             with self._changed:
                 extras = _extras(args[4:])
                 # Like the app: a new start, or new extras, (re)starts its session.
@@ -294,7 +294,16 @@ class FakeAdbServer:
                 self._bump()
             if started and self.on_launch is not None:
                 self.on_launch(phone)
-            return f"Starting: Intent {{ cmp={APP}/.MainActivity (has extras) }}\n"
+            return f"Starting: Intent {{ cmp={APP}/.StartActivity (has extras) }}\n"
+        if args[:2] == ["am", "force-stop"]:
+            with self._changed:  # prints nothing, whether the app ran or not (or is installed)
+                stopped = args[2] == APP and phone.app_pid is not None
+                if stopped:
+                    phone.app_pid = None
+                self._bump()
+            if stopped and self.on_stop is not None:
+                self.on_stop(phone)
+            return ""
         if args[:2] == ["logcat", "-d"]:
             # What `logcat -d -v raw TAG:V *:S` prints: the buffer's header, then the tag's lines.
             return "--------- beginning of main\n" + "".join(f"{line}\n" for line in list(phone.check_log))

@@ -4,5 +4,7 @@
   deadline does, and the trainers it keeps loaded (simulated devices use it too);
 - ``emulator``: emulated devices, protocol v1 clients that train like a phone, and
   the worker processes that host them;
-- ``ray_cluster``: the same workers (and simulated devices' training) on a Ray cluster.
+- ``ray_cluster``: the same workers (and simulated devices' training) on a Ray cluster;
+- ``golden``: the first-day check's golden cases, the Python runtime's answers to short
+  tasks of every zoo model, as wire messages for the phones to train.
 """

@@ -25,6 +25,8 @@ import org.mjfl.app.selftest.SelfTest;
 public final class SelfTestActivity extends Activity {
     public static final String EXTRA_RUN = "run";
     public static final String EXTRA_DIR = "dir";
+    /** The golden set trains in a minute or two on a phone; a stuck one must not keep it awake. */
+    private static final long LOCK_LIMIT_MS = 30 * 60 * 1000L;
     /** The run in progress, null when none: the process's, whichever activity started it. */
     private static final AtomicReference<String> RUNNING = new AtomicReference<>();
     /** The screen of the activity shown last (lines of a test started by an earlier one reach it too). */
@@ -68,7 +70,7 @@ public final class SelfTestActivity extends Activity {
         PowerManager.WakeLock lock = power == null ? null : power.newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:selftest");
         if (lock != null) {
             lock.setReferenceCounted(false);
-            lock.acquire();
+            lock.acquire(LOCK_LIMIT_MS); // released when the test ends; never held past this
         }
         Path work = getFilesDir().toPath().resolve("selftest");
         SelfTest test = AndroidSelfTest.create(getApplicationContext(), line -> screen.accept(line));

@@ -12,6 +12,7 @@ zoo's real set instead.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from mjfl.android_bridge.phones.selftest import (
     CaseCheck,
     SelfTestLines,
     Waits,
+    installed_is,
     parse_lines,
 )
 from mjfl.android_bridge.protocol import messages as wire
@@ -179,6 +181,28 @@ def test_a_failed_case_says_why_in_words() -> None:
     assert CaseCheck.from_line(base | {"max_rel_diff": None}).problem() == "the trained weights or loss are not finite"
     assert CaseCheck.from_line(base | {"error": "UnsatisfiedLinkError: x"}).problem() == "UnsatisfiedLinkError: x"
     assert CaseCheck.from_line(base | {"pass": True}).problem() == ""
+
+
+def test_the_installed_app_is_the_apk_when_their_bytes_hash_the_same(tmp_path: Path) -> None:
+    apk = tmp_path / "app.apk"
+    apk.write_bytes(b"build 2")
+    base = "/data/app/~~q/org.mjfl.app-7/base.apk"
+
+    class Phone:
+        def __init__(self, path: str, sha256sum: str) -> None:
+            self.answers = {"pm path org.mjfl.app": path, f"sha256sum {base}": sha256sum}
+
+        def shell(self, serial: str, args: list[str]) -> str:
+            return self.answers[" ".join(args)]
+
+    same = hashlib.sha256(b"build 2").hexdigest()
+    other = hashlib.sha256(b"build 1").hexdigest()
+    assert installed_is(Phone(f"package:{base}\n", f"{same}  {base}\n"), "s", apk) is True  # type: ignore[arg-type]
+    assert installed_is(Phone(f"package:{base}\n", f"{other}  {base}\n"), "s", apk) is False  # type: ignore[arg-type]
+    assert installed_is(Phone("", ""), "s", apk) is False  # type: ignore[arg-type]
+    # A phone without sha256sum (an old toybox) cannot tell: the check installs, which keeps the app's data.
+    not_found = "/system/bin/sh: sha256sum: inaccessible or not found\n"
+    assert installed_is(Phone(f"package:{base}\n", not_found), "s", apk) is None  # type: ignore[arg-type]
 
 
 # -- the check against the stand-in adb server, the JVM playing the app ----------------

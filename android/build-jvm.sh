@@ -5,6 +5,8 @@
 #
 #   android/build-jvm.sh            compile main and tests, run the tests (prints the summary)
 #   android/build-jvm.sh --no-test  compile main only (what bin/mjfl-device calls)
+#   android/build-jvm.sh --jvm-runtime  compile client-core, the app and its ExecuTorch test
+#                                   double (app/src/jvmTest), no tests (what jvmTest/bin/train-tasks calls)
 #
 # Idempotent: a step runs only when its sources changed. Exit status is non-zero on a compile
 # error, a failed test, or when no test ran.
@@ -97,12 +99,27 @@ test_core() {
 APP="$ANDROID/app"
 APP_OUT="$APP/build/jvm"
 
-build_app() {
-    check_libs junit-platform-console-standalone.jar
-    local deps="$OUT/classes:$CORE_DEPS" log
+build_app_classes() {
+    check_libs
     compile app-stubs "$APP/src/stubs/java" "$APP_OUT/stubs" ""
     stale "$APP_OUT/classes" "$APP_OUT/stubs" "$OUT/classes"
-    compile app "$APP/src/main/java" "$APP_OUT/classes" "$APP_OUT/stubs:$deps"
+    compile app "$APP/src/main/java" "$APP_OUT/classes" "$APP_OUT/stubs:$OUT/classes:$CORE_DEPS"
+}
+
+# android/app/src/jvmTest: a test double of ExecuTorch's Java API that runs programs in
+# ExecuTorch's Python runtime, and the harness that trains tasks with the app's classes on it
+# (tests/android/test_jvm_training.py). Compiled against the app's classes, never the stubs:
+# on its class path the double takes their place, as the AAR does on a phone.
+build_jvm_runtime() {
+    stale "$APP_OUT/jvm-runtime" "$APP_OUT/classes"
+    compile app-jvm-runtime "$APP/src/jvmTest/java" "$APP_OUT/jvm-runtime" "$APP_OUT/classes:$OUT/classes:$CORE_DEPS"
+}
+
+build_app() {
+    local deps="$OUT/classes:$CORE_DEPS" log
+    check_libs junit-platform-console-standalone.jar
+    build_app_classes
+    build_jvm_runtime
     stale "$APP_OUT/test-classes" "$APP_OUT/classes"
     compile app-tests "$APP/src/test/java" "$APP_OUT/test-classes" "$APP_OUT/classes:$deps:$JUNIT"
     # The stubs are not on the tests' class path: a test that reaches android.* or ExecuTorch fails.
@@ -118,9 +135,10 @@ build_app() {
 main() {
     command -v javac >/dev/null || die "javac not found (JDK 17 needed)"
     build_core
-    if [[ "${1:-}" == "--no-test" ]]; then
-        return 0
-    fi
+    case "${1:-}" in
+        --no-test) return 0 ;;
+        --jvm-runtime) build_app_classes; build_jvm_runtime; return 0 ;;
+    esac
     build_app
     test_core
 }

@@ -257,6 +257,9 @@ def main() -> None:
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     serve(sys.stdin.buffer, replies)
+    # The JVM waits for this exit; every reply is flushed, so skip the interpreter's (and
+    # torch's) slow teardown.
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ MAX_BATCH = 64  # tests/jobs/test_trainers.py's: one program per spec for both t
 SMALL = {"cnn-a-iid", "resnet13"}  # on the digits' native 8x8, the others on 16x16
 SPECS = {name: ModelSpec(name, (1, 8, 8) if name in SMALL else (1, 16, 16), 10) for name in MODEL_NAMES}
 N = 21
-TRAINING = LocalTraining(epochs=2, batch_size=8, lr=0.05, momentum=0.9, weight_decay=5e-4)
+TRAINING = LocalTraining(epochs=2, batch_size=8, lr=0.01, momentum=0.9, weight_decay=5e-4)
 TOLERANCE = 1e-5
 
 

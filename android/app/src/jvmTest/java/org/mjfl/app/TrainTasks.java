@@ -55,7 +55,9 @@ public final class TrainTasks {
                 JsonObject spec = e.getAsJsonObject();
                 Path folder = dir.resolve(spec.get("dir").getAsString());
                 TrainingTask task = task(spec, folder);
+                long start = System.nanoTime();
                 TrainingResult result = trainer.train(task, () -> false);
+                double seconds = (System.nanoTime() - start) / 1e9;
                 try (OutputStream out = Files.newOutputStream(folder.resolve("trained.bin"))) {
                     for (Tensor t : result.weights()) {
                         ByteBuffer data = t.data();
@@ -67,6 +69,7 @@ public final class TrainTasks {
                 JsonObject r = new JsonObject();
                 r.addProperty("samples", result.samples());
                 r.addProperty("mean_loss", result.meanLoss());
+                r.addProperty("seconds", seconds); // the program's loading included, on a first task
                 JsonArray names = new JsonArray();
                 result.weights().forEach(t -> names.add(t.name()));
                 r.add("names", names);

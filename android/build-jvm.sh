@@ -9,7 +9,8 @@
 #                                   double (app/src/jvmTest), no tests (what jvmTest/bin/train-tasks calls)
 #
 # Idempotent: a step runs only when its sources changed. Exit status is non-zero on a compile
-# error, a failed test, or when no test ran.
+# error, a failed test, when no test ran, or (full run) when the okhttp and gson jars here are not
+# the versions the APK declares (gradle/libs.versions.toml): what this checks is what ships.
 set -euo pipefail
 
 ANDROID="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -70,6 +71,46 @@ check_libs() {
     done
 }
 
+# The versions the APK declares (android/gradle/libs.versions.toml) must be those of the jars
+# compiled and tested against here; else this script would vouch for libraries the APK does not
+# ship. Each jar's version is the one Maven stamped into it (META-INF/maven/G/A/pom.properties),
+# so a folder in MJFL_JVM_LIBS is read the same way as Debian's.
+CATALOG="$ANDROID/gradle/libs.versions.toml"
+
+# declared NAME: the catalog's [versions] NAME, written "V" or { strictly = "V" }.
+declared() {
+    sed -n -E '/^\[versions\]/,/^\[/ s/^'"$1"'[[:space:]]*=[[:space:]]*(\{[[:space:]]*strictly[[:space:]]*=[[:space:]]*)?"([^"]+)".*/\2/p' "$CATALOG"
+}
+
+# jar_version JAR GROUP ARTIFACT: the version in the jar's pom.properties (empty if it has none).
+jar_version() {
+    local entry="META-INF/maven/$2/$3/pom.properties" props="" tmp
+    if command -v unzip >/dev/null; then
+        props="$(unzip -p "$1" "$entry" 2>/dev/null)" || props=""
+    else # the JDK's jar tool extracts to the current folder only
+        tmp="$(mktemp -d)"
+        props="$(cd "$tmp" && jar xf "$1" "$entry" 2>/dev/null && cat "$entry")" || props=""
+        rm -rf "$tmp"
+    fi
+    sed -n 's/^version=//p' <<<"$props" | tr -d '\r'
+}
+
+check_versions() {
+    local name jar group artifact want have
+    [[ -f "$CATALOG" ]] || die "missing $CATALOG (the library versions the APK declares)"
+    while read -r name jar group artifact; do
+        want="$(declared "$name")"
+        [[ -n "$want" ]] || die "$CATALOG declares no version \"$name\""
+        have="$(jar_version "$LIBS/$jar" "$group" "$artifact")"
+        [[ -n "$have" ]] || die "cannot tell the version of $LIBS/$jar: it has no META-INF/maven/$group/$artifact/pom.properties"
+        [[ "$have" == "$want" ]] || die "$LIBS/$jar is $artifact $have, but the APK declares $want ($CATALOG):" \
+            "declare $have there, or set MJFL_JVM_LIBS to a folder with $artifact $want"
+    done <<'LIBRARIES'
+okhttp okhttp.jar com.squareup.okhttp3 okhttp
+gson gson.jar com.google.code.gson gson
+LIBRARIES
+}
+
 build_core() {
     check_libs
     compile client-core "$CORE/src/main/java" "$OUT/classes" "$CORE_DEPS"
@@ -123,7 +164,7 @@ build_app() {
     stale "$APP_OUT/test-classes" "$APP_OUT/classes"
     compile app-tests "$APP/src/test/java" "$APP_OUT/test-classes" "$APP_OUT/classes:$deps:$JUNIT"
     # The stubs are not on the tests' class path: a test that reaches android.* or ExecuTorch fails.
-    if ! log="$(java -Dmjfl.randomness="$REPO/tests/golden/randomness.json" \
+    if ! log="$(java -Dmjfl.randomness="$REPO/tests/golden/randomness.json" -Dmjfl.app.main="$APP/src/main" \
             -jar "$JUNIT" --disable-banner --disable-ansi-colors --details=summary --fail-if-no-tests \
             --class-path "$APP_OUT/test-classes:$APP/src/test/resources:$APP_OUT/classes:$deps" \
             --scan-class-path "$APP_OUT/test-classes" 2>&1)"; then
@@ -136,9 +177,12 @@ main() {
     command -v javac >/dev/null || die "javac not found (JDK 17 needed)"
     build_core
     case "${1:-}" in
+        # The JVM launchers (bin/mjfl-device, app/src/jvmTest/bin/train-tasks) run with whatever
+        # jars are here.
         --no-test) return 0 ;;
         --jvm-runtime) build_app_classes; build_jvm_runtime; return 0 ;;
     esac
+    check_versions
     build_app
     test_core
 }

@@ -334,17 +334,35 @@ def bench_trainers(
     run_trainers_bench(models=model_list, steps=steps, batch=batch, json_path=json_path, console=console)
 
 
+@bench_app.command("programs")
+def bench_programs(
+    json_path: JsonOption = None,
+    models: Annotated[str | None, typer.Option(help="Comma-separated zoo models (default: all).")] = None,
+) -> None:
+    """Program size and planned memory of each zoo model at the paper's jobs (exports on first use)."""
+    from mjfl.bench.programs import run_programs_bench
+
+    _bench_log(json_path)
+    model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    run_programs_bench(models=model_list, json_path=json_path, console=console)
+
+
 @app.command("export")
 def export_program(
     model: Annotated[str, typer.Argument(help="Zoo model: lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet.")],
     out: Annotated[Path, typer.Option(help="Where to write the .pte.")],
     input_shape: Annotated[str, typer.Option(help="C,H,W of one input, e.g. 1,28,28.")] = "1,28,28",
     classes: Annotated[int, typer.Option(help="Number of classes.")] = 10,
-    max_batch: Annotated[int, typer.Option(help="Largest batch the program accepts (its batch is dynamic).")] = 256,
+    max_batch: Annotated[int, typer.Option(
+        help="Largest batch the program accepts (its batch is dynamic): give the job's batch_size. The runtime"
+        " allocates the program's planned memory for this bound when it loads it, about proportional to it"
+        " (docs/models.md). Default: a job's default batch_size."
+    )] = 32,  # LocalTraining.batch_size, kept literal so `mjfl --help` imports no numpy
 ) -> None:
     """Export MODEL's ExecuTorch training program (forward, loss, backward) to a .pte.
 
-    What torch and ExecuTorch print while exporting is dropped; --verbose shows it.
+    Prints its size and the memory the runtime plans for it. What torch and
+    ExecuTorch print while exporting is dropped; --verbose shows it.
     """
     from mjfl.commands.export import export_program as export
 

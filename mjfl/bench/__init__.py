@@ -13,6 +13,9 @@ Benchmarks:
 - ``trainers`` (`mjfl bench trainers`): the time of one training step in
   ExecuTorch's runtime against eager PyTorch, per zoo model, and the ratio
   against its goal.
+- ``programs`` (`mjfl bench programs`): each zoo model's training program
+  at the paper's jobs: its size and the memory the runtime plans for it, at
+  the job's batch size and at the config's limit.
 - ``coordinator`` (`mjfl bench coordinator`): the real-time coordinator on
   loopback: its overhead per round, broadcast throughput, and the heartbeat
   p99 over 1,000 idle connections.

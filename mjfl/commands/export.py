@@ -14,7 +14,7 @@ from mjfl.errors import ConfigError, UserError
 def export_program(model: str, out: Path, *, input_shape: str, classes: int, max_batch: int, console: Console) -> Path:
     """Check the arguments (naming the bad one), export, write ``out``; returns it."""
     from mjfl.jobs.base import ModelSpec
-    from mjfl.jobs.export import export_training_program
+    from mjfl.jobs.export import export_training_program, planned_memory
     from mjfl.jobs.models import build_model
 
     try:
@@ -38,5 +38,11 @@ def export_program(model: str, out: Path, *, input_shape: str, classes: int, max
         data = export_training_program(spec, max_batch=max_batch)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(data)
+    memory = planned_memory(data)
     console.print(f"wrote {out} ({len(data):,} bytes, sha256 {hashlib.sha256(data).hexdigest()})")
+    # What a phone allocates on loading it, beside the program's own bytes (docs/models.md).
+    console.print(
+        f"batches up to {max_batch}: the runtime plans {memory:,} bytes ({memory / 1e6:.1f} MB) of memory for it",
+        highlight=False, soft_wrap=True,
+    )
     return out

@@ -187,7 +187,7 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
         dirichlet_alpha=f.take("dirichlet_alpha", float, default=d["dirichlet_alpha"], check=lambda v: v > 0, need="> 0"),
         training=LocalTraining(
             epochs=f.take("epochs", int, default=t["epochs"], check=lambda v: v >= 1, need=">= 1"),
-            batch_size=f.take("batch_size", int, default=t["batch_size"], check=lambda v: 1 <= v <= MAX_BATCH, need=f"in [1, {MAX_BATCH}] (the training programs' batch bound)"),
+            batch_size=f.take("batch_size", int, default=t["batch_size"], check=lambda v: 1 <= v <= MAX_BATCH, need=f"in [1, {MAX_BATCH}]"),
             lr=f.take("lr", float, default=t["lr"], check=lambda v: v > 0, need="> 0"),
             momentum=f.take("momentum", float, default=t["momentum"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
             weight_decay=f.take("weight_decay", float, default=t["weight_decay"], check=lambda v: v >= 0, need=">= 0"),

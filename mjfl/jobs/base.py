@@ -22,7 +22,12 @@ MODEL_NAMES: tuple[str, ...] = ("lenet5", "cnn-a-iid", "cnn-a-noniid", "cnn-b", 
 """The zoo's networks (docs/models.md), in the order the docs list them."""
 
 MAX_BATCH = 256
-"""The largest batch the engine's training programs take (their batch dimension is 1..MAX_BATCH)."""
+"""The largest batch_size a job may ask for: a sanity limit of the config.
+
+Each job's program is exported for the job's own batch_size (its batch
+dimension is 1..batch_size), and the memory the runtime plans for it grows
+with that bound (docs/models.md), so a phone loads no more than the job needs.
+"""
 
 Weights = Mapping[str, np.ndarray]
 

@@ -23,7 +23,10 @@ weights in executorch 1.5.1.
 
 `cached_program` exports once per (spec, max_batch, tool versions) and keeps
 the bytes on disk under their content hash, so an engine exports a job's
-program once and every device gets the same bytes.
+program once and every device gets the same bytes. A run exports each job's
+program for the job's batch_size: the runtime allocates the program's
+planned memory (`planned_memory`), which grows with max_batch, when it loads
+it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ __all__ = [
     "cached_program",
     "cached_programs",
     "export_training_program",
+    "planned_memory",
     "program_key",
     "validate_program",
 ]
@@ -319,3 +323,104 @@ def validate_program(data: bytes, *, sha256: str | None = None) -> None:
             raise ValueError("no execution plan")
     except Exception as exc:  # noqa: BLE001 - re-raised as one ProgramError
         raise ProgramError(f"program does not parse ({type(exc).__name__}: {exc})") from None
+
+
+def planned_memory(data: bytes, *, method: str = "forward") -> int:
+    """Bytes of planned memory the runtime allocates for `method` of program `data`.
+
+    The sum of the method's `non_const_buffer_sizes` in its execution plan
+    (executorch's schema/program.fbs; entry 0 is reserved and 0), read from
+    the flatbuffer without loading or running the program. ExecuTorch's
+    loaders (its Module extension, the pybindings, the example runner)
+    allocate one buffer of `MethodMeta::memory_planned_buffer_size(i)` bytes
+    for each of the others when they load the method, before any step. It
+    holds what a step reads and writes, sized for the batch bound: the
+    inputs, the activations the backward pass reads, the gradients, the
+    outputs and the parameters themselves (the runtime's working copy,
+    filled from the program's bytes on loading), so it grows with
+    `max_batch` from a floor of about twice the parameters' size. The
+    training metadata methods (`__et_training_*`) plan none.
+
+    Raises `ProgramError` when the bytes are not an ExecuTorch program or
+    have no such method; it checks nothing else (`validate_program` checks
+    bytes that travelled).
+    """
+    data = bytes(data)
+    if len(data) < 8 or data[4:8] != b"ET12":
+        raise ProgramError("not an ExecuTorch program (missing the 'ET12' identifier)")
+    try:
+        root = _FlatTable(data, _FlatTable.uoffset(data, 0))
+        for plan in root.tables(_PROGRAM_EXECUTION_PLAN):
+            if plan.string(_PLAN_NAME) == method:
+                return sum(plan.int64s(_PLAN_NON_CONST_BUFFER_SIZES))
+    except ValueError as exc:
+        raise ProgramError(f"program does not parse ({exc})") from None
+    raise ProgramError(f"program has no method {method!r}")
+
+
+# Field slots of schema/program.fbs (its declaration order, which flatbuffers
+# keeps stable across schema versions): Program.execution_plan and
+# ExecutionPlan.name, .non_const_buffer_sizes.
+_PROGRAM_EXECUTION_PLAN = 1
+_PLAN_NAME = 0
+_PLAN_NON_CONST_BUFFER_SIZES = 8
+
+
+class _FlatTable:
+    """One flatbuffer table of `data` at `pos`: the few reads `planned_memory` needs.
+
+    Reads from the flatbuffers format itself (flatbuffers.dev, "Internals")
+    rather than executorch's Python deserialiser, which builds every
+    instruction of the program (a third of a second for resnet13) and whose
+    generated accessors only work once its private loader has patched them.
+    Every offset is bounds-checked: corrupt bytes raise ValueError.
+    """
+
+    def __init__(self, data: bytes, pos: int) -> None:
+        self.data, self.pos = data, pos
+        (back,) = self._unpack("<i", pos)
+        self.vtable = pos - back
+        (self.vtable_len,) = self._unpack("<H", self.vtable)
+
+    @staticmethod
+    def uoffset(data: bytes, at: int) -> int:
+        """The position an unsigned 32-bit offset stored at `at` points to."""
+        if not 0 <= at <= len(data) - 4:
+            raise ValueError(f"offset at {at} outside the {len(data)} bytes")
+        return at + int(struct.unpack_from("<I", data, at)[0])
+
+    def _unpack(self, fmt: str, at: int) -> tuple[Any, ...]:
+        if not 0 <= at <= len(self.data) - struct.calcsize(fmt):
+            raise ValueError(f"read at {at} outside the {len(self.data)} bytes")
+        return struct.unpack_from(fmt, self.data, at)
+
+    def _field(self, slot: int) -> int | None:
+        entry = 4 + 2 * slot
+        if entry + 2 > self.vtable_len:
+            return None  # a field newer than this table: absent
+        (offset,) = self._unpack("<H", self.vtable + entry)
+        return self.pos + offset if offset else None
+
+    def _vector(self, slot: int) -> tuple[int, int]:
+        """(position of the first element, length) of a vector field; an absent one is empty."""
+        at = self._field(slot)
+        if at is None:
+            return 0, 0
+        start = self.uoffset(self.data, at)
+        (length,) = self._unpack("<I", start)
+        return start + 4, int(length)
+
+    def tables(self, slot: int) -> list[_FlatTable]:
+        first, n = self._vector(slot)
+        return [_FlatTable(self.data, self.uoffset(self.data, first + 4 * i)) for i in range(n)]
+
+    def int64s(self, slot: int) -> list[int]:
+        first, n = self._vector(slot)
+        return [int(v) for v in self._unpack(f"<{n}q", first)] if n else []
+
+    def string(self, slot: int) -> str | None:
+        if self._field(slot) is None:
+            return None
+        first, n = self._vector(slot)
+        (raw,) = self._unpack(f"<{n}s", first)
+        return bytes(raw).decode("utf-8", errors="replace")

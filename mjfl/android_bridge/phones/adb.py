@@ -12,9 +12,10 @@ What mjfl does on a phone, command by command (docs/phones.md lists them too):
     dumpsys battery; dumpsys thermalservice; pm path org.mjfl.app   facts
     reverse:forward:tcp:P;tcp:P                                     the coordinator's port
     sync SEND /data/local/tmp/mjfl-app.apk; pm install -r -t ...    install
-    am start -n org.mjfl.app/.MainActivity --es url ... (+ device_id, token)
+    am start -n org.mjfl.app/.StartActivity --es url ... (+ device_id, token)
     pidof org.mjfl.app                                              is the app running
     logcat -v threadtime MJFL:V AndroidRuntime:E *:S                its log
+    am force-stop org.mjfl.app                                      the end of the run
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ from typing import IO, Any
 from mjfl.errors import PhoneError
 
 APP_PACKAGE = "org.mjfl.app"
-APP_ACTIVITY = f"{APP_PACKAGE}/.MainActivity"
+# The app's entry point for a start with extras: only the adb shell may start it (it requires
+# android.permission.DUMP, which the shell holds); the launcher ignores extras (docs/security.md).
+APP_ACTIVITY = f"{APP_PACKAGE}/.StartActivity"
 LOG_TAG = "MJFL"
 REMOTE_APK = "/data/local/tmp/mjfl-app.apk"
 DEFAULT_PORT = 5037
@@ -360,6 +363,12 @@ class Adb:
         ])  # fmt: skip
         if "Error" in output or "Exception" in output:
             raise PhoneError(f"phone {serial}: starting the app failed: {output.strip().splitlines()[-1]}")
+
+    def force_stop(self, serial: str) -> None:
+        """End the app on the phone (``am force-stop``): its service, its wake lock and its notification go."""
+        output = self.shell(serial, ["am", "force-stop", APP_PACKAGE])
+        if "Error" in output or "Exception" in output:
+            raise PhoneError(f"phone {serial}: stopping the app failed: {output.strip().splitlines()[-1]}")
 
     def app_running(self, serial: str) -> bool:
         return bool(self.shell(serial, ["pidof", APP_PACKAGE]).strip())

@@ -9,7 +9,10 @@ app started with its extras), copies each phone's log into
 later, or back after a cable pull, gets its reverse forward again (adb drops
 it with the connection) and the app started if it is not running. The
 phones then connect like any device; the coordinator schedules them once
-they are welcomed.
+they are welcomed. However the run ends (done, an error, Ctrl-C, or a
+failure while preparing), the app is force-stopped on every phone it was
+started on, so no phone stays awake for a run that is over, and the
+forwards are taken back.
 
 The adb calls block (adbutils), so each runs in a thread; the hot-plug and
 logcat streams have threads of their own, ended on exit.
@@ -124,6 +127,11 @@ class Phones:
         self._states: dict[str, str] = {}
         self._stop = threading.Event()
         self._threads: dict[str, threading.Thread] = {}
+        # The phones the app was started on (or may have been: a launch whose reply was lost),
+        # and the launches under way; a launch is refused once the run ends (_close).
+        self._launching = threading.Condition()
+        self._launched: set[str] = set()
+        self._in_flight = 0
         self.secret_for: Callable[[str], str | None] = lambda serial: None
         """The secret each phone proves in its hello (by serial), handed over in the launch extras."""
         self.pin: str | None = None
@@ -153,37 +161,41 @@ class Phones:
         """Point the attached phones at the coordinator on ``port`` while the body runs; yields their serials.
 
         A phone that cannot be prepared is reported and left out; none at all is a PhoneError.
+        On the way out, however it is taken, the app is force-stopped wherever it was started.
         """
         url = f"{'wss' if self.pin else 'ws'}://127.0.0.1:{port}"
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        results = await asyncio.gather(
-            *(asyncio.to_thread(self._point, s, port, url, self.options.apk) for s in self.serials),
-            return_exceptions=True,
-        )
-        ready = []
-        for serial, result in zip(self.serials, results):
-            if isinstance(result, PhoneError):
-                self.say(str(result))
-            elif isinstance(result, BaseException):
-                raise result
-            else:
-                ready.append(serial)
-        if not ready:
-            raise PhoneError(f"none of the {len(self.serials)} attached phones could be prepared (see above)")
-        loop = asyncio.get_running_loop()
-        changes: asyncio.Queue[list[AttachedPhone]] = asyncio.Queue()
-        tracker = threading.Thread(
-            target=self._track, args=(lambda phones: loop.call_soon_threadsafe(changes.put_nowait, phones),),
-            name="adb-track", daemon=True,
-        )
-        tracker.start()
-        follower = asyncio.ensure_future(self._follow(changes, set(ready), port, url))
+        tracker: threading.Thread | None = None
         try:
-            yield ready
+            results = await asyncio.gather(
+                *(asyncio.to_thread(self._point, s, port, url, self.options.apk) for s in self.serials),
+                return_exceptions=True,
+            )
+            ready = []
+            for serial, result in zip(self.serials, results):
+                if isinstance(result, PhoneError):
+                    self.say(str(result))
+                elif isinstance(result, BaseException):
+                    raise result
+                else:
+                    ready.append(serial)
+            if not ready:
+                raise PhoneError(f"none of the {len(self.serials)} attached phones could be prepared (see above)")
+            loop = asyncio.get_running_loop()
+            changes: asyncio.Queue[list[AttachedPhone]] = asyncio.Queue()
+            tracker = threading.Thread(
+                target=self._track, args=(lambda phones: loop.call_soon_threadsafe(changes.put_nowait, phones),),
+                name="adb-track", daemon=True,
+            )
+            tracker.start()
+            follower = asyncio.ensure_future(self._follow(changes, set(ready), port, url))
+            try:
+                yield ready
+            finally:
+                follower.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await follower
         finally:
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
             await asyncio.to_thread(self._close, tracker, port)
 
     # -- on a phone (worker threads) ------------------------------------------------
@@ -198,9 +210,20 @@ class Phones:
         return facts
 
     def _launch(self, serial: str, url: str) -> None:
-        self.adb.launch(
-            serial, url=url, device_id=serial, token=self.options.token, secret=self.secret_for(serial), pin=self.pin
-        )
+        """Start the app with its extras; refused once the run is ending, so none outlives ``_close``."""
+        with self._launching:
+            if self._stop.is_set():
+                raise PhoneError(f"phone {serial}: the app was not started: the run is ending")
+            self._in_flight += 1
+            self._launched.add(serial)  # before the command: its reply may be lost, the start not
+        try:
+            self.adb.launch(
+                serial, url=url, device_id=serial, token=self.options.token, secret=self.secret_for(serial), pin=self.pin
+            )
+        finally:
+            with self._launching:
+                self._in_flight -= 1
+                self._launching.notify_all()
 
     def _repoint(self, serial: str, port: int, url: str) -> None:
         """A phone back after a cable pull (or a reboot): forward the port again; start the app if it is not running."""
@@ -260,16 +283,49 @@ class Phones:
                     self.say(str(exc))
             present = usable
 
-    def _close(self, tracker: threading.Thread, port: int) -> None:
-        """End tracking and log copies; take the port's reverse forward back from phones still here."""
-        self._stop.set()
+    def _close(self, tracker: threading.Thread | None, port: int) -> None:
+        """End the run on the phones: stop the app wherever it was started, end tracking and log copies,
+        take the port's reverse forward back from phones still here."""
+        with self._launching:
+            self._stop.set()  # no launch from now on; one under way is waited for (bounded)
+            self._launching.wait_for(lambda: self._in_flight == 0, timeout=self.adb.timeout_s)
+            launched = sorted(self._launched)
         self.adb.interrupt()
+        if tracker is not None:
+            tracker.join(5)
+        present: set[str] = set()
+        with contextlib.suppress(PhoneError):
+            present = {p.serial for p in self.adb.phones() if p.usable}
+        # Before the log copies end, so that they keep the app's last lines.
+        self._stop_apps([s for s in launched if s in present], [s for s in launched if s not in present])
         self.adb.close_streams()
-        tracker.join(5)
         for thread in self._threads.values():
             thread.join(5)
-        with contextlib.suppress(PhoneError):
-            for phone in self.adb.phones():
-                if phone.usable:
-                    with contextlib.suppress(PhoneError):
-                        self.adb.unreverse(phone.serial, port)
+        for serial in sorted(present):
+            with contextlib.suppress(PhoneError):
+                self.adb.unreverse(serial, port)
+
+    def _stop_apps(self, here: list[str], gone: list[str]) -> None:
+        """``am force-stop`` the app on ``here``; say which could not be stopped.
+
+        The coordinator's bye has already stopped each app's device (and with it
+        its service); this ends the app for good, also after a crash or Ctrl-C
+        that left no bye to hear, so that no phone stays awake or keeps
+        reconnecting to a run that is over.
+        """
+        stopped = []
+        for serial in here:
+            try:
+                self.adb.force_stop(serial)
+            except PhoneError as exc:
+                self.say(str(exc))
+            else:
+                log.info("phone %s: app stopped (am force-stop %s)", serial, APP_PACKAGE)
+                stopped.append(serial)
+        if stopped:
+            self.say(f"app stopped on {', '.join(stopped)} (am force-stop {APP_PACKAGE})")
+        for serial in gone:
+            self.say(
+                f"phone {serial} is not attached: its app was not stopped"
+                f" (once it is back: adb -s {serial} shell am force-stop {APP_PACKAGE})"
+            )

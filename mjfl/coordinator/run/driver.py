@@ -316,6 +316,14 @@ class Driver:
                 f"preparing {len(self.config.jobs)} jobs over {slots} shards (data, partitions, programs) ..."
             ):
                 self._prepared[slots] = prepare_jobs(self.config, slots)
+            for job in self._prepared[slots]:
+                # What a device must hold to train the job: the program, and the memory
+                # the runtime plans for it at the job's batch size (docs/models.md).
+                self.output.console.print(
+                    f"job {job.config.name}: program {len(job.program) / 1e6:.1f} MB, planned memory"
+                    f" {job.planned_memory / 1e6:.1f} MB (batches up to {job.config.training.batch_size})",
+                    highlight=False,
+                )
         return self._prepared[slots]
 
     def _report(

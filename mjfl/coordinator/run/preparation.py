@@ -58,11 +58,17 @@ class Assignment:
 
 @dataclass(frozen=True, eq=False)
 class PreparedJob:
-    """A job with its data cut into shards and its training program exported."""
+    """A job with its data cut into shards and its training program exported.
+
+    The program takes batches up to the job's batch_size; ``planned_memory``
+    is what the runtime allocates for it when it loads it
+    (``mjfl.jobs.export.planned_memory``), beside the program's own bytes.
+    """
 
     config: JobConfig
     spec: ModelSpec
     program: bytes
+    planned_memory: int
     parts: Sequence[tuple[NDArray[np.float32], NDArray[np.int64]]]  # one shard per slot
     batch_norm_pixels: tuple[int, ...]
     dropout_shapes: tuple[tuple[int, ...], ...]
@@ -128,9 +134,14 @@ def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
 
 
 def prepare_jobs(config: RunConfig, slots: int, *, cache_dir: Path = PROGRAM_CACHE) -> list[PreparedJob]:
-    """Load each job's data, cut it into ``slots`` shards and export its program (cached)."""
+    """Load each job's data, cut it into ``slots`` shards and export its program (cached).
+
+    A job's program is exported for batches up to the job's batch_size, the
+    most a task needs (an epoch's last batch is shorter, never longer): the
+    runtime allocates the program's planned memory for that bound.
+    """
     from mjfl.jobs.datasets import load_dataset
-    from mjfl.jobs.export import cached_program
+    from mjfl.jobs.export import cached_program, planned_memory
     from mjfl.jobs.models import batch_norm_pixels, build_model, dropout_shapes, initial_weights
     from mjfl.jobs.partition import partition
 
@@ -143,13 +154,14 @@ def prepare_jobs(config: RunConfig, slots: int, *, cache_dir: Path = PROGRAM_CAC
             classes_per_device=job.classes_per_device, alpha=job.dirichlet_alpha,
         )
         spec = ModelSpec(job.model, data.input_shape, data.num_classes)
-        path, _ = cached_program(spec, cache_dir)
+        path, _ = cached_program(spec, cache_dir, max_batch=job.training.batch_size)
+        program = path.read_bytes()
         parts = [(np.ascontiguousarray(data.train_x[idx]), np.ascontiguousarray(data.train_y[idx])) for idx in indices]
         model = build_model(spec)
         pixels = tuple(batch_norm_pixels(model, spec.input_shape).values())
         noise = tuple(tuple(s) for s in dropout_shapes(model, spec.input_shape))
         prepared.append(PreparedJob(
-            job, spec, path.read_bytes(), parts, pixels, noise, data.test_x, data.test_y,
+            job, spec, program, planned_memory(program), parts, pixels, noise, data.test_x, data.test_y,
             initial_weights(spec, config.seed + m),
         ))
     return prepared

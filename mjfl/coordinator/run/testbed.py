@@ -8,9 +8,10 @@ emulated devices it starts itself (the embedded default: no phone needed).
 The server registers them in a device registry (``remote/registry.py``),
 over which ``RemoteFleet`` (``remote/fleet.py``) is the engine's fleet; the
 registry also tells the run driver when devices come and go. The fleet is
-ready once enough devices are there; leaving it stops the emulated devices,
-takes the phones' port forwards back and shuts the server down, saying bye
-to every device.
+ready once enough devices are there; leaving it (done, an error or Ctrl-C)
+stops the emulated devices, shuts the server down, saying bye to every
+device, then force-stops the app on the phones and takes their port
+forwards back.
 """
 
 from __future__ import annotations

@@ -75,7 +75,8 @@ class FakeAdbServer:
     ) -> None:
         """``on_launch(phone)`` runs when ``am start`` starts the app or gives the running app new
         extras (the app then points its session anew; the same extras again change nothing),
-        ``on_stop(phone)`` when a reboot ends it: a test plays the app's process with them."""
+        ``on_stop(phone)`` when a reboot or ``am force-stop`` ends it: a test plays the app's process
+        with them."""
         self.phones: dict[str, FakePhone] = {p.serial: p for p in phones}
         self.on_launch, self.on_stop = on_launch, on_stop
         self.transcript: list[tuple[str | None, str]] = []
@@ -271,7 +272,7 @@ class FakeAdbServer:
             return ""
         if args[:2] == ["am", "start"]:
             if not phone.installed:
-                return f"Error: Activity class {{{APP}/{APP}.MainActivity}} does not exist.\n"
+                return f"Error: Activity class {{{APP}/{APP}.StartActivity}} does not exist.\n"
             with self._changed:
                 extras = _extras(args[4:])
                 # Like the app: a new start, or new extras, (re)starts its session.
@@ -281,7 +282,16 @@ class FakeAdbServer:
                 self._bump()
             if started and self.on_launch is not None:
                 self.on_launch(phone)
-            return f"Starting: Intent {{ cmp={APP}/.MainActivity (has extras) }}\n"
+            return f"Starting: Intent {{ cmp={APP}/.StartActivity (has extras) }}\n"
+        if args[:2] == ["am", "force-stop"]:
+            with self._changed:  # prints nothing, whether the app ran or not (or is installed)
+                stopped = args[2] == APP and phone.app_pid is not None
+                if stopped:
+                    phone.app_pid = None
+                self._bump()
+            if stopped and self.on_stop is not None:
+                self.on_stop(phone)
+            return ""
         if args[:1] == ["pidof"]:
             return f"{phone.app_pid}\n" if phone.app_pid and args[1] == APP else ""
         if line in phone.outputs:

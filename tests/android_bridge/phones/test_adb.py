@@ -180,6 +180,9 @@ def test_launch_passes_the_extras_through_the_phones_shell(server: FakeAdbServer
     assert server.phones[PIXEL].extras == {"url": "ws://127.0.0.1:8765", "device_id": PIXEL, "token": token}
     assert server.commands(PIXEL)[0].startswith(f"shell:am start -n {APP_ACTIVITY} --es url ws://127.0.0.1:8765")
     assert adb.app_running(PIXEL) and not adb.app_running(GALAXY)
+    adb.force_stop(PIXEL)
+    assert not adb.app_running(PIXEL)
+    assert server.commands(PIXEL)[-2:] == ["shell:am force-stop org.mjfl.app", "shell:pidof org.mjfl.app"]
     server.phones[GALAXY].installed = False
     with pytest.raises(PhoneError, match=f"phone {GALAXY}: starting the app failed: Error: Activity class"):
         adb.launch(GALAXY, url="ws://127.0.0.1:8765", device_id=GALAXY)
@@ -272,7 +275,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
                 "shell:dumpsys deviceidle whitelist +org.mjfl.app",
                 "reverse:forward:tcp:8765;tcp:8765",
                 (
-                    "shell:am start -n org.mjfl.app/.MainActivity --es url ws://127.0.0.1:8765"
+                    "shell:am start -n org.mjfl.app/.StartActivity --es url ws://127.0.0.1:8765"
                     f" --es device_id {PIXEL} --es token t"
                 ),
                 "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
@@ -294,7 +297,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             await wait(lambda: sum("is back" in line for line in said) == 2 and len(server.commands(PIXEL)) == before + 4)
             assert [c.split(" --es")[0] for c in server.commands(PIXEL)[before:]] == [
                 "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
-                "shell:am start -n org.mjfl.app/.MainActivity",
+                "shell:am start -n org.mjfl.app/.StartActivity",
                 "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
             ]  # fmt: skip
             # The galaxy is authorized during the run: it is prepared and pointed like the first.
@@ -304,9 +307,72 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             # Each problem was said once, not at every change of the list.
             assert sum(f"phone {MOTO}: the mjfl app is not installed" in line for line in said) == 1
             assert sum(f"phone {GALAXY} is unauthorized" in line for line in said) == 1
-        # Leaving takes the forwards back; nothing more is read from the phones.
+        # Leaving stops the app where it was started and takes the forwards back; nothing more is read.
         assert server.phones[PIXEL].reverses == set() and server.phones[GALAXY].reverses == set()
-        assert server.commands(PIXEL)[-1] == "reverse:killforward:tcp:8765"
+        for serial in (PIXEL, GALAXY):
+            assert server.commands(serial)[-2:] == ["shell:am force-stop org.mjfl.app", "reverse:killforward:tcp:8765"]
+            assert server.phones[serial].app_pid is None
+        assert not any("force-stop" in c for c in server.commands(MOTO)), "never started there"
+        assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("ending", ["error", "ctrl-c"])
+async def test_however_a_run_ends_the_app_is_stopped_on_every_phone_it_was_started_on(tmp_path: Path, ending: str) -> None:
+    server = FakeAdbServer(phones())
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address), log_dir=tmp_path / "phones", say=said)
+    stopped: asyncio.Event = asyncio.Event()
+
+    async def body() -> None:
+        async with run.serving(8765) as ready:
+            assert ready == [PIXEL, GALAXY, MOTO]
+            server.unplug(MOTO)  # gone before the end: its app cannot be stopped, and that is said
+            await wait(lambda: any(f"phone {MOTO} left" in line for line in said))
+            if ending == "error":
+                raise RuntimeError("the run failed")
+            stopped.set()
+            await asyncio.sleep(60)  # until Ctrl-C (asyncio.run cancels the main task)
+
+    try:
+        run.attached()
+        if ending == "error":
+            with pytest.raises(RuntimeError, match="the run failed"):
+                await body()
+        else:
+            task = asyncio.ensure_future(body())
+            await stopped.wait()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        for serial in (PIXEL, GALAXY):
+            assert "shell:am force-stop org.mjfl.app" in server.commands(serial)
+            assert server.phones[serial].app_pid is None and server.phones[serial].reverses == set()
+        assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
+        assert any(line.startswith(f"phone {MOTO} is not attached: its app was not stopped") for line in said), said
+    finally:
+        server.close()
+
+
+async def test_phones_prepared_before_a_failure_are_stopped_too(tmp_path: Path) -> None:
+    server = FakeAdbServer(phones())
+    run = Phones(PhoneOptions(adb=server.address), log_dir=tmp_path / "phones", say=Said())
+    real_point = run._point
+
+    def point(serial: str, port: int, url: str, apk: Path | None):  # one phone hits a bug of ours
+        if serial == MOTO:
+            raise ValueError("a bug while preparing")
+        return real_point(serial, port, url, apk)
+
+    run._point = point  # type: ignore[method-assign]
+    try:
+        run.attached()
+        with pytest.raises(ValueError, match="a bug while preparing"):
+            async with run.serving(8765):
+                pytest.fail("the body must not run")
+        for serial in (PIXEL, GALAXY):
+            assert server.commands(serial)[-2:] == ["shell:am force-stop org.mjfl.app", "reverse:killforward:tcp:8765"]
     finally:
         server.close()
 

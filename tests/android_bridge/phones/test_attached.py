@@ -169,11 +169,15 @@ def test_a_testbed_run_on_phones_survives_a_reboot_and_cleans_up(tmp_path: Path,
         wait_for(lambda: trained(PIXEL, after=away), 300, coordinator)
         assert pixel.reverses and pixel.extras["device_id"] == PIXEL
 
-        # Ctrl-C ends the run: finished rounds are kept, and the phones are left as found.
+        # Ctrl-C ends the run: finished rounds are kept, and the phones are left as found:
+        # the app stopped (no phone stays awake for a run that is over), no forward left.
         os.kill(coordinator.pid, signal.SIGINT)
         assert coordinator.wait(120) == 130, "".join(coordinator.output)
         assert "interrupted" in "".join(coordinator.output)
         assert pixel.reverses == set() and galaxy.reverses == set()
+        assert pixel.app_pid is None and galaxy.app_pid is None and not apps
+        said = " ".join("".join(coordinator.output).split())  # as one line: the console wraps long ones
+        assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
         started = [c for c in server.commands(PIXEL) if c.startswith("shell:am start")]
         assert len(started) == 2  # at the start, and after the reboot
         # Each phone's log is kept, the pixel's across its reboot (the galaxy logged nothing).

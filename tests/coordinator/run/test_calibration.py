@@ -1,6 +1,7 @@
 """A profiling session over real sockets against emulated devices that impersonate known phones."""
 
 import json
+import re
 
 import pytest
 from rich.console import Console
@@ -52,6 +53,7 @@ def test_session_recovers_the_impersonated_profiles(tmp_path):
     assert len(list((out / "plots").glob("cdf-*.png"))) == 4
     # The table's "emulated a" is each device's own impersonated phone.
     text = console.export_text()
+    assert re.search(r"^job lenet: program \d+\.\d MB, planned memory \d+\.\d MB \(batches up to 8\)$", text, re.MULTILINE), text
     rows = {cells[0]: cells for line in text.splitlines()
             if (cells := [c.strip() for c in line.split("│")[1:-1]]) and cells[0].startswith("emu-")}
     assert "emulated a" in text and len(rows) == 4

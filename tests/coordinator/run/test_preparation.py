@@ -1,11 +1,16 @@
-"""How a run's data is shared among the devices present (coordinator/run/preparation.py)."""
+"""How a run shares its data among the devices present, and the program each job gets (coordinator/run/preparation.py)."""
 
 import dataclasses
 
 import numpy as np
+from repository import ROOT
 
-from mjfl.coordinator.run.preparation import Assignment, PreparedJob
+from mjfl.coordinator.config import parse_config
+from mjfl.coordinator.run.preparation import Assignment, PreparedJob, prepare_jobs
 from mjfl.ids import DeviceId
+from mjfl.jobs.export import planned_memory
+
+CACHE = ROOT / ".mjfl-cache" / "programs"  # the suite's program cache: exported once
 
 
 def job_with_shards(labels: list[list[int]]) -> PreparedJob:
@@ -30,3 +35,20 @@ def test_a_round_covers_at_most_the_classes_of_its_richest_shards():
     everyone = Assignment(4, [DeviceId(d) for d in "abcd"])
     assert job.classes_a_round(everyone, 2) == (5, 8)  # {5,6,7} and {0,1} (or {2,3})
     assert job.classes_a_round(everyone, 4) == (8, 8)
+
+
+def test_each_jobs_program_takes_batches_up_to_the_jobs_batch_size(tmp_path):
+    """A task never needs more (an epoch's last batch is shorter), and the planned memory follows the bound."""
+    from executorch.extension.pybindings.portable_lib import _load_for_executorch_from_buffer
+
+    job = {"model": "lenet5", "image_size": 12, "partition": "iid"}
+    config = parse_config({
+        "seed": 0, "out_dir": str(tmp_path / "out"), "fleet": {"size": 4},
+        "jobs": [{"name": "eight", **job, "batch_size": 8}, {"name": "three", **job, "batch_size": 3}],
+    })
+    eight, three = prepare_jobs(config, 4, cache_dir=CACHE)
+    for prepared in (eight, three):
+        meta = _load_for_executorch_from_buffer(prepared.program).method_meta("forward")
+        assert meta.input_tensor_meta(0).sizes()[0] == meta.input_tensor_meta(1).sizes()[0] == prepared.config.training.batch_size
+        assert prepared.planned_memory == planned_memory(prepared.program)
+    assert three.spec == eight.spec and three.planned_memory < eight.planned_memory

@@ -2,6 +2,7 @@
 
 import itertools
 import json
+import re
 
 import pytest
 from rich.console import Console
@@ -92,6 +93,9 @@ def test_a_small_non_iid_fleet_serves_every_job_to_its_target(tmp_path):
     said = console.export_text()
     # Said up front: three devices a round hold at most 6 of the 10 classes.
     assert said.count("whose data holds at most 6 of its 10 classes") == 2, said  # once per job
+    # And once the programs are ready, what a device must hold for each job: a program for the job's batch size.
+    for name in ("lenet", "cnn"):
+        assert re.search(rf"^job {name}: program \d+\.\d MB, planned memory \d+\.\d MB \(batches up to 8\)$", said, re.MULTILINE), said
     for name, row in summary["methods"]["meta-greedy"]["jobs"].items():
         assert row["time_to_target_s"] is not None, (name, row)
     with Storage(config.database_path) as storage:

@@ -40,6 +40,10 @@ public class Activity extends ContextWrapper {
         throw new UnsupportedOperationException("stub");
     }
 
+    public void finish() {
+        throw new UnsupportedOperationException("stub");
+    }
+
     public final void runOnUiThread(Runnable action) {
         throw new UnsupportedOperationException("stub");
     }

@@ -15,4 +15,8 @@ public class NotificationManager {
     public void notify(int id, Notification notification) {
         throw new UnsupportedOperationException("stub");
     }
+
+    public void cancel(int id) {
+        throw new UnsupportedOperationException("stub");
+    }
 }

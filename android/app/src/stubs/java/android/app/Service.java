@@ -9,6 +9,7 @@ public abstract class Service extends ContextWrapper {
     public static final int START_STICKY = 1;
     public static final int START_NOT_STICKY = 2;
     public static final int START_REDELIVER_INTENT = 3;
+    public static final int STOP_FOREGROUND_REMOVE = 1;
 
     public Service() {
         super(null);
@@ -34,6 +35,14 @@ public abstract class Service extends ContextWrapper {
     }
 
     public final void startForeground(int id, Notification notification, int foregroundServiceType) {
+        throw new UnsupportedOperationException("stub");
+    }
+
+    public final void stopForeground(int notificationBehavior) {
+        throw new UnsupportedOperationException("stub");
+    }
+
+    public final boolean stopSelfResult(int startId) {
         throw new UnsupportedOperationException("stub");
     }
 }

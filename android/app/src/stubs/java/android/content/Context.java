@@ -22,6 +22,10 @@ public abstract class Context {
         throw new UnsupportedOperationException("stub");
     }
 
+    public void startActivity(Intent intent) {
+        throw new UnsupportedOperationException("stub");
+    }
+
     public ComponentName startForegroundService(Intent service) {
         throw new UnsupportedOperationException("stub");
     }

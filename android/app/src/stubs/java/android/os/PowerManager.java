@@ -29,6 +29,10 @@ public final class PowerManager {
             throw new UnsupportedOperationException("stub");
         }
 
+        public void acquire(long timeout) {
+            throw new UnsupportedOperationException("stub");
+        }
+
         public void release() {
             throw new UnsupportedOperationException("stub");
         }

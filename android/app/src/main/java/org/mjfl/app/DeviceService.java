@@ -8,15 +8,19 @@ import android.app.Service;
 import android.content.Intent;
 import android.content.pm.ServiceInfo;
 import android.os.Build;
+import android.os.Handler;
 import android.os.IBinder;
+import android.os.Looper;
 import android.os.PowerManager;
 import android.util.Log;
 import java.io.File;
 import java.io.IOException;
 import java.time.Duration;
-import java.util.Objects;
+import java.util.Arrays;
+import java.util.Map;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
 import java.util.logging.Level;
 import java.util.logging.Logger;
@@ -25,40 +29,42 @@ import org.mjfl.client.Device;
 import org.mjfl.client.DeviceConfig;
 import org.mjfl.client.DeviceListener;
 import org.mjfl.client.cache.ArtifactCache;
+import org.mjfl.client.net.Clock;
 import org.mjfl.client.net.Tls;
 
 /**
  * The foreground service that is the device: it holds one client-core {@link Device} (which
- * connects, trains and reconnects on its own) for as long as the app runs, a partial wake lock
- * so that training goes on with the screen off, and the notification Android requires.
+ * connects, trains and reconnects on its own) and the notification Android requires. A partial
+ * wake lock is held only while a task trains ({@link WakefulTrainer}).
  *
- * <p>Started by {@link MainActivity} with the extras {@code url}, {@code device_id} and
- * {@code token}; a start with other extras replaces the device, the same ones are ignored.
+ * <p>Started by {@link StartActivity} with a {@link DeviceRequest}'s extras; a start with another
+ * request replaces the device, the same one is ignored ({@link DeviceRuns}). When the device
+ * stops by itself (the coordinator's bye, a refusal, a phone that cannot train), the service
+ * stops too: notification gone, nothing awake; `am start` starts it again.
  */
 public final class DeviceService extends Service {
-    static final String EXTRA_URL = "url";
-    static final String EXTRA_DEVICE_ID = "device_id";
-    static final String EXTRA_TOKEN = "token";
-    static final String EXTRA_SECRET = "secret"; // the enrolled secret (protocol.md 5.1.1); may be absent
-    static final String EXTRA_PIN = "pin"; // sha256 of the coordinator's certificate, for wss://
     private static final String CHANNEL = "mjfl-device";
     private static final int NOTIFICATION = 1;
 
     private final StatusBoard board = StatusBoard.shared();
     private final Consumer<StatusBoard.Status> notifier = this::updateNotification;
+    private final Object notificationLock = new Object();
+    private boolean destroyed; // guarded by notificationLock: no notification is posted after onDestroy
+    private final DeviceRuns runs = new DeviceRuns(); // main thread only
+    private Handler main;
     private ScheduledExecutorService timers;
     private OkHttpClient http;
     private Logger mjflLogger;
     private LogcatHandler logcat;
     private PowerManager.WakeLock wakeLock;
     private ExecuTorchTrainer trainer;
-    private Device device; // touched on the main thread only
-    private Thread runner;
-    private String running; // url, id and token of the device that runs
+    private Device device; // main thread only
+    private int lastStartId; // main thread only
 
     @Override
     public void onCreate() {
         super.onCreate();
+        main = new Handler(Looper.getMainLooper());
         NotificationManager nm = getSystemService(NotificationManager.class);
         nm.createNotificationChannel(new NotificationChannel(CHANNEL, "mjfl device", NotificationManager.IMPORTANCE_LOW));
         Notification n = notification("starting");
@@ -83,46 +89,59 @@ public final class DeviceService extends Service {
                 .readTimeout(Duration.ZERO) // liveness is the protocol's heartbeats (protocol.md 10)
                 .writeTimeout(Duration.ZERO)
                 .build();
-        PowerManager pm = getSystemService(PowerManager.class);
-        // Held while the service lives: a phone of the testbed trains with its screen off.
-        wakeLock = pm.newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:device");
-        wakeLock.setReferenceCounted(false);
-        wakeLock.acquire();
+        // Held per task by WakefulTrainer, never for the service's life: an idle phone sleeps.
+        wakeLock = getSystemService(PowerManager.class).newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:training");
+        wakeLock.setReferenceCounted(false); // acquire(timeout) then replaces the earlier timeout
         trainer = new ExecuTorchTrainer(new AndroidMemory(this), org.mjfl.client.net.Clock.SYSTEM);
         board.listen(notifier);
     }
 
+    /**
+     * Always START_NOT_STICKY: killed or crashed, the service is not restarted by Android. With
+     * START_REDELIVER_INTENT a device that crashes while training (a native fault in the
+     * runtime) came back with the same intent, took a task, and crashed again, for as long as
+     * the run lasted; the redelivered intent also kept the secret in the system. The adb bridge
+     * is the one that starts the app (again after a replug), and a run records a phone that died
+     * as a drop-out (failures are data), rather than one quietly brought back mid-measurement.
+     */
     @Override
     public int onStartCommand(Intent intent, int flags, int startId) {
-        String url = intent == null ? null : intent.getStringExtra(EXTRA_URL);
-        String id = intent == null ? null : intent.getStringExtra(EXTRA_DEVICE_ID);
-        String token = intent == null ? null : intent.getStringExtra(EXTRA_TOKEN);
-        if (url == null || id == null) {
-            Log.w(MainActivity.TAG, "service started without url and device_id; nothing to do");
+        lastStartId = startId;
+        DeviceRequest request;
+        try {
+            request = DeviceRequest.from(name -> intent == null ? null : intent.getStringExtra(name));
+        } catch (IllegalArgumentException e) {
+            Log.w(MainActivity.TAG, "service started without a usable request (" + e.getMessage() + "); nothing to do");
+            if (!runs.running()) {
+                stopSelfResult(startId);
+            }
             return START_NOT_STICKY;
         }
-        String secret = intent.getStringExtra(EXTRA_SECRET);
-        String pin = intent.getStringExtra(EXTRA_PIN);
-        String config = url + "\n" + id + "\n" + Objects.toString(token, "") + "\n" + secret + "\n" + pin;
-        if (config.equals(running) && runner != null && runner.isAlive()) {
-            return START_REDELIVER_INTENT;
+        switch (runs.start(request)) {
+            case NOTHING:
+                break;
+            case REPLACE:
+                stopDevice();
+                startDevice(request, runs.current());
+                break;
+            case RUN:
+                startDevice(request, runs.current());
+                break;
+            default:
+                throw new AssertionError();
         }
-        stopDevice();
-        startDevice(url, id, token == null ? "" : token, secret, pin);
-        running = config;
-        // Killed for memory, Android restarts the service with this intent: the device comes back.
-        return START_REDELIVER_INTENT;
+        return START_NOT_STICKY;
     }
 
-    private void startDevice(String url, String id, String token, String secret, String pin) {
-        board.started(id, url);
+    private void startDevice(DeviceRequest request, long run) {
+        board.started(request.deviceId(), request.url());
         OkHttpClient client = http;
-        if (pin != null && !pin.isEmpty()) {
+        if (request.pin() != null) {
             try {
-                client = Tls.pinSha256(http.newBuilder(), pin).build();
+                client = Tls.pinSha256(http.newBuilder(), request.pin()).build();
             } catch (java.security.GeneralSecurityException | IllegalArgumentException e) {
-                board.connection("bad certificate pin: " + e.getMessage());
                 Log.e(MainActivity.TAG, "bad certificate pin", e);
+                deviceEnded(run, "not started: bad certificate pin: " + e.getMessage());
                 return;
             }
         }
@@ -130,16 +149,22 @@ public final class DeviceService extends Service {
         try {
             cache = new ArtifactCache(new File(getFilesDir(), "artifacts").toPath());
         } catch (IOException e) {
-            board.connection("cannot open the artifact cache: " + e);
             Log.e(MainActivity.TAG, "cannot open the artifact cache", e);
+            deviceEnded(run, "not started: cannot open the artifact cache: " + e);
             return;
         }
-        DeviceConfig cfg = DeviceConfig.builder(url, id, new ReportingTrainer(trainer, board), cache)
-                .token(token)
-                .secret(secret == null || secret.isEmpty() ? null : secret)
+        WakefulTrainer.WakeLock awake = ms -> wakeLock.acquire(ms);
+        Clock clock = Clock.SYSTEM; // the scale of TrainingTask.deadlineAt: DeviceConfig's default clock
+        RuntimeLoadGuard guarded = new RuntimeLoadGuard(trainer, Arrays.asList(Build.SUPPORTED_ABIS));
+        DeviceConfig cfg = DeviceConfig.builder(request.url(), request.deviceId(),
+                        new ReportingTrainer(new WakefulTrainer(guarded, awake, clock), board), cache)
+                .token(request.token())
+                .secret(request.secret())
                 .facts(new AndroidFacts(this, board))
+                .clock(clock)
                 .build();
         Device d = new Device(cfg, client, timers);
+        AtomicReference<String> cannotTrain = new AtomicReference<>();
         d.listen(new DeviceListener() {
             @Override
             public void welcomed(String coordinatorId) {
@@ -155,33 +180,46 @@ public final class DeviceService extends Service {
             public void reconnecting(double delayS) {
                 board.connection(String.format(java.util.Locale.ROOT, "reconnecting in %.2f s", delayS));
             }
+
+            @Override
+            public void cannotTrain(String why) {
+                cannotTrain.set(why);
+                Log.e(MainActivity.TAG, "no task can train on this phone: " + why, null);
+            }
         });
         device = d;
-        runner = new Thread(() -> {
-            Log.i(MainActivity.TAG, "device " + id + " -> " + url);
+        Thread runner = new Thread(() -> {
+            Log.i(MainActivity.TAG, "device " + request);
+            String last;
             try {
                 Device.Stop stop = d.run();
-                board.connection("stopped: " + describe(stop));
-                Log.i(MainActivity.TAG, "device " + id + " stopped: " + stop + "; " + d.stats());
+                last = StatusText.stopped(stop, cannotTrain.get());
+                Log.i(MainActivity.TAG, "device " + request.deviceId() + " stopped: " + stop + "; " + d.stats());
             } catch (InterruptedException e) {
                 Thread.currentThread().interrupt();
-            } catch (RuntimeException e) {
-                board.connection("stopped by an error: " + e);
-                Log.e(MainActivity.TAG, "device " + id + " stopped by an error", e);
+                last = "stopped";
+            } catch (RuntimeException | Error e) { // a bug: the service still ends cleanly
+                Log.e(MainActivity.TAG, "device " + request.deviceId() + " stopped by an error", e);
+                last = "stopped by an error: " + e;
             }
+            String words = last;
+            main.post(() -> deviceEnded(run, words));
         }, "mjfl-device");
         runner.start();
     }
 
-    private static String describe(Device.Stop stop) {
-        switch (stop) {
-            case COORDINATOR_BYE:
-                return "the coordinator said bye (start the app again to reconnect)";
-            case REFUSED:
-                return "refused (unauthorized or no common protocol version)";
-            default:
-                return "stopped";
+    /**
+     * On the main thread: the device of {@code run} stopped by itself. If it is still the
+     * current one, the service stops (unless a start came in meanwhile: stopSelfResult keeps a
+     * service started again since {@code lastStartId}).
+     */
+    private void deviceEnded(long run, String why) {
+        if (!runs.ended(run)) {
+            return; // replaced by a newer start: that device is the service's now
         }
+        board.connection(why);
+        device = null;
+        stopSelfResult(lastStartId);
     }
 
     /**
@@ -193,13 +231,15 @@ public final class DeviceService extends Service {
             device.stop();
             device = null;
         }
-        runner = null;
-        running = null;
     }
 
     @Override
     public void onDestroy() {
         board.unlisten(notifier);
+        synchronized (notificationLock) {
+            destroyed = true;
+        }
+        boolean wasRunning = runs.ended(runs.current()); // the runner's own end, posted later, is then a no-op
         stopDevice();
         trainer.close();
         http.dispatcher().cancelAll();
@@ -207,8 +247,14 @@ public final class DeviceService extends Service {
         http.connectionPool().evictAll();
         timers.shutdownNow();
         mjflLogger.removeHandler(logcat);
-        wakeLock.release();
-        board.connection("not running");
+        if (wakeLock.isHeld()) {
+            wakeLock.release();
+        }
+        stopForeground(STOP_FOREGROUND_REMOVE);
+        getSystemService(NotificationManager.class).cancel(NOTIFICATION);
+        if (wasRunning) { // else the screen keeps why the device stopped
+            board.connection("not running");
+        }
         super.onDestroy();
     }
 
@@ -219,7 +265,20 @@ public final class DeviceService extends Service {
 
     private void updateNotification(StatusBoard.Status s) {
         String text = s.task() != null ? "training " + s.task() : s.connection();
-        getSystemService(NotificationManager.class).notify(NOTIFICATION, notification(text));
+        synchronized (notificationLock) {
+            if (!destroyed) { // posted after onDestroy, it would stay as an ordinary notification
+                getSystemService(NotificationManager.class).notify(NOTIFICATION, notification(text));
+            }
+        }
+    }
+
+    /** The extras of a {@link DeviceRequest}, on an intent for this service. */
+    static Intent intent(android.content.Context context, DeviceRequest request) {
+        Intent i = new Intent(context, DeviceService.class);
+        for (Map.Entry<String, String> e : request.extras().entrySet()) {
+            i.putExtra(e.getKey(), e.getValue());
+        }
+        return i;
     }
 
     private Notification notification(String text) {

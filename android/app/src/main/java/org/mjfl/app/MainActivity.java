@@ -2,21 +2,17 @@ package org.mjfl.app;
 
 import android.Manifest;
 import android.app.Activity;
-import android.content.Intent;
 import android.content.pm.PackageManager;
 import android.os.Build;
 import android.os.Bundle;
-import android.util.Log;
 import android.widget.TextView;
 import java.util.function.Consumer;
 
 /**
- * The launcher: starts {@link DeviceService} with the intent's extras and shows what the device
- * does. Started by hand or over adb:
- *
- * <pre>adb shell am start -n org.mjfl.app/.MainActivity --es url ws://127.0.0.1:8765 --es device_id pixel7-01 --es token s3cret</pre>
- * An enrolled phone gets {@code --es secret S} (its secret, proved in the hello) and, for
- * {@code wss://}, {@code --es pin SHA256} (the coordinator certificate it pins): docs/security.md.
+ * The launcher: shows what the device does, nothing more. It reads no extras: any app may start
+ * an exported launcher activity, and one that could hand it a url and a device id could point
+ * the phone at its own coordinator (docs/security.md). The device is started through
+ * {@link StartActivity}, which only the adb shell may start.
  */
 public final class MainActivity extends Activity {
     /** The logcat tag of everything the app and client-core log. */
@@ -38,33 +34,6 @@ public final class MainActivity extends Activity {
             // Without it the service still runs; only its notification stays hidden.
             requestPermissions(new String[] {Manifest.permission.POST_NOTIFICATIONS}, ASK_NOTIFICATIONS);
         }
-        if (savedInstanceState == null) {
-            startDevice(getIntent());
-        }
-    }
-
-    @Override
-    protected void onNewIntent(Intent intent) {
-        super.onNewIntent(intent);
-        setIntent(intent);
-        startDevice(intent);
-    }
-
-    private void startDevice(Intent intent) {
-        String url = intent.getStringExtra(DeviceService.EXTRA_URL);
-        String id = intent.getStringExtra(DeviceService.EXTRA_DEVICE_ID);
-        String token = intent.getStringExtra(DeviceService.EXTRA_TOKEN);
-        if (url == null || id == null) {
-            Log.i(TAG, "started without the url and device_id extras; showing the device's status only");
-            return;
-        }
-        Intent service = new Intent(this, DeviceService.class)
-                .putExtra(DeviceService.EXTRA_URL, url)
-                .putExtra(DeviceService.EXTRA_DEVICE_ID, id)
-                .putExtra(DeviceService.EXTRA_TOKEN, token == null ? "" : token)
-                .putExtra(DeviceService.EXTRA_SECRET, intent.getStringExtra(DeviceService.EXTRA_SECRET))
-                .putExtra(DeviceService.EXTRA_PIN, intent.getStringExtra(DeviceService.EXTRA_PIN));
-        startForegroundService(service);
     }
 
     @Override

@@ -52,7 +52,8 @@ class StatusTest {
 
     @Test
     void theScreenSaysHowToStartBeforeADeviceRuns() {
-        assertTrue(StatusText.of(StatusBoard.Status.EMPTY).contains("--es url"));
+        String empty = StatusText.of(StatusBoard.Status.EMPTY);
+        assertTrue(empty.contains("adb shell am start -n org.mjfl.app/.StartActivity --es url"), empty);
         StatusBoard b = new StatusBoard();
         b.started("pixel-1", "ws://127.0.0.1:8765");
         b.connection("connected to coord-1");
@@ -61,5 +62,12 @@ class StatusTest {
         assertTrue(text.contains("Connection: connected to coord-1"), text);
         assertTrue(text.contains("Training: idle"), text);
         assertTrue(text.contains("battery 81%"), text);
+    }
+
+    @Test
+    void whyTheDeviceStoppedIsOnTheScreen() {
+        assertEquals("stopped: no task can train on this phone: the ExecuTorch runtime cannot load",
+                StatusText.stopped(org.mjfl.client.Device.Stop.CANNOT_TRAIN, "the ExecuTorch runtime cannot load"));
+        assertTrue(StatusText.stopped(org.mjfl.client.Device.Stop.COORDINATOR_BYE, null).contains("said bye"));
     }
 }

@@ -24,7 +24,9 @@ import org.mjfl.client.protocol.Tensor;
 import org.mjfl.client.session.DeviceSession;
 import org.mjfl.client.session.JobBinding;
 import org.mjfl.client.session.SessionEvent;
+import org.mjfl.client.train.CannotTrainException;
 import org.mjfl.client.train.Shard;
+import org.mjfl.client.train.TaskRefusedException;
 import org.mjfl.client.train.TrainingResult;
 import org.mjfl.client.train.TrainingTask;
 
@@ -35,8 +37,12 @@ import org.mjfl.client.train.TrainingTask;
  * reconnects with backoff after a lost connection, a protocol error or a heartbeat timeout.
  *
  * <p>It stops on {@link #stop()} (bye {@code going_away}), on the coordinator's bye
- * {@code going_away}/{@code normal} when so configured, and on {@code unauthorized} or
- * {@code unsupported_version}, where retrying cannot help.
+ * {@code going_away}/{@code normal} when so configured, on {@code unauthorized} or
+ * {@code unsupported_version}, where retrying cannot help, and when no task can ever train here
+ * (see {@link Stop#CANNOT_TRAIN}).
+ *
+ * <p>Nothing a trainer throws escapes the training thread (on Android an uncaught throwable on
+ * any thread kills the app): every throwable answers its task with an {@code error} (5.8).
  */
 public final class Device {
     private static final Logger LOG = Logger.getLogger(Device.class.getName());
@@ -45,7 +51,25 @@ public final class Device {
     private static final int SHARDS_IN_MEMORY = 4;
 
     /** Why {@link #run()} returned. */
-    public enum Stop { STOPPED, COORDINATOR_BYE, REFUSED }
+    public enum Stop {
+        STOPPED,
+        COORDINATOR_BYE,
+        REFUSED,
+        /**
+         * The trainer threw a {@link LinkageError} (its native runtime cannot load: e.g. a 32-bit
+         * phone, where the ExecuTorch AAR ships no library) or a {@link CannotTrainException}:
+         * no task can ever train here. The device answered that task {@code error task_failed}
+         * with the reason, told its listener ({@link DeviceListener#cannotTrain}), said bye
+         * {@code going_away} with the reason, and does not reconnect.
+         *
+         * <p>Why leave rather than keep the session and fail every task at once: retrying cannot
+         * help (as with {@code unauthorized}); a device that stays is scheduled again and again by
+         * a coordinator that sees only {@code task_failed}, each time taking a place in a round;
+         * the bye puts the reason once in the coordinator's log ("device said bye going_away:
+         * ..."), and the phone can stop its service and sleep.
+         */
+        CANNOT_TRAIN
+    }
 
     /** Counters for a summary; read while running from any thread. */
     public static final class Stats {
@@ -66,6 +90,8 @@ public final class Device {
     private final ExecutorService trainingThread;
     private final Stats stats = new Stats();
     private final AtomicReference<Training> training = new AtomicReference<>();
+    private final AtomicReference<String> cannotTrain = new AtomicReference<>(); // why, once known
+    private boolean saidCannotTrain; // on the training thread only
     private final Map<String, Shard> shards = new LinkedHashMap<>(8, 0.75f, true); // LRU, guarded by itself
     private final Object stopSignal = new Object();
     private volatile boolean stopping;
@@ -168,6 +194,9 @@ public final class Device {
     }
 
     private Stop stopsDevice(Connection.Ending end) {
+        if (cannotTrain.get() != null) {
+            return Stop.CANNOT_TRAIN; // reconnecting cannot help
+        }
         SessionEvent.Closed c = end.closure();
         if (c == null || c.code() == null) {
             return null;
@@ -243,7 +272,7 @@ public final class Device {
                     remember(prov.shardSha256(), Shard.fromTensors(x, y, prov.model()));
                 }
             }
-        } catch (IOException | RuntimeException e) {
+        } catch (IOException | RuntimeException | OutOfMemoryError e) { // none may escape OkHttp's reader thread
             LOG.log(Level.SEVERE, id() + ": cannot store the artifacts of job " + prov.jobId(), e);
             c.act(s -> s.close(Codes.INTERNAL_ERROR, "internal error"));
         }
@@ -281,28 +310,48 @@ public final class Device {
     // Training, one task at a time
 
     private void startTraining(Connection c, Message.Task task, JobBinding job, double arrivedAt) {
+        String never = cannotTrain.get();
+        if (never != null) { // a task that crossed our bye: answered at once, the same way
+            c.act(error(Codes.TASK_FAILED, never, task.taskId()));
+            return;
+        }
         Training t = new Training(task.taskId());
         if (!training.compareAndSet(null, t)) {
             c.act(error(Codes.BUSY, "the device trains one task at a time", task.taskId()));
             return;
         }
         trainingThread.execute(() -> {
-            Consumer<DeviceSession> answer = null;
+            Consumer<DeviceSession> answer;
             try {
                 answer = train(c, t, task, job, arrivedAt);
-            } finally {
-                // Free the slot before answering: the coordinator may send the next task as soon
-                // as it reads the answer, and must not be told busy.
-                training.compareAndSet(t, null);
+            } catch (Throwable e) { // never let it reach the thread's handler: on Android that is a crash
+                answer = failed(t, task.taskId(), e);
+            }
+            // Free the slot before answering: the coordinator may send the next task as soon
+            // as it reads the answer, and must not be told busy.
+            training.compareAndSet(t, null);
+            try {
                 if (answer != null) {
                     c.act(answer);
+                }
+                giveUpIfCannotTrain(c);
+            } catch (RuntimeException | Error e) { // our bug; still no crash
+                LOG.log(Level.SEVERE, id() + ": answering task " + task.taskId() + " failed", e);
+                try {
+                    c.act(s -> s.close(Codes.INTERNAL_ERROR, "internal error"));
+                } catch (RuntimeException | Error again) {
+                    LOG.log(Level.SEVERE, id() + ": cannot even close the session", again);
                 }
             }
         });
     }
 
-    /** Trains one task; returns its answer (a result or an error) to send, or null if there is none. */
-    private Consumer<DeviceSession> train(Connection c, Training t, Message.Task task, JobBinding job, double arrivedAt) {
+    /**
+     * Trains one task; returns its answer (a result or an error) to send, or null if there is
+     * none. Whatever the trainer throws is the caller's to turn into an answer ({@link #failed}).
+     */
+    private Consumer<DeviceSession> train(Connection c, Training t, Message.Task task, JobBinding job, double arrivedAt)
+            throws Exception {
         Shard shard = shard(job);
         Path program = cfg.cache().path(job.programSha256()).orElse(null);
         if (shard == null || program == null) {
@@ -314,20 +363,15 @@ public final class Device {
                 task.tensors(), task.epochs(), task.batchSize(), task.lr(), task.momentum(), task.weightDecay(),
                 deadlineAt, seed(task));
         double downloadS = cfg.clock().now() - arrivedAt; // 5.5: arrival to weights and data ready
-        TrainingResult r;
-        try {
-            if (t.cancelled) {
-                throw new CancellationException();
-            }
-            r = cfg.trainer().train(tt, () -> t.cancelled);
-        } catch (CancellationException e) {
+        if (t.cancelled) {
             return error(Codes.CANCELLED, "cancelled", task.taskId());
-        } catch (Exception | OutOfMemoryError | StackOverflowError e) {
-            LOG.log(Level.WARNING, id() + ": training task " + task.taskId() + " failed", e);
-            return error(t.cancelled ? Codes.CANCELLED : Codes.TASK_FAILED,
-                    e instanceof OutOfMemoryError ? "out of memory" : "training raised " + e.getClass().getSimpleName(),
-                    task.taskId());
         }
+        if (cfg.clock().now() > deadlineAt) {
+            // 5.4: a device past the deadline does not start the task (the coordinator no longer
+            // uses the result); the same code and reason as the Python emulated device.
+            return error(Codes.CANCELLED, "the deadline passed before training", task.taskId());
+        }
+        TrainingResult r = cfg.trainer().train(tt, () -> t.cancelled);
         if (t.cancelled) { // 5.6: the coordinator no longer needs it; do not upload
             return error(Codes.CANCELLED, "cancelled", task.taskId());
         }
@@ -360,6 +404,73 @@ public final class Device {
                 error(Codes.TASK_FAILED, "result would be refused (" + e.code() + ")", task.taskId()).accept(s);
             }
         };
+    }
+
+    /**
+     * The answer to a task whose handling threw {@code e} (5.8), whatever it is: cancelled when
+     * the task was (with the trainer's reason, if any); {@code task_failed} with the trainer's reason when it
+     * refused the task ({@link TaskRefusedException}) or when no task can ever train here
+     * ({@link Stop#CANNOT_TRAIN}); else {@code task_failed} naming the throwable's class (its
+     * details go to the log only, as section 8 asks of reasons).
+     */
+    private Consumer<DeviceSession> failed(Training t, String taskId, Throwable e) {
+        if (e instanceof CancellationException) {
+            // The trainer says why when it stopped by itself (the deadline passed during training).
+            return error(Codes.CANCELLED, e.getMessage() == null ? "cancelled" : e.getMessage(), taskId);
+        }
+        if (e instanceof TaskRefusedException && e.getMessage() != null) {
+            LOG.info(id() + ": task " + taskId + " refused: " + e.getMessage());
+            return error(t.cancelled ? Codes.CANCELLED : Codes.TASK_FAILED, e.getMessage(), taskId);
+        }
+        if (e instanceof InterruptedException) {
+            // Only run() interrupts this thread, when the device stops: keep the interrupt.
+            Thread.currentThread().interrupt();
+            return error(Codes.CANCELLED, "the device is stopping", taskId);
+        }
+        String never = cannotTrainReason(e);
+        if (never != null) {
+            if (cannotTrain.compareAndSet(null, never)) {
+                LOG.log(Level.SEVERE, id() + ": no task can ever train on this device: " + never, e);
+            }
+            return error(t.cancelled ? Codes.CANCELLED : Codes.TASK_FAILED, never, taskId);
+        }
+        LOG.log(Level.WARNING, id() + ": training task " + taskId + " failed", e);
+        return error(t.cancelled ? Codes.CANCELLED : Codes.TASK_FAILED,
+                e instanceof OutOfMemoryError ? "out of memory" : "training raised " + e.getClass().getSimpleName(),
+                taskId);
+    }
+
+    /**
+     * Why no task can ever train here, if {@code e} (or a cause of it) says so: a
+     * {@link CannotTrainException}'s message, or a {@link LinkageError} (a native library or a
+     * class that cannot load stays so for the life of the process); else null.
+     */
+    static String cannotTrainReason(Throwable e) {
+        Throwable x = e;
+        for (int depth = 0; x != null && depth < 16; depth++, x = x.getCause()) { // bounded: causes may cycle
+            if (x instanceof CannotTrainException) {
+                return x.getMessage();
+            }
+            if (x instanceof LinkageError) {
+                return "the trainer cannot load on this device: " + x.getClass().getSimpleName() + ": " + x.getMessage();
+            }
+        }
+        return null;
+    }
+
+    /** Once a task found that none can ever train here: tell the listener, and leave with a bye. */
+    private void giveUpIfCannotTrain(Connection c) {
+        String why = cannotTrain.get();
+        if (why == null || saidCannotTrain) {
+            return;
+        }
+        saidCannotTrain = true;
+        try {
+            listener.cannotTrain(why); // before the bye: the listener hears it before sessionEnded
+        } catch (RuntimeException e) {
+            LOG.log(Level.WARNING, id() + ": the listener failed", e);
+        }
+        c.act(s -> s.close(Codes.GOING_AWAY, "cannot train: " + why)); // run() then returns CANNOT_TRAIN
     }
 
     /** An error answering a pending task (5.8), if the session still has it pending. */

@@ -13,4 +13,11 @@ public interface DeviceListener {
 
     /** The device waits {@code delayS} seconds before connecting again (backoff). */
     default void reconnecting(double delayS) {}
+
+    /**
+     * No task can ever train on this device ({@link Device.Stop#CANNOT_TRAIN}): {@code why} says
+     * what failed, e.g. a native runtime that cannot load on this phone's ABI. The task that
+     * found it was answered; the device now says bye and stops.
+     */
+    default void cannotTrain(String why) {}
 }

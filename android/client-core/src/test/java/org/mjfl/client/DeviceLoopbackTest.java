@@ -17,7 +17,9 @@ import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Random;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -44,6 +46,7 @@ import org.mjfl.client.protocol.Message;
 import org.mjfl.client.protocol.Tensor;
 import org.mjfl.client.session.Fixture;
 import org.mjfl.client.train.StandInTrainer;
+import org.mjfl.client.train.TaskRefusedException;
 import org.mjfl.client.train.Trainer;
 import org.mjfl.client.train.TrainingResult;
 
@@ -127,6 +130,11 @@ class DeviceLoopbackTest {
         @Override
         public synchronized void reconnecting(double delayS) {
             events.add("reconnecting");
+        }
+
+        @Override
+        public synchronized void cannotTrain(String why) {
+            events.add("cannot train: " + why);
         }
 
         synchronized List<String> events() {
@@ -411,6 +419,10 @@ class DeviceLoopbackTest {
             switch (task.taskId()) {
                 case "raises":
                     throw new IllegalStateException("boom");
+                case "asserts": // an Error that says nothing about the device: this task only
+                    throw new AssertionError("a bug in the trainer");
+                case "oom":
+                    throw new OutOfMemoryError("Java heap space");
                 case "nan":
                     return new TrainingResult(List.of(Tensor.ofFloats("fc.weight", new long[] {1}, new float[] {Float.NaN}),
                             task.weights().get(1)), 3, 0.1, 0.01);
@@ -418,6 +430,10 @@ class DeviceLoopbackTest {
                     return new TrainingResult(task.weights(), 3, Double.POSITIVE_INFINITY, 0.01);
                 case "reshaped":
                     return new TrainingResult(weights(1, 2), 3, 0.1, 0.01);
+                case "refused":
+                    throw new TaskRefusedException("program needs 362 MB of planned memory; the phone has 210 MB available");
+                case "late":
+                    throw new java.util.concurrent.CancellationException("the deadline passed during training");
                 default:
                     return new TrainingResult(task.weights(), 3, 0.1, 0.01);
             }
@@ -425,19 +441,117 @@ class DeviceLoopbackTest {
         CompletableFuture<Device.Stop> stop = run(config(trainer).build());
         Peer p = welcomed(server, null, null);
         p.sendBinary(wire(provision("j", true, true)));
-        String[][] cases = {{"raises", Codes.TASK_FAILED}, {"nan", Codes.DIVERGED}, {"inf-loss", Codes.DIVERGED},
-            {"reshaped", Codes.TASK_FAILED}};
+        String[][] cases = {{"raises", Codes.TASK_FAILED}, {"asserts", Codes.TASK_FAILED}, {"oom", Codes.TASK_FAILED},
+            {"nan", Codes.DIVERGED}, {"inf-loss", Codes.DIVERGED}, {"reshaped", Codes.TASK_FAILED},
+            {"refused", Codes.TASK_FAILED}, {"late", Codes.CANCELLED}};
+        Map<String, String> reasons = new HashMap<>();
         for (String[] c : cases) {
             p.sendBinary(wire(task(c[0], "j", 0, weights(1))));
             Message.ErrorMessage e = p.next(Message.ErrorMessage.class);
             assertEquals(c[0], e.taskId());
             assertEquals(c[1], e.code(), e.reason());
+            reasons.put(c[0], e.reason());
         }
+        // A refusal and a stop of the trainer's own say why; a bug's details stay in the log.
+        assertEquals("program needs 362 MB of planned memory; the phone has 210 MB available", reasons.get("refused"));
+        assertEquals("the deadline passed during training", reasons.get("late"));
+        assertEquals("training raised IllegalStateException", reasons.get("raises"));
         p.sendBinary(wire(task("fine", "j", 0, weights(1))));
         assertEquals("fine", p.next(Message.Result.class).taskId());
         p.sayBye(Codes.GOING_AWAY, "done", 1001);
         assertEquals(Device.Stop.COORDINATOR_BYE, stopOf(stop));
-        assertEquals(4, devices.get(0).stats().errors.get());
+        assertEquals(8, devices.get(0).stats().errors.get());
+    }
+
+    /** What reached the default uncaught-exception handler (on Android: a crash of the app). */
+    static final class Uncaught implements AutoCloseable {
+        final List<Throwable> seen = java.util.Collections.synchronizedList(new ArrayList<>());
+        final Thread.UncaughtExceptionHandler before = Thread.getDefaultUncaughtExceptionHandler();
+
+        Uncaught() {
+            Thread.setDefaultUncaughtExceptionHandler((t, e) -> seen.add(e));
+        }
+
+        @Override
+        public void close() {
+            Thread.setDefaultUncaughtExceptionHandler(before);
+        }
+    }
+
+    @Test
+    void aTrainerThatCannotLoadAnswersTaskFailedThenSaysByeAndStops() throws Exception {
+        Trainer trainer = (task, cancelled) -> {
+            // What System.loadLibrary throws on a phone whose ABI the AAR has no library for.
+            throw new UnsatisfiedLinkError("dlopen failed: library \"libexecutorch.so\" not found");
+        };
+        try (Uncaught uncaught = new Uncaught()) {
+            CompletableFuture<Device.Stop> stop = run(config(trainer).build());
+            Peer p = welcomed(server, null, null);
+            p.sendBinary(wire(provision("j", true, true)));
+            p.sendBinary(wire(task("t1", "j", 0, weights(1))));
+            Message.ErrorMessage e = p.next(Message.ErrorMessage.class);
+            String why = "the trainer cannot load on this device: UnsatisfiedLinkError: dlopen failed: library "
+                    + "\"libexecutorch.so\" not found";
+            assertEquals(new Message.ErrorMessage(Codes.TASK_FAILED, why, "t1"), e);
+            Message.Bye bye = p.expectByeAndClose(Codes.GOING_AWAY, 1001);
+            assertTrue(("cannot train: " + why).startsWith(bye.reason()), bye.reason());
+            assertEquals(Device.Stop.CANNOT_TRAIN, stopOf(stop));
+            assertEquals(List.of(), backoff.attempts(), "no reconnect: retrying cannot help");
+            assertEquals(List.of("welcomed coord", "cannot train: " + why, "ended"), listener.events());
+            assertEquals(List.of(), uncaught.seen, "nothing escaped the training thread");
+        }
+    }
+
+    @Test
+    void whyNoTaskCanTrainIsFoundInTheCausesToo() {
+        assertEquals("the ExecuTorch runtime cannot load on this phone (armeabi-v7a)", Device.cannotTrainReason(
+                new org.mjfl.client.train.CannotTrainException("the ExecuTorch runtime cannot load on this phone (armeabi-v7a)",
+                        new UnsatisfiedLinkError("x"))));
+        assertEquals("the trainer cannot load on this device: NoClassDefFoundError: org/pytorch/executorch/Module",
+                Device.cannotTrainReason(new RuntimeException("wrapped",
+                        new NoClassDefFoundError("org/pytorch/executorch/Module"))));
+        assertTrue(Device.cannotTrainReason(new ExceptionInInitializerError(new IllegalStateException())) != null,
+                "a class whose static initializer failed never loads");
+        assertNull(Device.cannotTrainReason(new IllegalStateException("boom", new OutOfMemoryError())));
+        assertNull(Device.cannotTrainReason(new AssertionError("a bug")));
+    }
+
+    /** A clock on which every reading is {@code step} seconds after the previous one. */
+    static final class SteppingClock implements org.mjfl.client.net.Clock {
+        volatile double step;
+        private double now;
+
+        @Override
+        public synchronized double now() {
+            now += step;
+            return now;
+        }
+    }
+
+    @Test
+    void aTaskWhoseDeadlinePassedBeforeTrainingIsNotStartedAndAnswersCancelled() throws Exception {
+        SteppingClock clock = new SteppingClock();
+        List<Double> deadlines = java.util.Collections.synchronizedList(new ArrayList<>());
+        Trainer trainer = (task, cancelled) -> {
+            deadlines.add(task.deadlineAt());
+            return new TrainingResult(task.weights(), 3, 0.1, 0.01);
+        };
+        CompletableFuture<Device.Stop> stop = run(config(trainer).clock(clock).build());
+        Peer p = welcomed(server, null, null);
+        p.sendBinary(wire(provision("j", true, true)));
+        // Loading the task's weights and data takes longer than its 30 s deadline_s.
+        clock.step = 3600;
+        p.sendBinary(wire(task("late", "j", 0, weights(1))));
+        assertEquals(new Message.ErrorMessage(Codes.CANCELLED, "the deadline passed before training", "late"),
+                p.next(Message.ErrorMessage.class));
+        assertEquals(List.of(), deadlines, "the trainer was not called");
+        clock.step = 0;
+        p.sendBinary(wire(task("on-time", "j", 1, weights(1))));
+        assertEquals("on-time", p.next(Message.Result.class).taskId());
+        assertEquals(1, deadlines.size());
+        assertTrue(Double.isFinite(deadlines.get(0)), "the trainer sees the task's deadline: " + deadlines);
+        p.sayBye(Codes.GOING_AWAY, "done", 1001);
+        assertEquals(Device.Stop.COORDINATOR_BYE, stopOf(stop));
     }
 
     @Test

@@ -48,7 +48,13 @@ from mjfl.coordinator.engine.fleet import Fleet
 from mjfl.coordinator.results.live import LiveView
 from mjfl.coordinator.results.report import report_run
 from mjfl.coordinator.run.calibration import calibration_jobs, run_session
-from mjfl.coordinator.run.preparation import Assignment, PreparedJob, evaluate_job, prepare_jobs
+from mjfl.coordinator.run.preparation import (
+    Assignment,
+    PreparedJob,
+    evaluate_job,
+    prepare_jobs,
+    shard_count,
+)
 from mjfl.coordinator.run.recorder import Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints, write_atomically
 from mjfl.coordinator.storage.database import Storage
@@ -63,7 +69,7 @@ from mjfl.coordinator.storage.records import (
 from mjfl.errors import RunError, StorageError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.observations import Observation, fit_profiles, write_observations
-from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
+from mjfl.profiling.profiles import DeviceProfile, save_profiles
 from mjfl.profiling.report import show_profiles
 from mjfl.schedulers.base import CostWeights, plan_size
 from mjfl.schedulers.registry import make_scheduler
@@ -197,7 +203,8 @@ class Driver:
     async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView) -> None:
         config = self.config
         async with devices.fleet() as ready:
-            assignment = run.assignment(ready.devices, self._slots(devices, ready.devices))
+            slots = shard_count(config, len(ready.devices), real_time=devices.mode == "real")
+            assignment = run.assignment(ready.devices, slots)
             prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
             infos = [job.info(run.info.run_id) for job in prepared]
             if not run.recorded:
@@ -300,14 +307,6 @@ class Driver:
                     " to cut the data for these",
                     highlight=False,
                 )
-
-    def _slots(self, devices: Devices, present: Sequence[DeviceId]) -> int:
-        """How many shards to cut each job's data into: one per device, and room for late joiners."""
-        if devices.mode == "virtual":
-            return len(present)
-        fleet = self.config.fleet
-        size = fleet.size or (len(load_profiles(fleet.profiles)) if fleet.profiles is not None else 0)
-        return max(len(present), size, self.config.testbed.min_devices or 0)
 
     def _prepare(self, slots: int) -> list[PreparedJob]:
         """The jobs' data cut into ``slots`` shards and their programs, prepared once per shard count."""

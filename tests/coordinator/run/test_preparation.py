@@ -3,8 +3,11 @@
 import dataclasses
 
 import numpy as np
+import pytest
 
-from mjfl.coordinator.run.preparation import Assignment, PreparedJob
+from mjfl.coordinator.config import parse_config
+from mjfl.coordinator.run.preparation import Assignment, PreparedJob, shard_count
+from mjfl.errors import ConfigError
 from mjfl.ids import DeviceId
 
 
@@ -30,3 +33,19 @@ def test_a_round_covers_at_most_the_classes_of_its_richest_shards():
     everyone = Assignment(4, [DeviceId(d) for d in "abcd"])
     assert job.classes_a_round(everyone, 2) == (5, 8)  # {5,6,7} and {0,1} (or {2,3})
     assert job.classes_a_round(everyone, 4) == (8, 8)
+
+
+def test_the_data_is_cut_for_the_fleet_or_for_the_devices_present():
+    def config(**fleet):
+        return parse_config({"fleet": {"size": 6} | fleet, "jobs": [{"name": "a", "model": "lenet5"}]})
+
+    # By default real time leaves spare shards for the fleet's missing devices to take later.
+    assert shard_count(config(), 4, real_time=True) == 6
+    assert shard_count(config(), 8, real_time=True) == 8
+    # "present": exactly the devices there at the start, however many the fleet says.
+    assert shard_count(config(shards="present"), 4, real_time=True) == 4
+    assert shard_count(config(shards="present"), 8, real_time=True) == 8
+    # Virtual time: the devices simulated are the fleet.
+    assert shard_count(config(), 4, real_time=False) == 4
+    with pytest.raises(ConfigError, match="fleet.shards"):
+        config(shards="all")

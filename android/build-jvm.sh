@@ -5,7 +5,9 @@
 #
 #   android/build-jvm.sh            compile main and tests, run the tests (prints the summary)
 #   android/build-jvm.sh --no-test  compile main only (what bin/mjfl-device calls)
-#   android/build-jvm.sh --app      compile main, the app and its tests, run nothing (what
+#   android/build-jvm.sh --jvm-runtime  compile client-core, the app and its ExecuTorch test
+#                                   double (app/src/jvmTest), no tests (what jvmTest/bin/train-tasks calls)
+#   android/build-jvm.sh --app      the same and the app's tests, run nothing (what
 #                                   app/bin/mjfl-selftest calls)
 #
 # Idempotent: a step runs only when its sources changed. Exit status is non-zero on a compile
@@ -140,16 +142,30 @@ test_core() {
 APP="$ANDROID/app"
 APP_OUT="$APP/build/jvm"
 
-compile_app() {
-    check_libs junit-platform-console-standalone.jar junit4.jar
-    local deps="$OUT/classes:$CORE_DEPS"
+build_app_classes() {
+    check_libs junit4.jar
+    # JUnit 4 for the stub of androidx.test's runner (the instrumented test's, below).
     compile app-stubs "$APP/src/stubs/java" "$APP_OUT/stubs" "$LIBS/junit4.jar"
     stale "$APP_OUT/classes" "$APP_OUT/stubs" "$OUT/classes"
-    compile app "$APP/src/main/java" "$APP_OUT/classes" "$APP_OUT/stubs:$deps"
+    compile app "$APP/src/main/java" "$APP_OUT/classes" "$APP_OUT/stubs:$OUT/classes:$CORE_DEPS"
+}
+
+# android/app/src/jvmTest: a test double of ExecuTorch's Java API that runs programs in
+# ExecuTorch's Python runtime, and the harness that trains tasks with the app's classes on it
+# (tests/android/test_jvm_training.py). Compiled against the app's classes, never the stubs:
+# on its class path the double takes their place, as the AAR does on a phone.
+build_jvm_runtime() {
+    stale "$APP_OUT/jvm-runtime" "$APP_OUT/classes"
+    compile app-jvm-runtime "$APP/src/jvmTest/java" "$APP_OUT/jvm-runtime" "$APP_OUT/classes:$OUT/classes:$CORE_DEPS"
+}
+
+# The app's JUnit tests; and the instrumented test (src/androidTest: JUnit 4 on a phone or an
+# emulator, ./gradlew connectedAndroidTest), only type-checked here, against the same stubs.
+build_app_tests() {
+    local deps="$OUT/classes:$CORE_DEPS"
+    check_libs junit-platform-console-standalone.jar junit4.jar
     stale "$APP_OUT/test-classes" "$APP_OUT/classes"
     compile app-tests "$APP/src/test/java" "$APP_OUT/test-classes" "$APP_OUT/classes:$deps:$JUNIT"
-    # The instrumented test (JUnit 4 on a phone or an emulator: ./gradlew connectedAndroidTest) is
-    # only type-checked here, against the same stubs.
     stale "$APP_OUT/android-test-classes" "$APP_OUT/classes"
     compile app-android-tests "$APP/src/androidTest/java" "$APP_OUT/android-test-classes" \
         "$APP_OUT/classes:$APP_OUT/stubs:$deps:$LIBS/junit4.jar"
@@ -157,7 +173,9 @@ compile_app() {
 
 build_app() {
     local deps="$OUT/classes:$CORE_DEPS" log
-    compile_app
+    build_app_classes
+    build_jvm_runtime
+    build_app_tests
     # The stubs are not on the tests' class path: a test that reaches android.* or ExecuTorch fails.
     if ! log="$(java -Dmjfl.randomness="$REPO/tests/golden/randomness.json" -Dmjfl.app.main="$APP/src/main" \
             -jar "$JUNIT" --disable-banner --disable-ansi-colors --details=summary --fail-if-no-tests \
@@ -171,13 +189,13 @@ build_app() {
 main() {
     command -v javac >/dev/null || die "javac not found (JDK 17 needed)"
     build_core
-    if [[ "${1:-}" == "--no-test" ]]; then
-        return 0 # the JVM launcher (bin/mjfl-device) runs with whatever jars are here
-    fi
-    if [[ "${1:-}" == "--app" ]]; then
-        compile_app
-        return 0
-    fi
+    case "${1:-}" in
+        # The JVM launchers (bin/mjfl-device, app/src/jvmTest/bin/train-tasks) run with whatever
+        # jars are here.
+        --no-test) return 0 ;;
+        --jvm-runtime) build_app_classes; build_jvm_runtime; return 0 ;;
+        --app) build_app_classes; build_jvm_runtime; build_app_tests; return 0 ;;
+    esac
     check_versions
     build_app
     test_core

@@ -120,6 +120,7 @@ def testbed_run(
     port: Annotated[int | None, typer.Option(help="Listen port (default: the config's testbed.port; 0 picks one).")] = None,
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this output directory.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Start even when the devices present hold none of some class of a job (devices that join later take the free shards).")] = False,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
     tls_cert: Annotated[Path | None, typer.Option(help="Serve wss:// with this certificate (PEM; mjfl certs create).")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="The private key of --tls-cert (PEM).")] = None,
@@ -135,7 +136,7 @@ def testbed_run(
     try:
         run_testbed(
             run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume, phones=phone_options,
-            ray=_ray(ray, address),
+            ray=_ray(ray, address), force=force,
         )
     except KeyboardInterrupt:
         raise SystemExit(130) from None

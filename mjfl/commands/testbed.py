@@ -19,18 +19,20 @@ from mjfl.errors import ConfigError, UserError
 
 def testbed_run(
     config: RunConfig, output: Output, *, emulate: int = 0, resume: bool = False, phones: PhoneOptions | None = None,
-    ray: RayOptions | None = None,
+    ray: RayOptions | None = None, force: bool = False,
 ) -> dict[str, Any]:
     """Run the config's jobs with its scheduler in real time; returns the summary also written.
 
     With ``phones``, the phones attached over adb train too: checked before
     anything else (no phone: one line, nothing started), then pointed at the
     coordinator once it listens. With ``ray``, the ``emulate`` devices run on that Ray cluster.
+    Devices too few for the jobs' data (classes none of them holds) refuse the
+    run before its first round, unless ``force`` (``coordinator/run/coverage.py``).
     """
     if ray is not None and not emulate:
         raise UserError("--ray runs the emulated devices on Ray: give --emulate N too")
     devices = RemoteDevices(config, output, emulate=emulate, phones=attached_phones(config, phones, output), ray=ray)
-    return Driver(config, output).train([config.scheduler.method], devices, resume=resume)
+    return Driver(config, output).train([config.scheduler.method], devices, resume=resume, force=force)
 
 
 # Where `adb reverse` delivers a phone's connections: the workstation's loopback.

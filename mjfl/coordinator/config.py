@@ -20,6 +20,7 @@ from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES, LocalTraining
 
 PARTITIONS = ("iid", "noniid", "dirichlet")
 RUNTIMES = ("executorch", "torch")
+SHARDS = ("size", "present")
 OMEGAS = ("sqrt", "linear", "log")
 
 
@@ -54,6 +55,9 @@ class FleetConfig:
 
     size: int | None = None
     profiles: Path | None = None
+    # Real time: cut each job's data for the fleet's size ("size": devices that join
+    # later take the spare shards) or for the devices present at the start ("present").
+    shards: str = "size"
     dropout: float = 0.0  # simulated: chance a device never returns a task
     runtime: str = "executorch"
     workers: int | None = None  # worker processes that train (default: one per core)
@@ -209,6 +213,7 @@ def _fleet(raw: dict[str, Any], base: Path) -> FleetConfig:
     fleet = FleetConfig(
         size=f.take("size", int, default=d["size"], check=lambda v: v >= 1, need=">= 1"),
         profiles=_path(profiles, base) if profiles else None,
+        shards=f.take("shards", str, default=d["shards"], check=lambda v: v in SHARDS, need=f"one of {SHARDS}"),
         dropout=f.take("dropout", float, default=d["dropout"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
         runtime=f.take("runtime", str, default=d["runtime"], check=lambda v: v in RUNTIMES, need=f"one of {RUNTIMES}"),
         workers=f.take("workers", int, default=d["workers"], check=lambda v: v >= 1, need=">= 1"),

@@ -5,6 +5,7 @@
 - ``simulated`` | ``testbed``: the devices of `mjfl simulate` (virtual time) | of
   `mjfl testbed run` and `mjfl profile` (wall time);
 - ``preparation``: data, partitions, programs; who holds which shard;
+- ``coverage``: what the devices present lack for the jobs, said before a run;
 - ``recorder``: storage's observer of the run's events;
 - ``calibration``: the profiling session's calibration tasks;
 - ``study``: a grid of simulations, each variant reported.

@@ -48,7 +48,14 @@ from mjfl.coordinator.engine.fleet import Fleet
 from mjfl.coordinator.results.live import LiveView
 from mjfl.coordinator.results.report import report_run
 from mjfl.coordinator.run.calibration import calibration_jobs, run_session
-from mjfl.coordinator.run.preparation import Assignment, PreparedJob, evaluate_job, prepare_jobs
+from mjfl.coordinator.run.coverage import explain, shortfalls
+from mjfl.coordinator.run.preparation import (
+    Assignment,
+    PreparedJob,
+    evaluate_job,
+    prepare_jobs,
+    shard_count,
+)
 from mjfl.coordinator.run.recorder import Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints, write_atomically
 from mjfl.coordinator.storage.database import Storage
@@ -63,9 +70,9 @@ from mjfl.coordinator.storage.records import (
 from mjfl.errors import RunError, StorageError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.observations import Observation, fit_profiles, write_observations
-from mjfl.profiling.profiles import DeviceProfile, load_profiles, save_profiles
+from mjfl.profiling.profiles import DeviceProfile, save_profiles
 from mjfl.profiling.report import show_profiles
-from mjfl.schedulers.base import CostWeights, plan_size
+from mjfl.schedulers.base import CostWeights
 from mjfl.schedulers.registry import make_scheduler
 
 log = logging.getLogger(__name__)
@@ -146,8 +153,14 @@ class Driver:
 
     # -- training runs --------------------------------------------------------
 
-    def train(self, methods: Sequence[str], devices: Devices, *, resume: bool = False) -> dict[str, Any]:
-        """One run per scheduling method on identical jobs and seed; returns the summary also written."""
+    def train(
+        self, methods: Sequence[str], devices: Devices, *, resume: bool = False, force: bool = False
+    ) -> dict[str, Any]:
+        """One run per scheduling method on identical jobs and seed; returns the summary also written.
+
+        Before the first round, devices too few for the jobs' data refuse the
+        run unless ``force`` (``coverage.py``).
+        """
         console = self.output.console
         results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
         choices: list[SchedulerChoice] = []
@@ -162,7 +175,7 @@ class Driver:
                         console.print(f"resuming run {run.info.run_id} after {run.progress(storage)}")
                     status = "failed"
                     try:
-                        devices.run(self._train(storage, run, devices, view))
+                        devices.run(self._train(storage, run, devices, view, force=force))
                         status = "finished"
                     except KeyboardInterrupt:
                         status = "interrupted"
@@ -194,11 +207,14 @@ class Driver:
         except StorageError as exc:
             log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
-    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView) -> None:
+    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView, *, force: bool) -> None:
         config = self.config
         async with devices.fleet() as ready:
-            assignment = run.assignment(ready.devices, self._slots(devices, ready.devices))
+            slots = shard_count(config, len(ready.devices), real_time=devices.mode == "real")
+            assignment = run.assignment(ready.devices, slots)
             prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
+            self._check_fleet(prepared, assignment, force=force or run.resumed)  # a resumed run was let start before
+            run.save(assignment)
             infos = [job.info(run.info.run_id) for job in prepared]
             if not run.recorded:
                 run.info = dataclasses.replace(
@@ -210,7 +226,6 @@ class Driver:
                 )
                 storage.start_run(run.info, infos)
                 run.recorded = True
-            self._say_coverage(prepared, assignment)
             jobs = self._engine_jobs(prepared, run.info.method, assignment)
             for job, info in zip(jobs, infos):
                 # R_m from earlier runs of the same job (Formula 10), capped by the configured maximum.
@@ -262,52 +277,29 @@ class Driver:
             max_update_norm_ratio=s.max_update_norm_ratio or None,
         )
 
-    def _say_coverage(self, prepared: Sequence[PreparedJob], assignment: Assignment) -> None:
-        """Up front: a job whose data the devices cannot cover may never reach its target.
+    def _check_fleet(self, prepared: Sequence[PreparedJob], assignment: Assignment, *, force: bool) -> None:
+        """Up front, once a command: what the devices present lack for the jobs (``coverage.py``).
 
-        Two cases. A round's plan whose devices hold fewer classes than the job
-        has (a small non-IID fleet, or a small fraction): FedAvg then averages
-        models that each saw a few classes, and accuracy swings. And fewer
-        devices present than the data was cut for (``fleet.size``): the other
-        shards wait for devices to join, and a class only they hold is never
-        trained.
+        Classes that no device present holds refuse the run (a UserError)
+        unless ``force``; few classes a round only warn.
         """
         present = len(assignment.slot_of)
         key = f"{present}/{assignment.slots}"
         if key in self._warned:
             return
         self._warned.add(key)
-        for job in prepared:
-            plan = plan_size(job.config.fraction, present, present)
-            seen, classes = job.classes_a_round(assignment, plan)
-            if seen < classes:
-                self.output.console.print(
-                    f"[yellow]job {job.config.name}: a round trains {plan} of the {present} devices"
-                    f" (fraction {job.config.fraction:g}), whose data holds at most {seen} of its {classes} classes[/]:"
-                    " averaging so few classes a round, a non-IID job's accuracy swings from round to round and"
-                    " may never reach its target; use more devices or a larger fraction",
-                    highlight=False,
-                )
-            if present >= assignment.slots:
-                continue
-            missing, share = job.coverage(assignment)
-            if missing:
-                self.output.console.print(
-                    f"[yellow]job {job.config.name}: the {present} devices present hold {share:.0%} of its data"
-                    f" and none of its class(es) {', '.join(map(str, missing))}[/]: the data is cut into"
-                    f" {assignment.slots} shards (fleet.size) and the rest waits for devices to join, so its"
-                    f" target may be out of reach; connect more devices, or set fleet.size = {present}"
-                    " to cut the data for these",
-                    highlight=False,
-                )
-
-    def _slots(self, devices: Devices, present: Sequence[DeviceId]) -> int:
-        """How many shards to cut each job's data into: one per device, and room for late joiners."""
-        if devices.mode == "virtual":
-            return len(present)
-        fleet = self.config.fleet
-        size = fleet.size or (len(load_profiles(fleet.profiles)) if fleet.profiles is not None else 0)
-        return max(len(present), size, self.config.testbed.min_devices or 0)
+        found = shortfalls(prepared, assignment, min_plan=self.config.scheduler.min_plan)
+        if not found:
+            return
+        config = self.config
+        cut_for = (
+            "testbed.min_devices" if assignment.slots == config.testbed.min_devices
+            else "fleet.size" if config.fleet.size else "fleet.profiles"
+        )
+        text = explain(found, present=present, slots=assignment.slots, cut_for=cut_for)
+        if any(s.blocking for s in found) and not force:
+            raise UserError(text)
+        self.output.console.print(f"[yellow]warning:[/] {text}", highlight=False)
 
     def _prepare(self, slots: int) -> list[PreparedJob]:
         """The jobs' data cut into ``slots`` shards and their programs, prepared once per shard count."""
@@ -417,9 +409,7 @@ class _Run:
         if self.resumed:
             saved = json.loads(self._assignment_file.read_text())
             return Assignment(saved["shards"], held=saved["held"])
-        assignment = Assignment(slots, sorted(present))
-        self._save(assignment)
-        return assignment
+        return Assignment(slots, sorted(present))  # saved once the run may start (``save``)
 
     def joined(
         self, engine: Engine, fleet: Fleet, prepared: Sequence[PreparedJob], assignment: Assignment, device: DeviceId
@@ -434,7 +424,7 @@ class _Run:
                 log.warning("device %s joined, but all %d shards are taken: it gets no task", device, assignment.slots)
             return
         log.info("device %s joined: it holds shard %d of every job", device, slot)
-        self._save(assignment)
+        self.save(assignment)
         fleet.prepare([job.artifacts(assignment, [device]) for job in prepared])
         engine.join(device, {job.config.name: job.samples(assignment, [device])[device] for job in prepared})
 
@@ -443,7 +433,8 @@ class _Run:
         assert self.checkpoints is not None
         return self.checkpoints.root / "devices.json"
 
-    def _save(self, assignment: Assignment) -> None:
+    def save(self, assignment: Assignment) -> None:
+        """Who holds which shard, with the checkpoints (real time), so ``--resume`` keeps it."""
         if self.checkpoints is None:
             return
         self._assignment_file.parent.mkdir(parents=True, exist_ok=True)

@@ -118,6 +118,22 @@ def job_key(config: JobConfig) -> str:
     )
 
 
+def shard_count(config: RunConfig, present: int, *, real_time: bool) -> int:
+    """How many shards to cut each job's data into when ``present`` devices start a run.
+
+    One per device. In real time devices may join later, so by default the data
+    is cut for the fleet the config describes (``fleet.size``, else its profile
+    file, or ``testbed.min_devices``) when more than are present, and latecomers
+    take the spare shards; ``fleet.shards = "present"`` cuts it for the devices
+    present only. In virtual time the devices present are the fleet.
+    """
+    fleet = config.fleet
+    if not real_time or fleet.shards == "present":
+        return present
+    size = fleet.size or (len(load_profiles(fleet.profiles)) if fleet.profiles is not None else 0)
+    return max(present, size, config.testbed.min_devices or 0)
+
+
 def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
     """The fleet's devices: drawn from a profile file, or from the synthetic generator."""
     rng = np.random.default_rng([config.seed, 1])

@@ -3,10 +3,12 @@
 import dataclasses
 
 import numpy as np
+import pytest
 from repository import ROOT
 
 from mjfl.coordinator.config import parse_config
-from mjfl.coordinator.run.preparation import Assignment, PreparedJob, prepare_jobs
+from mjfl.coordinator.run.preparation import Assignment, PreparedJob, prepare_jobs, shard_count
+from mjfl.errors import ConfigError
 from mjfl.ids import DeviceId
 from mjfl.jobs.export import planned_memory
 
@@ -52,3 +54,19 @@ def test_each_jobs_program_takes_batches_up_to_the_jobs_batch_size(tmp_path):
         assert meta.input_tensor_meta(0).sizes()[0] == meta.input_tensor_meta(1).sizes()[0] == prepared.config.training.batch_size
         assert prepared.planned_memory == planned_memory(prepared.program)
     assert three.spec == eight.spec and three.planned_memory < eight.planned_memory
+
+
+def test_the_data_is_cut_for_the_fleet_or_for_the_devices_present():
+    def config(**fleet):
+        return parse_config({"fleet": {"size": 6} | fleet, "jobs": [{"name": "a", "model": "lenet5"}]})
+
+    # By default real time leaves spare shards for the fleet's missing devices to take later.
+    assert shard_count(config(), 4, real_time=True) == 6
+    assert shard_count(config(), 8, real_time=True) == 8
+    # "present": exactly the devices there at the start, however many the fleet says.
+    assert shard_count(config(shards="present"), 4, real_time=True) == 4
+    assert shard_count(config(shards="present"), 8, real_time=True) == 8
+    # Virtual time: the devices simulated are the fleet.
+    assert shard_count(config(), 4, real_time=False) == 4
+    with pytest.raises(ConfigError, match="fleet.shards"):
+        config(shards="all")

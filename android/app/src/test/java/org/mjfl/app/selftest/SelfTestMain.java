@@ -16,9 +16,11 @@ import org.mjfl.client.net.Clock;
  * </pre>
  *
  * {@code --runtime} names the {@link ProgramTrainer.Loader} (a public class with a public no-argument
- * constructor) that runs the programs. The JVM has no ExecuTorch: the default,
- * {@code org.mjfl.app.training.FakeProgramLoader}, runs programs that describe a softmax regression;
- * a double of ExecuTorch's runtime runs the zoo's real programs through the same seam.
+ * constructor) that runs the programs. The default, {@code org.mjfl.app.ExecuTorchRuntime}
+ * (app/src/jvmTest), is the app's own ExecuTorch code over the test double of ExecuTorch whose
+ * runtime is ExecuTorch's in Python: the zoo's golden set trains as on a phone, with x86's
+ * arithmetic. {@code org.mjfl.app.training.FakeProgramLoader} runs softmax-regression programs
+ * described in JSON (the JUnit tests' runtime).
  * {@code --state} is the device state the lines report (a phone's battery and thermal state).
  */
 public final class SelfTestMain {
@@ -28,7 +30,7 @@ public final class SelfTestMain {
         String run = null;
         String dir = null;
         String work = null;
-        String runtime = "org.mjfl.app.training.FakeProgramLoader";
+        String runtime = "org.mjfl.app.ExecuTorchRuntime";
         JsonObject state = new JsonObject();
         for (int i = 0; i < args.length; i++) {
             String value = i + 1 < args.length ? args[i + 1] : null;

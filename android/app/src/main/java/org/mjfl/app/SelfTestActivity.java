@@ -7,6 +7,7 @@ import android.os.PowerManager;
 import android.util.Log;
 import android.widget.TextView;
 import java.nio.file.Path;
+import java.nio.file.Paths;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
 import org.mjfl.app.selftest.SelfTest;
@@ -76,7 +77,7 @@ public final class SelfTestActivity extends Activity {
         SelfTest test = AndroidSelfTest.create(getApplicationContext(), line -> screen.accept(line));
         Thread worker = new Thread(() -> {
             try {
-                test.run(run, Path.of(dir), work);
+                test.run(run, Paths.get(dir), work);
             } catch (RuntimeException | Error e) {
                 Log.e(MainActivity.TAG, "the self-test stopped", e);
             } finally {

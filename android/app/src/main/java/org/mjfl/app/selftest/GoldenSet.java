@@ -40,7 +40,7 @@ public record GoldenSet(Path folder, String key, double tolerance, List<String> 
             throw new IOException("no golden set at " + folder + " (" + manifest.getFileName() + " not found)");
         }
         try {
-            JsonObject o = JsonParser.parseString(Files.readString(manifest, StandardCharsets.UTF_8)).getAsJsonObject();
+            JsonObject o = JsonParser.parseString(new String(Files.readAllBytes(manifest), StandardCharsets.UTF_8)).getAsJsonObject();
             int format = o.get("format").getAsInt();
             if (format != FORMAT) {
                 throw new IOException("golden set format " + format + " at " + folder + "; this app reads " + FORMAT

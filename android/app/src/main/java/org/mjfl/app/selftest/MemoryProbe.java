@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.Paths;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 
@@ -38,7 +39,7 @@ public interface MemoryProbe {
      * Where the write is refused, the peak is the process's since it started.
      */
     static MemoryProbe proc() {
-        return proc(Path.of("/proc/self"));
+        return proc(Paths.get("/proc/self"));
     }
 
     /** {@link #proc()} over another folder laid out like {@code /proc/self} (tests). */
@@ -47,7 +48,7 @@ public interface MemoryProbe {
             @Override
             public boolean resetPeak() {
                 try {
-                    Files.writeString(self.resolve("clear_refs"), "5");
+                    Files.write(self.resolve("clear_refs"), new byte[] {'5'});
                     return true;
                 } catch (IOException | SecurityException e) {
                     return false;
@@ -57,7 +58,7 @@ public interface MemoryProbe {
             @Override
             public long peakBytes() {
                 try {
-                    return vmHwmBytes(Files.readString(self.resolve("status"), StandardCharsets.UTF_8));
+                    return vmHwmBytes(new String(Files.readAllBytes(self.resolve("status")), StandardCharsets.UTF_8));
                 } catch (IOException | SecurityException e) {
                     return -1;
                 }

@@ -39,7 +39,10 @@ import org.mjfl.client.train.TrainingResult;
  * {@code peak_mb} is the process's resident peak while the case trained ({@link MemoryProbe};
  * since the process started when {@code peak_reset} is false); {@code planned_mb} the program's
  * planned memory; numbers that are not finite are null. A set that cannot be read gives only
- * the done line, with its error. Plain Java: it runs on the JVM too.
+ * the done line, with its error. Plain Java: it runs on the JVM too. Its file access keeps to
+ * the java.nio.file API of Android 8.0, API 26 ({@code Files.readString} came with API 36, and the
+ * app's core library desugaring, desugar_jdk_libs without its nio flavour, adds none of
+ * java.nio.file).
  */
 public final class SelfTest {
     /** The logcat tag of the self-test's lines (the app's other lines use {@code MJFL}). */

@@ -44,7 +44,9 @@ public final class SelfTestActivity extends Activity {
         text.setTextIsSelectable(true);
         setContentView(text);
         screen = this::show;
-        start(getIntent());
+        if (savedInstanceState == null) { // not a recreation (a rotation) of one already started
+            start(getIntent());
+        }
     }
 
     @Override
@@ -61,8 +63,18 @@ public final class SelfTestActivity extends Activity {
             show("self-test: start it with the extras run and dir (mjfl devices check does)");
             return;
         }
-        if (!RUNNING.compareAndSet(null, run)) {
-            String line = SelfTest.busy(run, RUNNING.get());
+        String other;
+        synchronized (RUNNING) { // AtomicReference.compareAndExchange is API 33
+            other = RUNNING.get();
+            if (other == null) {
+                RUNNING.set(run);
+            }
+        }
+        if (other != null) {
+            if (other.equals(run)) {
+                return; // the same start delivered again: it runs already
+            }
+            String line = SelfTest.busy(run, other);
             Log.i(SelfTest.TAG, line);
             show(line);
             return;

@@ -2,6 +2,7 @@ package org.mjfl.client.protocol;
 
 import com.google.gson.JsonObject;
 import java.util.List;
+import java.util.stream.Collectors;
 
 /**
  * The ten messages of protocol v1 (section 5), as plain data. Ints are {@code long}, numbers
@@ -63,7 +64,8 @@ public sealed interface Message {
         public ModelSpec {
             inputShape = List.copyOf(inputShape);
             batchNormPixels = List.copyOf(batchNormPixels);
-            dropoutShapes = dropoutShapes.stream().map(List::copyOf).toList();
+            // Not Stream.toList(): a Java 16 API that Android has only from API 34.
+            dropoutShapes = List.copyOf(dropoutShapes.stream().map(List::copyOf).collect(Collectors.toList()));
         }
 
         /** A model without batch norm or dropout. */

@@ -16,6 +16,7 @@ from typing import Literal, Self, TypeAlias
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from mjfl.coordinator.engine.events import JobStopped, RoundAggregated, RunEvent, StopReason
 from mjfl.coordinator.results.tables import NOT_REACHED
@@ -85,8 +86,14 @@ class LiveView:
 
         return observe
 
-    def render(self) -> Table:
-        """The table as it stands (what the live display draws)."""
+    def render(self) -> Table | Text:
+        """The table as it stands (what the live display draws); nothing before the first job.
+
+        A run refused before it starts (too few devices) leaves no empty table above its error.
+        """
+        with self._lock:
+            if not self._rows:
+                return Text("")
         table = Table(title="mjfl run", title_justify="left")
         for name in ("method", "job"):
             table.add_column(name)
@@ -124,7 +131,7 @@ class LiveView:
             # Stopping draws the final table once, terminal or not; off a
             # terminal rich leaves its last line open, so end it here.
             self._live.stop()
-            if not self._interactive:
+            if not self._interactive and self._rows:
                 self.console.line()
 
     def _show(self, method: str, record: RoundRecord) -> None:

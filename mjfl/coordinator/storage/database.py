@@ -187,7 +187,10 @@ _SCHEMA_V2 = ("ALTER TABLE device_rounds ADD COLUMN device_state TEXT",)
 # Version 3: how long a device planned while another job held it waited to start (seconds).
 _SCHEMA_V3 = ("ALTER TABLE device_rounds ADD COLUMN wait_s REAL NOT NULL DEFAULT 0",)
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
+# Version 4: the energy a device's task used, in joules (protocol.md 5.5 `energy_j`); NULL: not known.
+_SCHEMA_V4 = ("ALTER TABLE device_rounds ADD COLUMN energy_j REAL",)
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _BUSY_TIMEOUT_S = 5.0  # a reader (mjfl report) may briefly hold the WAL; wait, don't fail
@@ -451,7 +454,7 @@ class Storage:
                 conn.executemany(
                     "INSERT INTO device_rounds (run_id, job, round, position, device, status,"
                     " samples, mean_loss, duration_s, download_s, compute_s, upload_s, error,"
-                    " device_state, wait_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " device_state, wait_s, energy_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             *key,
@@ -467,6 +470,7 @@ class Storage:
                             d.error,
                             _json_or_null(d.device_state),
                             d.wait_s,
+                            d.energy_j,
                         )
                         for position, d in enumerate(record.devices)
                     ],
@@ -497,7 +501,7 @@ class Storage:
             ).fetchall()
             device_rows = self._conn.execute(
                 "SELECT job, round, device, status, samples, mean_loss, duration_s, download_s,"
-                f" compute_s, upload_s, error, device_state, wait_s FROM device_rounds WHERE {where}"
+                f" compute_s, upload_s, error, device_state, wait_s, energy_j FROM device_rounds WHERE {where}"
                 " ORDER BY job, round, position",
                 params,
             ).fetchall()
@@ -516,6 +520,7 @@ class Storage:
                     error=d[10],
                     device_state=None if d[11] is None else json.loads(d[11]),
                     wait_s=d[12],
+                    energy_j=d[13],
                 )
             )
         return [

@@ -95,6 +95,7 @@ class DeviceRound:
     error: str | None = None
     device_state: Mapping[str, Any] | None = None  # battery, charging, thermal status (protocol.md 5.5)
     wait_s: float = 0.0  # from the round's start until the task started (a device another job released)
+    energy_j: float | None = None  # the task's energy, joules (protocol.md 5.5); None: not known
 
 
 @dataclass(frozen=True)

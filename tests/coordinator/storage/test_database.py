@@ -149,6 +149,7 @@ def test_round_round_trip_keeps_device_order_and_every_field(db: Storage) -> Non
         compute_s=0.05,
         upload_s=0.1,
         error="update holds NaN",
+        energy_j=12.5,
     )
     first = round_record(A, 1, devices=(device("d5"), full, device("d0")))
     second = round_record(B, 1, winner="greedy")
@@ -346,16 +347,46 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
     conn.commit()
     conn.close()
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 3
+        assert db.schema_version == SCHEMA_VERSION == 4
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
         assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none
+        assert old.devices[0].energy_j is None  # nor was energy measured before version 4
         state = {"battery_pct": 81.0, "charging": False, "thermal_status": 1}
         db.record_round(
             dataclasses.replace(round_record(A, 2), devices=(device("p1", device_state=state), device("p2")))
         )
         stored = db.rounds("r1", A)[-1].devices
         assert [d.device_state for d in stored] == [state, None]
+
+
+def test_a_version_3_database_gains_energy_and_keeps_its_rounds(tmp_path: Path) -> None:
+    from mjfl.coordinator.storage import database as storage_module
+
+    path = tmp_path / "v3.sqlite"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    for migration in storage_module._MIGRATIONS[:3]:
+        for statement in migration:
+            conn.execute(statement)
+    conn.execute("INSERT INTO schema_version (version) VALUES (3)")
+    conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
+    conn.execute("INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')")
+    conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)")
+    conn.execute(
+        "INSERT INTO device_rounds (run_id, job, round, position, device, status, samples, duration_s, wait_s)"
+        " VALUES ('r1', 'cnn', 1, 0, 'p1', 'ok', 10, 1.0, 0.5)"
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(DataError, match="older"):
+        Storage.read_only(path)  # a reader never migrates
+    with Storage(path) as db:
+        assert db.schema_version == 4
+        (old,) = db.rounds("r1")
+        assert old.devices[0].wait_s == 0.5 and old.devices[0].energy_j is None
+        db.record_round(round_record(A, 2, devices=(device("p1", energy_j=7.25), device("p2"))))
+        assert [d.energy_j for d in db.rounds("r1", A)[-1].devices] == [7.25, None]
 
 
 def test_foreign_keys_and_sync_pragmas_are_on(tmp_path: Path) -> None:

@@ -112,7 +112,11 @@ class DeviceProfile:
     Kolmogorov-Smirnov distance, ``n`` the number of rounds fitted (0 for a
     synthetic profile). ``compute``/``communication`` are the optional
     separate models, ``hardware`` free-form facts (model, SoC, RAM...) whose
-    values are JSON scalars; treat it as read-only.
+    values are JSON scalars; treat it as read-only. ``power_w`` is the power the
+    device draws while it trains, watts (> 0), for the modelled energy of
+    emulated and simulated devices (``power_w x compute_s``); None: the device
+    model's default, ``android_bridge.devices.device_model.TRAINING_POWER_W``
+    (3 W, docs/profiles.md).
 
     A fit's unbiased ``a`` can be negative when the floor is small next to the
     fluctuation (``a_hat = min - scale/n``); profiles made ``from_fit`` project
@@ -131,6 +135,7 @@ class DeviceProfile:
     communication: TimingModel | None = None
     hardware: Mapping[str, HardwareValue] = field(default_factory=dict, hash=False)
     source: Source = "synthetic"
+    power_w: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.device_id, str) or not self.device_id:
@@ -151,6 +156,11 @@ class DeviceProfile:
                 raise ProfileError("hardware", f"keys must be strings, got {key!r}")
             if not _is_json_scalar(value):
                 raise ProfileError(f"hardware.{key}", f"must be a JSON scalar, got {value!r}")
+        if self.power_w is not None and not (
+            isinstance(self.power_w, int | float) and not isinstance(self.power_w, bool)
+            and math.isfinite(self.power_w) and self.power_w > 0
+        ):
+            raise ProfileError("power_w", f"must be a positive number of watts or null, got {self.power_w!r}")
         # A private copy, so the caller's dict cannot change a frozen profile.
         object.__setattr__(self, "hardware", dict(self.hardware))
 
@@ -418,6 +428,7 @@ _DEVICE_KEYS = (
     "communication",
     "hardware",
     "source",
+    "power_w",
 )
 
 
@@ -449,6 +460,8 @@ def _device_to_json(profile: DeviceProfile) -> dict[str, Any]:
         "communication": _model_to_json(profile.communication),
         "hardware": dict(profile.hardware),
         "source": profile.source,
+        # Written only when known, so that files without it stay as they were.
+        **({"power_w": profile.power_w} if profile.power_w is not None else {}),
     }
 
 
@@ -523,6 +536,7 @@ class _Parser:
                 communication=self.model(entry.get("communication"), f"{where}.communication"),
                 hardware=hardware,
                 source=entry.get("source", "profiled"),
+                power_w=entry.get("power_w"),
             )
         except ProfileError as exc:
             raise self.fail(f"{where}.{exc.field}", exc.problem) from exc

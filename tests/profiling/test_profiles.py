@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import pickle
 import re
 from collections import Counter
@@ -78,6 +79,9 @@ def test_profile_validation_names_the_field() -> None:
         DeviceProfile(DeviceId("p"), a=0.001, mu=1.0, source="guessed")  # type: ignore[arg-type]
     with pytest.raises(ProfileError, match="hardware.soc"):
         DeviceProfile(DeviceId("p"), a=0.001, mu=1.0, hardware={"soc": ["a", "b"]})  # type: ignore[dict-item]
+    for power in (0.0, -1.0, math.inf, True, "3"):
+        with pytest.raises(ProfileError, match="'power_w'"):
+            DeviceProfile(DeviceId("p"), a=0.001, mu=1.0, power_w=power)  # type: ignore[arg-type]
 
 
 def test_profile_is_frozen_copies_hardware_and_pickles() -> None:
@@ -106,6 +110,7 @@ def test_round_trip_through_a_file(tmp_path: Path) -> None:
     profiles = [
         *_fleet_of_real_phones(4),
         DeviceProfile(DeviceId("made-up"), a=0.003, mu=250),
+        DeviceProfile(DeviceId("measured-power"), a=0.003, mu=250, power_w=2.25),
         DeviceProfile(
             DeviceId("comm-only"),
             a=0.0,
@@ -120,6 +125,7 @@ def test_round_trip_through_a_file(tmp_path: Path) -> None:
     raw = json.loads(path.read_text())
     assert raw["format"] == FORMAT == "mjfl-profiles/1" and raw["created"] == CREATED
     assert [d["device_id"] for d in raw["devices"]] == [p.device_id for p in profiles]
+    assert [d.get("power_w") for d in raw["devices"]] == [p.power_w for p in profiles]  # written only when known
     assert list(tmp_path.iterdir()) == [path]  # no temporary file left behind
 
 
@@ -131,6 +137,7 @@ def test_minimal_device_entry_uses_documented_defaults() -> None:
     }
     (profile,) = profiles_from_document(doc)
     assert profile == DeviceProfile(DeviceId("x"), a=0.001, mu=9, source="profiled")
+    assert profile.power_w is None  # the device model's default power
 
 
 def _set(path: str, value: Any) -> Any:

@@ -17,6 +17,14 @@ so a device's random stream never depends on how training went. A device that
 drops out never answers: the coordinator learns it at the task's deadline,
 or, with no deadline, when the round would have ended. A device slower than
 the deadline is given up at the deadline.
+
+Energy. A phone measures each task's energy from its battery (protocol.md
+5.5); an emulated or simulated device reports a modelled one,
+``modelled_energy``: ``power_w x compute_s``, the power its profile gives
+(``DeviceProfile.power_w``, else ``TRAINING_POWER_W``) over the round's
+compute time (the drawn round time when it impersonates a profile). Both
+answer in the result's ``device_state`` (``energy_j``, ``energy_source``), so
+the coordinator records every device's energy alike.
 """
 
 from __future__ import annotations
@@ -33,7 +41,32 @@ import numpy as np
 from mjfl.jobs.base import LocalTraining, Trainer, TrainResult
 from mjfl.schedulers import round_time
 
-__all__ = ["DeviceModel", "ModelName", "RoundDraw", "TrainerCache", "TrainerFactory", "default_trainer_factory"]
+__all__ = [
+    "TRAINING_POWER_W",
+    "DeviceModel",
+    "ModelName",
+    "RoundDraw",
+    "TrainerCache",
+    "TrainerFactory",
+    "default_trainer_factory",
+    "modelled_energy",
+]
+
+#: The power a device without its own ``power_w`` draws while it trains, watts. A modelling
+#: assumption: a phone sheds at most about 3 W of heat, so sustained load (training) is held
+#: near it (Tarkoma et al., "Smartphone Energy Consumption", Cambridge University Press, 2014,
+#: as summarised at https://petewarden.com/2015/10/08/smartphone-energy-consumption/).
+TRAINING_POWER_W = 3.0
+
+
+def modelled_energy(power_w: float | None, compute_s: float) -> dict[str, float | str]:
+    """A result's ``device_state`` energy for a device that cannot measure it: power x time.
+
+    ``power_w`` None means ``TRAINING_POWER_W``. Radio and idle power are left out: the
+    model prices training only, as the phone's battery reading (taken around training) does.
+    """
+    watts = TRAINING_POWER_W if power_w is None else power_w
+    return {"energy_j": watts * max(compute_s, 0.0), "energy_source": "modelled"}
 
 
 @dataclass(frozen=True)

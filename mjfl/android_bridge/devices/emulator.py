@@ -10,7 +10,10 @@ lost. Impersonating a profiled phone, it also takes that phone's time: each
 round is stretched to a time drawn from the profile's Formula 4 model for the
 task's epochs and its shard size (the device model, ``device_model.py``: the same
 Formula 4 draw, drop-out and deadline rules as a simulated device); when
-training took less, the device waits the rest before answering.
+training took less, the device waits the rest before answering. With each
+result it reports a modelled energy in ``device_state`` (``device_model.modelled_energy``:
+the profile's ``power_w`` over the round's compute time, the drawn one when it
+impersonates a phone), where a phone reports one measured from its battery.
 
 Where training runs. Training is CPU-bound and the ExecuTorch runtime holds
 the GIL for a whole training step, so it must never run in the
@@ -65,6 +68,7 @@ from mjfl.android_bridge.devices.device_model import (
     ModelName,
     TrainerCache,
     TrainerFactory,
+    modelled_energy,
 )
 from mjfl.android_bridge.protocol import (
     DEFAULT_MAX_CONTROL_BYTES,
@@ -109,6 +113,9 @@ class Impersonation(Protocol):
 
     @property
     def hardware(self) -> Mapping[str, Any]: ...
+
+    @property
+    def power_w(self) -> float | None: ...
 
 
 class TrainingLane:
@@ -549,10 +556,15 @@ class EmulatedDevice:
         record.compute_s = done - ready - loaded
         # The previous result's upload: binary sends since then (the link sends little else).
         upload = conn.binary_send_s if link.results else None
+        # The impersonated phone's time is the drawn round, not this machine's training.
+        energy = modelled_energy(
+            None if self.profile is None else self.profile.power_w,
+            record.compute_s if fate.duration_s is None else fate.duration_s,
+        )
         try:
             session.send_result(
                 task.task_id, weights=ordered, samples=int(trained.samples), mean_loss=float(trained.mean_loss),
-                timing=Timing(record.download_s, record.compute_s, upload),
+                timing=Timing(record.download_s, record.compute_s, upload), device_state=energy,
             )
         except SessionClosed:
             return

@@ -30,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -494,6 +496,18 @@ class Engine:
             ))
 
 
+def energy_j(device_state: Mapping[str, Any] | None) -> float | None:
+    """The task's energy a device told in its ``device_state`` (protocol.md 5.5), joules.
+
+    Phones measure it from their battery, emulated and simulated devices model it; either way it
+    is ``energy_j``. Anything but a finite number >= 0 (absent, null, a string) is not known: None.
+    """
+    value = None if device_state is None else device_state.get("energy_j")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value >= 0 else None
+
+
 def _device_round(device: DeviceId, outcome: TaskResult | DeviceFailure, wait_s: float) -> DeviceRound:
     """A device's part in a round as the records keep it."""
     if isinstance(outcome, TaskResult):
@@ -501,5 +515,6 @@ def _device_round(device: DeviceId, outcome: TaskResult | DeviceFailure, wait_s:
         return DeviceRound(
             device, "ok", outcome.samples, outcome.mean_loss, outcome.duration_s, t.download_s, t.compute_s,
             t.upload_s, device_state=outcome.device_state, wait_s=wait_s,
+            energy_j=energy_j(outcome.device_state),
         )
     return DeviceRound(device, outcome.status, 0, None, outcome.after_s, error=outcome.reason, wait_s=wait_s)

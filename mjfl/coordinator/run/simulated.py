@@ -8,7 +8,9 @@ the device drops out and what a deadline does is the device model's
 (``mjfl.android_bridge.devices.device_model``, shared with emulated devices): the round time
 a device reports is not how long training took on this machine but a draw from
 its shifted-exponential profile (Formula 4) for the task's epochs and its
-shard size, slept on the virtual clock.
+shard size, slept on the virtual clock. Its energy is modelled the same way
+(``device_model.modelled_energy``: its profile's power over that round time)
+and reported in the result's ``device_state``, as a phone reports its own.
 
 Determinism: every device has its own random stream for round times and
 failures, and training is seeded per task, so a seed gives the same schedule,
@@ -30,7 +32,7 @@ from typing import Any, Self, TypeVar
 import numpy as np
 
 from mjfl import logs
-from mjfl.android_bridge.devices.device_model import DeviceModel, TrainerCache
+from mjfl.android_bridge.devices.device_model import DeviceModel, TrainerCache, modelled_energy
 from mjfl.android_bridge.devices.ray_cluster import RayOptions, TrainingPool, connect
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.engine.clock import Clock, VirtualClock, run_virtual
@@ -47,12 +49,13 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class SimulatedDevice:
-    """A device of the virtual fleet: its Formula 4 parameters and how often it drops out."""
+    """A device of the virtual fleet: its Formula 4 parameters, how often it drops out, its power."""
 
     device: DeviceId
     a: float
     mu: float
     dropout: float = 0.0  # probability that a task never comes back
+    power_w: float | None = None  # while training, for the modelled energy; None: the device model's default
 
 
 class SimulatedFleet:
@@ -129,7 +132,10 @@ class SimulatedFleet:
         assert fate.duration_s is not None  # simulated devices always have a profile
         await self.clock.sleep(fate.duration_s)
         weights, samples, mean_loss = trained
-        return TaskResult(device, weights, samples, mean_loss, fate.duration_s, Timing(compute_s=fate.duration_s))
+        return TaskResult(
+            device, weights, samples, mean_loss, fate.duration_s, Timing(compute_s=fate.duration_s),
+            device_state=modelled_energy(self.devices[device].power_w, fate.duration_s),
+        )
 
     def close(self) -> None:
         if self._own_executor:
@@ -175,7 +181,10 @@ class SimulatedDevices:
     @contextlib.asynccontextmanager
     async def fleet(self) -> AsyncIterator[ReadyFleet]:
         clock = VirtualClock()
-        devices = [SimulatedDevice(DeviceId(p.device_id), p.a, p.mu, self.config.fleet.dropout) for p in self.profiles]
+        devices = [
+            SimulatedDevice(DeviceId(p.device_id), p.a, p.mu, self.config.fleet.dropout, p.power_w)
+            for p in self.profiles
+        ]
         fleet = SimulatedFleet(
             devices, clock, seed=self.config.seed, runtime=self.config.fleet.runtime, executor=self._pool,
             keep_program=self._keep_program,

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 from loopback import fleet_of
 
-from mjfl.android_bridge.devices.device_model import DeviceModel, RoundDraw, TrainerCache
+from mjfl.android_bridge.devices.device_model import (
+    TRAINING_POWER_W,
+    DeviceModel,
+    RoundDraw,
+    TrainerCache,
+    modelled_energy,
+)
 from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running
 from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
@@ -56,6 +62,12 @@ def test_the_same_stream_gives_the_same_rounds_and_dropout_never_shifts_duration
 )
 def test_what_a_deadline_does_to_a_round(draw, deadline, expected):
     assert draw.failure(deadline) == expected
+
+
+def test_modelled_energy_is_power_times_compute_time():
+    assert modelled_energy(2.0, 4.5) == {"energy_j": 9.0, "energy_source": "modelled"}
+    assert modelled_energy(None, 10.0)["energy_j"] == 10.0 * TRAINING_POWER_W
+    assert modelled_energy(2.0, -0.1)["energy_j"] == 0.0  # a clock that stepped back spends nothing
 
 
 def test_device_model_rejects_impossible_parameters():

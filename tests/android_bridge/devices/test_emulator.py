@@ -108,7 +108,7 @@ async def test_reconnects_with_backoff_after_the_server_restarts_and_lists_its_c
 
 async def test_an_impersonating_device_takes_its_profiles_round_times():
     # Formula 4 with tau = 2 epochs, D = 20 samples: shift 0.1 s, mean 0.1 + 1/rate = 0.2 s.
-    profile = DeviceProfile("pixel-7", a=0.0025, mu=400.0, hardware={"model": "Pixel 7"})
+    profile = DeviceProfile("pixel-7", a=0.0025, mu=400.0, hardware={"model": "Pixel 7"}, power_w=2.5)
     shift, rate = round_time.shift_and_rate(profile.a, profile.mu, 2, 20)
     expected = float(round_time.mean(shift, rate))
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
@@ -124,12 +124,10 @@ async def test_an_impersonating_device_takes_its_profiles_round_times():
             fleet_of(server).prepare([artifacts([d.device_id for d in devices])])
 
             async def rounds(device_id):
-                return [
-                    (await fleet_of(server).run_task(DeviceId(device_id), task(round_=r, epochs=2))).duration_s
-                    for r in range(8)
-                ]
+                return [await fleet_of(server).run_task(DeviceId(device_id), task(round_=r, epochs=2)) for r in range(8)]
 
-            durations = np.concatenate(await asyncio.gather(*(rounds(d.device_id) for d in devices)))
+            results = [r for rs in await asyncio.gather(*(rounds(d.device_id) for d in devices)) for r in rs]
+            durations = np.array([r.duration_s for r in results])
     assert all(d.heartbeat_rtts for d in devices)  # the devices heartbeat too
     targets = np.array([r.target_s for d in devices for r in d.history])
     assert durations.min() >= float(shift)  # Formula 4's floor
@@ -137,6 +135,10 @@ async def test_an_impersonating_device_takes_its_profiles_round_times():
     # Each round lasted its drawn time, plus little more than the loopback's overhead.
     assert np.median(np.sort(durations) - np.sort(targets)) < 0.03
     assert all(r.compute_s >= r.target_s - r.download_s - 0.01 for d in devices for r in d.history)
+    # The energy is modelled on the impersonated phone's drawn round, at its profile's power.
+    assert {r.device_state["energy_source"] for r in results} == {"modelled"}
+    energies = sorted(r.device_state["energy_j"] for r in results)
+    assert energies == pytest.approx(sorted(2.5 * t for t in targets))
 
 
 async def test_a_device_heartbeats_and_leaves_a_silent_coordinator():

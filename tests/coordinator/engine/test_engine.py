@@ -14,7 +14,7 @@ import pytest
 
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import VirtualClock, run_virtual
-from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings, energy_j
 from mjfl.coordinator.engine.events import (
     DeviceJoined,
     DeviceLeft,
@@ -352,3 +352,21 @@ def test_schedulers_see_each_jobs_objective_a_target_or_a_round_budget():
     meta.rounds_done = 2
     run([meta])
     assert [c.horizon for c in meta.scheduler.choices] == [4.0, 3.0, 2.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("state", "expected"),
+    [
+        ({"energy_j": 12.5, "energy_source": "battery"}, 12.5),
+        ({"energy_j": 3, "energy_source": "modelled"}, 3.0),
+        ({"energy_j": None, "energy_source": "charging"}, None),
+        ({"energy_j": -1.0}, None),
+        ({"energy_j": float("nan")}, None),
+        ({"energy_j": True}, None),
+        ({"energy_j": "12"}, None),
+        ({"battery_pct": 80}, None),
+        (None, None),
+    ],
+)
+def test_a_devices_energy_is_read_from_its_device_state_or_not_known(state, expected):
+    assert energy_j(state) == expected

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
+from mjfl.coordinator.results.energy import device_energy, job_energy, merge_device_energy
 from mjfl.coordinator.storage.records import JobInfo, JobOutcome, RoundRecord
 from mjfl.ids import JobId
 
@@ -58,7 +59,7 @@ def job_outcomes(jobs: Sequence[JobInfo], records: Sequence[RoundRecord]) -> dic
 
 
 def run_summary(jobs: Sequence[JobInfo], records: Sequence[RoundRecord]) -> dict[str, Any]:
-    """One run's ``{"jobs": {job: {...}}, "total_time_s": ...}`` (see ``summary``)."""
+    """One run's ``{"jobs": {job: {...}}, "total_time_s": ..., "energy": {...}}`` (see ``summary``)."""
     outcomes = job_outcomes(jobs, records)
     entries = {
         str(job): {
@@ -70,7 +71,12 @@ def run_summary(jobs: Sequence[JobInfo], records: Sequence[RoundRecord]) -> dict
     }
     times = [o.time_to_target_s for o in outcomes.values()]
     total = None if not times or None in times else max(t for t in times if t is not None)
-    return {"jobs": entries, "total_time_s": _float_or_none(total)}
+    runs = {job.run_id for job in jobs}
+    energy = {
+        "jobs": job_energy(jobs, records),
+        "devices": device_energy(r for r in records if r.run_id in runs),
+    }
+    return {"jobs": entries, "total_time_s": _float_or_none(total), "energy": energy}
 
 
 def summary(results: Results) -> dict[str, Any]:
@@ -80,7 +86,9 @@ def summary(results: Results) -> dict[str, Any]:
     ``final_accuracy`` (float; None only if the job has no round or a NaN
     accuracy, since JSON has no NaN) and ``rounds`` (int). ``total_time_s`` is
     the group's time to target, the latest of its jobs', or None when any job
-    (or every job, for an empty group) never reached its target.
+    (or every job, for an empty group) never reached its target. ``energy``:
+    ``{"jobs": energy.job_energy(...), "devices": energy.device_energy(...)}``,
+    each job's energy to its target and each device's energy over the run.
     """
     return {"methods": {method: run_summary(jobs, records) for method, (jobs, records) in results.items()}}
 
@@ -89,7 +97,9 @@ def gather(runs: Sequence[RunRecords], seeds: Iterable[int]) -> dict[str, Any]:
     """One method's runs: per job and for the group, the ``spread`` over the runs.
 
     ``{"runs", "seeds", "jobs": {job: {"time_to_target_s", "final_accuracy"}},
-    "group_time_s", "wins"}``; ``wins``: the share of all rounds (every run,
+    "group_time_s", "wins", "energy"}``; ``energy``: per job the ``spread`` of
+    its energy to target (``energy.job_energy``), per device its energy over
+    every run (``energy.merge_device_energy``); ``wins``: the share of all rounds (every run,
     every job) whose plan each Meta-Greedy member made, most first (empty for
     other schedulers).
     """
@@ -109,6 +119,13 @@ def gather(runs: Sequence[RunRecords], seeds: Iterable[int]) -> dict[str, Any]:
         "jobs": jobs,
         "group_time_s": spread([entry["total_time_s"] for entry in summaries]),
         "wins": {member: round(count / decided, 4) for member, count in wins.most_common()} if decided else {},
+        "energy": {
+            "jobs": {
+                name: spread([e["energy"]["jobs"][name]["to_target_j"] for e in summaries if name in e["energy"]["jobs"]])
+                for name in jobs
+            },
+            "devices": merge_device_energy(entry["energy"]["devices"] for entry in summaries),
+        },
     }
 
 

@@ -50,7 +50,20 @@ EXPECTED = {
 
 def test_summary_has_exactly_the_specified_shape_and_values(results: dict) -> None:
     got = summary(results)
+    energy = {name: method.pop("energy") for name, method in got["methods"].items()}
     assert got == EXPECTED
+    # No device round of these records told its energy: every figure is unknown, none is 0.
+    assert energy["meta-greedy"] == {
+        "jobs": {
+            "cnn": {"to_target_j": None, "known": 0, "device_rounds": 4},  # 2 rounds to target, 2 devices each
+            "lenet": {"to_target_j": None, "known": 0, "device_rounds": 4},
+        },
+        "devices": {
+            "d3": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None},
+            "d1": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None},
+        },
+    }
+    assert energy["fedcs"]["jobs"]["cnn"] == {"to_target_j": None, "known": 0, "device_rounds": 2}
     assert list(got) == ["methods"]
     assert list(got["methods"]) == ["meta-greedy", "random", "greedy", "fedcs"]
     for method in got["methods"].values():
@@ -81,6 +94,7 @@ def test_job_outcomes_edge_cases() -> None:
     assert summary({"m": ([empty], [])})["methods"]["m"] == {
         "jobs": {"idle": {"time_to_target_s": None, "final_accuracy": None, "rounds": 0}},
         "total_time_s": None,
+        "energy": {"jobs": {"idle": {"to_target_j": None, "known": 0, "device_rounds": 0}}, "devices": {}},
     }
 
 
@@ -88,7 +102,7 @@ def test_gather_spreads_over_the_runs_that_reached_and_counts_them(results: dict
     # Three runs of one method: two reach every target, one (fedcs's records) misses cnn's.
     runs = [results["meta-greedy"], results["random"], results["fedcs"]]
     got = gather(runs, seeds=[2, 0, 2])
-    assert list(got) == ["runs", "seeds", "jobs", "group_time_s", "wins"]
+    assert list(got) == ["runs", "seeds", "jobs", "group_time_s", "wins", "energy"]
     assert got["runs"] == 3 and got["seeds"] == [0, 2]
     assert got["jobs"]["cnn"]["time_to_target_s"] == {
         "mean": 42.5, "sd": statistics.stdev([25.0, 60.0]), "reached": 2, "runs": 3,

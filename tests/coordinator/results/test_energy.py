@@ -1,0 +1,63 @@
+"""Energy from the records: each job's to its target, each device's over the run."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from run_records import CNN, LENET, jobs_of, rounds_of
+
+from mjfl.coordinator.results.energy import device_energy, job_energy, merge_device_energy
+from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
+from mjfl.ids import DeviceId
+
+BATTERY = {"battery_pct": 80, "energy_j": 0.0, "energy_source": "battery"}
+MODELLED = {"energy_j": 0.0, "energy_source": "modelled"}
+
+
+def with_energy(record: RoundRecord, *energies: tuple[str, float | None, dict | None]) -> RoundRecord:
+    devices = tuple(
+        DeviceRound(DeviceId(name), "ok" if joules is not None else "failed", 10, 0.5, 1.0, energy_j=joules,
+                    device_state=state)
+        for name, joules, state in energies
+    )
+    return dataclasses.replace(record, devices=devices)
+
+
+def test_a_jobs_energy_to_target_sums_its_rounds_up_to_the_first_that_reached_it():
+    # cnn (target accuracy 0.8) reaches it in round 2; round 3 comes after and does not count.
+    cnn = rounds_of("r", CNN, [(10, 0.5, 1.0), (20, 0.82, 0.6), (30, 0.9, 0.5)])
+    cnn = [
+        with_energy(cnn[0], ("p1", 10.0, BATTERY), ("e1", 4.0, MODELLED)),
+        with_energy(cnn[1], ("p1", None, None), ("e1", 6.0, MODELLED)),  # p1 charged: not known
+        with_energy(cnn[2], ("p1", 100.0, BATTERY)),
+    ]
+    # lenet (target loss 0.3) never reaches it: no energy to target, however much it spent.
+    lenet = [with_energy(r, ("e1", 5.0, MODELLED)) for r in rounds_of("r", LENET, [(15, 0.9, 0.5), (25, 0.9, 0.4)])]
+    got = job_energy(jobs_of("r"), cnn + lenet)
+    assert got == {
+        "cnn": {"to_target_j": 20.0, "known": 3, "device_rounds": 4},
+        "lenet": {"to_target_j": None, "known": 2, "device_rounds": 2},
+    }
+
+
+def test_a_device_sums_the_rounds_it_told_its_energy_in_and_names_the_source():
+    records = [
+        with_energy(r, ("p1", 12.0, BATTERY), ("e1", 3.0, MODELLED), ("mute", None, None))
+        for r in rounds_of("r", CNN, [(10, 0.5, 1.0), (20, 0.6, 0.9)])
+    ]
+    records.append(with_energy(records[0], ("p1", None, {"energy_j": None, "energy_source": "charging"})))
+    got = device_energy(records)
+    assert list(got) == ["p1", "e1", "mute"]
+    assert got["p1"] == {"total_j": 24.0, "rounds": 2, "per_round_j": 12.0, "source": "battery"}
+    assert got["e1"] == {"total_j": 6.0, "rounds": 2, "per_round_j": 3.0, "source": "modelled"}
+    assert got["mute"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}
+
+
+def test_several_runs_devices_merge_by_adding_and_keep_every_source():
+    one = {"p1": {"total_j": 24.0, "rounds": 2, "per_round_j": 12.0, "source": "battery"},
+           "mute": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}}
+    two = {"p1": {"total_j": 6.0, "rounds": 1, "per_round_j": 6.0, "source": "modelled"}}
+    got = merge_device_energy([one, two])
+    assert got["p1"] == {"total_j": 30.0, "rounds": 3, "per_round_j": pytest.approx(10.0), "source": "battery+modelled"}
+    assert got["mute"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}

@@ -27,7 +27,12 @@ from mjfl.coordinator.results.files import write_json, write_rounds_csv
 from mjfl.coordinator.results.outcomes import Results, Runs, gather, summary
 from mjfl.coordinator.results.plots import plot_accuracy, plot_member_wins, plot_meta_greedy_wins
 from mjfl.coordinator.results.runs import FinishedRun, finished_runs
-from mjfl.coordinator.results.tables import gathered_table, results_table
+from mjfl.coordinator.results.tables import (
+    energy_known,
+    energy_tables,
+    gathered_table,
+    results_table,
+)
 from mjfl.coordinator.storage.records import JobInfo, SchedulerChoice
 from mjfl.errors import UserError
 
@@ -49,7 +54,9 @@ def report_run(
     write_rounds_csv(folder / "rounds.csv", results)
     plot_accuracy(folder, {method: [run] for method, run in results.items()})
     plot_meta_greedy_wins(folder / "meta-greedy-wins.png", choices)
-    console.print(results_table(figures, next(iter(results.values()))[0]))
+    jobs = next(iter(results.values()))[0]
+    console.print(results_table(figures, jobs))
+    _print_energy(console, figures["methods"], jobs)
     return figures
 
 
@@ -73,8 +80,10 @@ def report_runs(
     if not found.finished:
         raise UserError(f"no finished run in {', '.join(map(str, folders))}")
     figures = gathered_figures(found.finished)
-    console.print(gathered_table(figures, list(_jobs(found.finished).values()), title))
+    jobs = list(_jobs(found.finished).values())
+    console.print(gathered_table(figures, jobs, title))
     console.print(figures["paper"]["note"], highlight=False)
+    _print_energy(console, figures["methods"], jobs)
     if found.unfinished:
         console.print(f"left out {found.unfinished} unfinished run(s)", highlight=False)
     if plots is not None:
@@ -103,6 +112,15 @@ def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
         },
         "paper": paper.figures_for(_jobs(runs), partitions),
     }
+
+
+def _print_energy(console: Console, methods: dict[str, Any], jobs: Sequence[JobInfo]) -> None:
+    """The energy tables, or one line when no device round told its energy (older runs, phones that cannot)."""
+    if not energy_known(methods):
+        console.print("no energy recorded for these runs", highlight=False)
+        return
+    for table in energy_tables(methods, jobs):
+        console.print(table)
 
 
 def _by_label(runs: Sequence[FinishedRun]) -> dict[str, list[FinishedRun]]:

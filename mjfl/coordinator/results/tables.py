@@ -3,7 +3,8 @@
 They render what ``outcomes`` computed (``summary``, ``gather``) and, beside
 a gathered table, the paper's own figures (``paper.figures_for``). Speedups
 are quoted against FedAvg's random selection, as in the paper; "—" marks a
-target never reached.
+target never reached. The energy tables (``energy_tables``) render what
+``energy`` computed, "—" where no energy is known.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from mjfl.coordinator.results import paper
 from mjfl.coordinator.storage.records import JobInfo
 from mjfl.ids import JobId
 
-__all__ = ["BASELINE", "NOT_REACHED", "gathered_table", "results_table"]
+__all__ = ["BASELINE", "NOT_REACHED", "energy_known", "energy_tables", "gathered_table", "results_table"]
 
 NOT_REACHED = "—"
 BASELINE = "random"
@@ -180,3 +181,54 @@ def _cell(kind: str, value: float | None) -> str:
     if kind == "acc":
         return f"{value:.4f}"
     return f"{value:.2f}x"
+
+
+def energy_known(methods: Mapping[str, Any]) -> bool:
+    """Whether any device round of any method told its energy (else the energy tables hold only "—")."""
+    return any(entry["rounds"] for m in methods.values() for entry in m["energy"]["devices"].values())
+
+
+def energy_tables(methods: Mapping[str, Any], jobs: Sequence[JobInfo]) -> tuple[Table, Table]:
+    """Energy to target per job and method, and energy per device and method (joules).
+
+    ``methods``: ``{name: figures}``, the figures of ``outcomes.run_summary``
+    (one run: a job's energy to target, with how many of its device rounds
+    told theirs when not all did) or of ``outcomes.gather`` (several runs: mean
+    ± sd, and in how many runs it is known).
+    """
+    to_target = Table(title="Energy to target (J): every device round up to the target round", title_justify="left")
+    to_target.add_column("method", style="bold", overflow="fold")
+    for job in jobs:
+        to_target.add_column(f"{job.job}\nenergy to target (J)\n{job.target}", justify="right")
+    for name, method in methods.items():
+        entries = method["energy"]["jobs"]
+        to_target.add_row(name, *(_energy_to_target_cell(entries.get(str(job.job))) for job in jobs))
+    devices = Table(title="Energy per device (J)", title_justify="left")
+    for column in ("method", "device"):
+        devices.add_column(column, style="bold" if column == "method" else None, overflow="fold")
+    for column in ("total (J)", "rounds", "per round (J)"):
+        devices.add_column(column, justify="right")
+    devices.add_column("source")
+    for name, method in methods.items():
+        for device, entry in method["energy"]["devices"].items():
+            devices.add_row(
+                name, device, _joules(entry["total_j"]), str(entry["rounds"]), _joules(entry["per_round_j"]),
+                entry["source"] or NOT_REACHED,
+            )
+    return to_target, devices
+
+
+def _energy_to_target_cell(entry: Mapping[str, Any] | None) -> str:
+    if entry is None:
+        return ""
+    if "mean" in entry:  # a spread over runs
+        return _time_cell(entry)
+    text = _joules(entry["to_target_j"])
+    if entry["to_target_j"] is not None and entry["known"] < entry["device_rounds"]:
+        text += f" ({entry['known']}/{entry['device_rounds']} known)"  # a lower bound
+    return text
+
+
+def _joules(value: float | None) -> str:
+    return NOT_REACHED if value is None else f"{value:.1f}"
+

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from mjfl.coordinator.results.files import CSV_COLUMNS
 from mjfl.coordinator.results.outcomes import summary
 from mjfl.coordinator.results.report import gathered_figures, report_run, report_runs
 from mjfl.coordinator.results.runs import finished_runs
-from mjfl.coordinator.storage.records import SchedulerChoice
+from mjfl.coordinator.storage.records import DeviceRound, SchedulerChoice
 from mjfl.errors import UserError
 
 
@@ -56,6 +57,51 @@ def test_the_report_of_folders_prints_and_writes_the_gathered_figures(tmp_path: 
     assert "t: Time to target accuracy" in text and "left out 1 unfinished run(s)" in text
     assert figures["paper"]["note"] in text
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["accuracy-lenet.png", "member-wins.png"]
+
+
+def test_the_report_shows_each_jobs_energy_to_target_and_each_devices_from_the_database(tmp_path: Path) -> None:
+    # random reaches 0.8 in round 2 of 3: rounds 1 and 2 count (5 + 7 J), not round 3's 100 J.
+    record_run(tmp_path / "s0", "random", 0, [2.0, 4.0, 6.0], [0.5, 0.85, 0.9], energies=[5.0, 7.0, 100.0])
+    record_run(tmp_path / "s1", "random", 1, [3.0], [0.9], energies=[9.0])
+    # meta-greedy's phone told no energy (no charge counter): "—", never 0.
+    record_run(tmp_path / "s1", "meta-greedy", 1, [1.0, 2.0], [0.7, 0.9], winners=["genetic", "rlds"])
+    out = console()
+    figures = report_runs([tmp_path / "s0", tmp_path / "s1"], console=out, json_path=tmp_path / "r.json")
+    random, meta = figures["methods"]["random"]["energy"], figures["methods"]["meta-greedy"]["energy"]
+    assert random["jobs"]["lenet"] == {"mean": 10.5, "sd": pytest.approx(2.1213203), "reached": 2, "runs": 2}
+    assert random["devices"] == {"d0": {"total_j": 121.0, "rounds": 4, "per_round_j": 30.25, "source": "battery"}}
+    assert meta["jobs"]["lenet"]["mean"] is None
+    assert meta["devices"]["d0"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}
+    assert json.loads((tmp_path / "r.json").read_text())["methods"]["random"]["energy"] == random
+    text = out.file.getvalue()
+    assert "Energy to target (J)" in text and "Energy per device (J)" in text
+    lines = text.splitlines()
+    assert any("random" in line and "10.5 ± 2.1" in line for line in lines)
+    assert any("random" in line and "121.0" in line and "30.2" in line and "battery" in line for line in lines)
+    assert any("meta-greedy" in line and "d0" in line and "—" in line for line in lines)
+
+
+def test_runs_without_energy_say_so_in_one_line(tmp_path: Path) -> None:
+    record_run(tmp_path, "random", 0, [1.0], [0.9])
+    out = console()
+    report_runs([tmp_path], console=out)
+    assert "no energy recorded for these runs" in out.file.getvalue()
+    assert "Energy per device" not in out.file.getvalue()
+
+
+def test_the_end_of_a_run_prints_its_energy_to_target_with_how_much_of_it_is_known(
+    results: dict, tmp_path: Path
+) -> None:
+    jobs, records = results["random"]
+    told = [
+        replace(r, devices=(DeviceRound(r.devices[0].device, "ok", 10, 0.5, 1.0, energy_j=4.0), r.devices[1]))
+        for r in records
+    ]
+    out = console()
+    figures = report_run(tmp_path, {"random": (jobs, told)}, [], console=out)
+    # cnn reaches its target in round 2: two rounds of d3 (4 J each); d1 failed both (not known).
+    assert figures["methods"]["random"]["energy"]["jobs"]["cnn"] == {"to_target_j": 8.0, "known": 2, "device_rounds": 4}
+    assert "8.0 (2/4 known)" in out.file.getvalue()
 
 
 def test_folders_without_a_finished_run_are_the_users_mistake(tmp_path: Path) -> None:

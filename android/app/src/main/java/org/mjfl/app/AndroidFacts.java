@@ -9,21 +9,31 @@ import android.os.Build;
 import android.os.PowerManager;
 import android.util.Log;
 import com.google.gson.JsonObject;
+import java.util.Locale;
 import org.mjfl.client.DeviceFacts;
 import org.mjfl.client.protocol.Message;
 
 /**
  * What the phone says about itself: the hello's {@code hardware} (model, cores, memory, OS, and
  * the battery and thermal state at connection) and, in every result, its {@code device_state}
- * when the task was answered.
+ * when the task was answered, with the energy its training took ({@link EnergyTrainer}, {@link
+ * BatteryEnergy}).
  */
 final class AndroidFacts implements DeviceFacts {
     private final Context context;
     private final StatusBoard board;
+    private final EnergyTrainer energy;
 
+    /** Facts without energy (the self-test's). */
     AndroidFacts(Context context, StatusBoard board) {
+        this(context, board, null);
+    }
+
+    /** @param energy the trainer that measured each task's energy; null: results carry none */
+    AndroidFacts(Context context, StatusBoard board, EnergyTrainer energy) {
         this.context = context.getApplicationContext();
         this.board = board;
+        this.energy = energy;
     }
 
     @Override
@@ -45,9 +55,32 @@ final class AndroidFacts implements DeviceFacts {
         board.deviceState(state.describe());
         Log.i(MainActivity.TAG, "task " + task.taskId() + " (" + task.jobId() + " round " + task.round() + "): "
                 + state.describe());
+        JsonObject json = state.toJson();
+        BatteryEnergy.Measurement m = energy == null ? null : energy.take(task.taskId());
+        if (m != null) {
+            m.addTo(json);
+            Log.i(MainActivity.TAG, "task " + task.taskId() + ": energy " + (m.energyJ() == null ? "not known"
+                    : String.format(Locale.ROOT, "%.1f J", m.energyJ())) + " (" + m.source() + ")");
+        }
         JsonObject extras = new JsonObject();
-        extras.add("device_state", state.toJson());
+        extras.add("device_state", json);
         return extras;
+    }
+
+    /** The battery now, for {@link BatteryEnergy}; null without a battery broadcast. */
+    static BatteryEnergy.Reading battery(Context context) {
+        Intent battery = context.registerReceiver(null, new IntentFilter(Intent.ACTION_BATTERY_CHANGED));
+        if (battery == null) {
+            return null;
+        }
+        BatteryManager bm = context.getSystemService(BatteryManager.class);
+        // MIN_VALUE (API 28+ targets) or 0 when the gauge has no counter; BatteryEnergy handles both.
+        int charge = bm == null ? BatteryEnergy.UNSUPPORTED
+                : bm.getIntProperty(BatteryManager.BATTERY_PROPERTY_CHARGE_COUNTER);
+        int plugged = battery.getIntExtra(BatteryManager.EXTRA_PLUGGED, -1);
+        return new BatteryEnergy.Reading(charge, battery.getIntExtra(BatteryManager.EXTRA_VOLTAGE, -1),
+                battery.getIntExtra(BatteryManager.EXTRA_TEMPERATURE, BatteryEnergy.UNSUPPORTED),
+                plugged < 0 ? null : plugged != 0);
     }
 
     DeviceState read() {

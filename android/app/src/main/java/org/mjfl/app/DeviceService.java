@@ -156,11 +156,13 @@ public final class DeviceService extends Service {
         WakefulTrainer.WakeLock awake = ms -> wakeLock.acquire(ms);
         Clock clock = Clock.SYSTEM; // the scale of TrainingTask.deadlineAt: DeviceConfig's default clock
         RuntimeLoadGuard guarded = new RuntimeLoadGuard(trainer, Arrays.asList(Build.SUPPORTED_ABIS));
+        // Energy is read right around training: the wake lock's and the answer's time are not the task's.
+        EnergyTrainer measured = new EnergyTrainer(guarded, () -> AndroidFacts.battery(this));
         DeviceConfig cfg = DeviceConfig.builder(request.url(), request.deviceId(),
-                        new ReportingTrainer(new WakefulTrainer(guarded, awake, clock), board), cache)
+                        new ReportingTrainer(new WakefulTrainer(measured, awake, clock), board), cache)
                 .token(request.token())
                 .secret(request.secret())
-                .facts(new AndroidFacts(this, board))
+                .facts(new AndroidFacts(this, board, measured))
                 .clock(clock)
                 .build();
         Device d = new Device(cfg, client, timers);

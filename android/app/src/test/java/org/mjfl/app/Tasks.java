@@ -12,7 +12,16 @@ final class Tasks {
 
     /** Job cnn, round 3, task t-7, due at {@code deadlineAt} on the device's clock. */
     static TrainingTask dueAt(double deadlineAt) {
-        return new TrainingTask("t-7", "cnn", 3, new Message.ModelSpec("cnn", List.of(1L), 2), Path.of("p.pte"),
+        return task("t-7", deadlineAt);
+    }
+
+    /** The same task with id {@code taskId}, without a deadline. */
+    static TrainingTask withId(String taskId) {
+        return task(taskId, Double.NaN);
+    }
+
+    private static TrainingTask task(String taskId, double deadlineAt) {
+        return new TrainingTask(taskId, "cnn", 3, new Message.ModelSpec("cnn", List.of(1L), 2), Path.of("p.pte"),
                 new Shard(1, List.of(1L), new float[1], new long[1]), List.of(), 1, 1, 0.1, 0, 0, deadlineAt, 7);
     }
 }

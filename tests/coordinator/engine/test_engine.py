@@ -39,7 +39,7 @@ SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
 
 
 class StepFleet:
-    def __init__(self, size, clock, seed=0, fail=(), bad=(), misprofiled=1.0):
+    def __init__(self, size, clock, seed=0, fail=(), bad=(), misprofiled=1.0, energy=False):
         rng = np.random.default_rng(seed)
         self.truth = [DeviceProfileView(DeviceId(f"d{k}"), float(rng.uniform(0.01, 0.05)), float(rng.uniform(10, 50))) for k in range(size)]
         # What the engine is told: every device ``misprofiled`` times slower than it is.
@@ -50,6 +50,7 @@ class StepFleet:
         self.training = defaultdict(set)  # device -> jobs it is training right now
         self.overlaps = []
         self.started = {}  # (device, job, round) -> clock time its task started
+        self.energy = energy  # even devices tell a modelled 2 W energy, odd ones none
 
     def profiles(self):
         return self.views
@@ -72,7 +73,10 @@ class StepFleet:
             weights = {"w": task.weights["w"] + 1}
             if (device, task.job, task.round) in self.bad:
                 weights = {"w": np.full(1, np.nan, np.float32)}
-            return TaskResult(device, weights, 20, loss_of(device), duration)
+            state = None
+            if self.energy and int(device[1:]) % 2 == 0:
+                state = {"energy_j": 2.0 * duration, "energy_source": "modelled"}
+            return TaskResult(device, weights, 20, loss_of(device), duration, device_state=state)
         finally:
             self.training[device].discard(task.job)
 
@@ -352,6 +356,15 @@ def test_schedulers_see_each_jobs_objective_a_target_or_a_round_budget():
     meta.rounds_done = 2
     run([meta])
     assert [c.horizon for c in meta.scheduler.choices] == [4.0, 3.0, 2.0, 1.0]
+
+
+def test_the_engine_records_the_energy_each_device_told_and_none_for_the_rest():
+    records, _ = run(make_jobs(2), fail=[("d0", "job0", 1), ("d2", "job1", 1)], energy=True)
+    devices = [d for r in records for d in r.devices]
+    told = [d for d in devices if d.status == "ok" and int(d.device[1:]) % 2 == 0]
+    assert told and all(d.energy_j == pytest.approx(2.0 * d.duration_s) for d in told)
+    assert all(d.energy_j is None for d in devices if d not in told)  # silent devices, failed tasks
+    assert any(d.status == "failed" for d in devices)
 
 
 @pytest.mark.parametrize(

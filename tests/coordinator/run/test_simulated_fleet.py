@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from mjfl.android_bridge.devices.device_model import TRAINING_POWER_W
 from mjfl.coordinator.engine.clock import VirtualClock, run_virtual
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.run import simulated
@@ -39,10 +40,4 @@ def test_a_simulated_device_reports_its_profiles_power_times_its_drawn_round(mon
     hot, plain = run_virtual(main())
     assert hot.device_state == {"energy_j": pytest.approx(2.5 * hot.duration_s), "energy_source": "modelled"}
     assert hot.timing.compute_s == hot.duration_s > 0
-    assert plain.device_state["energy_j"] == pytest.approx(simulated_default() * plain.duration_s)
-
-
-def simulated_default() -> float:
-    from mjfl.android_bridge.devices.device_model import TRAINING_POWER_W
-
-    return TRAINING_POWER_W
+    assert plain.device_state["energy_j"] == pytest.approx(TRAINING_POWER_W * plain.duration_s)  # no power_w

@@ -187,8 +187,12 @@ _SCHEMA_V2 = ("ALTER TABLE device_rounds ADD COLUMN device_state TEXT",)
 # Version 3: how long a device planned while another job held it waited to start (seconds).
 _SCHEMA_V3 = ("ALTER TABLE device_rounds ADD COLUMN wait_s REAL NOT NULL DEFAULT 0",)
 
-# Version 4: the energy a device's task used, in joules (protocol.md 5.5 `energy_j`); NULL: not known.
-_SCHEMA_V4 = ("ALTER TABLE device_rounds ADD COLUMN energy_j REAL",)
+# Version 4: the energy a device's task used, in joules (protocol.md 5.5 `energy_j`); NULL: not
+# known. And a profile's power while training (DeviceProfile.power_w), for the modelled energy.
+_SCHEMA_V4 = (
+    "ALTER TABLE device_rounds ADD COLUMN energy_j REAL",
+    "ALTER TABLE device_profiles ADD COLUMN power_w REAL",
+)
 
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -704,6 +708,7 @@ class Storage:
                 _json_or_null(e["communication"]),
                 json.dumps(e["hardware"], allow_nan=False),
                 when,
+                e.get("power_w"),
             )
             for e in entries
         ]
@@ -711,14 +716,15 @@ class Storage:
             conn.executemany(
                 "INSERT INTO device_profiles (device_id, a, mu, a_ci_low, a_ci_high, mu_ci_low,"
                 " mu_ci_high, ks_statistic, n, source, compute_json, communication_json,"
-                " hardware_json, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " hardware_json, updated_at, power_w) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (device_id) DO UPDATE SET a = excluded.a, mu = excluded.mu,"
                 " a_ci_low = excluded.a_ci_low, a_ci_high = excluded.a_ci_high,"
                 " mu_ci_low = excluded.mu_ci_low, mu_ci_high = excluded.mu_ci_high,"
                 " ks_statistic = excluded.ks_statistic, n = excluded.n,"
                 " source = excluded.source, compute_json = excluded.compute_json,"
                 " communication_json = excluded.communication_json,"
-                " hardware_json = excluded.hardware_json, updated_at = excluded.updated_at",
+                " hardware_json = excluded.hardware_json, updated_at = excluded.updated_at,"
+                " power_w = excluded.power_w",
                 rows,
             )
 
@@ -732,7 +738,7 @@ class Storage:
             rows = self._conn.execute(
                 "SELECT device_id, a, mu, a_ci_low, a_ci_high, mu_ci_low, mu_ci_high,"
                 " ks_statistic, n, source, compute_json, communication_json, hardware_json,"
-                " updated_at FROM device_profiles ORDER BY rowid"
+                " updated_at, power_w FROM device_profiles ORDER BY rowid"
             ).fetchall()
         if not rows:
             return []
@@ -750,6 +756,7 @@ class Storage:
                     "compute": None if r[10] is None else json.loads(r[10]),
                     "communication": None if r[11] is None else json.loads(r[11]),
                     "hardware": json.loads(r[12]),
+                    **({"power_w": r[14]} if r[14] is not None else {}),
                 }
                 for r in rows
             ]

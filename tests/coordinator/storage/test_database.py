@@ -301,6 +301,7 @@ def test_profiles_round_trip_and_update_in_place() -> None:
         communication=TimingModel(0.3625, 9.225, "s/MB", ks_statistic=0.1),
         hardware={"model": "Pixel 7", "ram_gb": 8, "rooted": False, "note": None},
         source="profiled",
+        power_w=2.75,
     )
     bare = profile("zz-synthetic", a=0.006, mu=120.0)
     with Storage(":memory:") as db:

@@ -51,6 +51,11 @@ def test_two_jobs_reach_their_targets_and_everything_is_written(tmp_path):
         assert [(info.method, status) for info, status in runs] == [("meta-greedy", "finished"), ("random", "finished")]
         rounds = storage.rounds(runs[0][0].run_id)
         assert all(r.winner is not None for r in rounds)
+        # Every answered task told its modelled energy: 3 W (no power_w in a synthetic profile) x its round.
+        answered = [d for r in rounds for d in r.devices if d.status == "ok"]
+        assert answered and all(d.energy_j == pytest.approx(3.0 * d.duration_s) for d in answered)
+        assert all(entry["energy"]["jobs"][job]["to_target_j"] > 0
+                   for entry in summary["methods"].values() for job in entry["jobs"])
         # Exclusivity from the records: no device in two jobs' rounds at overlapping times.
         spans = {}
         for r in rounds:

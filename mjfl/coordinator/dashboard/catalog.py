@@ -2,7 +2,9 @@
 
 Each request opens the databases afresh with ``Storage.read_only`` (nothing
 is created or written, and a run another process writes is never blocked),
-so the catalog holds no connection between requests. A run is named
+so the catalog holds no connection between requests. A finished run never
+changes again (``Storage.resume_run`` refuses one), so its line of the runs
+list is computed once and kept. A run is named
 ``<folder index>:<run id>``: run ids are unique within a folder, not across.
 """
 
@@ -34,6 +36,7 @@ class Catalog:
         for folder in self.folders:
             if not database_path(folder).is_file():
                 raise UserError(f"{folder}: no run database ({DATABASE_FILE}) here; give a run's output folder")
+        self._entries: dict[str, dict[str, Any]] = {}  # finished runs' lines of the runs list, by key
 
     def runs(self) -> list[dict[str, Any]]:
         """Every finished run of the folders (folder order, then start order): ``state.run_entry``."""
@@ -43,8 +46,11 @@ class Catalog:
                 for info, status in storage.runs():
                     if status != "finished":
                         continue
-                    run_id = info.run_id
-                    entries.append(_entry(index, folder, info, status, storage.jobs(run_id), storage.rounds(run_id)))
+                    key = f"{index}:{info.run_id}"
+                    if key not in self._entries:
+                        jobs, rounds = storage.jobs(info.run_id), storage.rounds(info.run_id)
+                        self._entries[key] = _entry(index, folder, info, status, jobs, rounds)
+                    entries.append(self._entries[key])
         return entries
 
     def run(self, key: str) -> RunView | None:

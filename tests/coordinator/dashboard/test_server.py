@@ -23,14 +23,10 @@ pytestmark = pytest.mark.timeout(60)
 async def served(folder: Path, *, token: str | None = None, host: str = "127.0.0.1") -> AsyncIterator[str]:
     """The dashboard of ``folder`` on a free port, until the block ends; yields the URL it printed."""
     urls: asyncio.Queue[str] = asyncio.Queue()
-    task = asyncio.create_task(serve(Catalog([folder]), host=host, port=0, token=token, ready=urls.put_nowait))
-    try:
-        url = await asyncio.wait_for(urls.get(), 10)
-        yield url
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+    async with asyncio.TaskGroup() as group:
+        server = group.create_task(serve(Catalog([folder]), host=host, port=0, token=token, ready=urls.put_nowait))
+        yield await asyncio.wait_for(urls.get(), 10)
+        server.cancel()  # as Ctrl-C does: serve closes its listener and ends
 
 
 async def get(url: str, **kwargs: object) -> tuple[int, str, dict[str, str]]:

@@ -93,6 +93,19 @@ def report(
     run_report(run_dirs, console=console, json_path=json_path, plots=plots)
 
 
+@app.command("dashboard")
+def dashboard(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Run output folders (each holding mjfl.db).")],
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8080,
+    host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs a token.")] = "127.0.0.1",
+    token: Annotated[str | None, typer.Option(help="Every request must carry it (made up for a non-loopback --host if not given).")] = None,
+) -> None:
+    """The finished runs of these folders in a browser, read-only: accuracy curves, devices, scheduler choices."""
+    from mjfl.commands.dashboard import dashboard as run_dashboard
+
+    run_dashboard(run_dirs, host=host, port=port, token=token, console=console)
+
+
 @app.command("study")
 def study(
     study_file: Annotated[Path, typer.Argument(help="A study file (TOML): config, methods, seeds, variants.")],

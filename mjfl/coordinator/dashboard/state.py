@@ -1,0 +1,181 @@
+"""What the dashboard shows, as JSON-able dicts built from a run's records.
+
+Pure functions: records in (``mjfl.coordinator.storage.records``, the
+profiles), plain dicts of numbers, strings and None out (JSON has no NaN).
+The server sends these shapes from ``/api/runs`` and ``/api/runs/{id}``; the
+live dashboard of a later ``mjfl testbed run`` is to push the same shapes, so
+nothing here knows where the records came from.
+
+Time to target comes from ``results.outcomes`` (``Target.reached``, the one
+definition); a device's expected round time is Formula 4's mean,
+``tau*a*D + tau*D/mu`` (``DeviceProfile``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mjfl.coordinator.results.outcomes import run_summary
+from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo, SchedulerChoice
+from mjfl.profiling.profiles import DeviceProfile
+
+__all__ = ["RunView", "choices_table", "devices_table", "epochs_of", "jobs_view", "run_entry", "run_view"]
+
+RunView = dict[str, Any]
+
+
+def run_entry(
+    key: str, folder: str, label: str, info: RunInfo, status: str, jobs: Sequence[JobInfo],
+    rounds: Sequence[RoundRecord],
+) -> dict[str, Any]:
+    """One line of the runs list: who ran, how it ended, each job's time to target."""
+    summary = run_summary(jobs, rounds)
+    return {
+        "id": key,
+        "folder": folder,
+        "run_id": info.run_id,
+        "method": info.method,
+        "label": label,
+        "mode": info.mode,
+        "seed": info.seed,
+        "started_at": info.started_at,
+        "status": status,
+        "jobs": [{"job": str(job), **entry} for job, entry in summary["jobs"].items()],
+        "total_time_s": summary["total_time_s"],
+    }
+
+
+def jobs_view(jobs: Sequence[JobInfo], rounds: Sequence[RoundRecord]) -> list[dict[str, Any]]:
+    """Each job: its target, budget, time to target and its series (columns, in round order)."""
+    summary = run_summary(jobs, rounds)["jobs"]
+    by_job: dict[str, list[RoundRecord]] = {str(j.job): [] for j in jobs}
+    for record in rounds:
+        by_job.setdefault(str(record.job), []).append(record)
+    views = []
+    for job in jobs:
+        own = sorted(by_job[str(job.job)], key=lambda r: r.round)
+        done = len(own)
+        entry = summary[str(job.job)]
+        views.append(
+            {
+                "job": str(job.job),
+                "model": job.model,
+                "dataset": job.dataset,
+                "target": {"accuracy": job.target_accuracy, "loss": job.target_loss},
+                "max_rounds": job.max_rounds,
+                "rounds": done,
+                "rounds_left": max(job.max_rounds - done, 0),
+                "time_to_target_s": entry["time_to_target_s"],
+                "final_accuracy": entry["final_accuracy"],
+                "series": {
+                    "round": [r.round for r in own],
+                    "time_s": [_number(r.ended_s) for r in own],
+                    "accuracy": [_number(r.accuracy) for r in own],
+                    "loss": [_number(r.loss) for r in own],
+                },
+            }
+        )
+    return views
+
+
+def devices_table(
+    rounds: Sequence[RoundRecord],
+    profiles: Mapping[str, DeviceProfile],
+    epochs: Mapping[str, int],
+) -> list[dict[str, Any]]:
+    """One row per device that took part: rounds done and failed, its last failure and state.
+
+    ``epochs`` (job -> tau) turns the device's profile into the expected time
+    of its last round (Formula 4's mean); a device without a profile, or a job
+    not in ``epochs``, has none. Rounds are taken in ``rounds`` order (recorded
+    order), so "last" is the last recorded.
+    """
+    rows: dict[str, dict[str, Any]] = {}
+    for record in rounds:
+        for part in record.devices:
+            row = rows.get(part.device)
+            if row is None:
+                row = rows[part.device] = {
+                    "device": str(part.device), "rounds": 0, "ok": 0, "failed": 0, "rejected": 0,
+                    "last_failure": None, "last_round_s": None, "expected_round_s": None,
+                    "battery_pct": None, "charging": None, "thermal_status": None,
+                }
+            row["rounds"] += 1
+            row[part.status] += 1
+            if part.status != "ok" and part.error:
+                row["last_failure"] = part.error
+            row["last_round_s"] = _number(part.duration_s)
+            profile = profiles.get(part.device)
+            tau = epochs.get(str(record.job))
+            row["expected_round_s"] = (
+                None if profile is None or tau is None
+                else _number(tau * profile.a * part.samples + tau * part.samples / profile.mu)
+            )
+            state = part.device_state or {}
+            for name in ("battery_pct", "charging", "thermal_status"):
+                if name in state:
+                    row[name] = state[name]
+    return list(rows.values())
+
+
+def choices_table(rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice]) -> list[dict[str, Any]]:
+    """One row per job round: the plan kept (Meta-Greedy's winner, each member's ReCost), planned vs answered.
+
+    A device answered when it sent a result back (used or rejected); failed
+    ones (dropped out, timed out) did not.
+    """
+    members: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for choice in choices:
+        members.setdefault((str(choice.job), choice.round), []).append(
+            {"member": choice.member, "recost": _number(choice.recost), "won": choice.won}
+        )
+    return [
+        {
+            "job": str(r.job),
+            "round": r.round,
+            "winner": r.winner,
+            "members": members.get((str(r.job), r.round), []),
+            "planned": len(r.devices),
+            "answered": sum(d.status != "failed" for d in r.devices),
+            "used": sum(d.status == "ok" for d in r.devices),
+            "expected_time_s": _number(r.expected_time_s),
+            "time_s": _number(r.duration_s),
+        }
+        for r in rounds
+    ]
+
+
+def run_view(
+    entry: Mapping[str, Any],
+    jobs: Sequence[JobInfo],
+    rounds: Sequence[RoundRecord],
+    choices: Sequence[SchedulerChoice],
+    profiles: Mapping[str, DeviceProfile],
+    epochs: Mapping[str, int],
+) -> RunView:
+    """Everything the page shows of one run: ``{"run", "jobs", "devices", "choices"}``."""
+    return {
+        "run": dict(entry),
+        "jobs": jobs_view(jobs, rounds),
+        "devices": devices_table(rounds, profiles, epochs),
+        "choices": choices_table(rounds, choices),
+    }
+
+
+def epochs_of(config: Mapping[str, Any]) -> dict[str, int]:
+    """Each job's local epochs (tau) from a run's stored configuration (``runs.config_json``)."""
+    epochs = {}
+    for job in config.get("jobs", []):
+        training = job.get("training") or {}
+        if "name" in job and isinstance(training.get("epochs"), int):
+            epochs[str(job["name"])] = training["epochs"]
+    return epochs
+
+
+def _number(value: float | None) -> float | None:
+    """A float for JSON: None for NaN or infinity (JSON has neither)."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(value)

@@ -1,0 +1,212 @@
+// The mjfl dashboard's page: draws what /api/runs and /api/runs/{id} send (state.py's shapes).
+// Plain DOM, no library; every string from a run goes in as text, never as HTML.
+"use strict";
+
+const TOKEN = new URLSearchParams(location.search).get("token");
+const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const SVG = "http://www.w3.org/2000/svg";
+const runCache = new Map();
+
+async function api(path) {
+  const headers = TOKEN ? { Authorization: "Bearer " + TOKEN } : {};
+  const response = await fetch(path, { headers });
+  if (!response.ok) throw new Error(path + ": " + response.status + " " + (await response.text()));
+  return response.json();
+}
+
+async function runView(id) {
+  if (!runCache.has(id)) runCache.set(id, api("api/runs/" + encodeURIComponent(id)));
+  return runCache.get(id);
+}
+
+function el(tag, text, cls) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (cls) node.className = cls;
+  return node;
+}
+
+function fmt(value, digits = 1) {
+  if (value === null || value === undefined) return "";
+  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits);
+  return String(value);
+}
+
+function status(text) { document.getElementById("status").textContent = text; }
+
+// --- runs -------------------------------------------------------------------
+
+async function loadRuns() {
+  const runs = await api("api/runs");
+  const body = document.querySelector("#runs tbody");
+  body.replaceChildren();
+  for (const run of runs) {
+    const row = document.createElement("tr");
+    row.dataset.id = run.id;
+    const pick = el("input");
+    pick.type = "checkbox";
+    pick.addEventListener("click", (event) => { event.stopPropagation(); compare(); });
+    const cell = el("td"); cell.append(pick); row.append(cell);
+    const times = run.jobs.map((j) => j.job + ": " + (j.time_to_target_s === null ? "not reached" : fmt(j.time_to_target_s) + " s"));
+    for (const text of [run.folder, run.run_id, run.label, run.seed, run.mode, run.started_at, times.join(", ")]) row.append(el("td", text));
+    row.append(el("td", run.total_time_s === null ? "not reached" : fmt(run.total_time_s) + " s", "num"));
+    row.addEventListener("click", () => openRun(run.id));
+    body.append(row);
+  }
+  status(runs.length + " finished run" + (runs.length === 1 ? "" : "s"));
+}
+
+async function compare() {
+  const ids = [...document.querySelectorAll("#runs tbody input:checked")].map((b) => b.closest("tr").dataset.id);
+  const box = document.getElementById("compare");
+  box.replaceChildren();
+  if (ids.length < 2) return;
+  const views = await Promise.all(ids.map(runView));
+  const names = [...new Set(views.flatMap((v) => v.jobs.map((j) => j.job)))];
+  for (const name of names) {
+    const lines = [];
+    let target = null;
+    views.forEach((view, i) => {
+      const job = view.jobs.find((j) => j.job === name);
+      if (!job) return;
+      target = target ?? job.target.accuracy;
+      lines.push({ label: view.run.label + " · " + view.run.run_id, colour: COLOURS[i % COLOURS.length], x: job.series.time_s, y: job.series.accuracy });
+    });
+    box.append(el("h3", "Accuracy of " + name + " (compared)"), chart(lines, target));
+  }
+}
+
+// --- one run ----------------------------------------------------------------
+
+async function openRun(id) {
+  document.querySelectorAll("#runs tbody tr").forEach((r) => r.classList.toggle("open", r.dataset.id === id));
+  const started = performance.now();
+  const view = await runView(id);
+  const run = view.run;
+  document.getElementById("run-title").textContent = run.label + " · " + run.run_id + " (seed " + run.seed + ", " + run.folder + ")";
+  const jobs = document.getElementById("jobs");
+  jobs.replaceChildren();
+  for (const job of view.jobs) {
+    const box = el("div", null, "job");
+    const target = job.target.accuracy !== null ? "accuracy ≥ " + job.target.accuracy : job.target.loss !== null ? "loss ≤ " + job.target.loss : "none";
+    const reached = job.time_to_target_s === null ? "not reached" : "reached at " + fmt(job.time_to_target_s) + " s";
+    box.append(el("h3", job.job + " (" + job.model + " on " + job.dataset + ")"),
+      el("p", "target " + target + ", " + reached + "; rounds " + job.rounds + " of " + job.max_rounds + " (" + job.rounds_left + " left in the budget); final accuracy " + fmt(job.final_accuracy, 3)),
+      chart([{ label: job.job, colour: COLOURS[0], x: job.series.time_s, y: job.series.accuracy }], job.target.accuracy));
+    jobs.append(box);
+  }
+  devices.rows = view.devices;
+  drawDevices();
+  drawChoices(view.choices);
+  document.getElementById("run-section").hidden = false;
+  status(view.devices.length + " devices drawn in " + Math.round(performance.now() - started) + " ms");
+}
+
+const devices = { rows: [], key: "device", ascending: true };
+
+function drawDevices() {
+  const filter = document.getElementById("device-filter").value.trim().toLowerCase();
+  const { key, ascending } = devices;
+  const rows = devices.rows.filter((d) => !filter || d.device.toLowerCase().includes(filter) || (d.last_failure || "").toLowerCase().includes(filter));
+  rows.sort((a, b) => {
+    const x = a[key], y = b[key];
+    if (x === y) return 0;
+    if (x === null) return 1; // blanks last either way
+    if (y === null) return -1;
+    return (x < y ? -1 : 1) * (ascending ? 1 : -1);
+  });
+  const body = document.createElement("tbody");
+  for (const d of rows) {
+    const row = document.createElement("tr");
+    row.append(el("td", d.device), el("td", d.rounds, "num"), el("td", d.ok, "num"), el("td", d.failed, d.failed ? "num failed" : "num"),
+      el("td", d.rejected, "num"), el("td", d.last_failure), el("td", fmt(d.last_round_s, 2), "num"), el("td", fmt(d.expected_round_s, 2), "num"),
+      el("td", fmt(d.battery_pct, 0), "num"), el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), el("td", fmt(d.thermal_status), "num"));
+    body.append(row);
+  }
+  document.querySelector("#devices tbody").replaceWith(body);
+  document.getElementById("device-count").textContent = rows.length + " of " + devices.rows.length;
+  document.querySelectorAll("#devices th").forEach((th) => {
+    th.classList.toggle("asc", th.dataset.key === key && ascending);
+    th.classList.toggle("desc", th.dataset.key === key && !ascending);
+  });
+}
+
+function drawChoices(choices) {
+  const body = document.createElement("tbody");
+  for (const c of choices) {
+    const members = c.members.map((m) => (m.won ? "*" : "") + m.member + " " + fmt(m.recost, 3)).join(", ");
+    const row = document.createElement("tr");
+    row.append(el("td", c.job), el("td", c.round, "num"), el("td", c.winner ?? ""), el("td", members), el("td", c.planned, "num"),
+      el("td", c.answered, c.answered < c.planned ? "num failed" : "num"), el("td", c.used, "num"), el("td", fmt(c.expected_time_s, 2), "num"), el("td", fmt(c.time_s, 2), "num"));
+    body.append(row);
+  }
+  document.querySelector("#choices tbody").replaceWith(body);
+}
+
+// --- the chart: accuracy over run time, one path per line, the target dashed ----
+
+function chart(lines, target) {
+  const W = 640, H = 260, L = 48, R = 12, T = 10, B = 36;
+  const svg = document.createElementNS(SVG, "svg");
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.setAttribute("width", W);
+  svg.setAttribute("height", H);
+  svg.classList.add("chart");
+  const xs = lines.flatMap((l) => l.x).filter((v) => v !== null);
+  const xMax = Math.max(1e-9, ...xs);
+  const yMax = 1;
+  const sx = (x) => L + (x / xMax) * (W - L - R);
+  const sy = (y) => T + (1 - y / yMax) * (H - T - B);
+  const add = (tag, attrs, text) => {
+    const node = document.createElementNS(SVG, tag);
+    for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+    if (text !== undefined) node.textContent = text;
+    svg.append(node);
+    return node;
+  };
+  for (let i = 0; i <= 5; i++) {
+    const y = i / 5;
+    add("line", { x1: L, x2: W - R, y1: sy(y), y2: sy(y), class: "grid" });
+    add("text", { x: L - 6, y: sy(y) + 4, "text-anchor": "end" }, y.toFixed(1));
+    const x = (xMax * i) / 5;
+    add("text", { x: sx(x), y: H - B + 16, "text-anchor": "middle" }, fmt(x, x < 10 ? 1 : 0));
+  }
+  add("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" });
+  add("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" });
+  add("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle" }, "run time (s)");
+  if (target !== null && target !== undefined) add("line", { x1: L, x2: W - R, y1: sy(target), y2: sy(target), class: "target" });
+  for (const line of lines) {
+    let d = "", pen = "M";
+    line.x.forEach((x, i) => {
+      const y = line.y[i];
+      if (x === null || y === null) { pen = "M"; return; } // a NaN accuracy breaks the line
+      d += `${pen}${sx(x).toFixed(1)},${sy(y).toFixed(1)}`;
+      pen = "L";
+    });
+    add("path", { d, class: "line", stroke: line.colour }).append(Object.assign(document.createElementNS(SVG, "title"), { textContent: line.label }));
+  }
+  const box = el("div");
+  box.append(svg);
+  if (lines.length > 1) {
+    const legend = el("div", null, "legend");
+    for (const line of lines) {
+      const item = el("span");
+      const swatch = el("i");
+      swatch.style.background = line.colour;
+      item.append(swatch, document.createTextNode(line.label));
+      legend.append(item);
+    }
+    box.append(legend);
+  }
+  return box;
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  document.querySelectorAll("#devices th").forEach((th) => th.addEventListener("click", () => {
+    devices.ascending = devices.key === th.dataset.key ? !devices.ascending : true;
+    devices.key = th.dataset.key;
+    drawDevices();
+  }));
+  document.getElementById("device-filter").addEventListener("input", drawDevices);
+  loadRuns().catch((error) => status(String(error)));
+});

@@ -1,0 +1,54 @@
+"""The page's script (static/app.js) in node, on a minimal DOM, drawing the server's real JSON.
+
+No browser here: this checks that the script runs on the shapes the endpoints
+send and draws what it should (rows, the chart's lines, sorting, the filter,
+the comparison), not how it looks. Skipped where node is not installed.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mjfl.coordinator.dashboard.catalog import Catalog
+
+STATIC = Path(__file__).parents[3] / "mjfl" / "coordinator" / "dashboard" / "static"
+NODE = shutil.which("node")
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_the_page_draws_runs_devices_choices_and_a_comparison(
+    tmp_path: Path, folder: Path, run_writer: Callable[..., None]
+) -> None:
+    other = tmp_path / "big"
+    run_writer(other, devices=1000)
+    catalog = Catalog([other, folder])
+    api: dict[str, object] = {"api/runs": catalog.runs()}
+    for run in catalog.runs():
+        api[f"api/runs/{run['id']}"] = catalog.run(run["id"])
+    api_path = tmp_path / "api.json"
+    api_path.write_text(json.dumps(api, allow_nan=False))
+    assert NODE is not None
+    result = subprocess.run(
+        [NODE, str(Path(__file__).with_name("page_harness.js")), str(STATIC / "app.js"), str(STATIC / "index.html"), str(api_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    page = json.loads(result.stdout)
+    assert page["fetched"][0] == "api/runs" and page["runs"] == 2
+    assert page["title"].startswith("meta-greedy · mg-0")
+    assert page["devices"] == 1000 and page["first_device"] == "d0"
+    # One accuracy line per job; cnn's NaN in round 3 draws nothing, so it has 2 points.
+    assert len(page["paths"]) == 2
+    assert page["paths"][0].count("L") == 1 and page["paths"][1].count("L") == 2
+    assert page["target_lines"] == 1  # lenet has only a loss target
+    assert page["most_failed"] == "d1"  # sorted by failures, most first
+    assert page["filtered"] == "111 of 1000"  # d1, d10-d19, d100-d199
+    assert page["choices"] == 6
+    assert page["compared_paths"] == 4  # two runs x two jobs
+    assert "1000 devices drawn" in page["status"]

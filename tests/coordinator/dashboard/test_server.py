@@ -1,0 +1,97 @@
+"""The dashboard's server through a real HTTP client on a loopback port: pages, endpoints, the token rule."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from mjfl.coordinator.dashboard.catalog import Catalog
+from mjfl.coordinator.dashboard.server import needs_token, serve
+from mjfl.errors import UserError
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@asynccontextmanager
+async def served(folder: Path, *, token: str | None = None, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """The dashboard of ``folder`` on a free port, until the block ends; yields the URL it printed."""
+    urls: asyncio.Queue[str] = asyncio.Queue()
+    async with asyncio.TaskGroup() as group:
+        server = group.create_task(serve(Catalog([folder]), host=host, port=0, token=token, ready=urls.put_nowait))
+        yield await asyncio.wait_for(urls.get(), 10)
+        server.cancel()  # as Ctrl-C does: serve closes its listener and ends
+
+
+async def get(url: str, **kwargs: object) -> tuple[int, str, dict[str, str]]:
+    async with aiohttp.ClientSession() as session, session.get(url, **kwargs) as response:  # type: ignore[arg-type]
+        return response.status, await response.text(), dict(response.headers)
+
+
+async def test_the_page_its_assets_and_the_endpoints(folder: Path) -> None:
+    async with served(folder) as url:
+        assert url.startswith("http://127.0.0.1:") and "token" not in url
+        status, page, headers = await get(url)
+        assert status == 200 and 'src="static/app.js"' in page
+        assert "default-src 'self'" in headers["Content-Security-Policy"]
+        status, script, headers = await get(url + "static/app.js")
+        assert status == 200 and "function chart(" in script and headers["Content-Type"].startswith("text/javascript")
+        assert (await get(url + "static/../server.py"))[0] == 404
+        assert (await get(url + "static/state.py"))[0] == 404
+        status, body, _ = await get(url + "api/runs")
+        assert status == 200 and [r["id"] for r in json.loads(body)] == ["0:mg-0"]
+        status, body, _ = await get(url + "api/runs/0%3Amg-0")
+        view = json.loads(body)
+        assert status == 200 and [j["job"] for j in view["jobs"]] == ["cnn", "lenet"]
+        assert len(view["devices"]) == 4 and len(view["choices"]) == 6
+        status, body, _ = await get(url + "api/runs/0%3Amg-1")  # interrupted
+        assert status == 404 and "mg-1" in json.loads(body)["error"]
+
+
+async def test_with_a_token_every_request_must_carry_it(folder: Path) -> None:
+    async with served(folder, token="s3cret/+") as url:
+        assert url.endswith("/?token=s3cret%2F%2B")
+        base = url.split("?")[0]
+        for path in ("", "static/app.js", "api/runs", "api/runs/0%3Amg-0"):
+            assert (await get(base + path))[0] == 401, path
+            assert (await get(base + path, params={"token": "wrong"}))[0] == 401, path
+            assert (await get(base + path, headers={"Authorization": "Bearer wrong"}))[0] == 401, path
+            assert (await get(base + path, params={"token": "s3cret/+"}))[0] == 200, path
+            assert (await get(base + path, headers={"Authorization": "Bearer s3cret/+"}))[0] == 200, path
+        status, page, _ = await get(url)
+        # The page's own assets carry the token, or the browser could not load them.
+        assert status == 200 and 'src="static/app.js?token=s3cret%2F%2B"' in page
+
+
+async def test_another_host_needs_a_token(folder: Path) -> None:
+    with pytest.raises(UserError, match="--host 0.0.0.0"):
+        await serve(Catalog([folder]), host="0.0.0.0", port=0)
+
+
+def test_only_loopback_is_open() -> None:
+    assert not needs_token("127.0.0.1") and not needs_token("::1") and not needs_token("localhost")
+    assert needs_token("0.0.0.0") and needs_token("192.168.1.5") and needs_token("") and needs_token("lab-pc")
+
+
+async def test_a_port_in_use_is_named(folder: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UserError, match=f"port {port}"):
+            await serve(Catalog([folder]), port=port)
+
+
+async def test_a_thousand_devices(tmp_path: Path, run_writer: Callable[..., None]) -> None:
+    run_writer(tmp_path / "big", devices=1000)
+    async with served(tmp_path / "big") as url:
+        status, body, _ = await get(url + "api/runs/0%3Amg-0")
+    view = json.loads(body)
+    assert status == 200 and len(view["devices"]) == 1000
+    assert view["devices"][1]["failed"] == 6

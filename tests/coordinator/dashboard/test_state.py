@@ -1,0 +1,103 @@
+"""The dashboard's state: runs, jobs, devices and choices from a real run database, read-only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mjfl.coordinator.dashboard.catalog import Catalog
+from mjfl.coordinator.storage.layout import database_path
+from mjfl.errors import UserError
+
+
+def test_the_runs_list_holds_finished_runs_with_their_time_to_target(folder: Path) -> None:
+    runs = Catalog([folder]).runs()
+    assert [r["id"] for r in runs] == ["0:mg-0"]  # mg-1 was interrupted
+    run = runs[0]
+    assert (run["method"], run["label"], run["status"], run["folder"]) == ("meta-greedy", "meta-greedy", "finished", str(folder))
+    # cnn reaches 0.8 in round 2 (t = 20); lenet only its loss target 0.3 in round 3 (t = 36).
+    assert run["jobs"] == [
+        {"job": "cnn", "time_to_target_s": 20.0, "final_accuracy": None, "rounds": 3},
+        {"job": "lenet", "time_to_target_s": 36.0, "final_accuracy": 0.8, "rounds": 3},
+    ]
+    assert run["total_time_s"] == 36.0
+
+
+def test_a_run_shows_each_jobs_series_target_and_budget(folder: Path) -> None:
+    view = Catalog([folder]).run("0:mg-0")
+    assert view is not None
+    cnn = view["jobs"][0]
+    assert cnn["target"] == {"accuracy": 0.8, "loss": None}
+    assert (cnn["rounds"], cnn["max_rounds"], cnn["rounds_left"]) == (3, 50, 47)
+    assert cnn["series"] == {"round": [1, 2, 3], "time_s": [10.0, 20.0, 30.0],
+                             "accuracy": [0.5, 0.85, None], "loss": [1.0, 0.6, None]}  # NaN is null
+    json.dumps(view, allow_nan=False)  # what the server sends: no NaN anywhere
+
+
+def test_devices_show_rounds_failures_state_and_the_profiles_expected_time(folder: Path) -> None:
+    view = Catalog([folder]).run("0:mg-0")
+    assert view is not None
+    devices = {d["device"]: d for d in view["devices"]}
+    assert list(devices) == ["d0", "d1", "d2", "d3"]
+    failing = devices["d1"]
+    assert (failing["rounds"], failing["ok"], failing["failed"]) == (6, 0, 6)
+    assert failing["last_failure"] == "timeout in round 3"  # lenet's round 3 is recorded last
+    assert failing["battery_pct"] is None
+    rejected = devices["d2"]
+    assert (rejected["ok"], rejected["rejected"], rejected["last_failure"]) == (4, 2, "NaN weights")
+    d0 = devices["d0"]
+    assert (d0["battery_pct"], d0["charging"], d0["thermal_status"], d0["last_round_s"]) == (77, True, 1, 5.0)
+    # d0's last round: lenet, tau = 1 epoch, D = 100 samples, a = 0.01, mu = 50: 1*0.01*100 + 1*100/50.
+    assert d0["expected_round_s"] == pytest.approx(3.0)
+    assert devices["d3"]["expected_round_s"] is None  # no profile stored
+
+
+def test_choices_show_the_plan_kept_and_planned_vs_answered(folder: Path) -> None:
+    view = Catalog([folder]).run("0:mg-0")
+    assert view is not None
+    choices = view["choices"]
+    assert len(choices) == 6
+    second = next(c for c in choices if (c["job"], c["round"]) == ("cnn", 2))
+    assert second["winner"] == "genetic"
+    assert second["members"] == [{"member": "random", "recost": 3.0, "won": False},
+                                 {"member": "genetic", "recost": 1.5, "won": True},
+                                 {"member": "bods", "recost": 2.0, "won": False}]
+    # d1 failed (no answer); d2 answered with a rejected update.
+    assert (second["planned"], second["answered"], second["used"]) == (4, 3, 2)
+    assert second["time_s"] == 10.0 and second["expected_time_s"] == 8.0
+
+
+def test_an_unknown_or_unfinished_run_is_none(folder: Path) -> None:
+    catalog = Catalog([folder])
+    assert catalog.run("0:mg-1") is None  # interrupted
+    assert catalog.run("0:nope") is None
+    assert catalog.run("1:mg-0") is None  # no second folder
+    assert catalog.run("x") is None
+
+
+def test_runs_of_two_folders_are_told_apart_by_folder(
+    folder: Path, tmp_path: Path, run_writer: Callable[..., None]
+) -> None:
+    other = tmp_path / "other"
+    run_writer(other)  # the same run id in another folder
+    assert [r["id"] for r in Catalog([folder, other]).runs()] == ["0:mg-0", "1:mg-0"]
+
+
+def test_a_folder_without_a_run_database_is_named(folder: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError, match=f"{empty}: no run database"):
+        Catalog([folder, empty])
+
+
+def test_reading_writes_nothing(folder: Path) -> None:
+    database = database_path(folder)
+    before = hashlib.sha256(database.read_bytes()).hexdigest()
+    catalog = Catalog([folder])
+    catalog.runs()
+    catalog.run("0:mg-0")
+    assert hashlib.sha256(database.read_bytes()).hexdigest() == before

@@ -17,6 +17,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mjfl.coordinator.results.energy import job_energy
 from mjfl.coordinator.results.outcomes import run_summary
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo, SchedulerChoice
 from mjfl.profiling.profiles import DeviceProfile
@@ -50,6 +51,7 @@ def run_entry(
 def jobs_view(jobs: Sequence[JobInfo], rounds: Sequence[RoundRecord]) -> list[dict[str, Any]]:
     """Each job: its target, budget, time to target and its series (columns, in round order)."""
     summary = run_summary(jobs, rounds)["jobs"]
+    energy = job_energy(jobs, rounds)
     by_job: dict[str, list[RoundRecord]] = {str(j.job): [] for j in jobs}
     for record in rounds:
         by_job.setdefault(str(record.job), []).append(record)
@@ -69,6 +71,10 @@ def jobs_view(jobs: Sequence[JobInfo], rounds: Sequence[RoundRecord]) -> list[di
                 "rounds_left": max(job.max_rounds - done, 0),
                 "time_to_target_s": entry["time_to_target_s"],
                 "final_accuracy": entry["final_accuracy"],
+                # Joules of its device rounds up to the target (a lower bound when some told none).
+                "energy_to_target_j": _number(energy[str(job.job)]["to_target_j"]),
+                "energy_known": energy[str(job.job)]["known"],
+                "energy_device_rounds": energy[str(job.job)]["device_rounds"],
                 "series": {
                     "round": [r.round for r in own],
                     "time_s": [_number(r.ended_s) for r in own],
@@ -100,13 +106,15 @@ def devices_table(
                 row = rows[part.device] = {
                     "device": str(part.device), "rounds": 0, "ok": 0, "failed": 0, "rejected": 0,
                     "last_failure": None, "last_round_s": None, "expected_round_s": None,
-                    "battery_pct": None, "charging": None, "thermal_status": None,
+                    "battery_pct": None, "charging": None, "thermal_status": None, "energy_j": None,
                 }
             row["rounds"] += 1
             row[part.status] += 1
             if part.status != "ok" and part.error:
                 row["last_failure"] = part.error
             row["last_round_s"] = _number(part.duration_s)
+            if part.energy_j is not None:  # measured or modelled (results/energy.py); None: not told
+                row["energy_j"] = (row["energy_j"] or 0.0) + part.energy_j
             profile = profiles.get(part.device)
             tau = epochs.get(str(record.job))
             row["expected_round_s"] = (

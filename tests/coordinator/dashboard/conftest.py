@@ -34,7 +34,9 @@ def device_rounds(number: int, devices: int) -> tuple[DeviceRound, ...]:
             parts.append(DeviceRound(name, "rejected", 50, None, 4.0, error="NaN weights"))
         else:
             state = {"battery_pct": 80 - number, "charging": k % 2 == 0, "thermal_status": 1}
-            parts.append(DeviceRound(name, "ok", 100, 0.5, 2.0 + number, device_state=state))
+            # d0 tells its energy (2 J a round), the others do not.
+            energy = 2.0 if k == 0 else None
+            parts.append(DeviceRound(name, "ok", 100, 0.5, 2.0 + number, device_state=state, energy_j=energy))
     return tuple(parts)
 
 

@@ -54,6 +54,16 @@ def test_devices_show_rounds_failures_state_and_the_profiles_expected_time(folde
     # d0's last round: lenet, tau = 1 epoch, D = 100 samples, a = 0.01, mu = 50: 1*0.01*100 + 1*100/50.
     assert d0["expected_round_s"] == pytest.approx(3.0)
     assert devices["d3"]["expected_round_s"] is None  # no profile stored
+    # d0 told 2 J in each of its 6 rounds (3 of each job); the others told none.
+    assert (d0["energy_j"], devices["d3"]["energy_j"]) == (12.0, None)
+
+
+def test_a_jobs_energy_to_target_counts_its_device_rounds_up_to_the_target(folder: Path) -> None:
+    view = Catalog([folder]).run("0:mg-0")
+    assert view is not None
+    cnn = view["jobs"][0]
+    # cnn reaches its target in round 2: 8 device rounds, of which d0's two told 2 J each.
+    assert (cnn["energy_to_target_j"], cnn["energy_known"], cnn["energy_device_rounds"]) == (4.0, 2, 8)
 
 
 def test_choices_show_the_plan_kept_and_planned_vs_answered(folder: Path) -> None:

@@ -91,7 +91,8 @@ async function openRun(id) {
     const target = job.target.accuracy !== null ? "accuracy ≥ " + job.target.accuracy : job.target.loss !== null ? "loss ≤ " + job.target.loss : "none";
     const reached = job.time_to_target_s === null ? "not reached" : "reached at " + fmt(job.time_to_target_s) + " s";
     box.append(el("h3", job.job + " (" + job.model + " on " + job.dataset + ")"),
-      el("p", "target " + target + ", " + reached + "; rounds " + job.rounds + " of " + job.max_rounds + " (" + job.rounds_left + " left in the budget); final accuracy " + fmt(job.final_accuracy, 3)),
+      el("p", "target " + target + ", " + reached + "; rounds " + job.rounds + " of " + job.max_rounds + " (" + job.rounds_left + " left in the budget); final accuracy " + fmt(job.final_accuracy, 3)
+        + "; energy to target " + energyText(job)),
       chart([{ label: job.job, colour: COLOURS[0], x: job.series.time_s, y: job.series.accuracy }], job.target.accuracy));
     jobs.append(box);
   }
@@ -100,6 +101,13 @@ async function openRun(id) {
   drawChoices(view.choices);
   document.getElementById("run-section").hidden = false;
   status(view.devices.length + " devices drawn in " + Math.round(performance.now() - started) + " ms");
+}
+
+// A job's energy to target: joules, and how many of its device rounds told one when not all did.
+function energyText(job) {
+  if (job.energy_to_target_j === null) return "—";
+  const part = job.energy_known < job.energy_device_rounds ? " (" + job.energy_known + " of " + job.energy_device_rounds + " device rounds known)" : "";
+  return fmt(job.energy_to_target_j, 1) + " J" + part;
 }
 
 const devices = { rows: [], key: "device", ascending: true };
@@ -120,7 +128,8 @@ function drawDevices() {
     const row = document.createElement("tr");
     row.append(el("td", d.device), el("td", d.rounds, "num"), el("td", d.ok, "num"), el("td", d.failed, d.failed ? "num failed" : "num"),
       el("td", d.rejected, "num"), el("td", d.last_failure), el("td", fmt(d.last_round_s, 2), "num"), el("td", fmt(d.expected_round_s, 2), "num"),
-      el("td", fmt(d.battery_pct, 0), "num"), el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), el("td", fmt(d.thermal_status), "num"));
+      el("td", fmt(d.battery_pct, 0), "num"), el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), el("td", fmt(d.thermal_status), "num"),
+      el("td", fmt(d.energy_j, 1), "num"));
     body.append(row);
   }
   document.querySelector("#devices tbody").replaceWith(body);

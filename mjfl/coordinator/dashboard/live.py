@@ -137,7 +137,9 @@ class LiveRun:
         self._rounds.setdefault(job, []).append(record)
         self._stale.add(job)
         for part in record.devices:
-            self._row(str(part.device))
+            row = self._row(str(part.device))
+            if row["state"] == f"training {job}":  # its round is over, whatever came of its task
+                row["state"] = "idle"
         state.add_round(self._rows, record, self._profiles, self._epochs)
         members = [
             {"member": name, "recost": cost if math.isfinite(cost) else None, "won": name == record.winner}

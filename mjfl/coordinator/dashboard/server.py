@@ -101,6 +101,15 @@ def make_app(catalog: Catalog | None, *, token: str | None = None, live: LiveRun
             return _json({"error": "no live run here"}, status=404)
         return _json(live.snapshot())
 
+    last: list[Any] = [-1, b""]  # the version last serialised and its event: pages open together share it
+
+    def pushed() -> bytes:
+        assert live is not None
+        if last[0] != live.version:
+            body = json.dumps(live.snapshot(), allow_nan=False, separators=(",", ":"))
+            last[:] = [live.version, f"event: run\ndata: {body}\n\n".encode()]
+        return last[1]  # type: ignore[no-any-return]
+
     async def live_events(request: web.Request) -> web.StreamResponse:
         if live is None:
             return _json({"error": "no live run here"}, status=404)
@@ -123,8 +132,7 @@ def make_app(catalog: Catalog | None, *, token: str | None = None, live: LiveRun
                     await response.write(b": keep-alive\n\n")
                     continue
                 changed.clear()
-                body = json.dumps(live.snapshot(), allow_nan=False, separators=(",", ":"))
-                await response.write(f"event: run\ndata: {body}\n\n".encode())
+                await response.write(pushed())
                 await asyncio.sleep(PUSH_INTERVAL_S)  # coalesce: what comes meanwhile is one push
         except ConnectionResetError:
             pass  # the page went away

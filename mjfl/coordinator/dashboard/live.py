@@ -95,8 +95,8 @@ class LiveRun:
             return  # ProfileRefitted: nothing the page shows
         self._changed()
 
-    def left(self, device: str) -> None:
-        """A device left the registry (it disconnected), whether or not the engine knew it."""
+    def left(self, device: str, reason: str = "") -> None:
+        """A device left the registry (it disconnected, for ``reason``), whether or not the engine knew it."""
         self._row(device)["state"] = "offline"
         self._changed()
 

@@ -257,7 +257,7 @@ class Driver:
             if ready.members is not None and live is not None:
                 # The registry's word, too: a device that drops is offline at once, whatever the engine knew.
                 ready.members.on_join(live.joined)
-                ready.members.on_leave(lambda device, reason: live.left(device))
+                ready.members.on_leave(live.left)
             if ready.members is not None:
                 # Devices that join later take a free shard and are planned like the others;
                 # so do those that connected while the jobs were being prepared.

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from processes import Process, mjfl_args
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 CONFIG = """
 seed = 1

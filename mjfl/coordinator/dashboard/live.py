@@ -34,7 +34,7 @@ from mjfl.coordinator.engine.events import (
     RunStarted,
     TaskSent,
 )
-from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
+from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo, SchedulerChoice
 from mjfl.profiling.profiles import DeviceProfile
 
 __all__ = ["LIVE_ID", "LiveRun"]
@@ -131,8 +131,21 @@ class LiveRun:
             "choices": list(self._choices), "version": self.version,
         }
 
+    def recorded(self, rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice]) -> None:
+        """The rounds a resumed run recorded before (``--resume``), so its series start where the run did."""
+        members: dict[tuple[str, int], dict[str, float]] = {}
+        for choice in choices:
+            members.setdefault((str(choice.job), choice.round), {})[choice.member] = choice.recost
+        for record in rounds:
+            self._add(record, members.get((str(record.job), record.round), {}))
+        self._changed()
+
     def _round(self, event: RoundAggregated) -> None:
-        record = event.record
+        self._add(event.record, event.choices or {})
+        if event.stopped is not None:
+            self._stopped[str(event.job)] = event.stopped
+
+    def _add(self, record: RoundRecord, choices: Mapping[str, float]) -> None:
         job = str(record.job)
         self._rounds.setdefault(job, []).append(record)
         self._stale.add(job)
@@ -143,11 +156,9 @@ class LiveRun:
         state.add_round(self._rows, record, self._profiles, self._epochs)
         members = [
             {"member": name, "recost": cost if math.isfinite(cost) else None, "won": name == record.winner}
-            for name, cost in (event.choices or {}).items()
+            for name, cost in choices.items()
         ]
         self._choices.append(state.choice_row(record, members))
-        if event.stopped is not None:
-            self._stopped[job] = event.stopped
 
     def _row(self, device: str) -> dict[str, Any]:
         row = self._rows.get(device)

@@ -3,7 +3,7 @@
 Pure functions: records in (``mjfl.coordinator.storage.records``, the
 profiles), plain dicts of numbers, strings and None out (JSON has no NaN).
 The server sends these shapes from ``/api/runs`` and ``/api/runs/{id}``; the
-live dashboard of a later ``mjfl testbed run`` is to push the same shapes, so
+live dashboard of a ``mjfl testbed run`` (``live.py``) pushes the same shapes, so
 nothing here knows where the records came from.
 
 Time to target comes from ``results.outcomes`` (``Target.reached``, the one

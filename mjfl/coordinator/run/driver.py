@@ -249,6 +249,8 @@ class Driver:
             live = None
             if devices.mode == "real" and self.output.dashboard_port is not None:
                 live = LiveRun(run.info, infos, epochs=epochs_of(config_to_dict(config)))
+                if run.resumed:
+                    live.recorded(storage.rounds(run.info.run_id), storage.choices(run.info.run_id))
                 observers.append(live)
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,

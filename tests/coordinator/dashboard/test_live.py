@@ -75,6 +75,20 @@ def test_the_live_shapes_are_state_pys_shapes_of_the_same_rounds() -> None:
     assert live.snapshot()["run"]["status"] == "finished"
 
 
+def test_a_resumed_run_starts_from_its_recorded_rounds() -> None:
+    rounds = records()
+    choices = [SchedulerChoice("live-0", r.job, r.round, m, c, m == "genetic") for r in rounds for m, c in MEMBERS.items()]
+    resumed = new_live()
+    resumed.recorded(rounds[:2], choices)
+    for record in rounds[2:]:
+        resumed(aggregated(record))
+    whole = new_live()
+    for record in rounds:
+        whole(aggregated(record))
+    assert resumed.snapshot() | {"version": 0} == whole.snapshot() | {"version": 0}
+    assert len(resumed.snapshot()["jobs"][0]["series"]["round"]) == 3
+
+
 def test_each_device_is_idle_training_or_offline() -> None:
     live = new_live()
     seen: list[int] = []

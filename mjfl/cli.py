@@ -54,10 +54,10 @@ def _options(
     logs.setup(verbose=verbose)
 
 
-def _output(out_dir: Path, live: bool = True) -> Output:
+def _output(out_dir: Path, live: bool = True, dashboard_port: int | None = None) -> Output:
     from mjfl.coordinator.run.driver import Output
 
-    return Output(out_dir, console, live=live, verbose=_verbose)
+    return Output(out_dir, console, live=live, verbose=_verbose, dashboard_port=dashboard_port)
 
 
 @app.command()
@@ -135,6 +135,8 @@ def testbed_run(
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this output directory.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Start even when the devices present hold none of some class of a job (devices that join later take the free shards).")] = False,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
+    dashboard: Annotated[bool, typer.Option(help="Serve the live dashboard on 127.0.0.1 (docs/dashboard.md).")] = True,
+    dashboard_port: Annotated[int, typer.Option(help="The live dashboard's port (0 picks a free one).")] = 8780,
     tls_cert: Annotated[Path | None, typer.Option(help="Serve wss:// with this certificate (PEM; mjfl certs create).")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="The private key of --tls-cert (PEM).")] = None,
     keys: Annotated[Path | None, typer.Option(help="Key store of the enrolled devices (default: the config's testbed.keys).")] = None,
@@ -148,7 +150,8 @@ def testbed_run(
     run_config = _config(config, out=out, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, keys=keys)
     try:
         run_testbed(
-            run_config, _output(run_config.out_dir, live), emulate=emulate, resume=resume, phones=phone_options,
+            run_config, _output(run_config.out_dir, live, dashboard_port if dashboard else None), emulate=emulate,
+            resume=resume, phones=phone_options,
             ray=_ray(ray, address), force=force,
         )
     except KeyboardInterrupt:

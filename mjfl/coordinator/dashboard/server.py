@@ -2,8 +2,11 @@
 
 ``/`` is the page (``static/index.html``), ``/static/...`` its script and
 style, ``/api/runs`` the runs list and ``/api/runs/{id}`` one run
-(``state.py``'s shapes). The page draws only what the endpoints send, so a
-later Server-Sent-Events endpoint can push the same shapes during a run.
+(``state.py``'s shapes). With a live run (``live.py``, during ``mjfl testbed
+run``), ``/api/live`` is its snapshot (the same shapes, each device with its
+``state``) and ``/api/live/events`` a Server-Sent-Events stream that pushes
+the snapshot after each change, at most every ``PUSH_INTERVAL_S`` (a burst of
+events is one push).
 
 The token rule (docs/security.md, "The dashboard"): bound to a loopback
 address the dashboard is open to that machine's users; on any other address
@@ -18,7 +21,8 @@ import hmac
 import ipaddress
 import json
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
@@ -26,11 +30,14 @@ from urllib.parse import quote
 from aiohttp import web
 
 from mjfl.coordinator.dashboard.catalog import Catalog
+from mjfl.coordinator.dashboard.live import LiveRun
 from mjfl.errors import UserError
 
-__all__ = ["DEFAULT_HOST", "make_app", "needs_token", "new_token", "serve"]
+__all__ = ["DEFAULT_HOST", "PUSH_INTERVAL_S", "live_dashboard", "make_app", "needs_token", "new_token", "serve"]
 
 DEFAULT_HOST = "127.0.0.1"
+PUSH_INTERVAL_S = 0.25  # the live stream's shortest gap between two pushes
+KEEPALIVE_S = 15.0  # an SSE comment when nothing changed, so idle proxies keep the stream
 _STATIC = resources.files("mjfl.coordinator.dashboard") / "static"
 _ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
 _HEADERS = {
@@ -57,9 +64,15 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def make_app(catalog: Catalog, *, token: str | None = None) -> web.Application:
-    """The dashboard's app over ``catalog``; with ``token``, every request must carry it."""
+def make_app(catalog: Catalog | None, *, token: str | None = None, live: LiveRun | None = None) -> web.Application:
+    """The dashboard's app over ``catalog`` (and ``live``, the run going on); with ``token``, every request must carry it."""
     app = web.Application(middlewares=[_guard(token)])
+    closing = asyncio.Event()  # set on shutdown: open event streams end
+
+    async def close_streams(app: web.Application) -> None:
+        closing.set()
+
+    app.on_shutdown.append(close_streams)
     query = "" if token is None else f"?token={quote(token, safe='')}"
     page = (_STATIC / "index.html").read_text(encoding="utf-8").replace("{{query}}", query)
 
@@ -74,16 +87,63 @@ def make_app(catalog: Catalog, *, token: str | None = None) -> web.Application:
         return web.Response(body=body, content_type=_ASSETS[name], charset="utf-8")
 
     async def runs(request: web.Request) -> web.Response:
-        return _json(await asyncio.to_thread(catalog.runs))
+        return _json([] if catalog is None else await asyncio.to_thread(catalog.runs))
 
     async def run(request: web.Request) -> web.Response:
         key = request.match_info["id"]
-        view = await asyncio.to_thread(catalog.run, key)
+        view = None if catalog is None else await asyncio.to_thread(catalog.run, key)
         if view is None:
             return _json({"error": f"no finished run {key!r}"}, status=404)
         return _json(view)
 
+    async def live_snapshot(request: web.Request) -> web.Response:
+        if live is None:
+            return _json({"error": "no live run here"}, status=404)
+        return _json(live.snapshot())
+
+    last: list[Any] = [-1, b""]  # the version last serialised and its event: pages open together share it
+
+    def pushed() -> bytes:
+        assert live is not None
+        if last[0] != live.version:
+            body = json.dumps(live.snapshot(), allow_nan=False, separators=(",", ":"))
+            last[:] = [live.version, f"event: run\ndata: {body}\n\n".encode()]
+        return last[1]  # type: ignore[no-any-return]
+
+    async def live_events(request: web.Request) -> web.StreamResponse:
+        if live is None:
+            return _json({"error": "no live run here"}, status=404)
+        changed = asyncio.Event()
+        changed.set()  # the first push is the current snapshot
+        stop = live.on_change(changed.set)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **_HEADERS})
+        await response.prepare(request)
+        ended = asyncio.ensure_future(closing.wait())  # owned here: cancelled in finally
+        try:
+            while not closing.is_set():
+                waiting = asyncio.ensure_future(changed.wait())
+                try:
+                    await asyncio.wait({waiting, ended}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    waiting.cancel()
+                if closing.is_set():
+                    break
+                if not changed.is_set():
+                    await response.write(b": keep-alive\n\n")
+                    continue
+                changed.clear()
+                await response.write(pushed())
+                await asyncio.sleep(PUSH_INTERVAL_S)  # coalesce: what comes meanwhile is one push
+        except ConnectionResetError:
+            pass  # the page went away
+        finally:
+            stop()
+            ended.cancel()
+        return response
+
     app.router.add_get("/", index)
+    app.router.add_get("/api/live", live_snapshot)
+    app.router.add_get("/api/live/events", live_events)
     app.router.add_get("/static/{name}", asset)
     app.router.add_get("/api/runs", runs)
     app.router.add_get("/api/runs/{id}", run)
@@ -143,5 +203,34 @@ async def serve(
         url = f"http://{shown}:{bound}/" + ("" if token is None else f"?token={quote(token, safe='')}")
         ready(url)
         await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+@asynccontextmanager
+async def live_dashboard(
+    catalog: Catalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = 8780,
+    warn: Callable[[str], None] = lambda line: None,
+) -> AsyncIterator[str | None]:
+    """Serve the dashboard with ``live`` (and ``catalog``'s finished runs, if any) on the running event loop while the block runs; yields its URL.
+
+    A port that cannot be bound must not fail the run it shows: ``warn`` gets
+    one line and the block runs without a dashboard (yielding None). Leaving
+    the block (the run's end, an error, Ctrl-C) ends open event streams and
+    closes the listener.
+    """
+    runner = web.AppRunner(make_app(catalog, live=live), handle_signals=False, access_log=None, shutdown_timeout=1.0)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            warn(f"dashboard: cannot listen on {host} port {port} ({exc.strerror or exc}); the run goes on without it")
+            yield None
+            return
+        bound = runner.addresses[0][1] if runner.addresses else port
+        shown = f"[{host}]" if ":" in host else host
+        yield f"http://{shown}:{bound}/"
     finally:
         await runner.cleanup()

@@ -3,7 +3,7 @@
 Pure functions: records in (``mjfl.coordinator.storage.records``, the
 profiles), plain dicts of numbers, strings and None out (JSON has no NaN).
 The server sends these shapes from ``/api/runs`` and ``/api/runs/{id}``; the
-live dashboard of a later ``mjfl testbed run`` is to push the same shapes, so
+live dashboard of a ``mjfl testbed run`` (``live.py``) pushes the same shapes, so
 nothing here knows where the records came from.
 
 Time to target comes from ``results.outcomes`` (``Target.reached``, the one
@@ -22,7 +22,7 @@ from mjfl.coordinator.results.outcomes import run_summary
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo, SchedulerChoice
 from mjfl.profiling.profiles import DeviceProfile
 
-__all__ = ["RunView", "choices_table", "devices_table", "epochs_of", "jobs_view", "run_entry", "run_view"]
+__all__ = ["RunView", "add_round", "choice_row", "choices_table", "devices_table", "epochs_of", "jobs_view", "run_entry", "run_view"]
 
 RunView = dict[str, Any]
 
@@ -100,32 +100,44 @@ def devices_table(
     """
     rows: dict[str, dict[str, Any]] = {}
     for record in rounds:
-        for part in record.devices:
-            row = rows.get(part.device)
-            if row is None:
-                row = rows[part.device] = {
-                    "device": str(part.device), "rounds": 0, "ok": 0, "failed": 0, "rejected": 0,
-                    "last_failure": None, "last_round_s": None, "expected_round_s": None,
-                    "battery_pct": None, "charging": None, "thermal_status": None, "energy_j": None,
-                }
-            row["rounds"] += 1
-            row[part.status] += 1
-            if part.status != "ok" and part.error:
-                row["last_failure"] = part.error
-            row["last_round_s"] = _number(part.duration_s)
-            if part.energy_j is not None:  # measured or modelled (results/energy.py); None: not told
-                row["energy_j"] = (row["energy_j"] or 0.0) + part.energy_j
-            profile = profiles.get(part.device)
-            tau = epochs.get(str(record.job))
-            row["expected_round_s"] = (
-                None if profile is None or tau is None
-                else _number(tau * profile.a * part.samples + tau * part.samples / profile.mu)
-            )
-            state = part.device_state or {}
-            for name in ("battery_pct", "charging", "thermal_status"):
-                if name in state:
-                    row[name] = state[name]
+        add_round(rows, record, profiles, epochs)
     return list(rows.values())
+
+
+def add_round(
+    rows: dict[str, dict[str, Any]], record: RoundRecord, profiles: Mapping[str, DeviceProfile],
+    epochs: Mapping[str, int],
+) -> None:
+    """Count one round in ``rows`` (device -> ``devices_table`` row), as ``devices_table`` does for each.
+
+    The live dashboard calls it once per finished round, so a row costs the
+    round's devices only, never the run's history.
+    """
+    for part in record.devices:
+        row = rows.get(part.device)
+        if row is None:
+            row = rows[part.device] = {
+                "device": str(part.device), "rounds": 0, "ok": 0, "failed": 0, "rejected": 0,
+                "last_failure": None, "last_round_s": None, "expected_round_s": None,
+                "battery_pct": None, "charging": None, "thermal_status": None, "energy_j": None,
+            }
+        row["rounds"] += 1
+        row[part.status] += 1
+        if part.status != "ok" and part.error:
+            row["last_failure"] = part.error
+        row["last_round_s"] = _number(part.duration_s)
+        if part.energy_j is not None:  # measured or modelled (results/energy.py); None: not told
+            row["energy_j"] = (row["energy_j"] or 0.0) + part.energy_j
+        profile = profiles.get(part.device)
+        tau = epochs.get(str(record.job))
+        row["expected_round_s"] = (
+            None if profile is None or tau is None
+            else _number(tau * profile.a * part.samples + tau * part.samples / profile.mu)
+        )
+        state = part.device_state or {}
+        for name in ("battery_pct", "charging", "thermal_status"):
+            if name in state:
+                row[name] = state[name]
 
 
 def choices_table(rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice]) -> list[dict[str, Any]]:
@@ -139,20 +151,22 @@ def choices_table(rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoi
         members.setdefault((str(choice.job), choice.round), []).append(
             {"member": choice.member, "recost": _number(choice.recost), "won": choice.won}
         )
-    return [
-        {
-            "job": str(r.job),
-            "round": r.round,
-            "winner": r.winner,
-            "members": members.get((str(r.job), r.round), []),
-            "planned": len(r.devices),
-            "answered": sum(d.status != "failed" for d in r.devices),
-            "used": sum(d.status == "ok" for d in r.devices),
-            "expected_time_s": _number(r.expected_time_s),
-            "time_s": _number(r.duration_s),
-        }
-        for r in rounds
-    ]
+    return [choice_row(r, members.get((str(r.job), r.round), [])) for r in rounds]
+
+
+def choice_row(r: RoundRecord, members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One ``choices_table`` row: a round and its plan's candidates (``{"member", "recost", "won"}``)."""
+    return {
+        "job": str(r.job),
+        "round": r.round,
+        "winner": r.winner,
+        "members": list(members),
+        "planned": len(r.devices),
+        "answered": sum(d.status != "failed" for d in r.devices),
+        "used": sum(d.status == "ok" for d in r.devices),
+        "expected_time_s": _number(r.expected_time_s),
+        "time_s": _number(r.duration_s),
+    }
 
 
 def run_view(

@@ -25,11 +25,12 @@ its data, and the engine an explicit ``Engine.join``; one that leaves, an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,9 +42,14 @@ from rich.progress import Progress
 
 from mjfl import logs
 from mjfl.coordinator.config import RunConfig, config_to_dict
+from mjfl.coordinator.dashboard.catalog import Catalog
+from mjfl.coordinator.dashboard.live import LiveRun
+from mjfl.coordinator.dashboard.server import live_dashboard
+from mjfl.coordinator.dashboard.state import epochs_of
 from mjfl.coordinator.engine.budget import round_budget
 from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.events import Observer
 from mjfl.coordinator.engine.fleet import Fleet
 from mjfl.coordinator.results.live import LiveView
 from mjfl.coordinator.results.report import report_run
@@ -59,7 +65,7 @@ from mjfl.coordinator.run.preparation import (
 from mjfl.coordinator.run.recorder import Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints, write_atomically
 from mjfl.coordinator.storage.database import Storage
-from mjfl.coordinator.storage.layout import checkpoints_path
+from mjfl.coordinator.storage.layout import checkpoints_path, database_path
 from mjfl.coordinator.storage.records import (
     JobInfo,
     RoundRecord,
@@ -88,6 +94,8 @@ class Output:
     console: Console
     live: bool = True
     verbose: bool = False
+    # Real-time runs serve the live dashboard on 127.0.0.1 at this port (0: any free one); None: no dashboard.
+    dashboard_port: int | None = None
 
     @property
     def log_file(self) -> Path:
@@ -237,10 +245,21 @@ class Driver:
             frequencies = run.restore(storage, jobs, settings) if run.resumed else None
             view.add_jobs(run.info.method, infos)
             ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
+            observers: list[Observer] = [Recorder(storage, run.checkpoints), view.observer(run.info.method)]
+            live = None
+            if devices.mode == "real" and self.output.dashboard_port is not None:
+                live = LiveRun(run.info, infos, epochs=epochs_of(config_to_dict(config)))
+                if run.resumed:
+                    live.recorded(storage.rounds(run.info.run_id), storage.choices(run.info.run_id))
+                observers.append(live)
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,
-                observers=[Recorder(storage, run.checkpoints), view.observer(run.info.method)], frequencies=frequencies,
+                observers=observers, frequencies=frequencies,
             )
+            if ready.members is not None and live is not None:
+                # The registry's word, too: a device that drops is offline at once, whatever the engine knew.
+                ready.members.on_join(live.joined)
+                ready.members.on_leave(live.left)
             if ready.members is not None:
                 # Devices that join later take a free shard and are planned like the others;
                 # so do those that connected while the jobs were being prepared.
@@ -248,9 +267,28 @@ class Driver:
                 ready.members.on_leave(engine.leave)
                 for profile in ready.fleet.profiles():
                     run.joined(engine, ready.fleet, prepared, assignment, profile.device)
-            await engine.run()
+            if live is None:
+                await engine.run()
+            else:
+                async with self._dashboard(live):
+                    await engine.run()
         if all(job.stopped == "no devices" for job in jobs):
             raise RunError("no job could run: too few devices")
+
+    @contextlib.asynccontextmanager
+    async def _dashboard(self, live: LiveRun) -> AsyncIterator[None]:
+        """The live dashboard on this event loop while the run goes (docs/dashboard.md); a busy port only warns."""
+        console, port = self.output.console, self.output.dashboard_port
+        assert port is not None
+        warn = lambda line: console.print(f"[yellow]warning:[/] {line}", highlight=False)
+        # The finished runs beside it: those of the run database in the output folder (not a database kept elsewhere).
+        here = database_path(self.output.out_dir) == self.config.database_path
+        catalog = Catalog([self.output.out_dir]) if here else None
+        async with live_dashboard(catalog, live, port=port, warn=warn) as url:
+            if url is not None:
+                console.print(f"dashboard: {url}", highlight=False)
+                log.info("dashboard: %s", url)
+            yield
 
     def _engine_jobs(self, prepared: Sequence[PreparedJob], method: str, assignment: Assignment) -> list[EngineJob]:
         """Fresh engine jobs (initial model, new scheduler) for one method."""

@@ -23,6 +23,7 @@ class Node {
   setAttribute(k, v) { this.attrs[k] = String(v); if (k.startsWith("data-")) this.dataset[k.slice(5)] = String(v); if (k === "id") this.id = v; }
   getAttribute(k) { return this.attrs[k]; }
   append(...nodes) { for (const n of nodes) { n.parent = this; this.children.push(n); } }
+  prepend(...nodes) { for (const n of nodes.reverse()) { n.parent = this; this.children.unshift(n); } }
   replaceChildren(...nodes) { this.children = []; this._text = ""; this.append(...nodes); }
   replaceWith(node) { const i = this.parent.children.indexOf(this); node.parent = this.parent; this.parent.children[i] = node; }
   addEventListener(type, fn) { (this.listeners[type] ||= []).push(fn); }
@@ -71,14 +72,21 @@ async function fetch(path) {
   const data = api[decodeURIComponent(path)];
   return { ok: data !== undefined, status: data === undefined ? 404 : 200, json: async () => data, text: async () => "" };
 }
-const context = vm.createContext({ document, fetch, location: { search: "?token=t0k" }, URLSearchParams, performance, console, Promise, Map, Set, Math, Number, String, Object, Error });
+// The live stream: the page's EventSource, driven by the harness with api["live pushes"].
+const sources = [];
+class EventSource {
+  constructor(url) { this.url = url; this.listeners = {}; sources.push(this); }
+  addEventListener(type, fn) { (this.listeners[type] ||= []).push(fn); }
+  push(view) { for (const fn of this.listeners.run || []) fn({ data: JSON.stringify(view) }); }
+}
+const context = vm.createContext({ EventSource, document, fetch, location: { search: "?token=t0k" }, URLSearchParams, performance, console, Promise, Map, Set, Math, Number, String, Object, Error });
 vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
 
 (async () => {
   for (const fn of document.listeners.DOMContentLoaded) fn();
   await new Promise((r) => setTimeout(r, 10));
   const report = { fetched };
-  const runs = body.querySelectorAll("#runs tbody tr");
+  const runs = body.querySelectorAll("#runs tbody tr").filter((r) => r.dataset.id !== "live");
   report.runs = runs.length;
   const started = performance.now();
   await vm.runInContext(`openRun(${JSON.stringify(runs[0].dataset.id)})`, context);
@@ -99,5 +107,18 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
   await vm.runInContext("compare()", context);
   report.compared_paths = [...body.querySelector("#compare").walk()].filter((n) => n.tagName === "PATH").length;
   report.status = body.querySelector("#status").textContent;
+  if (sources.length) {
+    const states = () => Object.fromEntries(body.querySelectorAll("#devices tbody tr").map((r) => [r.children[0].textContent, r.children.at(-1).textContent]));
+    report.live_source = sources[0].url;
+    report.live_row = body.querySelectorAll("#runs tbody tr")[0].dataset.id;
+    body.querySelector("#device-filter").value = ""; // the filter the first part typed
+    await vm.runInContext('openRun("live")', context);
+    report.live_title = body.querySelector("#run-title").textContent;
+    report.live_states = states();
+    for (const view of api["live pushes"]) sources[0].push(view);
+    report.pushed_states = states();
+    report.pushed_paths = [...body.querySelector("#jobs").walk()].filter((n) => n.tagName === "PATH").map((n) => n.attrs.d);
+    report.live_row_text = body.querySelectorAll("#runs tbody tr")[0].textContent;
+  }
   console.log(JSON.stringify(report));
 })().catch((error) => { console.error(error.stack); process.exit(1); });

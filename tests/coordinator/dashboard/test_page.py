@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,19 @@ from mjfl.coordinator.dashboard.catalog import Catalog
 
 STATIC = Path(__file__).parents[3] / "mjfl" / "coordinator" / "dashboard" / "static"
 NODE = shutil.which("node")
+
+
+def draw(tmp_path: Path, api: dict[str, object]) -> dict[str, Any]:
+    """What the page drew from ``api`` (path -> JSON; "live pushes": what the event stream sends)."""
+    api_path = tmp_path / "api.json"
+    api_path.write_text(json.dumps(api, allow_nan=False))
+    assert NODE is not None
+    result = subprocess.run(
+        [NODE, str(Path(__file__).with_name("page_harness.js")), str(STATIC / "app.js"), str(STATIC / "index.html"), str(api_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)  # type: ignore[no-any-return]
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
@@ -31,15 +45,7 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     api: dict[str, object] = {"api/runs": catalog.runs()}
     for run in catalog.runs():
         api[f"api/runs/{run['id']}"] = catalog.run(run["id"])
-    api_path = tmp_path / "api.json"
-    api_path.write_text(json.dumps(api, allow_nan=False))
-    assert NODE is not None
-    result = subprocess.run(
-        [NODE, str(Path(__file__).with_name("page_harness.js")), str(STATIC / "app.js"), str(STATIC / "index.html"), str(api_path)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    page = json.loads(result.stdout)
+    page = draw(tmp_path, api)
     assert page["fetched"][0] == "api/runs" and page["runs"] == 2
     assert page["title"].startswith("meta-greedy · mg-0")
     assert page["devices"] == 1000 and page["first_device"] == "d0"
@@ -52,3 +58,34 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     assert page["choices"] == 6
     assert page["compared_paths"] == 4  # two runs x two jobs
     assert "1000 devices drawn" in page["status"]
+
+
+@pytest.mark.skipif(NODE is None, reason="node is not installed")
+def test_the_live_run_is_listed_first_and_redrawn_from_each_push(tmp_path: Path, folder: Path) -> None:
+    from test_live import aggregated, new_live, records
+
+    from mjfl.coordinator.engine.events import DeviceLeft, RunStarted, TaskSent
+    from mjfl.ids import DeviceId, JobId
+
+    live = new_live()
+    live(RunStarted("live-0", (JobId("cnn"), JobId("lenet")), tuple(DeviceId(f"d{k}") for k in range(4)), 0.0))
+    live(TaskSent(JobId("cnn"), 1, DeviceId("d0"), 0.1))
+    catalog = Catalog([folder])
+    api: dict[str, object] = {"api/runs": catalog.runs(), "api/live": live.snapshot()}
+    for run in catalog.runs():
+        api[f"api/runs/{run['id']}"] = catalog.run(run["id"])
+    pushes = []
+    for record in records():
+        live(aggregated(record))
+    pushes.append(live.snapshot())
+    live(DeviceLeft(DeviceId("d3"), "closed", 40.0))
+    pushes.append(live.snapshot())
+    api["live pushes"] = pushes
+    page = draw(tmp_path, api)
+    assert page["runs"] == 1 and page["live_row"] == "live"
+    assert page["live_source"] == "api/live/events?token=t0k"  # EventSource sends no header: the token rides in the query
+    assert page["live_title"].startswith("live: meta-greedy · live-0")
+    assert page["live_states"] == {"d0": "training cnn", "d1": "idle", "d2": "idle", "d3": "idle"}
+    assert page["pushed_states"] == {"d0": "idle", "d1": "idle", "d2": "idle", "d3": "offline"}
+    assert len(page["pushed_paths"]) == 2  # both jobs' accuracy lines, drawn from the pushed series
+    assert "4 devices, 1 offline" in page["live_row_text"]

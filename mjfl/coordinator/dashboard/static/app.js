@@ -1,4 +1,5 @@
-// The mjfl dashboard's page: draws what /api/runs and /api/runs/{id} send (state.py's shapes).
+// The mjfl dashboard's page: draws what /api/runs and /api/runs/{id} send (state.py's shapes),
+// and, during a `mjfl testbed run`, the live run that /api/live and the event stream /api/live/events push.
 // Plain DOM, no library; every string from a run goes in as text, never as HTML.
 "use strict";
 
@@ -79,11 +80,18 @@ async function compare() {
 // --- one run ----------------------------------------------------------------
 
 async function openRun(id) {
-  document.querySelectorAll("#runs tbody tr").forEach((r) => r.classList.toggle("open", r.dataset.id === id));
   const started = performance.now();
-  const view = await runView(id);
+  drawRun(id === "live" ? live.view : await runView(id));
+  status(devices.rows.length + " devices drawn in " + Math.round(performance.now() - started) + " ms");
+}
+
+function drawRun(view) {
   const run = view.run;
-  document.getElementById("run-title").textContent = run.label + " · " + run.run_id + " (seed " + run.seed + ", " + run.folder + ")";
+  opened = run.id;
+  document.querySelectorAll("#runs tbody tr").forEach((r) => r.classList.toggle("open", r.dataset.id === run.id));
+  document.getElementById("run-title").textContent = run.id === "live"
+    ? "live: " + run.label + " · " + run.run_id + " (seed " + run.seed + ", " + run.status + ")"
+    : run.label + " · " + run.run_id + " (seed " + run.seed + ", " + run.folder + ")";
   const jobs = document.getElementById("jobs");
   jobs.replaceChildren();
   for (const job of view.jobs) {
@@ -100,7 +108,46 @@ async function openRun(id) {
   drawDevices();
   drawChoices(view.choices);
   document.getElementById("run-section").hidden = false;
-  status(view.devices.length + " devices drawn in " + Math.round(performance.now() - started) + " ms");
+}
+
+// --- the live run -------------------------------------------------------------
+
+let opened = null; // the id of the run drawn below the list ("live" for the live one)
+const live = { view: null, source: null, row: null };
+
+// The live run, if the server has one: a row above the finished runs, opened at once, redrawn on each push.
+async function startLive() {
+  let view;
+  try { view = await api("api/live"); } catch (error) { return; } // 404: no run going on here
+  showLive(view);
+  if (opened === null) drawRun(view);
+  if (typeof EventSource === "undefined") return;
+  // EventSource sends no headers: the token goes in the query, which the server also accepts.
+  live.source = new EventSource("api/live/events" + (TOKEN ? "?token=" + encodeURIComponent(TOKEN) : ""));
+  live.source.addEventListener("run", (event) => {
+    const next = JSON.parse(event.data);
+    showLive(next);
+    if (opened === "live") drawRun(next);
+  });
+  live.source.addEventListener("error", () => status("live run: the stream is closed (the run ended?)"));
+}
+
+function showLive(view) {
+  live.view = view;
+  const run = view.run;
+  let row = live.row;
+  if (!row) {
+    row = live.row = document.createElement("tr");
+    row.className = "live";
+    row.dataset.id = "live";
+    row.addEventListener("click", () => openRun("live"));
+    document.querySelector("#runs tbody").prepend(row);
+  }
+  const times = run.jobs.map((j) => j.job + ": " + (j.time_to_target_s === null ? "not reached" : fmt(j.time_to_target_s) + " s"));
+  const offline = view.devices.filter((d) => d.state === "offline").length;
+  row.replaceChildren(el("td"));
+  for (const text of ["live (" + run.status + ")", run.run_id, run.label, run.seed, run.mode, run.started_at, times.join(", ")]) row.append(el("td", text));
+  row.append(el("td", view.devices.length + " devices, " + offline + " offline", "num"));
 }
 
 // A job's energy to target: joules, and how many of its device rounds told one when not all did.
@@ -129,7 +176,7 @@ function drawDevices() {
     row.append(el("td", d.device), el("td", d.rounds, "num"), el("td", d.ok, "num"), el("td", d.failed, d.failed ? "num failed" : "num"),
       el("td", d.rejected, "num"), el("td", d.last_failure), el("td", fmt(d.last_round_s, 2), "num"), el("td", fmt(d.expected_round_s, 2), "num"),
       el("td", fmt(d.battery_pct, 0), "num"), el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), el("td", fmt(d.thermal_status), "num"),
-      el("td", fmt(d.energy_j, 1), "num"));
+      el("td", fmt(d.energy_j, 1), "num"), el("td", d.state ?? "", d.state === "offline" ? "offline" : ""));
     body.append(row);
   }
   document.querySelector("#devices tbody").replaceWith(body);
@@ -217,5 +264,5 @@ document.addEventListener("DOMContentLoaded", () => {
     drawDevices();
   }));
   document.getElementById("device-filter").addEventListener("input", drawDevices);
-  loadRuns().catch((error) => status(String(error)));
+  loadRuns().then(startLive).catch((error) => status(String(error)));
 });

@@ -1,0 +1,188 @@
+"""The live run: LiveRun's shapes from the engine's events, and the server's /api/live and its event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from conftest import CONFIG, MEMBERS, device_rounds
+from run_records import CNN, LENET, jobs_of
+
+from mjfl.coordinator.dashboard.catalog import Catalog
+from mjfl.coordinator.dashboard.live import LiveRun
+from mjfl.coordinator.dashboard.server import live_dashboard
+from mjfl.coordinator.dashboard.state import choices_table, devices_table, epochs_of, jobs_view
+from mjfl.coordinator.engine.events import (
+    DeviceJoined,
+    DeviceLeft,
+    DeviceResult,
+    JobStopped,
+    RoundAggregated,
+    RunFinished,
+    RunStarted,
+    TaskSent,
+)
+from mjfl.coordinator.storage.records import RoundRecord, RunInfo, SchedulerChoice
+from mjfl.ids import DeviceId
+
+pytestmark = pytest.mark.timeout(60)
+
+INFO = RunInfo("live-0", "meta-greedy", "real", 0, json.dumps(CONFIG), "2026-11-27T01:00:00")
+
+
+def records(devices: int = 4) -> list[RoundRecord]:
+    points = {CNN: [(10.0, 0.5, 1.0), (20.0, 0.85, 0.6), (30.0, math.nan, math.nan)],
+              LENET: [(12.0, 0.6, 0.5), (24.0, 0.7, 0.4), (36.0, 0.8, 0.2)]}
+    out = []
+    for job, rows in points.items():
+        started = 0.0
+        for number, (end, accuracy, loss) in enumerate(rows, start=1):
+            out.append(RoundRecord("live-0", job, number, started, end, device_rounds(number, devices),
+                                   accuracy, loss, True, 8.0, 2.5, "genetic"))
+            started = end
+    return out
+
+
+def aggregated(record: RoundRecord) -> RoundAggregated:
+    return RoundAggregated(record, MEMBERS, None, {}, None, 0.0)
+
+
+def new_live() -> LiveRun:
+    return LiveRun(INFO, jobs_of("live-0"), epochs=epochs_of(CONFIG))
+
+
+def test_the_live_shapes_are_state_pys_shapes_of_the_same_rounds() -> None:
+    live = new_live()
+    live(RunStarted("live-0", (CNN, LENET), tuple(DeviceId(f"d{k}") for k in range(4)), 0.0))
+    rounds = records()
+    for record in rounds:
+        live(aggregated(record))
+    view = live.snapshot()
+    choices = [SchedulerChoice("live-0", r.job, r.round, m, c, m == "genetic") for r in rounds for m, c in MEMBERS.items()]
+    assert [j.pop("stopped") for j in view["jobs"]] == [None, None]  # the one key a finished run's view lacks
+    assert view["jobs"] == jobs_view(jobs_of("live-0"), rounds)
+    assert [{k: v for k, v in row.items() if k != "state"} for row in view["devices"]] == devices_table(
+        rounds, {}, epochs_of(CONFIG))
+    assert view["choices"] == choices_table(rounds, choices)
+    assert view["run"]["status"] == "running" and view["run"]["id"] == "live"
+    live(RunFinished("live-0", {}, 40.0))
+    assert live.snapshot()["run"]["status"] == "finished"
+
+
+def test_a_resumed_run_starts_from_its_recorded_rounds() -> None:
+    rounds = records()
+    choices = [SchedulerChoice("live-0", r.job, r.round, m, c, m == "genetic") for r in rounds for m, c in MEMBERS.items()]
+    resumed = new_live()
+    resumed.recorded(rounds[:2], choices)
+    for record in rounds[2:]:
+        resumed(aggregated(record))
+    whole = new_live()
+    for record in rounds:
+        whole(aggregated(record))
+    assert resumed.snapshot() | {"version": 0} == whole.snapshot() | {"version": 0}
+    assert len(resumed.snapshot()["jobs"][0]["series"]["round"]) == 3
+
+
+def test_each_device_is_idle_training_or_offline() -> None:
+    live = new_live()
+    seen: list[int] = []
+    live.on_change(lambda: seen.append(live.version))
+    live(RunStarted("live-0", (CNN, LENET), (DeviceId("d0"), DeviceId("d1")), 0.0))
+    live(TaskSent(CNN, 1, DeviceId("d0"), 0.1))
+
+    def states() -> dict[str, str]:
+        return {row["device"]: row["state"] for row in live.snapshot()["devices"]}
+
+    assert states() == {"d0": f"training {CNN}", "d1": "idle"}
+    live(DeviceResult(CNN, 1, device_rounds(1, 1)[0], 2.0))
+    live(DeviceJoined(DeviceId("d7"), 2.5))
+    assert states() == {"d0": "idle", "d1": "idle", "d7": "idle"}
+    live(TaskSent(LENET, 1, DeviceId("d1"), 3.0))
+    live(DeviceLeft(DeviceId("d1"), "closed", 3.5))
+    live.left("d7")  # the registry's word: it disconnected
+    assert states() == {"d0": "idle", "d1": "offline", "d7": "offline"}
+    live(JobStopped(CNN, "target", 1, 4.0))
+    live.joined("d7")
+    assert states()["d7"] == "idle"
+    assert seen == list(range(1, len(seen) + 1)) and len(seen) == 9
+
+
+async def events(response: aiohttp.ClientResponse) -> AsyncIterator[dict]:
+    """The ``run`` events of an SSE stream, parsed."""
+    data = []
+    async for raw in response.content:
+        line = raw.decode().rstrip("\n")
+        if line.startswith("data: "):
+            data.append(line.removeprefix("data: "))
+        elif not line and data:
+            yield json.loads("\n".join(data))
+            data = []
+
+
+async def test_the_server_sends_the_snapshot_and_pushes_changes_coalesced(folder: Path) -> None:
+    live = new_live()
+    live(RunStarted("live-0", (CNN, LENET), tuple(DeviceId(f"d{k}") for k in range(4)), 0.0))
+    rounds = records()
+    async with live_dashboard(Catalog([folder]), live, port=0) as url:
+        assert url is not None and url.startswith("http://127.0.0.1:")
+        async with aiohttp.ClientSession() as session:
+            async with session.get(url + "api/live") as response:
+                assert response.status == 200
+                assert len((await response.json())["devices"]) == 4
+            async with session.get(url + "api/runs") as response:  # the finished runs are still there
+                assert [r["id"] for r in await response.json()] == ["0:mg-0"]
+            async with session.get(url + "api/live/events") as response:
+                assert response.headers["Content-Type"].startswith("text/event-stream")
+                stream = events(response)
+                first = await asyncio.wait_for(anext(stream), 10)
+                assert all(len(j["series"]["round"]) == 0 for j in first["jobs"])
+                # A burst: every round and 100 task events at once is one or two pushes, not 106.
+                for record in rounds:
+                    live(aggregated(record))
+                for k in range(100):
+                    live(TaskSent(CNN, 4, DeviceId(f"d{k % 4}"), 40.0))
+                live(DeviceLeft(DeviceId("d3"), "closed", 41.0))
+                pushes = 0
+                while True:
+                    view = await asyncio.wait_for(anext(stream), 10)
+                    pushes += 1
+                    if view["version"] == live.version:
+                        break
+                assert pushes <= 2
+                assert [len(j["series"]["accuracy"]) for j in view["jobs"]] == [3, 3]
+                assert {d["device"]: d["state"] for d in view["devices"]}["d3"] == "offline"
+    # Leaving the block closed the stream and the listener.
+    with pytest.raises(aiohttp.ClientConnectionError):
+        async with aiohttp.ClientSession() as session, session.get(url + "api/live"):
+            pass
+
+
+async def test_a_busy_port_warns_once_and_serves_nothing() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        warnings: list[str] = []
+        async with live_dashboard(None, new_live(), port=port, warn=warnings.append) as url:
+            assert url is None
+        assert len(warnings) == 1 and str(port) in warnings[0] and "goes on without it" in warnings[0]
+
+
+async def test_without_a_live_run_there_is_no_live_endpoint(folder: Path) -> None:
+    from mjfl.coordinator.dashboard.server import serve
+
+    urls: asyncio.Queue[str] = asyncio.Queue()
+    async with asyncio.TaskGroup() as group:
+        server = group.create_task(serve(Catalog([folder]), port=0, ready=urls.put_nowait))
+        url = await asyncio.wait_for(urls.get(), 10)
+        async with aiohttp.ClientSession() as session:
+            for path in ("api/live", "api/live/events"):
+                async with session.get(url + path) as response:
+                    assert response.status == 404
+        server.cancel()

@@ -62,7 +62,7 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
 def test_the_live_run_is_listed_first_and_redrawn_from_each_push(tmp_path: Path, folder: Path) -> None:
-    from test_live import aggregated, new_live, records
+    from test_live_run import aggregated, new_live, records
 
     from mjfl.coordinator.engine.events import DeviceLeft, RunStarted, TaskSent
     from mjfl.ids import DeviceId, JobId

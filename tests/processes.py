@@ -105,3 +105,28 @@ def wait_for(predicate: Callable[[], bool], timeout: float, *processes: Process)
         if time.monotonic() > deadline:
             raise AssertionError("timed out")
         time.sleep(0.2)
+
+
+# A testbed run of one small job on emulated devices: two to start, room for more to join
+# ({out}: the output folder, {rounds}: the job's budget).
+SMALL_TESTBED = """
+seed = 1
+out_dir = "{out}"
+[fleet]
+size = 4
+workers = 1
+[scheduler]
+method = "random"
+[testbed]
+port = 0
+min_devices = 2
+wait_timeout_s = 120
+[[jobs]]
+name = "lenet"
+model = "lenet5"
+image_size = 12
+partition = "iid"
+batch_size = 8
+fraction = 1.0
+max_rounds = {rounds}
+"""

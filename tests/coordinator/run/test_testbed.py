@@ -6,7 +6,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from processes import group_alive, mjfl_args, query, wait_for
+from processes import SMALL_TESTBED, group_alive, mjfl_args, query, wait_for
 
 from mjfl.coordinator.storage.layout import database_path
 
@@ -93,27 +93,6 @@ def test_ctrl_c_stops_cleanly_and_keeps_every_round(tmp_path, processes):
     assert len(query(db, ROUNDS)) >= 2
 
 
-LATE = """
-seed = 1
-out_dir = "{out}"
-[fleet]
-size = 4
-workers = 1
-[scheduler]
-method = "random"
-[testbed]
-port = 0
-min_devices = 2
-wait_timeout_s = 120
-[[jobs]]
-name = "lenet"
-model = "lenet5"
-image_size = 12
-partition = "iid"
-batch_size = 8
-fraction = 1.0
-max_rounds = {rounds}
-"""
 
 
 def test_devices_that_join_a_running_run_take_a_shard_and_get_tasks(tmp_path, processes):
@@ -122,7 +101,7 @@ def test_devices_that_join_a_running_run_take_a_shard_and_get_tasks(tmp_path, pr
     # free shards and are planned like the others (fraction 1.0: every device).
     out = tmp_path / "run"
     config = tmp_path / "late.toml"
-    config.write_text(LATE.format(out=out, rounds=14))
+    config.write_text(SMALL_TESTBED.format(out=out, rounds=14))
     db = database_path(out)
     coordinator = processes(mjfl_args("testbed", "run", str(config), "--emulate", "2", "--no-live"), read=True)
     url = coordinator.url()

@@ -13,37 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import Process, mjfl_args
+from processes import SMALL_TESTBED, Process, mjfl_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-CONFIG = """
-seed = 1
-out_dir = "{out}"
-[fleet]
-size = 4
-workers = 1
-[scheduler]
-method = "random"
-[testbed]
-port = 0
-min_devices = 2
-wait_timeout_s = 120
-[[jobs]]
-name = "lenet"
-model = "lenet5"
-image_size = 12
-partition = "iid"
-batch_size = 8
-fraction = 1.0
-max_rounds = {rounds}
-"""
 
 
 def write_config(tmp_path: Path, rounds: int) -> Path:
     tmp_path.mkdir(parents=True, exist_ok=True)
     config = tmp_path / "live.toml"
-    config.write_text(CONFIG.format(out=tmp_path / "run", rounds=rounds))
+    config.write_text(SMALL_TESTBED.format(out=tmp_path / "run", rounds=rounds))
     return config
 
 

@@ -86,6 +86,8 @@ class Connection:
         """Set when the reader has ended: no message will be received any more."""
         self.binary_send_s = 0.0
         """Seconds spent sending binary messages (results, tasks), for transfer timing."""
+        self.sending_binary = False
+        """Whether the writer is sending a binary message now (a provision, task or result)."""
         self._wake = asyncio.Event()
 
     @property
@@ -175,7 +177,11 @@ class Connection:
                 for data in session.data_to_send():
                     if isinstance(data, bytes):
                         started = time.perf_counter()
-                        await ws.send(data)
+                        self.sending_binary = True
+                        try:
+                            await ws.send(data)
+                        finally:
+                            self.sending_binary = False
                         self.binary_send_s += time.perf_counter() - started
                     else:
                         await ws.send(data)

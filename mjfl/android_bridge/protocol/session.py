@@ -244,6 +244,11 @@ class _Session:
         since = self._unanswered_since
         return since is not None and now - since >= self.heartbeat_timeout
 
+    @property
+    def receiving_parts(self) -> bool:
+        """Whether a split binary message is arriving: some of its parts are in, not all (docs/protocol.md section 4)."""
+        return self._assembly is not None
+
     # -- internals ------------------------------------------------------------
 
     def _receive(self, data: str | Buffer) -> None:

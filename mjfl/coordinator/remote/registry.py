@@ -36,6 +36,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Literal
 
 from mjfl.android_bridge import protocol
 from mjfl.android_bridge.connection import Connection
@@ -53,6 +54,8 @@ Answer = tuple[protocol.Result, float]
 ProgressCallback = Callable[[int, int], None]
 JoinListener = Callable[[DeviceId], None]
 LeaveListener = Callable[[DeviceId, str], None]
+RefuseListener = Callable[[DeviceId | None, str, str], None]
+Transfer = Literal["downloading", "uploading"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,7 @@ class ConnectedDevice:
     profile: DeviceProfileView
     profile_source: ProfileSource
     connected_at: float  # event-loop time
+    address: str = ""  # where it connected from (host:port)
 
 
 @dataclass(eq=False)
@@ -115,14 +119,17 @@ class DeviceRegistry:
         self._changed = asyncio.Event()  # replaced by a fresh one on every change
         self._on_join: list[JoinListener] = []
         self._on_leave: list[LeaveListener] = []
+        self._on_refuse: list[RefuseListener] = []
 
     # -- membership: the server's calls --------------------------------------
 
-    def join(self, conn: Connection, hello: protocol.Hello) -> ConnectedDevice:
-        """Register the device that said ``hello`` on ``conn``, replacing an older connection of its id."""
+    def join(self, conn: Connection, hello: protocol.Hello, *, address: str = "") -> ConnectedDevice:
+        """Register the device that said ``hello`` on ``conn`` (from ``address``), replacing an older connection of its id."""
         device = hello.device_id
         a, mu, source = self.profiles.for_device(device, hello.hardware)
-        info = ConnectedDevice(device, hello, DeviceProfileView(device, a, mu), source, asyncio.get_running_loop().time())
+        info = ConnectedDevice(
+            device, hello, DeviceProfileView(device, a, mu), source, asyncio.get_running_loop().time(), address
+        )
         older = self._current.get(device)
         if older is not None:
             log.info("device %s reconnected: replacing its older connection", device)
@@ -148,6 +155,11 @@ class DeviceRegistry:
             self._notify()
             for listener in self._on_leave:
                 listener(device, reason)
+
+    def refused(self, device: DeviceId | None, address: str, reason: str) -> None:
+        """The server refused a connection from ``address`` (of ``device``, if its hello said): tell the listeners."""
+        for listener in self._on_refuse:
+            listener(device, address, reason)
 
     def settle(self, conn: Connection, task_id: str, outcome: Answer | DeviceFailure) -> None:
         """The device on ``conn`` answered ``task_id``: deliver it to whoever waits, or retire an abandoned task."""
@@ -200,6 +212,21 @@ class DeviceRegistry:
         """Devices with an open connection, by id, in first-seen order."""
         return {member.info.device: member.info for member in self._open()}
 
+    def transfer(self, device: DeviceId) -> Transfer | None:
+        """What moves on ``device``'s connection while it has a task, as the coordinator sees it.
+
+        ``downloading``: the coordinator is writing a provision or task to it
+        (until the bytes are in the operating system's send buffer);
+        ``uploading``: the parts of a split result are arriving (protocol.md
+        section 4; a result in one message arrives at once). None otherwise.
+        """
+        member = self._current.get(device)
+        if member is None or not member.waiters:
+            return None
+        if member.conn.sending_binary:
+            return "downloading"
+        return "uploading" if member.conn.session.receiving_parts else None
+
     def available(self) -> list[ConnectedDevice]:
         """Connected devices that can take a task: not still answering one the fleet gave up on."""
         return [member.info for member in self._open() if not member.abandoned]
@@ -211,6 +238,10 @@ class DeviceRegistry:
     def on_leave(self, listener: LeaveListener) -> None:
         """Call ``listener(device, reason)`` whenever a device leaves (on the event loop; it must not block)."""
         self._on_leave.append(listener)
+
+    def on_refuse(self, listener: RefuseListener) -> None:
+        """Call ``listener(device or None, address, reason)`` whenever the server refuses a connection."""
+        self._on_refuse.append(listener)
 
     async def wait_for_devices(
         self, n: int, timeout: float | None = None, *, progress: ProgressCallback | None = None

@@ -164,6 +164,8 @@ class _Served:
     conn: Connection
     nonce: str  # sent in the handshake response; the hello's proof covers it
     device: str | None = None  # set once welcomed
+    hello_id: str | None = None  # the id its hello gave, welcomed or not
+    refused: bool = False  # the registry was told that it was refused
     end_reason: str | None = None
     end_status: DeviceStatus = "failed"
 
@@ -331,6 +333,8 @@ class CoordinatorServer:
         limit, address = s.max_connections_per_address, _address(ws)
         if limit is not None and sum(_address(other.conn.ws) == address for other in self._served) >= limit:
             log.info("refused a connection from %s: %d connections are open from it", address, limit)
+            served.refused = True
+            self.registry.refused(None, address, f"too_many_connections: at most {limit} connections per address")
             conn.close("too_many_connections", f"at most {limit} connections per address")
         self._served.add(served)
         try:
@@ -359,6 +363,9 @@ class CoordinatorServer:
         elif isinstance(event, protocol.Closed):
             if served.device is None:
                 log.info("refused %s before its hello: %s (%s)", served.conn.ws.remote_address, event.code, event.reason)
+                if not served.refused and not event.by_peer:  # a peer that leaves was not refused
+                    served.refused = True
+                    self.registry.refused(served.hello_id, _address(served.conn.ws), f"{event.code}: {event.reason}")
             elif event.by_peer:
                 served.end_reason = f"device said bye {event.code}: {event.reason}"
             else:
@@ -370,6 +377,7 @@ class CoordinatorServer:
     def _answer_hello(self, served: _Served, hello: protocol.Hello) -> None:
         """Welcome the device and register it, or refuse it with a bye."""
         conn = served.conn
+        served.hello_id = hello.device_id
         if conn.session.state is not protocol.State.HELLO:
             return  # the session refused the hello itself (e.g. no common version)
         if self._closing:
@@ -377,12 +385,14 @@ class CoordinatorServer:
             return
         if not self._credentials_ok(hello, served.nonce) or (self.authorize is not None and not self.authorize(hello)):
             log.warning("refused device %s from %s: bad credentials", hello.device_id, conn.ws.remote_address)
+            served.refused = True
+            self.registry.refused(hello.device_id, _address(conn.ws), "unauthorized: credentials refused")
             conn.close("unauthorized", "credentials refused")
             return
         assert isinstance(conn.session, protocol.CoordinatorSession)
         conn.session.send_welcome()
         conn.name = served.device = hello.device_id  # the name fixes its heartbeat phase
-        info = self.registry.join(conn, hello)
+        info = self.registry.join(conn, hello, address=_address(conn.ws))
         log.info(
             "device %s connected from %s (runtime %s, profile from %s)",
             hello.device_id, conn.ws.remote_address, hello.runtime, info.profile_source,
@@ -426,14 +436,6 @@ def _server_tls(settings: ServerSettings) -> ssl.SSLContext | None:
     except (ssl.SSLError, OSError) as exc:
         raise ConfigError("tls_cert", f"{settings.tls_cert} / {settings.tls_key}: not a PEM certificate and its key ({exc})") from None
     return context
-
-
-def _address(ws: ServerConnection) -> str:
-    """The peer's IP address (without its port)."""
-    remote = ws.remote_address
-    return str(remote[0]) if isinstance(remote, tuple) and remote else str(remote)
-
-
 
 
 def _address(ws: ServerConnection) -> str:

@@ -35,6 +35,7 @@ from typing import Any, Literal, Self, TypeAlias, get_args
 
 from mjfl.coordinator.storage.records import (
     DeviceRound,
+    FleetEvent,
     JobInfo,
     ProfileRefit,
     RoundRecord,
@@ -194,7 +195,24 @@ _SCHEMA_V4 = (
     "ALTER TABLE device_profiles ADD COLUMN power_w REAL",
 )
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
+# Version 5: a real-time run's fleet events: devices that connected (with what they said of
+# themselves), whose connections ended, and connections refused (records.FleetEvent).
+_SCHEMA_V5 = (
+    """
+    CREATE TABLE fleet_events (
+        event_id      INTEGER PRIMARY KEY,
+        run_id        TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        at_s          REAL NOT NULL,
+        kind          TEXT NOT NULL CHECK (kind IN ('joined', 'left', 'refused')),
+        device        TEXT,
+        detail        TEXT NOT NULL,
+        hardware_json TEXT
+    )
+    """,
+    "CREATE INDEX fleet_events_by_run ON fleet_events (run_id)",
+)
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
 SCHEMA_VERSION = len(_MIGRATIONS)
 
 _BUSY_TIMEOUT_S = 5.0  # a reader (mjfl report) may briefly hold the WAL; wait, don't fail
@@ -678,6 +696,37 @@ class Storage:
                 mu=r[4],
                 observations=r[5],
                 ks_statistic=r[6],
+            )
+            for r in rows
+        ]
+
+    # --- fleet events ----------------------------------------------------------
+
+    def record_fleet_event(self, event: FleetEvent) -> None:
+        """Keep a device's join or leave, or a refused connection, of a real-time run."""
+        hardware = None if event.hardware is None else json.dumps(dict(event.hardware), allow_nan=False, default=str)
+        with self._transaction() as conn:
+            try:
+                conn.execute(
+                    "INSERT INTO fleet_events (run_id, at_s, kind, device, detail, hardware_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (event.run_id, event.at_s, event.kind, event.device, event.detail, hardware),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise StorageError(f"{event.kind} event of run {event.run_id!r} not recorded: {exc}") from exc
+
+    def fleet_events(self, run_id: str) -> list[FleetEvent]:
+        """A run's fleet events, in the order they were recorded."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT at_s, kind, device, detail, hardware_json FROM fleet_events WHERE run_id = ?"
+                " ORDER BY event_id",
+                (run_id,),
+            ).fetchall()
+        return [
+            FleetEvent(
+                run_id, r[0], r[1], None if r[2] is None else DeviceId(r[2]), r[3],
+                None if r[4] is None else json.loads(r[4]),
             )
             for r in rows
         ]

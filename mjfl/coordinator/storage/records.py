@@ -16,6 +16,7 @@ from mjfl.ids import DeviceId, JobId
 
 DeviceStatus = Literal["ok", "failed", "rejected"]
 RunMode = Literal["virtual", "real"]
+FleetEventKind = Literal["joined", "left", "refused"]
 
 
 @dataclass(frozen=True)
@@ -163,3 +164,23 @@ class SchedulerChoice:
     member: str
     recost: float
     won: bool
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    """A device connected to a real-time run (``joined``), its connection ended (``left``), or one was refused.
+
+    ``device`` is None for a connection refused before it said who it is
+    (no hello in time, too many from one address); ``detail`` is why it left
+    or was refused, or, for ``joined``, where it connected from. ``hardware``
+    is what a joining device said of itself (its hello's facts), else None.
+    Failures and refused updates are not here: they are parts of the rounds
+    (``DeviceRound.status``).
+    """
+
+    run_id: str
+    at_s: float
+    kind: FleetEventKind
+    device: DeviceId | None
+    detail: str
+    hardware: Mapping[str, Any] | None = None

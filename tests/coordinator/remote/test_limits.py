@@ -57,10 +57,13 @@ def server(**settings):
 
 async def test_connections_past_the_per_address_limit_get_bye_too_many_connections():
     async with server(max_connections_per_address=2) as srv:
+        refused: list[tuple[str | None, str]] = []
+        srv.registry.on_refuse(lambda device, address, reason: refused.append((device, reason)))
         first = await raw_client(srv, "a")
         second = await connect(srv.url, compression=None, ping_interval=None, proxy=None)  # no hello yet: counts too
         third = await connect(srv.url, compression=None, ping_interval=None, proxy=None)
         await expect_bye(third, "too_many_connections", 1013)
+        assert refused == [(None, "too_many_connections: at most 2 connections per address")]
         # The two within the limit are served; once one leaves, a newcomer is welcome.
         await second.send(hello("b"))
         assert json.loads(await second.recv())["type"] == "welcome"

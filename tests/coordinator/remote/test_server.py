@@ -64,10 +64,17 @@ pytestmark = pytest.mark.timeout(60)
 )
 async def test_bad_first_messages_close_that_session_only(first, code, close_code):
     async with coordinator_with_a_good_device(max_control_bytes=4096, token="") as (server, _good):
+        refused: list[tuple[str | None, str, str]] = []
+        server.registry.on_refuse(lambda device, address, reason: refused.append((device, address, reason)))
         ws = await connect(server.url, compression=None, ping_interval=None, proxy=None)
         await ws.send(first)
         await expect_bye(ws, code, close_code)
         assert list(server.registry.connected()) == ["good"]
+        # The registry's listeners hear of it once (the dashboard's events), before the bye goes out.
+        assert len(refused) == 1, refused
+        device, address, reason = refused[0]
+        assert address == "127.0.0.1" and reason.startswith(code + ": ")
+        assert device == ("raw" if code == "unauthorized" else None)  # a hello the session refused tells no id
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,7 @@ from repository import ROOT
 from mjfl.coordinator.storage.database import SCHEMA_VERSION, Storage
 from mjfl.coordinator.storage.records import (
     DeviceRound,
+    FleetEvent,
     JobInfo,
     ProfileRefit,
     RoundRecord,
@@ -348,7 +349,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
     conn.commit()
     conn.close()
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 4
+        assert db.schema_version == SCHEMA_VERSION == 5
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
         assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none
@@ -383,11 +384,28 @@ def test_a_version_3_database_gains_energy_and_keeps_its_rounds(tmp_path: Path) 
     with pytest.raises(DataError, match="older"):
         Storage.read_only(path)  # a reader never migrates
     with Storage(path) as db:
-        assert db.schema_version == 4
+        assert db.schema_version == 5
         (old,) = db.rounds("r1")
         assert old.devices[0].wait_s == 0.5 and old.devices[0].energy_j is None
         db.record_round(round_record(A, 2, devices=(device("p1", energy_j=7.25), device("p2"))))
         assert [d.energy_j for d in db.rounds("r1", A)[-1].devices] == [7.25, None]
+
+
+def test_fleet_events_are_kept_in_order_with_what_a_device_said(tmp_path: Path) -> None:
+    with Storage(tmp_path / "db.sqlite") as db:
+        db.start_run(RunInfo("r1", "m", "real", 7, "{}", "t"), [])
+        hello = {"model": "Pixel 7", "os": "Android 14 (API 34)", "cores": 8}
+        events = [
+            FleetEvent("r1", 0.5, "joined", DeviceId("p1"), "from 127.0.0.1", hello),
+            FleetEvent("r1", 1.0, "refused", None, "too_many_connections: at most 4 per address"),
+            FleetEvent("r1", 2.5, "left", DeviceId("p1"), "connection lost (close code 1006)"),
+        ]
+        for event in events:
+            db.record_fleet_event(event)
+        assert db.fleet_events("r1") == events
+        assert db.fleet_events("other") == []
+        with pytest.raises(StorageError, match="refused event of run 'nobody'"):
+            db.record_fleet_event(dataclasses.replace(events[1], run_id="nobody"))  # no such run
 
 
 def test_foreign_keys_and_sync_pragmas_are_on(tmp_path: Path) -> None:

@@ -54,10 +54,31 @@ def _options(
     logs.setup(verbose=verbose)
 
 
-def _output(out_dir: Path, live: bool = True, dashboard_port: int | None = None) -> Output:
+def _output(
+    out_dir: Path, live: bool = True, dashboard_port: int | None = None, dashboard_host: str = "127.0.0.1"
+) -> Output:
+    """Where a command's results go; with ``dashboard_port``, its live dashboard (a token made up for a host others reach)."""
     from mjfl.coordinator.run.driver import Output
 
-    return Output(out_dir, console, live=live, verbose=_verbose, dashboard_port=dashboard_port)
+    token = None
+    if dashboard_port is not None:
+        from mjfl.coordinator.dashboard.server import needs_token, new_token
+
+        if not 0 <= dashboard_port <= 65535:
+            raise UserError(f"--dashboard-port {dashboard_port}: must be 0 to 65535 (0: any free port)")
+        if needs_token(dashboard_host):
+            token = new_token()
+            console.print(f"--dashboard-host {dashboard_host} is reachable from other machines: the dashboard's"
+                          " address carries a token made for this run", highlight=False)
+    return Output(out_dir, console, live=live, verbose=_verbose, dashboard_port=dashboard_port,
+                  dashboard_host=dashboard_host, dashboard_token=token)
+
+
+DashboardOption = Annotated[bool, typer.Option(help="Serve the live dashboard (docs/dashboard.md).")]
+DashboardPortOption = Annotated[int, typer.Option(help="The live dashboard's port (0 picks a free one).")]
+DashboardHostOption = Annotated[
+    str, typer.Option(help="The live dashboard's address; anything but loopback gets a token (docs/security.md).")
+]
 
 
 @app.command()
@@ -135,8 +156,9 @@ def testbed_run(
     resume: Annotated[bool, typer.Option(help="Continue the last unfinished run of this output directory.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Start even when the devices present hold none of some class of a job (devices that join later take the free shards).")] = False,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
-    dashboard: Annotated[bool, typer.Option(help="Serve the live dashboard on 127.0.0.1 (docs/dashboard.md).")] = True,
-    dashboard_port: Annotated[int, typer.Option(help="The live dashboard's port (0 picks a free one).")] = 8780,
+    dashboard: DashboardOption = True,
+    dashboard_port: DashboardPortOption = 8780,
+    dashboard_host: DashboardHostOption = "127.0.0.1",
     tls_cert: Annotated[Path | None, typer.Option(help="Serve wss:// with this certificate (PEM; mjfl certs create).")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="The private key of --tls-cert (PEM).")] = None,
     keys: Annotated[Path | None, typer.Option(help="Key store of the enrolled devices (default: the config's testbed.keys).")] = None,
@@ -150,7 +172,8 @@ def testbed_run(
     run_config = _config(config, out=out, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, keys=keys)
     try:
         run_testbed(
-            run_config, _output(run_config.out_dir, live, dashboard_port if dashboard else None), emulate=emulate,
+            run_config, _output(run_config.out_dir, live, dashboard_port if dashboard else None, dashboard_host),
+            emulate=emulate,
             resume=resume, phones=phone_options,
             ray=_ray(ray, address), force=force,
         )
@@ -169,6 +192,9 @@ def profile(
     rounds: Annotated[int, typer.Option(help="Calibration tasks per device and job.")] = 10,
     out: Annotated[Path | None, typer.Option(help="Output directory (default: <out_dir>/profile).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port (default: the config's testbed.port).")] = None,
+    dashboard: DashboardOption = True,
+    dashboard_port: DashboardPortOption = 8780,
+    dashboard_host: DashboardHostOption = "127.0.0.1",
 ) -> None:
     """Run a profiling session: fit each device's Formula 4 round-time model (a, mu).
 
@@ -182,7 +208,8 @@ def profile(
     # --out holds all of a session's outputs, its database too; by default they go to <out_dir>/profile and <out_dir>/mjfl.db.
     run_config = _config(config, out=out, port=port) if config is not None else _config(None, out=out, port=port, default=default_config(emulate))
     out_dir = out or run_config.out_dir / "profile"
-    profile_run(run_config, _output(out_dir), emulate=emulate, devices=devices or [], rounds=rounds, phones=phone_options)
+    output = _output(out_dir, dashboard_port=dashboard_port if dashboard else None, dashboard_host=dashboard_host)
+    profile_run(run_config, output, emulate=emulate, devices=devices or [], rounds=rounds, phones=phone_options)
 
 
 @app.command("profile-show", hidden=True)

@@ -30,14 +30,21 @@ import contextlib
 import ctypes
 import logging
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["LOG_FILE", "native_output", "setup", "setup_worker"]
+__all__ = ["LOG_FILE", "PHONE_LOGS", "native_output", "phone_log_name", "setup", "setup_worker"]
 
 LOG_FILE = "mjfl.log"
+PHONE_LOGS = "phones"  # the output folder's subfolder where each attached phone's app log is copied
+
+
+def phone_log_name(serial: str) -> str:
+    """The file, in ``PHONE_LOGS``, of a phone's app log: its serial made a file name (a Wi-Fi phone's is HOST:PORT)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", serial) + ".logcat"
 """The log file's name in a run's output folder."""
 
 # Loggers that write with handlers of their own instead of propagating to the root.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mjfl import logs
 from mjfl.android_bridge.devices.ray_cluster import RayOptions
 from mjfl.android_bridge.phones.attached import PhoneOptions, Phones
 from mjfl.coordinator.config import RunConfig
@@ -49,6 +50,6 @@ def attached_phones(config: RunConfig, options: PhoneOptions | None, output: Out
             f"{config.testbed.host!r} is not reachable through adb reverse, which connects the phones to"
             " 127.0.0.1: listen on 127.0.0.1 (the default) or 0.0.0.0 to train on attached phones",
         )
-    phones = Phones(options, log_dir=output.out_dir / "phones", say=lambda line: output.console.print(line, highlight=False))
+    phones = Phones(options, log_dir=output.out_dir / logs.PHONE_LOGS, say=lambda line: output.console.print(line, highlight=False))
     phones.attached()
     return phones

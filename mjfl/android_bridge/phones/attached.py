@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +32,7 @@ from typing import TypeVar
 
 from mjfl.android_bridge.phones.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
 from mjfl.errors import PhoneError
+from mjfl.logs import phone_log_name
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +86,6 @@ def describe(facts: PhoneFacts) -> str:
     if facts.thermal_status:
         parts.append(f"thermal {facts.thermal}")
     return ", ".join(parts)
-
-
-def log_name(serial: str) -> str:
-    """A file name for a serial (a Wi-Fi phone's serial is HOST:PORT)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", serial) + ".logcat"
 
 
 def prepare(adb: Adb, serial: str, *, apk: Path | None) -> PhoneFacts:
@@ -241,7 +236,7 @@ class Phones:
             return
 
         def copy() -> None:
-            with open(self.log_dir / log_name(serial), "ab") as sink, contextlib.suppress(PhoneError):
+            with open(self.log_dir / phone_log_name(serial), "ab") as sink, contextlib.suppress(PhoneError):
                 self.adb.logcat(serial, sink, self._stop)
 
         thread = threading.Thread(target=copy, name=f"logcat-{serial}", daemon=True)

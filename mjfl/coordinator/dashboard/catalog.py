@@ -69,7 +69,14 @@ class Catalog:
             profiles = {p.device_id: p for p in storage.load_profiles()}
             entry = _entry(index, folder, info, status, jobs, rounds)
             return run_view(entry, jobs, rounds, storage.choices(run_id), profiles,
-                            epochs_of(json.loads(info.config_json)))
+                            epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id))
+
+    def folder(self, key: str) -> Path | None:
+        """The output folder of the run named ``key`` (where its logs are); None for a key naming no folder."""
+        index_text, _, _ = key.partition(":")
+        if not index_text.isdigit() or int(index_text) >= len(self.folders):
+            return None
+        return self.folders[int(index_text)]
 
     @staticmethod
     @contextmanager

@@ -1,10 +1,16 @@
 """The run going on now, as the dashboard shows it: an observer of the engine's events.
 
 ``LiveRun`` is called with every event of a ``mjfl testbed run``
-(``engine/events.py``) and keeps ``state.py``'s shapes in memory (the run's
-line, its jobs with their series, its devices, the scheduler's choices), so
-the page draws a live run as it draws a finished one. Each device row gains
-a ``state``: ``idle``, ``training <job>`` or ``offline``.
+(``engine/events.py``) and with every fleet event of the device registry
+(``fleet``: joined, left, refused), and keeps ``state.py``'s shapes in memory
+(the run's line, its jobs with their series, its devices, the scheduler's
+choices, the newest events), so the page draws a live run as it draws a
+finished one. Each device row gains a ``state``: ``idle``, ``downloading
+<job>``, ``training <job>``, ``uploading <job>`` or ``offline``. What moves
+on a device's connection is not an event: ``poll(transfer)``, called every
+``POLL_INTERVAL_S`` by the server, asks the registry about the devices with
+a task and turns ``training`` into ``downloading`` or ``uploading`` while it
+lasts.
 
 An event costs O(1) (a device's state) or the round's devices (a finished
 round); nothing walks the run's history per event. A job's view (its
@@ -19,6 +25,7 @@ changed and decide themselves when to read it.
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -34,19 +41,26 @@ from mjfl.coordinator.engine.events import (
     RunStarted,
     TaskSent,
 )
-from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo, SchedulerChoice
-from mjfl.profiling.profiles import DeviceProfile
+from mjfl.coordinator.storage.records import (
+    FleetEvent,
+    JobInfo,
+    RoundRecord,
+    RunInfo,
+    SchedulerChoice,
+)
 
-__all__ = ["LIVE_ID", "LiveRun"]
+__all__ = ["LIVE_ID", "POLL_INTERVAL_S", "LiveRun", "Transfer"]
 
 LIVE_ID = "live"  # the run's id on the page (a finished run's is "<folder>:<run id>")
+POLL_INTERVAL_S = 0.5  # how often the server asks what moves on the devices' connections
+Transfer = Callable[[str], str | None]  # device -> "downloading", "uploading" or None (DeviceRegistry.transfer)
 
 
 class LiveRun:
     """The live run's shapes, updated per event; ``snapshot()`` is what ``/api/live`` sends."""
 
     def __init__(
-        self, info: RunInfo, jobs: Sequence[JobInfo], *, profiles: Mapping[str, DeviceProfile] | None = None,
+        self, info: RunInfo, jobs: Sequence[JobInfo], *, profiles: Mapping[str, state.Speed] | None = None,
         epochs: Mapping[str, int] | None = None,
     ) -> None:
         self.info = info
@@ -59,7 +73,9 @@ class LiveRun:
         self._job_views: dict[str, dict[str, Any]] = {}
         self._stale: set[str] = {str(j.job) for j in jobs}
         self._rows: dict[str, dict[str, Any]] = {}  # state.devices_table's rows, plus "state"
+        self._tasks: dict[str, str] = {}  # device -> the job it has a task of
         self._choices: list[dict[str, Any]] = []
+        self._events: deque[dict[str, Any]] = deque(maxlen=state.EVENTS_SHOWN)
         self._stopped: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
 
@@ -71,19 +87,18 @@ class LiveRun:
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
             for device in event.devices:
-                self._row(str(device))["state"] = "idle"
+                self._row(str(device))
         elif isinstance(event, DeviceJoined):
-            self._row(str(event.device))["state"] = "idle"
+            self._row(str(event.device))
         elif isinstance(event, DeviceLeft):
-            self._row(str(event.device))["state"] = "offline"
+            self._gone(str(event.device))
         elif isinstance(event, TaskSent):
             row = self._row(str(event.device))
             if row["state"] != "offline":
+                self._tasks[row["device"]] = str(event.job)
                 row["state"] = f"training {event.job}"
         elif isinstance(event, DeviceResult):
-            row = self._row(str(event.result.device))
-            if row["state"] == f"training {event.job}":
-                row["state"] = "idle"
+            self._done(str(event.result.device), str(event.job))
         elif isinstance(event, RoundAggregated):
             self._round(event)
         elif isinstance(event, JobStopped):
@@ -95,17 +110,57 @@ class LiveRun:
             return  # ProfileRefitted: nothing the page shows
         self._changed()
 
-    def left(self, device: str, reason: str = "") -> None:
-        """A device left the registry (it disconnected, for ``reason``), whether or not the engine knew it."""
-        self._row(device)["state"] = "offline"
+    def fleet(self, event: FleetEvent, profile: state.Speed | None = None) -> None:
+        """The registry's word (``FleetEvent``): a device connected (with ``profile``, what it is planned with), left, or was refused.
+
+        A device that drops is offline at once, whether or not the engine had
+        it in a round; one that connects is idle until it gets a task.
+        """
+        self._events.append(state.event_row(event))
+        device = None if event.device is None else str(event.device)
+        if event.kind == "joined" and device is not None:
+            row = self._row(device)
+            row.update(state.identity(event.hardware))
+            if row["state"] == "offline":
+                row["state"] = "idle"
+            if profile is not None:
+                self._profiles[device] = profile
+        elif event.kind == "left" and device is not None:
+            self._gone(device)
         self._changed()
 
-    def joined(self, device: str) -> None:
-        """A device connected to the registry: idle until it gets a task."""
+    def task_done(self, device: str, job: str | None, seconds: float | None, error: str | None = None) -> None:
+        """A task outside any round ended (a profiling session's calibration task): counted in its device's row.
+
+        ``seconds`` is its round time (None when it failed, for ``error``); the
+        device is idle again, whichever task it had.
+        """
         row = self._row(device)
-        if row["state"] == "offline":
+        row["rounds"] += 1
+        if error is None:
+            row["ok"] += 1
+            row["last_round_s"] = seconds
+        else:
+            row["failed"] += 1
+            row["last_failure"] = error
+            self._events.append({"at_s": None, "kind": "failed", "device": device, "job": job, "round": None,
+                                 "detail": error})
+        if self._tasks.pop(device, None) is not None and row["state"] != "offline":
             row["state"] = "idle"
         self._changed()
+
+    def poll(self, transfer: Transfer) -> None:
+        """Ask ``transfer`` what moves for each device with a task; a change is a change like any other."""
+        changed = False
+        for device, job in self._tasks.items():
+            row = self._rows[device]
+            moving = transfer(device)
+            shown = f"{moving or 'training'} {job}"
+            if row["state"] != shown:
+                row["state"] = shown
+                changed = True
+        if changed:
+            self._changed()
 
     def snapshot(self) -> state.RunView:
         """``{"run", "jobs", "devices", "choices"}`` as ``/api/runs/{id}`` sends it, with the device states."""
@@ -128,11 +183,15 @@ class LiveRun:
         }
         return {
             "run": run, "jobs": jobs, "devices": [dict(row) for row in self._rows.values()],
-            "choices": list(self._choices), "version": self.version,
+            "choices": list(self._choices), "events": sorted(self._events, key=_when), "version": self.version,
         }
 
-    def recorded(self, rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice]) -> None:
-        """The rounds a resumed run recorded before (``--resume``), so its series start where the run did."""
+    def recorded(
+        self, rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice], events: Sequence[FleetEvent] = ()
+    ) -> None:
+        """What a resumed run recorded before (``--resume``), so its series and events start where the run did."""
+        for row in state.events_table(events, []):
+            self._events.append(row)
         members: dict[tuple[str, int], dict[str, float]] = {}
         for choice in choices:
             members.setdefault((str(choice.job), choice.round), {})[choice.member] = choice.recost
@@ -150,24 +209,31 @@ class LiveRun:
         self._rounds.setdefault(job, []).append(record)
         self._stale.add(job)
         for part in record.devices:
-            row = self._row(str(part.device))
-            if row["state"] == f"training {job}":  # its round is over, whatever came of its task
-                row["state"] = "idle"
+            self._done(str(part.device), job)  # its round is over, whatever came of its task
         state.add_round(self._rows, record, self._profiles, self._epochs)
+        self._events.extend(state.round_events(record))
         members = [
             {"member": name, "recost": cost if math.isfinite(cost) else None, "won": name == record.winner}
             for name, cost in choices.items()
         ]
         self._choices.append(state.choice_row(record, members))
 
+    def _done(self, device: str, job: str) -> None:
+        """``device``'s task of ``job`` is over: idle, unless it went offline meanwhile."""
+        if self._tasks.get(device) == job:
+            del self._tasks[device]
+            row = self._row(device)
+            if row["state"] != "offline":
+                row["state"] = "idle"
+
+    def _gone(self, device: str) -> None:
+        self._tasks.pop(device, None)
+        self._row(device)["state"] = "offline"
+
     def _row(self, device: str) -> dict[str, Any]:
         row = self._rows.get(device)
         if row is None:
-            row = self._rows[device] = {
-                "device": device, "rounds": 0, "ok": 0, "failed": 0, "rejected": 0, "last_failure": None,
-                "last_round_s": None, "expected_round_s": None, "battery_pct": None, "charging": None,
-                "thermal_status": None, "energy_j": None, "state": "idle",
-            }
+            row = self._rows[device] = {**state.device_row(device), "state": "idle"}
         return row
 
     def _changed(self) -> None:
@@ -175,3 +241,7 @@ class LiveRun:
         for listener in list(self._listeners):
             listener()
 
+
+def _when(row: Mapping[str, Any]) -> float:
+    """An event's place in the list: its run-clock time (a round's failures come before the round ends)."""
+    return math.inf if row["at_s"] is None else float(row["at_s"])

@@ -17,6 +17,7 @@ header ``Authorization: Bearer T``, compared in constant time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import json
@@ -24,13 +25,15 @@ import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
 
 from mjfl.coordinator.dashboard.catalog import Catalog
-from mjfl.coordinator.dashboard.live import LiveRun
+from mjfl.coordinator.dashboard.device_logs import device_log
+from mjfl.coordinator.dashboard.live import POLL_INTERVAL_S, LiveRun, Transfer
 from mjfl.errors import UserError
 
 __all__ = ["DEFAULT_HOST", "PUSH_INTERVAL_S", "live_dashboard", "make_app", "needs_token", "new_token", "serve"]
@@ -64,8 +67,10 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def make_app(catalog: Catalog | None, *, token: str | None = None, live: LiveRun | None = None) -> web.Application:
-    """The dashboard's app over ``catalog`` (and ``live``, the run going on); with ``token``, every request must carry it."""
+def make_app(
+    catalog: Catalog | None, *, token: str | None = None, live: LiveRun | None = None, live_folder: Path | None = None
+) -> web.Application:
+    """The dashboard's app over ``catalog`` (and ``live``, the run going on, writing to ``live_folder``); with ``token``, every request must carry it."""
     app = web.Application(middlewares=[_guard(token)])
     closing = asyncio.Event()  # set on shutdown: open event streams end
 
@@ -100,6 +105,17 @@ def make_app(catalog: Catalog | None, *, token: str | None = None, live: LiveRun
         if live is None:
             return _json({"error": "no live run here"}, status=404)
         return _json(live.snapshot())
+
+    async def run_log(request: web.Request) -> web.Response:
+        folder = None if catalog is None else catalog.folder(request.match_info["id"])
+        if folder is None:
+            return _json({"error": f"no run {request.match_info['id']!r}"}, status=404)
+        return _json(await asyncio.to_thread(device_log, folder, request.match_info["device"]))
+
+    async def live_log(request: web.Request) -> web.Response:
+        if live is None or live_folder is None:
+            return _json({"error": "no live run here"}, status=404)
+        return _json(await asyncio.to_thread(device_log, live_folder, request.match_info["device"]))
 
     last: list[Any] = [-1, b""]  # the version last serialised and its event: pages open together share it
 
@@ -147,6 +163,8 @@ def make_app(catalog: Catalog | None, *, token: str | None = None, live: LiveRun
     app.router.add_get("/static/{name}", asset)
     app.router.add_get("/api/runs", runs)
     app.router.add_get("/api/runs/{id}", run)
+    app.router.add_get("/api/runs/{id}/devices/{device}/log", run_log)
+    app.router.add_get("/api/live/devices/{device}/log", live_log)
     return app
 
 
@@ -209,18 +227,27 @@ async def serve(
 
 @asynccontextmanager
 async def live_dashboard(
-    catalog: Catalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = 8780,
-    warn: Callable[[str], None] = lambda line: None,
+    catalog: Catalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = 8780, token: str | None = None,
+    folder: Path | None = None, transfer: Transfer | None = None, warn: Callable[[str], None] = lambda line: None,
 ) -> AsyncIterator[str | None]:
     """Serve the dashboard with ``live`` (and ``catalog``'s finished runs, if any) on the running event loop while the block runs; yields its URL.
 
-    A port that cannot be bound must not fail the run it shows: ``warn`` gets
-    one line and the block runs without a dashboard (yielding None). Leaving
-    the block (the run's end, an error, Ctrl-C) ends open event streams and
+    ``folder`` is the live run's output folder (its devices' logs);
+    ``transfer`` (``DeviceRegistry.transfer``) is asked every
+    ``POLL_INTERVAL_S`` what moves on the connections of devices with a task
+    (``LiveRun.poll``). A ``host`` other machines reach needs ``token``
+    (a ``UserError`` otherwise: the caller checks it before the run). A port
+    that cannot be bound must not fail the run it shows: ``warn`` gets one
+    line and the block runs without a dashboard (yielding None). Leaving the
+    block (the run's end, an error, Ctrl-C) ends open event streams and
     closes the listener.
     """
-    runner = web.AppRunner(make_app(catalog, live=live), handle_signals=False, access_log=None, shutdown_timeout=1.0)
+    if needs_token(host) and token is None:
+        raise UserError(f"--dashboard-host {host}: reachable from other machines; give a token (docs/dashboard.md)")
+    app = make_app(catalog, live=live, live_folder=folder, token=token)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
+    polling = None
     try:
         site = web.TCPSite(runner, host, port)
         try:
@@ -229,8 +256,21 @@ async def live_dashboard(
             warn(f"dashboard: cannot listen on {host} port {port} ({exc.strerror or exc}); the run goes on without it")
             yield None
             return
+        if transfer is not None:
+            polling = asyncio.create_task(_poll(live, transfer), name="dashboard transfers")
         bound = runner.addresses[0][1] if runner.addresses else port
         shown = f"[{host}]" if ":" in host else host
-        yield f"http://{shown}:{bound}/"
+        yield f"http://{shown}:{bound}/" + ("" if token is None else f"?token={quote(token, safe='')}")
     finally:
+        if polling is not None:
+            polling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await polling
         await runner.cleanup()
+
+
+async def _poll(live: LiveRun, transfer: Transfer) -> None:
+    """What moves on the devices' connections, every ``POLL_INTERVAL_S`` (not an event: nobody else would tell)."""
+    while True:
+        await asyncio.sleep(POLL_INTERVAL_S)
+        live.poll(transfer)

@@ -8,23 +8,42 @@ nothing here knows where the records came from.
 
 Time to target comes from ``results.outcomes`` (``Target.reached``, the one
 definition); a device's expected round time is Formula 4's mean,
-``tau*a*D + tau*D/mu`` (``DeviceProfile``).
+``tau*a*D + tau*D/mu`` (``DeviceProfile``). What a device is (phone,
+emulated, JVM) and its model and OS come from its hello's ``hardware``
+(``identity``); the events list merges a real-time run's fleet events with
+the failures and refused updates of its rounds (``events_table``).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from mjfl.coordinator.results.energy import job_energy
 from mjfl.coordinator.results.outcomes import run_summary
-from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo, SchedulerChoice
-from mjfl.profiling.profiles import DeviceProfile
+from mjfl.coordinator.storage.records import (
+    FleetEvent,
+    JobInfo,
+    RoundRecord,
+    RunInfo,
+    SchedulerChoice,
+)
 
-__all__ = ["RunView", "add_round", "choice_row", "choices_table", "devices_table", "epochs_of", "jobs_view", "run_entry", "run_view"]
+__all__ = [
+    "EVENTS_SHOWN", "RunView", "add_round", "choice_row", "choices_table", "device_row", "devices_table", "epochs_of",
+    "event_row", "events_table", "identity", "jobs_view", "round_events", "run_entry", "run_view",
+]
 
 RunView = dict[str, Any]
+EVENTS_SHOWN = 1000  # the newest events a view carries (a run of 1,000 flaky phones has many more)
+
+
+class Speed(Protocol):
+    """A device's Formula 4 parameters (a stored ``DeviceProfile``, or the planning view of a connected device)."""
+
+    a: float
+    mu: float
 
 
 def run_entry(
@@ -88,24 +107,60 @@ def jobs_view(jobs: Sequence[JobInfo], rounds: Sequence[RoundRecord]) -> list[di
 
 def devices_table(
     rounds: Sequence[RoundRecord],
-    profiles: Mapping[str, DeviceProfile],
+    profiles: Mapping[str, Speed],
     epochs: Mapping[str, int],
+    hardware: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per device that took part: rounds done and failed, its last failure and state.
+    """One row per device that took part (or connected, when ``hardware`` names it): its rounds, last failure and state.
 
     ``epochs`` (job -> tau) turns the device's profile into the expected time
     of its last round (Formula 4's mean); a device without a profile, or a job
     not in ``epochs``, has none. Rounds are taken in ``rounds`` order (recorded
-    order), so "last" is the last recorded.
+    order), so "last" is the last recorded. ``hardware`` (device -> its
+    hello's facts) gives each row its kind, model and OS (``identity``).
     """
     rows: dict[str, dict[str, Any]] = {}
+    for device, facts in (hardware or {}).items():
+        rows[device] = device_row(device, facts)
     for record in rounds:
         add_round(rows, record, profiles, epochs)
     return list(rows.values())
 
 
+def device_row(device: str, hardware: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A device's row before any round: its identity (``identity``), nothing counted yet."""
+    return {
+        "device": device, **identity(hardware), "rounds": 0, "ok": 0, "failed": 0, "rejected": 0,
+        "last_failure": None, "last_round_s": None, "expected_round_s": None,
+        "battery_pct": None, "charging": None, "thermal_status": None, "energy_j": None,
+    }
+
+
+def identity(hardware: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a device is, from its hello's ``hardware`` (protocol.md 5.1): ``{"kind", "model", "os"}``.
+
+    ``kind``: ``emulated`` (an emulated device says ``"emulated": true``),
+    ``phone`` (its ``os`` starts with "Android": the app), ``jvm`` (it names
+    its ``java`` version: the JVM client), else ``device``; None when it was
+    never seen connecting (a virtual-time run, a run before schema 5).
+    """
+    if hardware is None:
+        return {"kind": None, "model": None, "os": None}
+    os_name = hardware.get("os")
+    if hardware.get("emulated") is True:
+        kind = "emulated"
+    elif isinstance(os_name, str) and os_name.startswith("Android"):
+        kind = "phone"
+    elif "java" in hardware:
+        kind = "jvm"
+    else:
+        kind = "device"
+    model = hardware.get("model")
+    return {"kind": kind, "model": None if model is None else str(model), "os": None if os_name is None else str(os_name)}
+
+
 def add_round(
-    rows: dict[str, dict[str, Any]], record: RoundRecord, profiles: Mapping[str, DeviceProfile],
+    rows: dict[str, dict[str, Any]], record: RoundRecord, profiles: Mapping[str, Speed],
     epochs: Mapping[str, int],
 ) -> None:
     """Count one round in ``rows`` (device -> ``devices_table`` row), as ``devices_table`` does for each.
@@ -116,11 +171,7 @@ def add_round(
     for part in record.devices:
         row = rows.get(part.device)
         if row is None:
-            row = rows[part.device] = {
-                "device": str(part.device), "rounds": 0, "ok": 0, "failed": 0, "rejected": 0,
-                "last_failure": None, "last_round_s": None, "expected_round_s": None,
-                "battery_pct": None, "charging": None, "thermal_status": None, "energy_j": None,
-            }
+            row = rows[part.device] = device_row(str(part.device))
         row["rounds"] += 1
         row[part.status] += 1
         if part.status != "ok" and part.error:
@@ -138,6 +189,36 @@ def add_round(
         for name in ("battery_pct", "charging", "thermal_status"):
             if name in state:
                 row[name] = state[name]
+
+
+def events_table(events: Sequence[FleetEvent], rounds: Sequence[RoundRecord]) -> list[dict[str, Any]]:
+    """The run's events, oldest first, the newest ``EVENTS_SHOWN``: ``event_row`` of each fleet event and ``round_events``."""
+    rows = [event_row(e) for e in events] + [row for record in rounds for row in round_events(record)]
+    rows.sort(key=lambda row: row["at_s"])
+    return rows[-EVENTS_SHOWN:]
+
+
+def event_row(event: FleetEvent) -> dict[str, Any]:
+    """A fleet event (joined, left, refused) as a row of the events list."""
+    return {"at_s": _number(event.at_s), "kind": event.kind, "device": event.device, "job": None, "round": None,
+            "detail": event.detail}
+
+
+def round_events(record: RoundRecord) -> list[dict[str, Any]]:
+    """A round's failed devices and refused updates (``rejected``) as rows of the events list.
+
+    A device's row is timed when its answer (or failure) came: the round's
+    start plus its wait and its time, no later than the round's end.
+    """
+    return [
+        {
+            "at_s": _number(min(record.ended_s, record.started_s + part.wait_s + part.duration_s)),
+            "kind": part.status, "device": str(part.device), "job": str(record.job), "round": record.round,
+            "detail": part.error or "",
+        }
+        for part in record.devices
+        if part.status != "ok"
+    ]
 
 
 def choices_table(rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice]) -> list[dict[str, Any]]:
@@ -174,15 +255,21 @@ def run_view(
     jobs: Sequence[JobInfo],
     rounds: Sequence[RoundRecord],
     choices: Sequence[SchedulerChoice],
-    profiles: Mapping[str, DeviceProfile],
+    profiles: Mapping[str, Speed],
     epochs: Mapping[str, int],
+    events: Sequence[FleetEvent] = (),
 ) -> RunView:
-    """Everything the page shows of one run: ``{"run", "jobs", "devices", "choices"}``."""
+    """Everything the page shows of one run: ``{"run", "jobs", "devices", "choices", "events"}``.
+
+    A device's identity is what its last ``joined`` event said of it.
+    """
+    hardware = {str(e.device): e.hardware for e in events if e.kind == "joined" and e.device is not None}
     return {
         "run": dict(entry),
         "jobs": jobs_view(jobs, rounds),
-        "devices": devices_table(rounds, profiles, epochs),
+        "devices": devices_table(rounds, profiles, epochs, hardware),
         "choices": choices_table(rounds, choices),
+        "events": events_table(events, rounds),
     }
 
 

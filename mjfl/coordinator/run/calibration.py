@@ -68,8 +68,13 @@ async def run_session(
     warmup: int = 1,
     on_observation: Callable[[Observation], None] | None = None,
     on_failure: Callable[[DeviceId, str], None] | None = None,
+    on_task: Callable[[DeviceId, JobId, int], None] | None = None,
 ) -> list[Observation]:
     """``rounds`` calibration tasks per device and base job, cycling through sizes and epochs.
+
+    ``on_task(device, job, number)`` is told as each task is handed to the
+    fleet, ``on_observation`` and ``on_failure`` how it ended (warm-up tasks
+    included for ``on_task``, not for the other two).
 
     The first ``warmup`` tasks of each device and job are run but not kept:
     they carry one-off costs (receiving and loading the program and the shard,
@@ -91,6 +96,8 @@ async def run_session(
             plan += [(*next(combos), True) for _ in range(rounds)]
         for number, (job, tau, keep) in enumerate(plan, start=1):
             task = Task(job.artifacts.job, number, dict(job.weights), dataclasses.replace(job.training, epochs=tau), seed=number)
+            if on_task is not None:
+                on_task(device, task.job, number)
             try:
                 result = await fleet.run_task(device, task)
             except DeviceFailure as failure:

@@ -30,7 +30,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +49,7 @@ from mjfl.coordinator.dashboard.state import epochs_of
 from mjfl.coordinator.engine.budget import round_budget
 from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.engine.events import Observer
+from mjfl.coordinator.engine.events import DeviceJoined, Observer, TaskSent
 from mjfl.coordinator.engine.fleet import Fleet
 from mjfl.coordinator.results.live import LiveView
 from mjfl.coordinator.results.report import report_run
@@ -62,7 +62,7 @@ from mjfl.coordinator.run.preparation import (
     prepare_jobs,
     shard_count,
 )
-from mjfl.coordinator.run.recorder import Recorder
+from mjfl.coordinator.run.recorder import FleetRecorder, Membership, Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints, write_atomically
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import checkpoints_path, database_path
@@ -74,7 +74,7 @@ from mjfl.coordinator.storage.records import (
     SchedulerChoice,
 )
 from mjfl.errors import RunError, StorageError, UserError
-from mjfl.ids import DeviceId
+from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.observations import Observation, fit_profiles, write_observations
 from mjfl.profiling.profiles import DeviceProfile, save_profiles
 from mjfl.profiling.report import show_profiles
@@ -94,8 +94,11 @@ class Output:
     console: Console
     live: bool = True
     verbose: bool = False
-    # Real-time runs serve the live dashboard on 127.0.0.1 at this port (0: any free one); None: no dashboard.
+    # Real-time runs serve the live dashboard on this address and port (0: any free one); None: no dashboard.
+    # A host other machines reach needs the token (docs/security.md).
     dashboard_port: int | None = None
+    dashboard_host: str = "127.0.0.1"
+    dashboard_token: str | None = None
 
     @property
     def log_file(self) -> Path:
@@ -114,14 +117,6 @@ class ReadyFleet:
     impersonated: Mapping[str, DeviceProfile] = field(default_factory=dict)  # emulated devices' own profiles
     # Fleets that devices can join and leave while a run goes (the registry of a testbed).
     members: Membership | None = None
-
-
-class Membership(Protocol):
-    """Who tells the driver that devices come and go (``DeviceRegistry``); listeners run on the event loop."""
-
-    def on_join(self, listener: Callable[[DeviceId], None]) -> None: ...
-
-    def on_leave(self, listener: Callable[[DeviceId, str], None]) -> None: ...
 
 
 class Devices(Protocol):
@@ -248,18 +243,22 @@ class Driver:
             observers: list[Observer] = [Recorder(storage, run.checkpoints), view.observer(run.info.method)]
             live = None
             if devices.mode == "real" and self.output.dashboard_port is not None:
-                live = LiveRun(run.info, infos, epochs=epochs_of(config_to_dict(config)))
+                profiles = {str(p.device): p for p in ready.fleet.profiles()}
+                live = LiveRun(run.info, infos, epochs=epochs_of(config_to_dict(config)), profiles=profiles)
                 if run.resumed:
-                    live.recorded(storage.rounds(run.info.run_id), storage.choices(run.info.run_id))
+                    run_id = run.info.run_id
+                    live.recorded(storage.rounds(run_id), storage.choices(run_id), storage.fleet_events(run_id))
                 observers.append(live)
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,
                 observers=observers, frequencies=frequencies,
             )
-            if ready.members is not None and live is not None:
-                # The registry's word, too: a device that drops is offline at once, whatever the engine knew.
-                ready.members.on_join(live.joined)
-                ready.members.on_leave(live.left)
+            if ready.members is not None:
+                # The registry's word on who came, went or was refused: kept, and shown live (a device
+                # that drops is offline at once, whatever the engine knew).
+                FleetRecorder(
+                    run.info.run_id, engine.now, ready.members, storage=storage, also=None if live is None else live.fleet
+                ).present()
             if ready.members is not None:
                 # Devices that join later take a free shard and are planned like the others;
                 # so do those that connected while the jobs were being prepared.
@@ -270,13 +269,13 @@ class Driver:
             if live is None:
                 await engine.run()
             else:
-                async with self._dashboard(live):
+                async with self._dashboard(live, ready.members):
                     await engine.run()
         if all(job.stopped == "no devices" for job in jobs):
             raise RunError("no job could run: too few devices")
 
     @contextlib.asynccontextmanager
-    async def _dashboard(self, live: LiveRun) -> AsyncIterator[None]:
+    async def _dashboard(self, live: LiveRun, members: Membership | None) -> AsyncIterator[None]:
         """The live dashboard on this event loop while the run goes (docs/dashboard.md); a busy port only warns."""
         console, port = self.output.console, self.output.dashboard_port
         assert port is not None
@@ -284,10 +283,13 @@ class Driver:
         # The finished runs beside it: those of the run database in the output folder (not a database kept elsewhere).
         here = database_path(self.output.out_dir) == self.config.database_path
         catalog = Catalog([self.output.out_dir]) if here else None
-        async with live_dashboard(catalog, live, port=port, warn=warn) as url:
+        async with live_dashboard(
+            catalog, live, host=self.output.dashboard_host, port=port, token=self.output.dashboard_token,
+            folder=self.output.out_dir, transfer=None if members is None else members.transfer, warn=warn,
+        ) as url:
             if url is not None:
-                console.print(f"dashboard: {url}", highlight=False)
-                log.info("dashboard: %s", url)
+                console.print(f"dashboard: {url}", highlight=False, soft_wrap=True)
+                log.info("dashboard: %s", url.split("?")[0])  # the token stays out of the log
             yield
 
     def _engine_jobs(self, prepared: Sequence[PreparedJob], method: str, assignment: Assignment) -> list[EngineJob]:
@@ -402,18 +404,54 @@ class Driver:
                 [(p.artifacts(assignment), p.initial, p.config.training) for p in prepared]
             )
             total = len(ready.devices) * rounds * len(prepared)
+            live = self._calibration_view(ready)
             with Progress(console=console, transient=True) as bar:
                 task = bar.add_task(f"profiling {len(ready.devices)} devices", total=total)
+
+                def observed(obs: Observation) -> None:
+                    bar.advance(task)
+                    if live is not None:
+                        live.task_done(obs.device, obs.job, obs.duration_s)
 
                 def failed(device: DeviceId, why: str) -> None:
                     bar.advance(task)
                     console.print(f"[yellow]{device}[/]: task failed ({why})")
+                    if live is not None:
+                        live.task_done(str(device), None, None, why)
 
-                observations = await run_session(
-                    ready.fleet, jobs, ready.devices, rounds,
-                    on_observation=lambda _: bar.advance(task), on_failure=failed,
+                def sent(device: DeviceId, job: JobId, number: int) -> None:
+                    if live is not None:
+                        live(TaskSent(job, number, device, 0.0))
+
+                session = run_session(
+                    ready.fleet, jobs, ready.devices, rounds, on_observation=observed, on_failure=failed, on_task=sent,
                 )
+                if live is None:
+                    observations = await session
+                else:
+                    async with self._dashboard(live, ready.members):
+                        observations = await session
+                    live.status = "finished"
         return observations, ready
+
+    def _calibration_view(self, ready: ReadyFleet) -> LiveRun | None:
+        """What the live dashboard shows of a profiling session: its devices, their tasks and the fleet's events.
+
+        A session runs no engine and records no run: the view is told of each
+        calibration task (``run_session``'s callbacks) and of the registry's
+        fleet events, and keeps them in memory only.
+        """
+        if self.output.dashboard_port is None:
+            return None
+        stamp = dt.datetime.now(dt.UTC)
+        info = RunInfo(f"{stamp:%Y%m%dT%H%M%S}-profile", "profiling session", "real", self.config.seed, "{}", stamp.isoformat())
+        live = LiveRun(info, [])
+        for device in ready.devices:
+            live(DeviceJoined(device, 0.0))
+        if ready.members is not None:
+            started = ready.clock.now()
+            FleetRecorder(info.run_id, lambda: ready.clock.now() - started, ready.members, also=live.fleet).present()
+        return live
 
 
 @dataclass(eq=False)

@@ -29,8 +29,9 @@ from mjfl.android_bridge.phones.adb import (
     parse_meminfo,
     parse_thermal,
 )
-from mjfl.android_bridge.phones.attached import PhoneOptions, Phones, log_name
+from mjfl.android_bridge.phones.attached import PhoneOptions, Phones
 from mjfl.errors import PhoneError
+from mjfl.logs import phone_log_name
 
 PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"
 FACTS_COMMANDS = [
@@ -267,7 +268,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             assert pixel.reverses == {"tcp:8765"}
             assert pixel.extras == {"url": "ws://127.0.0.1:8765", "device_id": PIXEL, "token": "t"}
             # Its log is copied to <out>/phones/.
-            log = tmp_path / "phones" / log_name(PIXEL)
+            log = tmp_path / "phones" / phone_log_name(PIXEL)
             await wait(lambda: log.exists() and log.read_bytes() == server_phone_log("pixel7"))
             assert server.commands(PIXEL)[:6] == FACTS_COMMANDS
             assert server.commands(PIXEL)[6:] == [

@@ -14,7 +14,12 @@ import pytest
 
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.server import needs_token, serve
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.layout import database_path
+from mjfl.coordinator.storage.records import FleetEvent
 from mjfl.errors import UserError
+from mjfl.ids import DeviceId
+from mjfl.logs import LOG_FILE, PHONE_LOGS, phone_log_name
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,3 +100,46 @@ async def test_a_thousand_devices(tmp_path: Path, run_writer: Callable[..., None
     view = json.loads(body)
     assert status == 200 and len(view["devices"]) == 1000
     assert view["devices"][1]["failed"] == 6
+
+
+async def test_a_finished_runs_fleet_events_and_device_kinds_are_served(folder: Path) -> None:
+    with Storage(database_path(folder)) as storage:
+        pixel = {"model": "Google Pixel 7", "os": "Android 14 (API 34)"}
+        storage.record_fleet_event(FleetEvent("mg-1", 0.5, "joined", DeviceId("d0"), "from 10.0.0.7", pixel))
+    async with served(folder) as url:
+        # mg-1 is interrupted: its events stay out; mg-0's view has the rounds' events only.
+        view = json.loads((await get(url + "api/runs/0%3Amg-0"))[1])
+        assert {e["kind"] for e in view["events"]} == {"failed", "rejected"}
+        assert all(row["kind"] is None for row in view["devices"])
+    with Storage(database_path(folder)) as storage:
+        storage.record_fleet_event(FleetEvent("mg-0", 0.5, "joined", DeviceId("d0"), "from 10.0.0.7", pixel))
+        storage.record_fleet_event(FleetEvent("mg-0", 0.7, "refused", None, "unauthorized: credentials refused"))
+    async with served(folder) as url:
+        view = json.loads((await get(url + "api/runs/0%3Amg-0"))[1])
+        assert view["events"][:2] == [
+            {"at_s": 0.5, "kind": "joined", "device": "d0", "job": None, "round": None, "detail": "from 10.0.0.7"},
+            {"at_s": 0.7, "kind": "refused", "device": None, "job": None, "round": None,
+             "detail": "unauthorized: credentials refused"},
+        ]
+        d0 = next(row for row in view["devices"] if row["device"] == "d0")
+        assert (d0["kind"], d0["model"], d0["os"]) == ("phone", "Google Pixel 7", "Android 14 (API 34)")
+
+
+async def test_a_devices_log_lines_come_from_its_phone_log_else_the_run_log(folder: Path) -> None:
+    (folder / PHONE_LOGS).mkdir()
+    (folder / PHONE_LOGS / phone_log_name("10.0.0.7:5555")).write_text(
+        "".join(f"11-27 01:00:{k:02d} I mjfl: task {k}\n" for k in range(300)))
+    (folder / LOG_FILE).write_text(
+        "01:00:01 INFO device d1 connected from 127.0.0.1\n01:00:02 INFO device d10 connected\n"
+        "01:00:03 WARNING closed device d1: heartbeat_timeout\n")
+    async with served(folder) as url:
+        status, body, _ = await get(url + "api/runs/0%3Amg-0/devices/10.0.0.7%3A5555/log")
+        log = json.loads(body)
+        assert status == 200 and log["source"] == "phones/10.0.0.7_5555.logcat"
+        assert len(log["lines"]) == 200 and log["lines"][-1].endswith("task 299")
+        log = json.loads((await get(url + "api/runs/0%3Amg-0/devices/d1/log"))[1])
+        assert log["source"] == "mjfl.log" and [line[:8] for line in log["lines"]] == ["01:00:01", "01:00:03"]
+        log = json.loads((await get(url + "api/runs/0%3Amg-0/devices/..%2F..%2Fetc%2Fpasswd/log"))[1])
+        assert log["lines"] == []  # a made-up id names no file outside the folder
+        assert (await get(url + "api/runs/7%3Amg-0/devices/d1/log"))[0] == 404
+        assert (await get(url + "api/live/devices/d1/log"))[0] == 404  # no live run here

@@ -17,7 +17,13 @@ from run_records import CNN, LENET, jobs_of
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.live import LiveRun
 from mjfl.coordinator.dashboard.server import live_dashboard
-from mjfl.coordinator.dashboard.state import choices_table, devices_table, epochs_of, jobs_view
+from mjfl.coordinator.dashboard.state import (
+    choices_table,
+    devices_table,
+    epochs_of,
+    events_table,
+    jobs_view,
+)
 from mjfl.coordinator.engine.events import (
     DeviceJoined,
     DeviceLeft,
@@ -28,7 +34,7 @@ from mjfl.coordinator.engine.events import (
     RunStarted,
     TaskSent,
 )
-from mjfl.coordinator.storage.records import RoundRecord, RunInfo, SchedulerChoice
+from mjfl.coordinator.storage.records import FleetEvent, RoundRecord, RunInfo, SchedulerChoice
 from mjfl.ids import DeviceId
 
 pytestmark = pytest.mark.timeout(60)
@@ -70,6 +76,7 @@ def test_the_live_shapes_are_state_pys_shapes_of_the_same_rounds() -> None:
     assert [{k: v for k, v in row.items() if k != "state"} for row in view["devices"]] == devices_table(
         rounds, {}, epochs_of(CONFIG))
     assert view["choices"] == choices_table(rounds, choices)
+    assert view["events"] == events_table([], rounds)
     assert view["run"]["status"] == "running" and view["run"]["id"] == "live"
     live(RunFinished("live-0", {}, 40.0))
     assert live.snapshot()["run"]["status"] == "finished"
@@ -105,12 +112,78 @@ def test_each_device_is_idle_training_or_offline() -> None:
     assert states() == {"d0": "idle", "d1": "idle", "d7": "idle"}
     live(TaskSent(LENET, 1, DeviceId("d1"), 3.0))
     live(DeviceLeft(DeviceId("d1"), "closed", 3.5))
-    live.left("d7")  # the registry's word: it disconnected
+    live.fleet(FleetEvent("live-0", 3.6, "left", DeviceId("d7"), "connection lost"))  # the registry's word
     assert states() == {"d0": "idle", "d1": "offline", "d7": "offline"}
     live(JobStopped(CNN, "target", 1, 4.0))
-    live.joined("d7")
+    live.fleet(FleetEvent("live-0", 4.5, "joined", DeviceId("d7"), "from 10.0.0.7", {"model": "Pixel 7", "os": "Android 14"}))
     assert states()["d7"] == "idle"
     assert seen == list(range(1, len(seen) + 1)) and len(seen) == 9
+
+
+def test_fleet_events_name_each_device_and_list_what_happened() -> None:
+    live = new_live()
+    pixel = {"model": "Google Pixel 7", "os": "Android 14 (API 34)", "cores": 8}
+    live.fleet(FleetEvent("live-0", 1.0, "joined", DeviceId("p1"), "from 10.0.0.7", pixel))
+    live.fleet(FleetEvent("live-0", 1.5, "joined", DeviceId("e1"), "from 127.0.0.1", {"model": "emulated", "emulated": True}))
+    live.fleet(FleetEvent("live-0", 2.0, "joined", DeviceId("j1"), "", {"model": "jvm", "java": "17.0.15", "os": "Linux 6"}))
+    live.fleet(FleetEvent("live-0", 2.5, "refused", None, "unauthorized: credentials refused (from 10.0.0.9)"))
+    live(aggregated(records()[1]))  # round 2 of cnn, from 10 s to 20 s: d1 failed, d2's update refused
+    live.fleet(FleetEvent("live-0", 25.0, "left", DeviceId("p1"), "connection lost (close code 1006)"))
+    view = live.snapshot()
+    rows = {row["device"]: row for row in view["devices"]}
+    assert [(rows[d]["kind"], rows[d]["model"], rows[d]["os"]) for d in ("p1", "e1", "j1")] == [
+        ("phone", "Google Pixel 7", "Android 14 (API 34)"), ("emulated", "emulated", None), ("jvm", "jvm", "Linux 6")]
+    assert rows["d0"]["kind"] is None  # never seen connecting
+    assert [(e["at_s"], e["kind"], e["device"]) for e in view["events"]] == [
+        (1.0, "joined", "p1"), (1.5, "joined", "e1"), (2.0, "joined", "j1"), (2.5, "refused", None),
+        (14.0, "rejected", "d2"), (19.0, "failed", "d1"), (25.0, "left", "p1")]
+    failed = next(e for e in view["events"] if e["kind"] == "failed")
+    assert (failed["job"], failed["round"], failed["detail"]) == (str(CNN), 2, "timeout in round 2")
+    assert rows["p1"]["state"] == "offline"
+
+
+def test_a_poll_shows_what_moves_on_the_connections_of_devices_with_a_task() -> None:
+    live = new_live()
+    live(RunStarted("live-0", (CNN,), (DeviceId("d0"), DeviceId("d1")), 0.0))
+    live(TaskSent(CNN, 1, DeviceId("d0"), 0.1))
+    asked: list[str] = []
+    moving = {"d0": "downloading"}
+
+    def transfer(device: str) -> str | None:
+        asked.append(device)
+        return moving.get(device)
+
+    def state(device: str) -> str:
+        return next(row["state"] for row in live.snapshot()["devices"] if row["device"] == device)
+
+    version = live.version
+    live.poll(transfer)
+    assert asked == ["d0"] and state("d0") == f"downloading {CNN}" and live.version == version + 1
+    live.poll(transfer)
+    assert live.version == version + 1  # nothing changed: no push
+    moving["d0"] = None
+    live.poll(transfer)
+    assert state("d0") == f"training {CNN}"
+    moving["d0"] = "uploading"
+    live.poll(transfer)
+    assert state("d0") == f"uploading {CNN}"
+    live(DeviceResult(CNN, 1, device_rounds(1, 1)[0], 2.0))
+    asked.clear()
+    live.poll(transfer)
+    assert asked == [] and state("d0") == "idle"  # no task: not asked
+
+
+def test_a_profiling_session_counts_its_calibration_tasks() -> None:
+    live = LiveRun(RunInfo("p-0", "profiling session", "real", 0, "{}", "t"), [])
+    live(DeviceJoined(DeviceId("d0"), 0.0))
+    live(TaskSent(CNN, 1, DeviceId("d0"), 0.0))
+    live.task_done("d0", str(CNN), 1.25)
+    live(TaskSent(CNN, 2, DeviceId("d0"), 0.0))
+    live.task_done("d0", None, None, "device error: out of memory")
+    (row,) = live.snapshot()["devices"]
+    assert (row["rounds"], row["ok"], row["failed"], row["last_round_s"], row["last_failure"], row["state"]) == (
+        2, 1, 1, 1.25, "device error: out of memory", "idle")
+    assert [e["kind"] for e in live.snapshot()["events"]] == ["failed"]
 
 
 async def events(response: aiohttp.ClientResponse) -> AsyncIterator[dict]:

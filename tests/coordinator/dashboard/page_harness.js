@@ -51,8 +51,10 @@ function table(id, keys) {
   for (const key of keys) { const th = add(head, "th"); if (key) th.setAttribute("data-key", key); }
   add(t, "tbody");
 }
-for (const id of ["status", "compare", "run-section", "run-title", "jobs", "device-filter", "device-count"]) add(body, "div", id);
+for (const id of ["status", "compare", "run-section", "run-title", "jobs", "device-filter", "device-count", "device-log", "device-log-title",
+  "device-log-source", "device-log-lines", "device-log-close", "event-kind", "event-count"]) add(body, "div", id);
 table("runs", []);
+table("events", []);
 table("devices", [...fs.readFileSync(indexPath, "utf8").matchAll(/data-key="(\w+)"/g)].map((m) => m[1]));
 table("choices", []);
 
@@ -103,6 +105,16 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
   for (const fn of body.querySelector("#device-filter").listeners.input) fn();
   report.filtered = body.querySelector("#device-count").textContent;
   report.choices = body.querySelectorAll("#choices tbody tr").length;
+  report.events = body.querySelectorAll("#events tbody tr").length;
+  body.querySelector("#event-kind").value = "rejected";
+  for (const fn of body.querySelector("#event-kind").listeners.change) fn();
+  report.rejected_events = body.querySelectorAll("#events tbody tr").map((r) => r.children[2].textContent);
+  body.querySelector("#devices tbody tr").click();
+  await new Promise((r) => setTimeout(r, 10));
+  report.log_fetched = fetched.at(-1);
+  report.log_title = body.querySelector("#device-log-title").textContent;
+  report.log_source = body.querySelector("#device-log-source").textContent;
+  report.log_lines = body.querySelector("#device-log-lines").textContent;
   for (const box of body.querySelectorAll("#runs tbody input")) box.checked = true;
   await vm.runInContext("compare()", context);
   report.compared_paths = [...body.querySelector("#compare").walk()].filter((n) => n.tagName === "PATH").length;

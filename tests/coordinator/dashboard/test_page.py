@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from mjfl.coordinator.dashboard.catalog import Catalog
+from mjfl.coordinator.dashboard.device_logs import device_log
 
 STATIC = Path(__file__).parents[3] / "mjfl" / "coordinator" / "dashboard" / "static"
 NODE = shutil.which("node")
@@ -45,6 +46,8 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     api: dict[str, object] = {"api/runs": catalog.runs()}
     for run in catalog.runs():
         api[f"api/runs/{run['id']}"] = catalog.run(run["id"])
+    (other / "mjfl.log").write_text("INFO device d1 connected\nWARNING closed device d1: heartbeat_timeout\n")
+    api["api/runs/0:mg-0/devices/d1/log"] = device_log(other, "d1")
     page = draw(tmp_path, api)
     assert page["fetched"][0] == "api/runs" and page["runs"] == 2
     assert page["title"].startswith("meta-greedy · mg-0")
@@ -56,6 +59,12 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     assert page["most_failed"] == "d1"  # sorted by failures, most first
     assert page["filtered"] == "111 of 1000"  # d1, d10-d19, d100-d199
     assert page["choices"] == 6
+    # Every failure of d1 (6 rounds) and d2's refused update (round 2 of each job), oldest first; filtered by kind.
+    assert page["events"] == 8 and page["rejected_events"] == ["d2", "d2"]
+    # A click on a device row (d1: the most failed, first after the sort) shows its log lines.
+    assert page["log_fetched"] == "api/runs/0%3Amg-0/devices/d1/log" and page["log_title"] == "Log of d1"
+    assert page["log_source"] == "the newest 2 lines of mjfl.log naming it"
+    assert page["log_lines"] == "INFO device d1 connected\nWARNING closed device d1: heartbeat_timeout"
     assert page["compared_paths"] == 4  # two runs x two jobs
     assert "1000 devices drawn" in page["status"]
 

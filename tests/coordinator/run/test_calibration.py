@@ -1,7 +1,11 @@
 """A profiling session over real sockets against emulated devices that impersonate known phones."""
 
+import io
 import json
+import queue
 import re
+import threading
+import urllib.request
 
 import pytest
 from rich.console import Console
@@ -35,9 +39,23 @@ def test_session_recovers_the_impersonated_profiles(tmp_path):
         },
         base=tmp_path,
     )
-    console = Console(record=True, width=200)
+    printed = Printed()
+    console = Console(file=printed, record=True, width=200)
     out = tmp_path / "out" / "profile"
-    profiles = profile_run(config, Output(out, console), emulate=4, rounds=12)
+    seen: list[dict] = []
+    watcher = threading.Thread(target=watch_dashboard, args=(printed, seen), daemon=True)
+    watcher.start()
+    profiles = profile_run(config, Output(out, console, dashboard_port=0), emulate=4, rounds=12)
+    watcher.join(60)
+
+    # The session's live dashboard showed its devices, what they are, and their calibration tasks as they ended.
+    assert seen, "the dashboard pushed no snapshot with a finished task"
+    view = seen[-1]
+    assert view["run"]["label"] == "profiling session" and view["jobs"] == []
+    assert sorted(row["device"] for row in view["devices"]) == sorted(p.device_id for p in profiles)
+    assert {row["kind"] for row in view["devices"]} == {"emulated"}
+    assert any(row["ok"] >= 1 for row in view["devices"])
+    assert sorted(e["device"] for e in view["events"] if e["kind"] == "joined") == sorted(p.device_id for p in profiles)
 
     assert len(profiles) == 4
     saved = {p.device_id: p for p in load_profiles(out / "profiles.json")}
@@ -77,3 +95,30 @@ def test_show_works_without_observations(tmp_path):
     written = show(tmp_path / "p.json", console=console)
     assert [p.name for p in written] == ["cdf-x.png"]
     assert "without data" in console.export_text()
+
+
+class Printed(io.StringIO):
+    """A console's output that hands on the dashboard's address as soon as it is printed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.urls: queue.Queue[str] = queue.Queue()
+
+    def write(self, text: str) -> int:
+        found = re.search(r"dashboard: (http://\S+)", text)
+        if found:
+            self.urls.put(found.group(1))
+        return super().write(text)
+
+
+def watch_dashboard(printed: Printed, seen: list[dict]) -> None:
+    """Read the live dashboard's pushes until one shows a finished calibration task (or the stream ends)."""
+    url = printed.urls.get(timeout=300)
+    with urllib.request.urlopen(url + "api/live/events", timeout=60) as response:
+        for raw in response:
+            line = raw.decode()
+            if line.startswith("data: "):
+                view = json.loads(line.removeprefix("data: "))
+                if any(row["ok"] >= 1 for row in view["devices"]):
+                    seen.append(view)
+                    return

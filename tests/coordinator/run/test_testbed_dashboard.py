@@ -79,6 +79,16 @@ def test_the_live_dashboard_follows_the_run(tmp_path, processes):
     late.kill()
     gone = first(snapshots, lambda v: states(v)[late_id] == "offline", 60)
     assert sum(s == "offline" for s in states(gone).values()) == 1
+    # The fleet's events: every device's join (what it is, from its hello) and the late one's leave.
+    rows = {row["device"]: row for row in gone["devices"]}
+    assert {row["kind"] for row in rows.values()} == {"emulated"}
+    joined = [e["device"] for e in gone["events"] if e["kind"] == "joined"]
+    assert sorted(joined) == sorted(rows)
+    assert [e["device"] for e in gone["events"] if e["kind"] == "left"] == [late_id]
+    # One click away: the run log's lines that name a device (emulated devices log into the run's log).
+    with urllib.request.urlopen(dashboard + f"api/live/devices/{late_id}/log", timeout=10) as response:
+        log = json.load(response)
+    assert log["source"] == "mjfl.log" and any("connected" in line for line in log["lines"])
 
     coordinator.proc.send_signal(signal.SIGINT)  # Ctrl-C: the run stops and so does its dashboard
     assert coordinator.wait(120) == 130, "".join(coordinator.output)

@@ -94,6 +94,7 @@ function drawRun(view) {
     : run.label + " · " + run.run_id + " (seed " + run.seed + ", " + run.folder + ")";
   const jobs = document.getElementById("jobs");
   jobs.replaceChildren();
+  if (view.jobs.length === 0) jobs.append(el("p", "No jobs: a profiling session's calibration tasks are counted in each device's rounds.", "hint"));
   for (const job of view.jobs) {
     const box = el("div", null, "job");
     const target = job.target.accuracy !== null ? "accuracy ≥ " + job.target.accuracy : job.target.loss !== null ? "loss ≤ " + job.target.loss : "none";
@@ -106,6 +107,8 @@ function drawRun(view) {
   }
   devices.rows = view.devices;
   drawDevices();
+  events.rows = view.events || [];
+  drawEvents();
   drawChoices(view.choices);
   document.getElementById("run-section").hidden = false;
 }
@@ -162,7 +165,8 @@ const devices = { rows: [], key: "device", ascending: true };
 function drawDevices() {
   const filter = document.getElementById("device-filter").value.trim().toLowerCase();
   const { key, ascending } = devices;
-  const rows = devices.rows.filter((d) => !filter || d.device.toLowerCase().includes(filter) || (d.last_failure || "").toLowerCase().includes(filter));
+  const matches = (d) => [d.device, d.kind, d.model, d.os, d.state, d.last_failure].some((v) => (v || "").toLowerCase().includes(filter));
+  const rows = devices.rows.filter((d) => !filter || matches(d));
   rows.sort((a, b) => {
     const x = a[key], y = b[key];
     if (x === y) return 0;
@@ -173,7 +177,9 @@ function drawDevices() {
   const body = document.createElement("tbody");
   for (const d of rows) {
     const row = document.createElement("tr");
-    row.append(el("td", d.device), el("td", d.rounds, "num"), el("td", d.ok, "num"), el("td", d.failed, d.failed ? "num failed" : "num"),
+    row.dataset.device = d.device;
+    row.addEventListener("click", () => openLog(d.device));
+    row.append(el("td", d.device), el("td", d.kind), el("td", d.model), el("td", d.os), el("td", d.rounds, "num"), el("td", d.ok, "num"), el("td", d.failed, d.failed ? "num failed" : "num"),
       el("td", d.rejected, "num"), el("td", d.last_failure), el("td", fmt(d.last_round_s, 2), "num"), el("td", fmt(d.expected_round_s, 2), "num"),
       el("td", fmt(d.battery_pct, 0), "num"), el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), el("td", fmt(d.thermal_status), "num"),
       el("td", fmt(d.energy_j, 1), "num"), el("td", d.state ?? "", d.state === "offline" ? "offline" : ""));
@@ -185,6 +191,44 @@ function drawDevices() {
     th.classList.toggle("asc", th.dataset.key === key && ascending);
     th.classList.toggle("desc", th.dataset.key === key && !ascending);
   });
+}
+
+// --- events: joins, leaves, refused connections, failures and refused updates, oldest first ---
+
+const events = { rows: [] };
+
+function drawEvents() {
+  const kind = document.getElementById("event-kind").value;
+  const rows = events.rows.filter((e) => !kind || e.kind === kind);
+  const body = document.createElement("tbody");
+  for (const e of rows) {
+    const row = document.createElement("tr");
+    row.className = "event " + e.kind;
+    row.append(el("td", fmt(e.at_s, 1), "num"), el("td", e.kind === "rejected" ? "refused update" : e.kind), el("td", e.device ?? ""),
+      el("td", e.job ?? ""), el("td", e.round ?? "", "num"), el("td", e.detail));
+    body.append(row);
+  }
+  document.querySelector("#events tbody").replaceWith(body);
+  document.getElementById("event-count").textContent = rows.length + " of " + events.rows.length;
+}
+
+// --- a device's recent log lines (its phone's app log, else the run log's lines naming it) ---
+
+async function openLog(device) {
+  const path = opened === "live" ? "api/live/devices/" + encodeURIComponent(device) + "/log"
+    : "api/runs/" + encodeURIComponent(opened) + "/devices/" + encodeURIComponent(device) + "/log";
+  const box = document.getElementById("device-log");
+  document.getElementById("device-log-title").textContent = "Log of " + device;
+  box.hidden = false;
+  try {
+    const log = await api(path);
+    document.getElementById("device-log-source").textContent = log.source === null ? "no log kept for this device"
+      : "the newest " + log.lines.length + " lines of " + log.source + " naming it";
+    document.getElementById("device-log-lines").textContent = log.lines.join("\n");
+  } catch (error) {
+    document.getElementById("device-log-source").textContent = String(error);
+    document.getElementById("device-log-lines").textContent = "";
+  }
 }
 
 function drawChoices(choices) {
@@ -264,5 +308,7 @@ document.addEventListener("DOMContentLoaded", () => {
     drawDevices();
   }));
   document.getElementById("device-filter").addEventListener("input", drawDevices);
+  document.getElementById("event-kind").addEventListener("change", drawEvents);
+  document.getElementById("device-log-close").addEventListener("click", () => { document.getElementById("device-log").hidden = true; });
   loadRuns().then(startLive).catch((error) => status(String(error)));
 });

@@ -5,14 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup java-setup test test-fast java-test demo bench clean
+.PHONY: setup java-setup browser-setup test test-fast java-test demo bench clean
 
 # The JVM side (android/client-core and the app's compile check) needs a JDK 17,
 # JUnit 5, Gson and OkHttp: Debian's packages, installed here when missing.
 JAVA_PACKAGES := default-jdk-headless junit5 libgoogle-gson-java libokhttp-java
 JAVA_JARS := /usr/share/java/junit-platform-console-standalone.jar /usr/share/java/gson.jar /usr/share/java/okhttp.jar /usr/share/java/okio.jar
 
-setup: $(STAMP) java-setup
+setup: $(STAMP) java-setup browser-setup
 
 java-setup:
 	@missing=; command -v javac >/dev/null 2>&1 || missing=javac; \
@@ -27,13 +27,28 @@ java-setup:
 	  fi; \
 	fi
 
+# The dashboard's browser test and `mjfl bench dashboard` drive Debian's Chromium through
+# Playwright (the dev extra; never `playwright install`): installed here when missing.
+CHROMIUM := /usr/bin/chromium
+
+browser-setup:
+	@if [ ! -x $(CHROMIUM) ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the dashboard's browser test"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else \
+	    echo "missing: $(CHROMIUM)"; \
+	    echo "install it with: sudo apt-get install chromium  (Debian 12)"; exit 1; \
+	  fi; \
+	fi
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: $(STAMP) java-setup
+test: $(STAMP) java-setup browser-setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check mjfl tests
 	android/build-jvm.sh
@@ -54,11 +69,12 @@ java-test: java-setup
 demo: $(STAMP)
 	$(BIN)/mjfl testbed run examples/quickstart.toml --emulate 20 --out runs/demo
 
-bench: $(STAMP)
+bench: $(STAMP) browser-setup
 	mkdir -p runs/bench
 	$(BIN)/mjfl bench schedulers --devices 100 1000 --jobs 3 --rounds 30 --json runs/bench/schedulers.json
 	$(BIN)/mjfl bench trainers --json runs/bench/trainers.json
 	$(BIN)/mjfl bench coordinator --json runs/bench/coordinator.json
+	$(BIN)/mjfl bench dashboard --json runs/bench/dashboard.json
 
 clean:
 	rm -rf $(VENV) runs *.egg-info .pytest_cache

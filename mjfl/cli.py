@@ -391,6 +391,24 @@ def bench_programs(
     run_programs_bench(models=model_list, json_path=json_path, console=console)
 
 
+@bench_app.command("dashboard")
+def bench_dashboard(
+    json_path: JsonOption = None,
+    devices: Annotated[int, typer.Option(help="Devices of the synthetic finished run.")] = 1000,
+    jobs: Annotated[int, typer.Option(help="Its jobs.")] = 2,
+    rounds: Annotated[int, typer.Option(help="Rounds per job.")] = 30,
+    per_round: Annotated[int, typer.Option(help="Devices per round.")] = 60,
+    loads: Annotated[int, typer.Option(help="Page loads measured (the figure is their median).")] = 5,
+) -> None:
+    """The dashboard page's load of a finished run of 1,000 devices, in headless Debian Chromium."""
+    from mjfl.bench.dashboard import run_dashboard_bench
+
+    _bench_log(json_path)
+    run_dashboard_bench(
+        devices=devices, jobs=jobs, rounds=rounds, per_round=per_round, loads=loads, json_path=json_path, console=console,
+    )
+
+
 @app.command("export")
 def export_program(
     model: Annotated[str, typer.Argument(help="Zoo model: lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet.")],

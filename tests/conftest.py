@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from collections.abc import Callable, Iterator
 
@@ -50,3 +51,20 @@ def cluster() -> Iterator[object]:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield RayOptions()
     ray.shutdown()
+
+
+@pytest.fixture
+def needs_chromium() -> None:
+    """Debian's Chromium and Playwright, for the tests that drive a real browser.
+
+    Missing, they fail the test in CI (CI=true: `make test` installs both) and
+    skip it elsewhere, naming what is missing either way.
+    """
+    from mjfl.bench.dashboard import browser_missing
+
+    missing = browser_missing()
+    if missing is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"this test drives a real browser: {missing}", pytrace=False)
+    pytest.skip(f"no browser: {missing}")

@@ -19,6 +19,9 @@ Benchmarks:
 - ``coordinator`` (`mjfl bench coordinator`): the real-time coordinator on
   loopback: its overhead per round, broadcast throughput, and the heartbeat
   p99 over 1,000 idle connections.
+- ``dashboard`` (`mjfl bench dashboard`): the dashboard page's load of a
+  finished run of 1,000 devices in headless Debian Chromium (goal <= 1 s),
+  the server's time for the run's JSON and its size.
 - ``scale`` (`mjfl bench scale`): device-trainings per second and
   coordinator CPU per training of emulated fleets of 20 to 500 devices, in
   local worker processes and on Ray.

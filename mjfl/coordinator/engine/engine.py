@@ -183,7 +183,7 @@ class Engine:
             job.name: dict((frequencies or {}).get(job.name, {})) for job in self.jobs
         }
         self._released = asyncio.Condition()
-        self._start = 0.0
+        self._start: float | None = None  # the clock's time when run() started
         self._refiner = None
         if self.settings.profile_window > 0:
             self._refiner = ProfileRefiner(
@@ -192,7 +192,9 @@ class Engine:
         self._refined: dict[DeviceId, tuple[float, float]] = {}
 
     def now(self) -> float:
-        """Run-clock time: seconds since the run started (resumed runs continue their clock)."""
+        """Run-clock time: seconds since the run started (resumed runs continue their clock); before ``run``, its start."""
+        if self._start is None:
+            return self.settings.time_offset
         return self.clock.now() - self._start + self.settings.time_offset
 
     async def run(self) -> None:

@@ -104,6 +104,11 @@ def test_the_page_follows_a_live_run_and_opens_it_when_finished(tmp_path, proces
     expect(state).to_have_text("offline", timeout=OFFLINE_MS)
     expect(state).to_have_class(re.compile(r"\boffline\b"))
     expect(page.locator("#devices tbody td.offline")).to_have_count(1)
+    # The events list says it left; a click on its row shows its log lines (the run log's, naming it).
+    expect(page.locator("#events tbody tr.left").filter(has_text=ids[2])).to_have_count(1)
+    page.locator("#devices tbody tr").filter(has_text=ids[2]).click()
+    expect(page.locator("#device-log-title")).to_have_text(f"Log of {ids[2]}")
+    expect(page.locator("#device-log-lines")).to_contain_text(f"device {ids[2]} connected")
     page.screenshot(path=screenshots / "offline.png", full_page=True)
     assert coordinator.wait(300) == 0, "".join(coordinator.output)
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mjfl.coordinator.dashboard.state import RunView, epochs_of, run_entry, run_view
+from mjfl.coordinator.dashboard.state import RunView, epochs_of, round_devices, run_entry, run_view
 from mjfl.coordinator.results.runs import run_label
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
@@ -70,6 +70,18 @@ class Catalog:
             entry = _entry(index, folder, info, status, jobs, rounds)
             return run_view(entry, jobs, rounds, storage.choices(run_id), profiles,
                             epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id))
+
+    def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
+        """Who round ``number`` of ``job`` planned in the finished run ``key``, and what each answered; None if no such round."""
+        folder = self.folder(key)
+        run_id = key.partition(":")[2]
+        if folder is None:
+            return None
+        with self._open(folder) as storage:
+            if not any(info.run_id == run_id and status == "finished" for info, status in storage.runs()):
+                return None
+            found = [r for r in storage.rounds(run_id, job) if r.round == number]
+        return round_devices(found[0]) if found else None
 
     def folder(self, key: str) -> Path | None:
         """The output folder of the run named ``key`` (where its logs are); None for a key naming no folder."""

@@ -186,6 +186,11 @@ class LiveRun:
             "choices": list(self._choices), "events": sorted(self._events, key=_when), "version": self.version,
         }
 
+    def round_devices(self, job: str, number: int) -> dict[str, Any] | None:
+        """``state.round_devices`` of a finished round of this run; None if there is none such."""
+        found = next((r for r in reversed(self._rounds.get(job, [])) if r.round == number), None)
+        return None if found is None else state.round_devices(found)
+
     def recorded(
         self, rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice], events: Sequence[FleetEvent] = ()
     ) -> None:

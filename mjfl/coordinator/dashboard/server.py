@@ -117,6 +117,22 @@ def make_app(
             return _json({"error": "no live run here"}, status=404)
         return _json(await asyncio.to_thread(device_log, live_folder, request.match_info["device"]))
 
+    async def run_round(request: web.Request) -> web.Response:
+        key, job, number = request.match_info["id"], request.match_info["job"], request.match_info["round"]
+        found = None
+        if catalog is not None and number.isdigit():
+            found = await asyncio.to_thread(catalog.round_devices, key, job, int(number))
+        if found is None:
+            return _json({"error": f"no round {number} of job {job!r} in a finished run {key!r}"}, status=404)
+        return _json(found)
+
+    async def live_round(request: web.Request) -> web.Response:
+        job, number = request.match_info["job"], request.match_info["round"]
+        found = None if live is None or not number.isdigit() else live.round_devices(job, int(number))
+        if found is None:
+            return _json({"error": f"no round {number} of job {job!r} in the live run"}, status=404)
+        return _json(found)
+
     last: list[Any] = [-1, b""]  # the version last serialised and its event: pages open together share it
 
     def pushed() -> bytes:
@@ -165,6 +181,8 @@ def make_app(
     app.router.add_get("/api/runs/{id}", run)
     app.router.add_get("/api/runs/{id}/devices/{device}/log", run_log)
     app.router.add_get("/api/live/devices/{device}/log", live_log)
+    app.router.add_get("/api/runs/{id}/rounds/{job}/{round}", run_round)
+    app.router.add_get("/api/live/rounds/{job}/{round}", live_round)
     return app
 
 

@@ -32,7 +32,7 @@ from mjfl.coordinator.storage.records import (
 
 __all__ = [
     "EVENTS_SHOWN", "RunView", "add_round", "choice_row", "choices_table", "device_row", "devices_table", "epochs_of",
-    "event_row", "events_table", "identity", "jobs_view", "round_events", "run_entry", "run_view",
+    "event_row", "events_table", "identity", "jobs_view", "round_devices", "round_events", "run_entry", "run_view",
 ]
 
 RunView = dict[str, Any]
@@ -247,6 +247,29 @@ def choice_row(r: RoundRecord, members: Sequence[Mapping[str, Any]]) -> dict[str
         "used": sum(d.status == "ok" for d in r.devices),
         "expected_time_s": _number(r.expected_time_s),
         "time_s": _number(r.duration_s),
+    }
+
+
+def round_devices(record: RoundRecord) -> dict[str, Any]:
+    """Who one round planned and what each answered: ``{"job", "round", "winner", "devices": [...]}``, in plan order.
+
+    Each device: its status (``ok``: used; ``rejected``: answered, its update
+    refused; ``failed``: no answer), the reason, its samples, how long it
+    waited for another job to free it, its round time and its parts
+    (download, compute, upload, as it reported them), and its energy.
+    """
+    return {
+        "job": str(record.job), "round": record.round, "winner": record.winner,
+        "devices": [
+            {
+                "device": str(part.device), "status": part.status, "error": part.error, "samples": part.samples,
+                "wait_s": _number(part.wait_s), "time_s": _number(part.duration_s),
+                "download_s": _number(part.download_s), "compute_s": _number(part.compute_s),
+                "upload_s": _number(part.upload_s), "mean_loss": _number(part.mean_loss),
+                "energy_j": _number(part.energy_j),
+            }
+            for part in record.devices
+        ],
     }
 
 

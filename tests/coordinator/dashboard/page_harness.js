@@ -13,7 +13,7 @@ class Node {
     this.hidden = false; this.value = ""; this.checked = false; this.type = "";
     const self = this;
     this.classList = {
-      add: (c) => { self.className = (self.className + " " + c).trim(); },
+      add: (...cs) => { self.className = [self.className, ...cs].join(" ").trim(); },
       toggle: (c, on) => { const set = new Set(self.className.split(" ").filter(Boolean)); on ? set.add(c) : set.delete(c); self.className = [...set].join(" "); },
       contains: (c) => self.className.split(" ").includes(c),
     };
@@ -52,9 +52,10 @@ function table(id, keys) {
   add(t, "tbody");
 }
 for (const id of ["status", "compare", "run-section", "run-title", "jobs", "device-filter", "device-count", "device-log", "device-log-title",
-  "device-log-source", "device-log-lines", "device-log-close", "event-kind", "event-count"]) add(body, "div", id);
+  "device-log-source", "device-log-lines", "device-log-close", "event-kind", "event-count", "round-detail", "round-title", "round-close"]) add(body, "div", id);
 table("runs", []);
 table("events", []);
+table("round-devices", []);
 table("devices", [...fs.readFileSync(indexPath, "utf8").matchAll(/data-key="(\w+)"/g)].map((m) => m[1]));
 table("choices", []);
 
@@ -96,7 +97,10 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
   report.title = body.querySelector("#run-title").textContent;
   report.devices = body.querySelectorAll("#devices tbody tr").length;
   report.first_device = body.querySelector("#devices tbody tr").children[0].textContent;
-  report.paths = [...body.querySelector("#jobs").walk()].filter((n) => n.tagName === "PATH").map((n) => n.attrs.d);
+  const paths = (measure) => [...body.querySelector("#jobs").walk()].filter((n) => n.tagName === "SVG" && n.classList.contains(measure))
+    .flatMap((svg) => [...svg.walk()].filter((n) => n.tagName === "PATH").map((n) => n.attrs.d));
+  report.paths = paths("accuracy");
+  report.loss_paths = paths("loss");
   report.target_lines = [...body.querySelector("#jobs").walk()].filter((n) => n.attrs.class === "target").length;
   body.querySelectorAll("#devices th").find((th) => th.dataset.key === "failed").click();
   body.querySelectorAll("#devices th").find((th) => th.dataset.key === "failed").click(); // descending
@@ -109,6 +113,11 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
   body.querySelector("#event-kind").value = "rejected";
   for (const fn of body.querySelector("#event-kind").listeners.change) fn();
   report.rejected_events = body.querySelectorAll("#events tbody tr").map((r) => r.children[2].textContent);
+  body.querySelectorAll("#choices tbody tr")[1].click();
+  await new Promise((r) => setTimeout(r, 10));
+  report.round_fetched = fetched.at(-1);
+  report.round_title = body.querySelector("#round-title").textContent;
+  report.round_answers = body.querySelectorAll("#round-devices tbody tr").slice(0, 3).map((r) => r.children[1].textContent);
   body.querySelector("#devices tbody tr").click();
   await new Promise((r) => setTimeout(r, 10));
   report.log_fetched = fetched.at(-1);
@@ -129,7 +138,7 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
     report.live_states = states();
     for (const view of api["live pushes"]) sources[0].push(view);
     report.pushed_states = states();
-    report.pushed_paths = [...body.querySelector("#jobs").walk()].filter((n) => n.tagName === "PATH").map((n) => n.attrs.d);
+    report.pushed_paths = paths("accuracy");
     report.live_row_text = body.querySelectorAll("#runs tbody tr")[0].textContent;
   }
   console.log(JSON.stringify(report));

@@ -28,7 +28,7 @@ WAIT_MS = 180_000  # the default bound of every wait: a run's start on two loade
 OFFLINE_MS = 15_000  # a killed device is shown offline within this
 # The accuracy line's points: the M and L commands of its path (0 while there is none).
 POINTS = """() => {
-  const line = document.querySelector("#jobs svg.chart path.line");
+  const line = document.querySelector("#jobs svg.chart.accuracy path.line");
   return line === null ? 0 : (line.getAttribute("d").match(/[ML]/g) || []).length;
 }"""
 

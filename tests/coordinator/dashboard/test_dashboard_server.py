@@ -143,3 +143,16 @@ async def test_a_devices_log_lines_come_from_its_phone_log_else_the_run_log(fold
         assert log["lines"] == []  # a made-up id names no file outside the folder
         assert (await get(url + "api/runs/7%3Amg-0/devices/d1/log"))[0] == 404
         assert (await get(url + "api/live/devices/d1/log"))[0] == 404  # no live run here
+
+
+async def test_a_rounds_planned_devices_and_their_answers_are_served(folder: Path) -> None:
+    async with served(folder) as url:
+        status, body, _ = await get(url + "api/runs/0%3Amg-0/rounds/cnn/2")
+        round_ = json.loads(body)
+        assert status == 200 and (round_["job"], round_["round"], round_["winner"]) == ("cnn", 2, "genetic")
+        assert [(d["device"], d["status"], d["error"]) for d in round_["devices"]] == [
+            ("d0", "ok", None), ("d1", "failed", "timeout in round 2"), ("d2", "rejected", "NaN weights"), ("d3", "ok", None)]
+        assert round_["devices"][0]["energy_j"] == 2.0 and round_["devices"][0]["time_s"] == 4.0
+        for missing in ("0%3Amg-0/rounds/cnn/9", "0%3Amg-0/rounds/nojob/1", "0%3Amg-0/rounds/cnn/x",
+                        "0%3Amg-1/rounds/cnn/1"):  # mg-1 is not finished
+            assert (await get(url + "api/runs/" + missing))[0] == 404

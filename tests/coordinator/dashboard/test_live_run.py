@@ -23,6 +23,7 @@ from mjfl.coordinator.dashboard.state import (
     epochs_of,
     events_table,
     jobs_view,
+    round_devices,
 )
 from mjfl.coordinator.engine.events import (
     DeviceJoined,
@@ -77,6 +78,8 @@ def test_the_live_shapes_are_state_pys_shapes_of_the_same_rounds() -> None:
         rounds, {}, epochs_of(CONFIG))
     assert view["choices"] == choices_table(rounds, choices)
     assert view["events"] == events_table([], rounds)
+    assert live.round_devices(str(CNN), 2) == round_devices(rounds[1])
+    assert live.round_devices(str(CNN), 4) is None and live.round_devices("nojob", 1) is None
     assert view["run"]["status"] == "running" and view["run"]["id"] == "live"
     live(RunFinished("live-0", {}, 40.0))
     assert live.snapshot()["run"]["status"] == "finished"

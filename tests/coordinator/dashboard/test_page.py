@@ -48,6 +48,7 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
         api[f"api/runs/{run['id']}"] = catalog.run(run["id"])
     (other / "mjfl.log").write_text("INFO device d1 connected\nWARNING closed device d1: heartbeat_timeout\n")
     api["api/runs/0:mg-0/devices/d1/log"] = device_log(other, "d1")
+    api["api/runs/0:mg-0/rounds/cnn/2"] = catalog.round_devices("0:mg-0", "cnn", 2)
     page = draw(tmp_path, api)
     assert page["fetched"][0] == "api/runs" and page["runs"] == 2
     assert page["title"].startswith("meta-greedy · mg-0")
@@ -55,12 +56,19 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     # One accuracy line per job; cnn's NaN in round 3 draws nothing, so it has 2 points.
     assert len(page["paths"]) == 2
     assert page["paths"][0].count("L") == 1 and page["paths"][1].count("L") == 2
-    assert page["target_lines"] == 1  # lenet has only a loss target
+    assert page["target_lines"] == 2  # cnn's accuracy target, lenet's loss target
+    # Each job's loss too: cnn's NaN loss in round 3 draws nothing either.
+    assert len(page["loss_paths"]) == 2
+    assert page["loss_paths"][0].count("L") == 1 and page["loss_paths"][1].count("L") == 2
     assert page["most_failed"] == "d1"  # sorted by failures, most first
     assert page["filtered"] == "111 of 1000"  # d1, d10-d19, d100-d199
     assert page["choices"] == 6
     # Every failure of d1 (6 rounds) and d2's refused update (round 2 of each job), oldest first; filtered by kind.
     assert page["events"] == 8 and page["rejected_events"] == ["d2", "d2"]
+    # A click on a round (cnn's second): who was planned and what each answered.
+    assert page["round_fetched"] == "api/runs/0%3Amg-0/rounds/cnn/2"
+    assert page["round_title"] == "Round 2 of cnn (plan kept: genetic): 1000 planned"
+    assert page["round_answers"] == ["used", "no answer", "update refused"]
     # A click on a device row (d1: the most failed, first after the sort) shows its log lines.
     assert page["log_fetched"] == "api/runs/0%3Amg-0/devices/d1/log" and page["log_title"] == "Log of d1"
     assert page["log_source"] == "the newest 2 lines of mjfl.log naming it"

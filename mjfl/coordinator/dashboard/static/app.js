@@ -102,7 +102,8 @@ function drawRun(view) {
     box.append(el("h3", job.job + " (" + job.model + " on " + job.dataset + ")"),
       el("p", "target " + target + ", " + reached + "; rounds " + job.rounds + " of " + job.max_rounds + " (" + job.rounds_left + " left in the budget); final accuracy " + fmt(job.final_accuracy, 3)
         + "; energy to target " + energyText(job)),
-      chart([{ label: job.job, colour: COLOURS[0], x: job.series.time_s, y: job.series.accuracy }], job.target.accuracy));
+      chart([{ label: job.job, colour: COLOURS[0], x: job.series.time_s, y: job.series.accuracy }], job.target.accuracy),
+      chart([{ label: job.job + " loss", colour: COLOURS[1], x: job.series.time_s, y: job.series.loss }], job.target.loss, "loss"));
     jobs.append(box);
   }
   devices.rows = view.devices;
@@ -236,6 +237,7 @@ function drawChoices(choices) {
   for (const c of choices) {
     const members = c.members.map((m) => (m.won ? "*" : "") + m.member + " " + fmt(m.recost, 3)).join(", ");
     const row = document.createElement("tr");
+    row.addEventListener("click", () => openRound(c.job, c.round).catch((error) => status(String(error))));
     row.append(el("td", c.job), el("td", c.round, "num"), el("td", c.winner ?? ""), el("td", members), el("td", c.planned, "num"),
       el("td", c.answered, c.answered < c.planned ? "num failed" : "num"), el("td", c.used, "num"), el("td", fmt(c.expected_time_s, 2), "num"), el("td", fmt(c.time_s, 2), "num"));
     body.append(row);
@@ -243,18 +245,42 @@ function drawChoices(choices) {
   document.querySelector("#choices tbody").replaceWith(body);
 }
 
-// --- the chart: accuracy over run time, one path per line, the target dashed ----
+// --- one round: who was planned, and what each answered ---------------------------
 
-function chart(lines, target) {
+const ANSWERS = { ok: "used", rejected: "update refused", failed: "no answer" };
+
+async function openRound(job, number) {
+  const path = (opened === "live" ? "api/live" : "api/runs/" + encodeURIComponent(opened))
+    + "/rounds/" + encodeURIComponent(job) + "/" + number;
+  const round = await api(path);
+  document.getElementById("round-title").textContent = "Round " + round.round + " of " + round.job
+    + (round.winner ? " (plan kept: " + round.winner + ")" : "") + ": " + round.devices.length + " planned";
+  const body = document.createElement("tbody");
+  for (const d of round.devices) {
+    const row = document.createElement("tr");
+    row.append(el("td", d.device), el("td", ANSWERS[d.status] ?? d.status, d.status === "ok" ? "" : "failed"), el("td", d.error),
+      el("td", d.samples, "num"), el("td", fmt(d.wait_s, 2), "num"), el("td", fmt(d.time_s, 2), "num"), el("td", fmt(d.download_s, 2), "num"),
+      el("td", fmt(d.compute_s, 2), "num"), el("td", fmt(d.upload_s, 2), "num"), el("td", fmt(d.mean_loss, 3), "num"), el("td", fmt(d.energy_j, 1), "num"));
+    body.append(row);
+  }
+  document.querySelector("#round-devices tbody").replaceWith(body);
+  document.getElementById("round-detail").hidden = false;
+}
+
+// --- the chart: accuracy (or loss) over run time, one path per line, the target dashed ----
+
+function chart(lines, target, measure = "accuracy") {
   const W = 640, H = 260, L = 48, R = 12, T = 10, B = 36;
   const svg = document.createElementNS(SVG, "svg");
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.setAttribute("width", W);
   svg.setAttribute("height", H);
-  svg.classList.add("chart");
+  svg.classList.add("chart", measure);
   const xs = lines.flatMap((l) => l.x).filter((v) => v !== null);
   const xMax = Math.max(1e-9, ...xs);
-  const yMax = 1;
+  // Accuracy is in [0, 1]; a loss is drawn up to its largest value (or its target, if above).
+  const ys = lines.flatMap((l) => l.y).filter((v) => v !== null);
+  const yMax = measure === "accuracy" ? 1 : Math.max(1e-9, target ?? 0, ...ys) * 1.05;
   const sx = (x) => L + (x / xMax) * (W - L - R);
   const sy = (y) => T + (1 - y / yMax) * (H - T - B);
   const add = (tag, attrs, text) => {
@@ -265,15 +291,16 @@ function chart(lines, target) {
     return node;
   };
   for (let i = 0; i <= 5; i++) {
-    const y = i / 5;
+    const y = (yMax * i) / 5;
     add("line", { x1: L, x2: W - R, y1: sy(y), y2: sy(y), class: "grid" });
-    add("text", { x: L - 6, y: sy(y) + 4, "text-anchor": "end" }, y.toFixed(1));
+    add("text", { x: L - 6, y: sy(y) + 4, "text-anchor": "end" }, y.toFixed(yMax < 2 ? 1 : 0));
     const x = (xMax * i) / 5;
     add("text", { x: sx(x), y: H - B + 16, "text-anchor": "middle" }, fmt(x, x < 10 ? 1 : 0));
   }
   add("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" });
   add("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" });
   add("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle" }, "run time (s)");
+  add("text", { x: 4, y: T + 8 }, measure);
   if (target !== null && target !== undefined) add("line", { x1: L, x2: W - R, y1: sy(target), y2: sy(target), class: "target" });
   for (const line of lines) {
     let d = "", pen = "M";
@@ -309,6 +336,7 @@ document.addEventListener("DOMContentLoaded", () => {
   }));
   document.getElementById("device-filter").addEventListener("input", drawDevices);
   document.getElementById("event-kind").addEventListener("change", drawEvents);
+  document.getElementById("round-close").addEventListener("click", () => { document.getElementById("round-detail").hidden = true; });
   document.getElementById("device-log-close").addEventListener("click", () => { document.getElementById("device-log").hidden = true; });
   loadRuns().then(startLive).catch((error) => status(String(error)));
 });

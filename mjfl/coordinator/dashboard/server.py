@@ -21,13 +21,14 @@ import hmac
 import ipaddress
 import json
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.live import LiveRun
@@ -64,9 +65,16 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def make_app(catalog: Catalog | None, *, token: str | None = None, live: LiveRun | None = None) -> web.Application:
-    """The dashboard's app over ``catalog`` (and ``live``, the run going on); with ``token``, every request must carry it."""
-    app = web.Application(middlewares=[_guard(token)])
+def make_app(
+    catalog: Catalog | None, *, token: str | None = None, live: LiveRun | None = None,
+    middlewares: Sequence[Middleware] = (),
+) -> web.Application:
+    """The dashboard's app over ``catalog`` (and ``live``, the run going on); with ``token``, every request must carry it.
+
+    ``middlewares`` wrap every request outside the token rule (``mjfl bench
+    coordinator`` times the handlers with one).
+    """
+    app = web.Application(middlewares=[*middlewares, _guard(token)])
     closing = asyncio.Event()  # set on shutdown: open event streams end
 
     async def close_streams(app: web.Application) -> None:
@@ -210,16 +218,16 @@ async def serve(
 @asynccontextmanager
 async def live_dashboard(
     catalog: Catalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = 8780,
-    warn: Callable[[str], None] = lambda line: None,
+    warn: Callable[[str], None] = lambda line: None, middlewares: Sequence[Middleware] = (),
 ) -> AsyncIterator[str | None]:
     """Serve the dashboard with ``live`` (and ``catalog``'s finished runs, if any) on the running event loop while the block runs; yields its URL.
 
     A port that cannot be bound must not fail the run it shows: ``warn`` gets
     one line and the block runs without a dashboard (yielding None). Leaving
     the block (the run's end, an error, Ctrl-C) ends open event streams and
-    closes the listener.
+    closes the listener. ``middlewares``: as ``make_app``'s.
     """
-    runner = web.AppRunner(make_app(catalog, live=live), handle_signals=False, access_log=None, shutdown_timeout=1.0)
+    runner = web.AppRunner(make_app(catalog, live=live, middlewares=middlewares), handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -1,6 +1,6 @@
 """`mjfl bench coordinator`: what the real-time coordinator costs, on loopback.
 
-Three figures (docs/testbed.md, "Benchmark"), devices always in other
+Four figures (docs/testbed.md, "Benchmark"), devices always in other
 processes than the coordinator so that the coordinator's event loop is
 measured honestly:
 
@@ -18,6 +18,38 @@ overhead_fraction
     encoding and sending every task, receiving and checking every result,
     the event loop, plus the loopback itself and the emulator processes'
     own scheduling (both on the same two cores: an upper bound).
+dashboard_cpu_fraction
+    The same run again (same fleet, seed and rounds) with the live dashboard
+    as ``mjfl testbed run`` serves it (run/driver.py): a ``LiveRun``
+    observes the engine and the registry's joins and leaves, and
+    ``live_dashboard`` serves it on the coordinator's event loop. A page in
+    another process (``_page``) holds ``/api/live/events`` open, reading
+    every push, and loads ``/api/live`` every second, as pages being opened
+    would. The figure is the CPU time the dashboard's own code takes on the
+    event loop's thread during ``engine.run``, over its wall time (a
+    fraction of one core). ``_Meter`` counts it with ``time.thread_time``
+    around every call of the LiveRun (the engine's events, the registry's
+    joins and leaves, each with the ``Event.set`` that tells the stream) and around every
+    step of the web handlers (an aiohttp middleware given to
+    ``live_dashboard``: a push's snapshot, JSON and socket write run in those
+    steps), never while a handler waits and others run. Not counted: the
+    plumbing around those steps (the stream's wake-up through
+    ``asyncio.wait`` and its timers; for each ``/api/live`` load aiohttp's
+    connection set-up, request parsing, the body's write once the handler
+    returned, the close) and garbage collections the snapshots cause
+    elsewhere: so the figure is a lower bound. How far below was measured
+    once, the dashboard alone on a quiet loop (loop-thread CPU with a page
+    minus without, against what the meter counted): the meter sees about
+    70% of a push and 30% of a load, missing about 0.25 ms a push and 0.6
+    ms a load on the development VM (docs/testbed.md). Why counting rather
+    than comparing two runs: on two shared cores the coordinator's CPU over
+    a run moves by more than 1% of a core from one run to the next with the
+    same settings, so the difference of two runs cannot resolve a 2% goal.
+    ``dashboard_cpu_fraction_ab`` is that difference all the same
+    (``time.process_time`` per wall second with the dashboard minus without,
+    the run of ``overhead_fraction`` being the one without), a cross-check
+    with no goal; ``dashboard_pushes`` and ``dashboard_pushed_bytes`` are
+    what the page read on the stream (the snapshot before the run included).
 broadcast_mb_s
     One task carrying a model of ``broadcast_mb`` MiB to ``broadcast_devices``
     devices at once through ``RemoteFleet.run_task``. Each device stamps the
@@ -93,7 +125,7 @@ def run_coordinator_bench(
     json_path: Path | None = None,
     console: Console | None = None,
 ) -> dict[str, float]:
-    """Measure the three figures (module docstring); print a table, write ``json_path``."""
+    """Measure the four figures (module docstring); print a table, write ``json_path``."""
     if min(devices, rounds, broadcast_devices, connections) < 1 or min(round_s, broadcast_mb, heartbeat_s) <= 0:
         raise UserError(
             "--devices, --rounds, --broadcast-devices and --connections must be >= 1;"
@@ -211,16 +243,13 @@ async def _engine_run(devices: int, rounds: int, round_s: float, workers: int, *
         async with watching as page:
             observers = [rounds_log] if page is None else [rounds_log, page.observer]
             engine = Engine([job], remote, RealClock(), lambda *a: (0.0, 1.0), run_id="bench", observers=observers)
-            metered, cpu, started = _metered(page), time.process_time(), time.monotonic()
+            counted = 0.0 if page is None else page.meter.cpu_s  # the page's first push: before the run
+            cpu, started = time.process_time(), time.monotonic()
             await engine.run()
             wall_s, cpu_s = time.monotonic() - started, time.process_time() - cpu
             if page is not None:
-                page.cpu_s = _metered(page) - metered
+                page.cpu_s = page.meter.cpu_s - counted
     return _Run(sorted(rounds_log.records, key=lambda r: r.round), wall_s, cpu_s, page)
-
-
-def _metered(page: _Page | None) -> float:
-    return 0.0 if page is None else page.meter.cpu_s
 
 
 def _overhead(run: _Run, devices: int) -> tuple[float, str]:

@@ -29,10 +29,10 @@ dashboard_cpu_fraction
     event loop's thread during ``engine.run``, over its wall time (a
     fraction of one core). ``_Meter`` counts it with ``time.thread_time``
     around every call of the LiveRun (the engine's events, the registry's
-    joins and leaves, each with the ``Event.set`` that tells the stream) and around every
-    step of the web handlers (an aiohttp middleware given to
-    ``live_dashboard``: a push's snapshot, JSON and socket write run in those
-    steps), never while a handler waits and others run. Not counted: the
+    joins and leaves, each with the ``Event.set`` that tells the stream)
+    and around every step of the web handlers (an aiohttp middleware given
+    to ``live_dashboard``: a push's snapshot, JSON and socket write run in
+    those steps), never while a handler waits and others run. Not counted: the
     plumbing around those steps (the stream's wake-up through
     ``asyncio.wait`` and its timers; for each ``/api/live`` load aiohttp's
     connection set-up, request parsing, the body's write once the handler

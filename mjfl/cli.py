@@ -301,7 +301,7 @@ def bench_coordinator(
     hold_s: Annotated[float, typer.Option(help="How long to hold them, seconds.")] = 30.0,
     workers: Annotated[int | None, typer.Option(help="Emulator processes (default: min(2, CPUs)).")] = None,
 ) -> None:
-    """Coordinator overhead per round, broadcast throughput, 1,000 connections' heartbeat p99."""
+    """Coordinator overhead per round, the live dashboard's CPU, broadcast throughput, 1,000 connections' heartbeat p99."""
     from mjfl.bench.coordinator import run_coordinator_bench
 
     _bench_log(json_path)

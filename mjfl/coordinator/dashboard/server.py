@@ -22,7 +22,7 @@ import hmac
 import ipaddress
 import json
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from pathlib import Path
@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.device_logs import device_log
@@ -68,10 +69,15 @@ def new_token() -> str:
 
 
 def make_app(
-    catalog: Catalog | None, *, token: str | None = None, live: LiveRun | None = None, live_folder: Path | None = None
+    catalog: Catalog | None, *, token: str | None = None, live: LiveRun | None = None, live_folder: Path | None = None,
+    middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
-    """The dashboard's app over ``catalog`` (and ``live``, the run going on, writing to ``live_folder``); with ``token``, every request must carry it."""
-    app = web.Application(middlewares=[_guard(token)])
+    """The dashboard's app over ``catalog`` (and ``live``, the run going on, writing to ``live_folder``); with ``token``, every request must carry it.
+
+    ``middlewares`` wrap every request outside the token rule (``mjfl bench
+    coordinator`` times the handlers with one).
+    """
+    app = web.Application(middlewares=[*middlewares, _guard(token)])
     closing = asyncio.Event()  # set on shutdown: open event streams end
 
     async def close_streams(app: web.Application) -> None:
@@ -158,14 +164,16 @@ def make_app(
                     await asyncio.wait({waiting, ended}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     waiting.cancel()
-                if closing.is_set():
-                    break
                 if not changed.is_set():
-                    await response.write(b": keep-alive\n\n")
+                    if not closing.is_set():
+                        await response.write(b": keep-alive\n\n")
                     continue
                 changed.clear()
                 await response.write(pushed())
-                await asyncio.sleep(PUSH_INTERVAL_S)  # coalesce: what comes meanwhile is one push
+                # Coalesce: what comes meanwhile is one push, unless the dashboard is closing.
+                await asyncio.wait({ended}, timeout=PUSH_INTERVAL_S)
+            if changed.is_set():
+                await response.write(pushed())  # the last change (the run finished) before the stream ends
         except ConnectionResetError:
             pass  # the page went away
         finally:
@@ -247,6 +255,7 @@ async def serve(
 async def live_dashboard(
     catalog: Catalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = 8780, token: str | None = None,
     folder: Path | None = None, transfer: Transfer | None = None, warn: Callable[[str], None] = lambda line: None,
+    middlewares: Sequence[Middleware] = (),
 ) -> AsyncIterator[str | None]:
     """Serve the dashboard with ``live`` (and ``catalog``'s finished runs, if any) on the running event loop while the block runs; yields its URL.
 
@@ -258,11 +267,11 @@ async def live_dashboard(
     that cannot be bound must not fail the run it shows: ``warn`` gets one
     line and the block runs without a dashboard (yielding None). Leaving the
     block (the run's end, an error, Ctrl-C) ends open event streams and
-    closes the listener.
+    closes the listener. ``middlewares``: as ``make_app``'s.
     """
     if needs_token(host) and token is None:
         raise UserError(f"--dashboard-host {host}: reachable from other machines; give a token (docs/dashboard.md)")
-    app = make_app(catalog, live=live, live_folder=folder, token=token)
+    app = make_app(catalog, live=live, live_folder=folder, token=token, middlewares=middlewares)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     polling = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import socket
@@ -262,3 +263,29 @@ async def test_without_a_live_run_there_is_no_live_endpoint(folder: Path) -> Non
                 async with session.get(url + path) as response:
                     assert response.status == 404
         server.cancel()
+
+
+async def test_the_last_change_reaches_open_pages_as_the_dashboard_closes() -> None:
+    live = new_live()
+    live(RunStarted("live-0", (CNN, LENET), (DeviceId("d0"),), 0.0))
+    seen: list[dict] = []
+
+    async def read_to_the_end(stream: AsyncIterator[dict]) -> None:
+        with contextlib.suppress(aiohttp.ClientError):
+            async for view in stream:
+                seen.append(view)
+
+    async with aiohttp.ClientSession() as session:
+        async with live_dashboard(None, live, port=0) as url:
+            assert url is not None
+            response = await session.get(url + "api/live/events")
+            stream = events(response)
+            seen.append(await asyncio.wait_for(anext(stream), 10))
+            live(TaskSent(CNN, 1, DeviceId("d0"), 0.1))
+            seen.append(await asyncio.wait_for(anext(stream), 10))  # the server now waits out its gap between pushes
+            live(RunFinished("live-0", {}, 1.0))
+            reader = asyncio.create_task(read_to_the_end(stream))
+        # The run ended at once (the block left within the gap): the page still got it.
+        await asyncio.wait_for(reader, 10)
+        response.release()
+    assert seen[-1]["run"]["status"] == "finished" and seen[-1]["version"] == live.version

@@ -121,6 +121,7 @@ class LiveRun:
         if event.kind == "joined" and device is not None:
             row = self._row(device)
             row.update(state.identity(event.hardware))
+            row.update(state.told_state(event.hardware))
             if row["state"] == "offline":
                 row["state"] = "idle"
             if profile is not None:

@@ -33,10 +33,12 @@ from mjfl.coordinator.storage.records import (
 __all__ = [
     "EVENTS_SHOWN", "RunView", "add_round", "choice_row", "choices_table", "device_row", "devices_table", "epochs_of",
     "event_row", "events_table", "identity", "jobs_view", "round_devices", "round_events", "run_entry", "run_view",
+    "told_state",
 ]
 
 RunView = dict[str, Any]
 EVENTS_SHOWN = 1000  # the newest events a view carries (a run of 1,000 flaky phones has many more)
+_TOLD = ("battery_pct", "charging", "thermal_status")  # what a device tells of its state (protocol.md 5.5)
 
 
 class Speed(Protocol):
@@ -128,12 +130,22 @@ def devices_table(
 
 
 def device_row(device: str, hardware: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A device's row before any round: its identity (``identity``), nothing counted yet."""
-    return {
+    """A device's row before any round: its identity (``identity``) and the state its hello told, nothing counted yet."""
+    row = {
         "device": device, **identity(hardware), "rounds": 0, "ok": 0, "failed": 0, "rejected": 0,
         "last_failure": None, "last_round_s": None, "expected_round_s": None,
         "battery_pct": None, "charging": None, "thermal_status": None, "energy_j": None,
     }
+    row.update(told_state(hardware))
+    return row
+
+
+def told_state(hardware: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Battery, charging and thermal status a hello told (the app sends its ``device_state`` in ``hardware``)."""
+    state = (hardware or {}).get("device_state")
+    if not isinstance(state, Mapping):
+        return {}
+    return {name: state[name] for name in _TOLD if name in state}
 
 
 def identity(hardware: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -186,7 +198,7 @@ def add_round(
             else _number(tau * profile.a * part.samples + tau * part.samples / profile.mu)
         )
         state = part.device_state or {}
-        for name in ("battery_pct", "charging", "thermal_status"):
+        for name in _TOLD:
             if name in state:
                 row[name] = state[name]
 

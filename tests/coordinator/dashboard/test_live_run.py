@@ -126,7 +126,8 @@ def test_each_device_is_idle_training_or_offline() -> None:
 
 def test_fleet_events_name_each_device_and_list_what_happened() -> None:
     live = new_live()
-    pixel = {"model": "Google Pixel 7", "os": "Android 14 (API 34)", "cores": 8}
+    pixel = {"model": "Google Pixel 7", "os": "Android 14 (API 34)", "cores": 8,
+             "device_state": {"battery_pct": 77, "charging": False, "thermal_status": 0}}
     live.fleet(FleetEvent("live-0", 1.0, "joined", DeviceId("p1"), "from 10.0.0.7", pixel))
     live.fleet(FleetEvent("live-0", 1.5, "joined", DeviceId("e1"), "from 127.0.0.1", {"model": "emulated", "emulated": True}))
     live.fleet(FleetEvent("live-0", 2.0, "joined", DeviceId("j1"), "", {"model": "jvm", "java": "17.0.15", "os": "Linux 6"}))
@@ -138,6 +139,8 @@ def test_fleet_events_name_each_device_and_list_what_happened() -> None:
     assert [(rows[d]["kind"], rows[d]["model"], rows[d]["os"]) for d in ("p1", "e1", "j1")] == [
         ("phone", "Google Pixel 7", "Android 14 (API 34)"), ("emulated", "emulated", None), ("jvm", "jvm", "Linux 6")]
     assert rows["d0"]["kind"] is None  # never seen connecting
+    # The state a phone's hello told shows before its first round.
+    assert (rows["p1"]["battery_pct"], rows["p1"]["charging"], rows["p1"]["thermal_status"]) == (77, False, 0)
     assert [(e["at_s"], e["kind"], e["device"]) for e in view["events"]] == [
         (1.0, "joined", "p1"), (1.5, "joined", "e1"), (2.0, "joined", "j1"), (2.5, "refused", None),
         (14.0, "rejected", "d2"), (19.0, "failed", "d1"), (25.0, "left", "p1")]

@@ -215,6 +215,7 @@ class LiveRun:
         self._rounds.setdefault(job, []).append(record)
         self._stale.add(job)
         for part in record.devices:
+            self._row(str(part.device))  # a row with its state before state.add_round counts the round
             self._done(str(part.device), job)  # its round is over, whatever came of its task
         state.add_round(self._rows, record, self._profiles, self._epochs)
         self._events.extend(state.round_events(record))

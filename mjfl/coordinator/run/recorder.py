@@ -85,9 +85,10 @@ class FleetRecorder:
     A listener of the registry (``Membership``): each event is stamped on the
     run's clock (``now``), kept in the run database (``storage``; None for a
     profiling session, which records no run) and handed to ``also`` (the live
-    dashboard). A fleet event that cannot be saved only warns: the run's
-    rounds are what must not be lost, and a registry listener must not raise
-    into the server that serves every device.
+    dashboard). A fleet event that cannot be saved only warns, and a view
+    that fails on one is logged: the run's rounds are what must not be lost,
+    and a registry listener must not raise into the server that serves every
+    device.
     """
 
     def __init__(
@@ -128,4 +129,7 @@ class FleetRecorder:
             except (OSError, StorageError) as exc:
                 log.warning("%s event of %s not saved: %s", event.kind, event.device or "a connection", exc)
         if self.also is not None:
-            self.also(event, profile)
+            try:
+                self.also(event, profile)
+            except Exception:  # our bug, in a view: it must not stop the run, nor end a device's connection
+                log.exception("the live view failed on a %s event of %s", event.kind, event.device or "a connection")

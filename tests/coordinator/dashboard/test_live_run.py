@@ -97,6 +97,8 @@ def test_a_resumed_run_starts_from_its_recorded_rounds() -> None:
     for record in rounds:
         whole(aggregated(record))
     assert resumed.snapshot() | {"version": 0} == whole.snapshot() | {"version": 0}
+    assert {row["state"] for row in resumed.snapshot()["devices"]} == {"idle"}  # every row has one
+    resumed.fleet(FleetEvent("live-0", 50.0, "joined", DeviceId("d0"), ""))  # and a join after a resume reads it
     assert len(resumed.snapshot()["jobs"][0]["series"]["round"]) == 3
 
 

@@ -21,15 +21,17 @@ overhead_fraction
 dashboard_cpu_fraction
     The same run again (same fleet, seed and rounds) with the live dashboard
     as ``mjfl testbed run`` serves it (run/driver.py): a ``LiveRun``
-    observes the engine and the registry's joins and leaves, and
-    ``live_dashboard`` serves it on the coordinator's event loop. A page in
+    observes the engine and, through a ``FleetRecorder``, the registry's
+    joins, leaves and refusals; ``live_dashboard`` serves it on the
+    coordinator's event loop and polls the registry for what moves on the
+    connections. A page in
     another process (``_page``) holds ``/api/live/events`` open, reading
     every push, and loads ``/api/live`` every second, as pages being opened
     would. The figure is the CPU time the dashboard's own code takes on the
     event loop's thread during ``engine.run``, over its wall time (a
     fraction of one core). ``_Meter`` counts it with ``time.thread_time``
-    around every call of the LiveRun (the engine's events, the registry's
-    joins and leaves, each with the ``Event.set`` that tells the stream)
+    around every call of the LiveRun (the engine's events, the fleet events,
+    the transfer polls, each with the ``Event.set`` that tells the stream)
     and around every step of the web handlers (an aiohttp middleware given
     to ``live_dashboard``: a push's snapshot, JSON and socket write run in
     those steps), never while a handler waits and others run. Not counted: the

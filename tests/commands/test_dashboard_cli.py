@@ -8,6 +8,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from processes import Process, mjfl_args
 from run_records import record_run
 
@@ -48,3 +49,19 @@ def test_another_host_gets_a_token_in_the_printed_address(tmp_path: Path, proces
         assert response.status == 200
     dashboard.proc.send_signal(signal.SIGINT)
     assert dashboard.wait(timeout=20) == 0
+
+
+def test_a_runs_live_dashboard_on_another_host_gets_a_token_made_for_it(tmp_path: Path) -> None:
+    from mjfl import cli
+    from mjfl.errors import UserError
+
+    loopback = cli._output(tmp_path, dashboard_port=0)
+    assert (loopback.dashboard_host, loopback.dashboard_token) == ("127.0.0.1", None)
+    with cli.console.capture() as printed:
+        lan = cli._output(tmp_path, dashboard_port=0, dashboard_host="0.0.0.0")
+    assert lan.dashboard_host == "0.0.0.0" and lan.dashboard_token is not None and len(lan.dashboard_token) >= 40
+    assert "--dashboard-host 0.0.0.0 is reachable from other machines" in printed.get()
+    assert cli._output(tmp_path, dashboard_port=0, dashboard_host="0.0.0.0").dashboard_token != lan.dashboard_token
+    assert cli._output(tmp_path, dashboard_port=None, dashboard_host="0.0.0.0").dashboard_token is None  # no dashboard
+    with pytest.raises(UserError, match="--dashboard-port 70000"):
+        cli._output(tmp_path, dashboard_port=70000)

@@ -37,6 +37,7 @@ from mjfl.coordinator.engine.events import (
     TaskSent,
 )
 from mjfl.coordinator.storage.records import FleetEvent, RoundRecord, RunInfo, SchedulerChoice
+from mjfl.errors import UserError
 from mjfl.ids import DeviceId
 
 pytestmark = pytest.mark.timeout(60)
@@ -294,3 +295,20 @@ async def test_the_last_change_reaches_open_pages_as_the_dashboard_closes() -> N
         await asyncio.wait_for(reader, 10)
         response.release()
     assert seen[-1]["run"]["status"] == "finished" and seen[-1]["version"] == live.version
+
+
+async def test_the_live_dashboard_on_an_address_others_reach_needs_its_token() -> None:
+    live = new_live()
+    with pytest.raises(UserError, match="--dashboard-host 0.0.0.0"):
+        async with live_dashboard(None, live, host="0.0.0.0", port=0):
+            pass
+    async with live_dashboard(None, live, host="0.0.0.0", port=0, token="s3cret") as url:
+        assert url is not None and url.startswith("http://0.0.0.0:") and url.endswith("/?token=s3cret")
+        base = url.split("?")[0].replace("0.0.0.0", "127.0.0.1")
+        async with aiohttp.ClientSession() as session:
+            async with session.get(base + "api/live") as response:
+                assert response.status == 401
+            async with session.get(base + "api/live", headers={"Authorization": "Bearer s3cret"}) as response:
+                assert response.status == 200 and (await response.json())["run"]["id"] == "live"
+            async with session.get(base + "api/live/events?token=s3cret") as response:
+                assert response.status == 200 and (await anext(events(response)))["version"] == live.version

@@ -293,14 +293,14 @@ function chart(lines, target, measure = "accuracy") {
   for (let i = 0; i <= 5; i++) {
     const y = (yMax * i) / 5;
     add("line", { x1: L, x2: W - R, y1: sy(y), y2: sy(y), class: "grid" });
-    add("text", { x: L - 6, y: sy(y) + 4, "text-anchor": "end" }, y.toFixed(yMax < 2 ? 1 : 0));
+    add("text", { x: L - 6, y: sy(y) + 4, "text-anchor": "end" }, y.toFixed(yMax / 5 >= 1 ? 0 : yMax / 5 >= 0.1 ? 1 : 2));
     const x = (xMax * i) / 5;
     add("text", { x: sx(x), y: H - B + 16, "text-anchor": "middle" }, fmt(x, x < 10 ? 1 : 0));
   }
   add("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" });
   add("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" });
   add("text", { x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle" }, "run time (s)");
-  add("text", { x: 4, y: T + 8 }, measure);
+  add("text", { x: W - R, y: T + 10, "text-anchor": "end" }, measure);
   if (target !== null && target !== undefined) add("line", { x1: L, x2: W - R, y1: sy(target), y2: sy(target), class: "target" });
   for (const line of lines) {
     let d = "", pen = "M";

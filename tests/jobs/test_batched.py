@@ -1,0 +1,88 @@
+"""The batched trainer: K devices of one job trained together equal each device trained alone (the eager trainer)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mjfl.jobs.base import LocalTraining, ModelSpec
+from mjfl.jobs.batched import BatchedTask, BatchedTrainer
+from mjfl.jobs.models import MODELS, initial_weights
+from mjfl.jobs.trainers import TorchTrainer
+
+pytestmark = pytest.mark.timeout(300)
+
+# The batch-norm nets on the digits' native 8x8, the others upsampled to 16x16, as in test_trainers.py;
+# dropout at each model's own rate (the paper's), so every device's masks come from its own seed.
+CHAOTIC = {"cnn-a-iid", "resnet13"}
+SPECS = {name: ModelSpec(name, (1, 8, 8) if name in CHAOTIC else (1, 16, 16), 10) for name in sorted(MODELS)}
+TRAINING = LocalTraining(epochs=2, batch_size=8, lr=0.02, momentum=0.9, weight_decay=5e-4)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def digits(size: int) -> tuple[np.ndarray, np.ndarray]:
+    """sklearn's digits with a little noise: their 17 grey levels tie in max pooling, where a last-bit difference
+    of summation order picks another maximum and the two trainings part (a kink, not an error); noise makes ties
+    improbable."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = d.images.astype(np.float32) / 16.0
+    if size != 8:
+        x = np.kron(x, np.ones((size // 8, size // 8), np.float32))
+    x = x + np.random.default_rng(0).uniform(0.0, 0.05, x.shape).astype(np.float32)
+    return np.ascontiguousarray(x[:, None, :, :]), d.target.astype(np.int64)
+
+
+def relative_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
+    """The largest difference of any entry, relative to the largest magnitude of its tensor."""
+    return max(float(np.abs(a[k] - b[k]).max()) / max(float(np.abs(b[k]).max()), 1e-12) for k in b)
+
+
+def tasks_of(spec: ModelSpec) -> list[BatchedTask]:
+    """Five devices of one round: the same global weights; shards of 21 and 13 samples (two plan shapes, short last batches)."""
+    x, y = digits(spec.input_shape[1])
+    w0 = initial_weights(spec, 7)
+    sizes = [21, 13, 21, 21, 13]
+    starts = np.cumsum([0, *sizes])
+    return [
+        BatchedTask(w0, x[starts[i] : starts[i + 1]], y[starts[i] : starts[i + 1]], TRAINING, seed=2**40 + 17 * i)
+        for i in range(len(sizes))
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_every_device_of_a_batch_equals_its_own_training(name: str) -> None:
+    spec = SPECS[name]
+    tasks = tasks_of(spec)
+    batched = BatchedTrainer(spec, device="cpu", max_devices=2).train_many(tasks)  # groups of 3 and 2, in chunks of 2
+    alone = TorchTrainer(spec, device="cpu")
+    for task, result in zip(tasks, batched, strict=True):
+        reference = alone.train(task.weights, task.x, task.y, task.training, seed=task.seed)
+        assert list(result.weights) == list(reference.weights)
+        assert (result.samples, result.steps) == (reference.samples, reference.steps)
+        assert relative_difference(result.weights, task.weights) > 1e-3  # it trained
+        assert relative_difference(result.weights, reference.weights) <= 1e-5, name
+        assert result.mean_loss == pytest.approx(reference.mean_loss, rel=1e-5)
+        for key, value in result.weights.items():
+            assert value.dtype == reference.weights[key].dtype, key
+
+
+def test_devices_of_one_batch_stay_apart() -> None:
+    """A device's result does not depend on who trains beside it."""
+    spec = SPECS["cnn-b"]  # dropout: each device's masks from its own seed
+    tasks = tasks_of(spec)
+    trainer = BatchedTrainer(spec, device="cpu")
+    together = trainer.train_many(tasks)
+    alone = trainer.train(tasks[2].weights, tasks[2].x, tasks[2].y, TRAINING, seed=tasks[2].seed)
+    assert relative_difference(together[2].weights, alone.weights) <= 1e-5
+    assert relative_difference(together[0].weights, together[2].weights) > 1e-3  # other shards, other seeds

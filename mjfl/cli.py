@@ -369,13 +369,20 @@ def bench_trainers(
     models: Annotated[str | None, typer.Option(help="Comma-separated zoo models (default: all).")] = None,
     steps: Annotated[int, typer.Option(help="Measured steps per model and runtime (after a warm-up).")] = 100,
     batch: Annotated[int, typer.Option(help="Batch size of a step.")] = 32,
+    devices: Annotated[str, typer.Option(help="Devices per batched step, comma-separated ('' skips device trainings).")] = "1,8,32,128",
 ) -> None:
-    """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per zoo model."""
+    """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per zoo model; device trainings per second."""
     from mjfl.bench.trainers import run_trainers_bench
 
     _bench_log(json_path)
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
-    run_trainers_bench(models=model_list, steps=steps, batch=batch, json_path=json_path, console=console)
+    try:
+        device_list = [int(k) for k in devices.split(",") if k.strip()]
+    except ValueError:
+        raise UserError(f"--devices {devices!r}: give whole numbers, e.g. 1,8,32,128") from None
+    if any(k < 1 for k in device_list):
+        raise UserError(f"--devices {devices!r}: each must be >= 1")
+    run_trainers_bench(models=model_list, steps=steps, batch=batch, json_path=json_path, console=console, devices=device_list)
 
 
 @bench_app.command("programs")

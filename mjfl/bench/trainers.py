@@ -1,4 +1,4 @@
-"""`mjfl bench trainers`: one training step in ExecuTorch's runtime vs eager PyTorch.
+"""`mjfl bench trainers`: one training step in ExecuTorch's runtime vs eager PyTorch; device trainings per second.
 
 For each zoo model, the median wall time of a training step (forward, loss,
 backward and the SGD update, batch 32 by default) over `steps` steps after
@@ -6,6 +6,14 @@ a warm-up, in both runtimes on this machine's CPU. Eager PyTorch runs with
 `torch.set_num_threads(1)` because the ExecuTorch Python runtime computes
 on one thread; the ratio executorch / torch is what the issue tracks
 (goal: <= 3 for LeNet-5 and the CNNs, <= 6 for VGG and ResNet).
+
+Then device trainings per second on the quickstart's digits jobs
+(`FLEET_JOBS`: a device's task is 60 samples, 2 epochs, batch 8): one
+process and one thread each, the per-device ExecuTorch and eager trainers
+one task after another, and the batched trainer (`mjfl.jobs.batched`) K
+tasks at once for each K of `devices` (1, 8, 32, 128). Each figure is
+tasks / wall seconds over `FLEET_TASKS` tasks (at least K) after a warm-up
+task. The goal: batched at K = 32 >= 3x ExecuTorch on LeNet-5 and CNN-A.
 """
 
 from __future__ import annotations
@@ -49,6 +57,12 @@ GOALS: dict[str, float] = {
 }
 WARMUP_STEPS = 5
 RUNTIMES = ("executorch", "torch")
+# The quickstart's digits jobs (examples/quickstart.toml): model, input shape, and a device's task.
+FLEET_JOBS: dict[str, tuple[int, int, int]] = {"lenet5": (1, 12, 12), "cnn-a-noniid": (1, 8, 8), "vgg6": (1, 8, 8)}
+FLEET_SAMPLES, FLEET_EPOCHS, FLEET_BATCH = 60, 2, 8
+FLEET_TASKS = 32  # per-device paths: tasks timed; the batched trainer: max(K, this)
+DEVICES = (1, 8, 32, 128)
+BATCHED_GOAL = {"lenet5": 3.0, "cnn-a-noniid": 3.0}  # batched (K = 32) / executorch device trainings per second
 
 
 @dataclass(frozen=True)
@@ -95,8 +109,9 @@ def run_trainers_bench(
     seed: int = 0,
     json_path: Path | None = None,
     console: Console | None = None,
+    devices: Sequence[int] = DEVICES,
 ) -> dict[str, Any]:
-    """Measure every model in both runtimes (module docstring); print a table, write ``json_path``.
+    """Measure every model in both runtimes, then device trainings per second (module docstring); print, write ``json_path``.
 
     Programs come from `cached_program` (exported on first use). Dropout is
     set to 0 so both runtimes do the same work. Returns the JSON document:
@@ -171,8 +186,87 @@ def run_trainers_bench(
         ("model", "input", "params", "executorch ms", "torch ms", "ratio", "goal"),
         (_row(name, params[name], ratios[name], {r.runtime: r for r in rows if r.model == name}) for name in names),
     ))
+    if devices:
+        report["device_trainings"] = device_trainings(devices, cache_dir=cache_dir, seed=seed, console=console)
     output.write(report, json_path, console)
     return report
+
+
+def device_trainings(
+    devices: Sequence[int], *, cache_dir: str | Path, seed: int = 0, console: Console, tasks: int = FLEET_TASKS
+) -> dict[str, dict[str, Any]]:
+    """Device trainings per second of every path on ``FLEET_JOBS`` (module docstring), over ``tasks`` tasks; prints a table."""
+    import numpy as np
+    import torch
+
+    from mjfl.jobs.base import LocalTraining
+    from mjfl.jobs.batched import BatchedTask, BatchedTrainer
+    from mjfl.jobs.export import cached_program
+    from mjfl.jobs.models import initial_weights
+    from mjfl.jobs.trainers import ExecuTorchTrainer, TorchTrainer
+
+    training = LocalTraining(epochs=FLEET_EPOCHS, batch_size=FLEET_BATCH, lr=0.05)
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    figures: dict[str, dict[str, Any]] = {}
+    try:
+        for name, shape in FLEET_JOBS.items():
+            spec = ModelSpec(name, shape, 10)
+            rng = np.random.default_rng(seed)
+            weights = initial_weights(spec, seed)
+            work = [
+                BatchedTask(weights, rng.normal(size=(FLEET_SAMPLES, *shape)).astype(np.float32),
+                            rng.integers(0, 10, FLEET_SAMPLES), training, seed=i)
+                for i in range(max(tasks, *devices) + 1)
+            ]
+            with logs.native_output():
+                path, _ = cached_program(spec, cache_dir, max_batch=64)
+                per_device = {
+                    "executorch": _rate(ExecuTorchTrainer(path.read_bytes(), spec).train, work[: tasks + 1]),
+                    "torch": _rate(TorchTrainer(spec, device="cpu").train, work[: tasks + 1]),
+                }
+            batched = {}
+            for k in devices:
+                trainer = BatchedTrainer(spec, device="cpu", max_devices=k)
+                trainer.train_many(work[:1])  # warm-up
+                timed = work[1 : 1 + max(k, tasks)]
+                started = time.perf_counter()
+                trainer.train_many(timed)
+                batched[str(k)] = round(len(timed) / (time.perf_counter() - started), 1)
+            ratio = batched.get("32", 0.0) / per_device["executorch"]
+            figures[name] = {**per_device, "batched": batched, "batched_32_over_executorch": round(ratio, 2),
+                             "goal": BATCHED_GOAL.get(name), "input_shape": shape}
+            console.print(f"[dim]{name}: device trainings/s executorch {per_device['executorch']:.0f},"
+                          f" torch {per_device['torch']:.0f}, batched {batched}[/]")
+    finally:
+        torch.set_num_threads(threads_before)
+    console.print(output.table(
+        f"Device trainings per second ({FLEET_SAMPLES} samples, {FLEET_EPOCHS} epochs, batch {FLEET_BATCH}; 1 thread)",
+        ("model", "executorch", "torch", *(f"batched K={k}" for k in devices), "K=32 / executorch", "goal"),
+        (_fleet_row(name, entry, devices) for name, entry in figures.items()),
+    ))
+    return figures
+
+
+def _rate(train: Any, tasks: Sequence[Any]) -> float:
+    """Tasks per second of a per-device trainer over ``tasks[1:]``, one after another, after ``tasks[0]`` as a warm-up."""
+    first = tasks[0]
+    train(first.weights, first.x, first.y, first.training, seed=first.seed)
+    timed = tasks[1:]
+    started = time.perf_counter()
+    for task in timed:
+        train(task.weights, task.x, task.y, task.training, seed=task.seed)
+    return round(len(timed) / (time.perf_counter() - started), 1)
+
+
+def _fleet_row(name: str, entry: dict[str, Any], devices: Sequence[int]) -> tuple[str, ...]:
+    goal, ratio = entry["goal"], entry["batched_32_over_executorch"]
+    mark = "" if goal is None or "32" not in entry["batched"] else ("[green]met[/]" if ratio >= goal else "[red]not met[/]")
+    return (
+        name, f"{entry['executorch']:.0f}", f"{entry['torch']:.0f}",
+        *(f"{entry['batched'][str(k)]:.0f}" for k in devices),
+        f"{ratio:.2f}", f">= {goal:g} {mark}" if goal is not None else "",
+    )
 
 
 def _row(name: str, params: int, ratio: float, by_runtime: dict[str, BenchRow]) -> tuple[str, ...]:

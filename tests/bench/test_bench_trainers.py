@@ -17,7 +17,8 @@ from mjfl.errors import UserError
 def test_the_command_prints_only_its_own_lines_and_logs_the_rest_beside_the_json(tmp_path):
     out = tmp_path / "bench" / "trainers.json"
     done = subprocess.run(
-        mjfl_args("bench", "trainers", "--models", "lenet5", "--steps", "2", "--batch", "4", "--json", str(out)),
+        mjfl_args("bench", "trainers", "--models", "lenet5", "--steps", "2", "--batch", "4", "--devices", "2",
+                  "--json", str(out)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, timeout=300, check=False,
     )
     lines = done.stdout.splitlines()
@@ -30,6 +31,8 @@ def test_the_command_prints_only_its_own_lines_and_logs_the_rest_beside_the_json
         "lenetN executorch: N ms/step (N s)",
         "lenetN torch: N ms/step (N s)",
     ], done.stdout
+    fleet = next(n for n, line in enumerate(lines) if line.strip().startswith("Device trainings per second"))
+    assert [line.split(":")[0] for line in lines[title:fleet] if line.endswith("}")] == ["lenet5", "cnn-a-noniid", "vgg6"]
     assert any(line.split()[:2] == ["│", "lenet5"] for line in lines[title:]), done.stdout
     log = out.with_suffix(".log")
     assert lines[-1] == f"wrote {out}; log in {log}"
@@ -40,6 +43,12 @@ def test_the_command_prints_only_its_own_lines_and_logs_the_rest_beside_the_json
         ("lenet5", "executorch", 2, 4), ("lenet5", "torch", 2, 4),
     ]
     assert figures["ratios"]["lenet5"] > 0 and figures["settings"]["goals"] == {"lenet5": 3.0}
+    # Device trainings per second: each path on each quickstart job, the batched trainer at K = 2.
+    trainings = figures["device_trainings"]
+    assert list(trainings) == ["lenet5", "cnn-a-noniid", "vgg6"]
+    for entry in trainings.values():
+        assert entry["executorch"] > 0 and entry["torch"] > 0 and list(entry["batched"]) == ["2"]
+        assert entry["batched"]["2"] > 0 and entry["batched_32_over_executorch"] == 0  # no K = 32 measured
 
 
 def test_unknown_models_and_empty_runs_name_the_option():

@@ -12,6 +12,12 @@ shard size, slept on the virtual clock. Its energy is modelled the same way
 (``device_model.modelled_energy``: its profile's power over that round time)
 and reported in the result's ``device_state``, as a phone reports its own.
 
+With the ``batched`` runtime (``mjfl.jobs.batched``), the tasks handed to the
+fleet in one turn of the event loop (a round's devices, of every job that
+plans then) are gathered by ``TaskBatcher`` and each job's trained together,
+in one worker, as one batched computation; each device still gets its own
+result, round time and failures.
+
 Determinism: every device has its own random stream for round times and
 failures, and training is seeded per task, so a seed gives the same schedule,
 the same virtual times and the same models whatever the number of workers.
@@ -19,8 +25,10 @@ the same virtual times and the same models whatever the number of workers.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
@@ -43,8 +51,10 @@ from mjfl.coordinator.storage.records import RunMode
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining, ModelSpec
+from mjfl.jobs.batched import BatchedTask
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -92,6 +102,7 @@ class SimulatedFleet:
         self._keep_program = keep_program
         self._programs: dict[JobId, tuple[Callable[[], bytes], str]] = {}
         self._program_dir = tempfile.TemporaryDirectory(prefix="mjfl-programs-")
+        self._batcher = TaskBatcher(clock, self._executor) if runtime == "batched" else None
 
     def profiles(self) -> list[DeviceProfileView]:
         return [DeviceProfileView(d.device, d.a, d.mu) for d in self.devices.values()]
@@ -125,10 +136,15 @@ class SimulatedFleet:
             after, reason = failure
             await self.clock.sleep(after)
             raise DeviceFailure(device, reason, after_s=after)
-        trained = await self.clock.run_blocking(
-            self._executor, train_in_worker, self.runtime, self._specs[task.job], *self._programs[task.job],
-            task.weights, x, y, task.training, task.seed,
-        )
+        if self._batcher is not None:
+            trained = await self._batcher.train(
+                self._specs[task.job], BatchedTask(task.weights, x, y, task.training, task.seed)
+            )
+        else:
+            trained = await self.clock.run_blocking(
+                self._executor, train_in_worker, self.runtime, self._specs[task.job], *self._programs[task.job],
+                task.weights, x, y, task.training, task.seed,
+            )
         assert fate.duration_s is not None  # simulated devices always have a profile
         await self.clock.sleep(fate.duration_s)
         weights, samples, mean_loss = trained
@@ -141,6 +157,60 @@ class SimulatedFleet:
         if self._own_executor:
             self._executor.shutdown(wait=True, cancel_futures=True)
         self._program_dir.cleanup()
+
+
+class TaskBatcher:
+    """The batched runtime's gatherer: the tasks handed over in one turn of the event loop, trained per job together.
+
+    ``train`` queues a task and waits for its result; the first task of a
+    turn schedules the flush for the loop's next turn, by which time every
+    device the engine started in this turn has queued its own. Each job's
+    tasks go to one worker (``train_batch_in_worker``) as one call. Virtual
+    time cannot pass in between: a flush is a ready callback, and the
+    training is the clock's blocking work.
+    """
+
+    def __init__(self, clock: Clock, executor: Executor) -> None:
+        self.clock = clock
+        self.executor = executor
+        self._pending: list[tuple[ModelSpec, BatchedTask, asyncio.Future[Trained]]] = []
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def train(self, spec: ModelSpec, task: BatchedTask) -> Trained:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Trained] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._flush)
+        self._pending.append((spec, task, future))
+        return await future
+
+    def _flush(self) -> None:
+        by_spec: dict[ModelSpec, list[tuple[BatchedTask, asyncio.Future[Trained]]]] = {}
+        for spec, task, future in self._pending:
+            if not future.done():  # a device no longer waited for (cancelled) is not trained
+                by_spec.setdefault(spec, []).append((task, future))
+        self._pending = []
+        for spec, items in by_spec.items():
+            running = asyncio.ensure_future(self._train(spec, items))
+            self._running.add(running)
+            running.add_done_callback(self._running.discard)
+
+    async def _train(self, spec: ModelSpec, items: Sequence[tuple[BatchedTask, asyncio.Future[Trained]]]) -> None:
+        log.info("batched runtime: %d devices of a %s job trained together", len(items), spec.name)
+        try:
+            results = await self.clock.run_blocking(
+                self.executor, train_batch_in_worker, spec, [task for task, _ in items]
+            )
+        except BaseException as exc:  # every waiting device gets the failure
+            for _, future in items:
+                if not future.done():
+                    future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        for (_, future), result in zip(items, results, strict=True):
+            if not future.done():
+                future.set_result(result)
 
 
 class SimulatedDevices:
@@ -220,6 +290,24 @@ def _init_worker(log_file: Path | None, verbose: bool) -> None:
 # One device per worker process at a time: intra-op threads would only fight
 # the other workers for the same cores.
 _TRAINERS = TrainerCache(torch_threads=1)
+
+
+Trained = tuple[dict[str, np.ndarray], int, float]  # a device's new weights, its samples and mean loss
+
+_BATCHED: dict[ModelSpec, Any] = {}  # this process's batched trainers, by model
+
+
+def train_batch_in_worker(spec: ModelSpec, tasks: Sequence[BatchedTask]) -> list[Trained]:
+    """Train ``tasks`` (devices of one job) together with this process's batched trainer for ``spec``."""
+    trainer = _BATCHED.get(spec)
+    if trainer is None:
+        import torch
+
+        from mjfl.jobs.batched import BatchedTrainer
+
+        torch.set_num_threads(1)  # one worker per core, as for the per-device trainers
+        trainer = _BATCHED[spec] = BatchedTrainer(spec)
+    return [(r.weights, r.samples, r.mean_loss) for r in trainer.train_many(tasks)]
 
 
 def train_in_worker(

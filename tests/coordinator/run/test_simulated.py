@@ -15,12 +15,12 @@ from mjfl.coordinator.storage.database import Storage
 pytestmark = pytest.mark.slow
 
 
-def two_jobs(tmp_path, seed=0, method="meta-greedy"):
+def two_jobs(tmp_path, seed=0, method="meta-greedy", runtime="executorch"):
     return parse_config(
         {
             "seed": seed,
             "out_dir": str(tmp_path / "out"),
-            "fleet": {"size": 10, "workers": 2},
+            "fleet": {"size": 10, "workers": 2, "runtime": runtime},
             "scheduler": {"method": method, "options": {"rlds": {"pretrain_rounds": 5}}},
             "jobs": [
                 {"name": "lenet", "model": "lenet5", "image_size": 12, "partition": "iid", "epochs": 2,
@@ -108,3 +108,27 @@ def test_a_small_non_iid_fleet_serves_every_job_to_its_target(tmp_path):
     for name in ("lenet", "cnn"):
         used = {d.device for r in rounds if r.job == name for d in r.devices}
         assert len(used) >= 4, f"{name} trained on {sorted(used)} only"
+
+
+def test_the_batched_runtime_trains_the_rounds_the_per_device_one_does(tmp_path):
+    """Same seed, same fleet: the batched runtime's rounds are the eager runtime's (plans, virtual times) with the
+    same accuracies up to float noise, both reach every target, and devices of a round did train together."""
+
+    def rounds(runtime):
+        config = two_jobs(tmp_path / runtime, seed=1, method="greedy", runtime=runtime)
+        summary = simulate(config, ["greedy"], Output(tmp_path / runtime / "out", Console(), live=False))
+        assert all(row["time_to_target_s"] is not None for row in summary["methods"]["greedy"]["jobs"].values())
+        with Storage(config.database_path) as storage:
+            run = storage.runs()[0][0].run_id
+            return {(r.job, r.round): r for r in storage.rounds(run)}
+
+    eager, batched = rounds("torch"), rounds("batched")
+    common = sorted(set(eager) & set(batched))
+    assert len(common) >= 4
+    for key in common:
+        a, b = eager[key], batched[key]
+        assert (a.plan, a.started_s, a.ended_s) == (b.plan, b.started_s, b.ended_s), key
+        assert b.accuracy == pytest.approx(a.accuracy, abs=0.02), key
+    together = [int(m.group(1)) for m in re.finditer(
+        r"batched runtime: (\d+) devices of a", (tmp_path / "batched" / "out" / "mjfl.log").read_text())]
+    assert together and max(together) >= 2

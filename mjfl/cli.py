@@ -514,7 +514,7 @@ def devices_golden(
 def device_emulate(
     url: Annotated[str, typer.Option(help="The coordinator: ws://HOST:PORT.")],
     count: Annotated[int, typer.Option(help="How many devices to emulate.")] = 1,
-    runtime: Annotated[str, typer.Option(help="executorch (the task's .pte) or torch (eager model).")] = "executorch",
+    runtime: Annotated[str, typer.Option(help="executorch (the task's .pte), torch (eager model) or batched (the devices of a worker trained together).")] = "executorch",
     profile: Annotated[Path | None, typer.Option(help="Profile file: impersonate its phones, drawn to --count devices.")] = None,
     dropout: Annotated[float, typer.Option(help="Chance that a device's round never comes back (0 <= p < 1).")] = 0.0,
     workers: Annotated[int | None, typer.Option(help="Worker processes (default: one per CPU).")] = None,

@@ -19,7 +19,7 @@ from mjfl.ids import JobId
 from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES, LocalTraining
 
 PARTITIONS = ("iid", "noniid", "dirichlet")
-RUNTIMES = ("executorch", "torch", "batched")  # batched: `mjfl simulate` only (mjfl/jobs/batched.py)
+RUNTIMES = ("executorch", "torch", "batched")  # batched: many devices in one computation (mjfl/jobs/batched.py)
 SHARDS = ("size", "present")
 OMEGAS = ("sqrt", "linear", "log")
 

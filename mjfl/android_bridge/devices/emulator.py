@@ -125,6 +125,12 @@ class TrainingLane:
     ``TrainerCache``, so a job's program is loaded once per lane.
     ``torch_threads`` sets torch's intra-op threads for the process before the
     first training (1 in worker processes: they share the cores).
+
+    A ``batched`` lane (the batched runtime, ``mjfl.jobs.batched``) trains
+    the devices' tasks together instead: the tasks that arrive while it
+    trains (or in the same turn of the event loop) are its next batch, each
+    model's in one ``train_many`` call; every device still gets its own
+    result.
     """
 
     def __init__(
@@ -133,24 +139,85 @@ class TrainingLane:
         *,
         max_trainers: int = 8,
         torch_threads: int | None = None,
+        batched: bool = False,
     ) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mjfl-train")
         self._trainers = TrainerCache(make_trainer, size=max_trainers, torch_threads=torch_threads)
+        self.batched = batched
+        self._torch_threads = torch_threads
+        self._queue: list[tuple[ModelName, Task, np.ndarray, np.ndarray, int, asyncio.Future[tuple[TrainResult, float]]]] = []
+        self._drainer: asyncio.Task[None] | None = None
+        self._batched_trainers: dict[ModelName, Any] = {}
 
     async def train(
         self, runtime: str, model: ModelName, program_sha256: str, program: bytes, task: Task,
         x: np.ndarray, y: np.ndarray, seed: int,
     ) -> tuple[TrainResult, float]:
         """Train ``task`` on the lane's thread; the result and the seconds spent loading the trainer."""
+        if self.batched:
+            return await self._queued(model, task, x, y, seed)
         work = functools.partial(
             self._trainers.train, runtime, model, program_sha256, lambda: program, task.weights, x, y,
             task.training, seed=seed,
         )
         return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
+    async def _queued(
+        self, model: ModelName, task: Task, x: np.ndarray, y: np.ndarray, seed: int
+    ) -> tuple[TrainResult, float]:
+        future: asyncio.Future[tuple[TrainResult, float]] = asyncio.get_running_loop().create_future()
+        self._queue.append((model, task, x, y, seed, future))
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.ensure_future(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        """Train what is queued, batch after batch, until nothing is."""
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(0)  # the devices that got a task in this turn queue theirs
+        while self._queue:
+            batch, self._queue = [item for item in self._queue if not item[-1].done()], []
+            by_model: dict[ModelName, list[Any]] = {}
+            for item in batch:
+                by_model.setdefault(item[0], []).append(item)
+            for model, items in by_model.items():
+                log.info("batched lane: %d devices of a %s job trained together", len(items), model.name)
+                try:
+                    results = await loop.run_in_executor(self._executor, self._train_batch, model, items)
+                except Exception as exc:  # noqa: BLE001 - every device of the batch fails as its task would
+                    for *_, future in items:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                for (*_, future), result in zip(items, results, strict=True):
+                    if not future.done():
+                        future.set_result((result, 0.0))
+
+    def _train_batch(self, model: ModelName, items: Sequence[Any]) -> list[TrainResult]:
+        """On the lane's thread: the batched trainer of ``model`` over the queued tasks."""
+        from mjfl.jobs.base import ModelSpec
+        from mjfl.jobs.batched import BatchedTask, BatchedTrainer
+
+        trainer = self._batched_trainers.get(model)
+        if trainer is None:
+            if self._torch_threads is not None:
+                import torch
+
+                torch.set_num_threads(self._torch_threads)
+            # The eager model of the provision's spec, as the torch runtime's trainer builds it.
+            spec = ModelSpec(model.name, tuple(model.input_shape), model.num_classes)  # type: ignore[arg-type]
+            trainer = self._batched_trainers[model] = BatchedTrainer(spec)
+        tasks = [
+            BatchedTask({k: np.array(v) for k, v in task.weights.items()}, x, y, task.training, seed)
+            for _, task, x, y, seed, _ in items
+        ]
+        return list(trainer.train_many(tasks))
+
     def close(self) -> None:
         """Stop taking work; a training already running finishes on its own."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._drainer is not None:
+            self._drainer.cancel()
 
 
 class ArtifactStore:
@@ -605,7 +672,7 @@ class _WorkerConfig:
     url: str
     device_ids: tuple[str, ...]
     indices: tuple[int, ...]
-    runtime: Runtime
+    runtime: str  # executorch, torch or batched
     profiles: tuple[Impersonation | None, ...]
     dropout: float
     seed: int
@@ -695,7 +762,7 @@ def run_emulated_fleet(
     url: str,
     count: int,
     *,
-    runtime: Runtime = "executorch",
+    runtime: str = "executorch",
     profiles: Sequence[Impersonation] | None = None,
     dropout: float = 0.0,
     workers: int | None = None,
@@ -727,9 +794,11 @@ def run_emulated_fleet(
     """
     if count < 1:
         raise UserError(f"--count must be >= 1, got {count}")
-    if runtime not in ("executorch", "torch"):
-        raise UserError(f"--runtime must be executorch or torch, got {runtime!r}")
-    workers = max(1, min(count, workers or os.cpu_count() or 1))
+    if runtime not in ("executorch", "torch", "batched"):
+        raise UserError(f"--runtime must be executorch, torch or batched, got {runtime!r}")
+    # The batched runtime trains many devices in one process (the one that would own a GPU).
+    default_workers = 1 if runtime == "batched" else os.cpu_count() or 1
+    workers = max(1, min(count, workers or default_workers))
     prefix = id_prefix or default_id_prefix()
     ids = [f"{prefix}-{first_index + i}" for i in range(count)]
     chosen = [None if not profiles else profiles[i % len(profiles)] for i in range(count)]
@@ -769,10 +838,13 @@ def _worker_main(config: _WorkerConfig, stop_event: multiprocessing.synchronize.
 
 
 async def _worker(config: _WorkerConfig, stop_event: multiprocessing.synchronize.Event) -> None:
-    lane = TrainingLane(config.make_trainer, torch_threads=1)
+    batched = config.runtime == "batched"
+    lane = TrainingLane(config.make_trainer, torch_threads=1, batched=batched)
+    # Batched devices train the provision's eager model: on the protocol they are the torch runtime.
+    runtime: Runtime = "torch" if batched else config.runtime  # type: ignore[assignment]
     devices = [
         EmulatedDevice(
-            config.url, device_id, runtime=config.runtime, profile=profile, dropout=config.dropout,
+            config.url, device_id, runtime=runtime, profile=profile, dropout=config.dropout,
             seed=[config.seed, index], token=config.token, secret=config.secrets.get(device_id), ca=config.ca, lane=lane, backoff=config.backoff, max_part_bytes=config.max_part_bytes,
         )
         for device_id, index, profile in zip(config.device_ids, config.indices, config.profiles)

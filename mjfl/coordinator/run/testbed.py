@@ -148,11 +148,6 @@ class RemoteDevices:
                     if self.ray is not None:
                         stack.enter_context(connect(self.ray))
                         url, workers, context = self._cluster_url(server), workers or cluster_cpus(), RayContext()
-                    if config.fleet.runtime == "batched":
-                        raise ConfigError(
-                            "fleet.runtime", "batched trains simulated devices only (mjfl simulate); emulated devices"
-                            " train with executorch or torch for now",
-                        )
                     emulated = run_emulated_fleet(
                         url, self.emulate, runtime=config.fleet.runtime,  # type: ignore[arg-type]
                         profiles=profiles, dropout=config.fleet.dropout, workers=workers,

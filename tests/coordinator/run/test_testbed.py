@@ -122,3 +122,20 @@ def test_devices_that_join_a_running_run_take_a_shard_and_get_tasks(tmp_path, pr
     # Every round after both had joined used all four devices (fraction 1.0).
     joined = max(min(r for r, d, _ in rows if d == device) for device in ("late-0", "late-1"))
     assert all(len({d for r, d, _ in rows if r == round_}) == 4 for round_ in range(joined + 1, 15))
+
+
+def test_a_batched_emulated_fleet_trains_its_devices_together_to_the_targets(tmp_path, processes):
+    """`fleet.runtime = "batched"`: one worker process trains the devices' tasks together, each its own device."""
+    out = tmp_path / "run"
+    config = tmp_path / "batched.toml"
+    text = CONFIG.format(out=out, rounds=40).replace('workers = 2', 'runtime = "batched"')
+    config.write_text(text.replace('fraction = 0.5\nmax_rounds', 'fraction = 0.5\ntarget_accuracy = 0.6\nmax_rounds'))
+    run = processes(coordinator_args(config, "--no-dashboard"), read=True)
+    assert run.wait(600) == 0, "".join(run.output)
+    summary = json.loads((out / "summary.json").read_text())
+    jobs = summary["methods"]["meta-greedy"]["jobs"]
+    assert set(jobs) == {"lenet", "cnn"} and all(row["time_to_target_s"] is not None for row in jobs.values()), jobs
+    log = (out / "mjfl.log").read_text()
+    together = [int(line.split("batched lane: ")[1].split()[0]) for line in log.splitlines() if "batched lane: " in line]
+    assert together and max(together) >= 2, together
+    assert "devices connected" in "".join(run.output)

@@ -416,6 +416,27 @@ def bench_dashboard(
     )
 
 
+@bench_app.command("gpu")
+def bench_gpu(
+    json_path: JsonOption = None,
+    out: Annotated[Path, typer.Option(help="Where its data and simulation go.")] = Path("runs/bench/gpu"),
+    scale: Annotated[float, typer.Option(help="The data sets' size, as a fraction of the paper's (1: full size).")] = 1.0,
+    rounds: Annotated[int, typer.Option(help="Rounds per job of the simulation.")] = 20,
+    devices: Annotated[str, typer.Option(help="Devices per batched step, comma-separated.")] = "1,8,32,128",
+) -> None:
+    """On a GPU machine: the batched runtime's device trainings per second and a paper-sized simulation (JSON)."""
+    from mjfl.bench.gpu import run_gpu_bench
+
+    _bench_log(json_path)
+    try:
+        device_list = tuple(int(k) for k in devices.split(",") if k.strip())
+    except ValueError:
+        raise UserError(f"--devices {devices!r}: give whole numbers, e.g. 1,8,32,128") from None
+    if not device_list or any(k < 1 for k in device_list):
+        raise UserError(f"--devices {devices!r}: one or more, each >= 1")
+    run_gpu_bench(out, scale=scale, rounds=rounds, devices=device_list, json_path=json_path, console=console)
+
+
 @app.command("export")
 def export_program(
     model: Annotated[str, typer.Argument(help="Zoo model: lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet.")],

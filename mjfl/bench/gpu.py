@@ -95,9 +95,9 @@ def run_gpu_bench(
 
 
 def _simulate(out: Path, data: dict[str, Path], rounds: int, console: Console) -> dict[str, Any]:
-    from mjfl.commands.simulate import simulate
     from mjfl.coordinator.config import parse_config
-    from mjfl.coordinator.run.driver import Output
+    from mjfl.coordinator.run.driver import Driver, Output
+    from mjfl.coordinator.run.simulated import SimulatedDevices
     from mjfl.coordinator.storage.database import Storage
 
     config = parse_config({
@@ -111,7 +111,9 @@ def _simulate(out: Path, data: dict[str, Path], rounds: int, console: Console) -
         ],
     })
     started = time.perf_counter()
-    summary = simulate(config, ["meta-greedy"], Output(out, console, live=False))
+    output = Output(out, console, live=False)
+    with SimulatedDevices(config, output) as fleet:  # what `mjfl simulate` runs
+        summary = Driver(config, output).train(["meta-greedy"], fleet)
     wall = time.perf_counter() - started
     with Storage(config.database_path) as storage:
         run = storage.runs()[-1][0].run_id

@@ -376,13 +376,21 @@ def bench_trainers(
 
     _bench_log(json_path)
     model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    run_trainers_bench(
+        models=model_list, steps=steps, batch=batch, json_path=json_path, console=console,
+        devices=_devices_per_step(devices, empty=True),
+    )
+
+
+def _devices_per_step(text: str, *, empty: bool) -> tuple[int, ...]:
+    """A batched bench's ``--devices``: comma-separated whole numbers >= 1 (none at all only where ``empty``)."""
     try:
-        device_list = [int(k) for k in devices.split(",") if k.strip()]
+        counts = tuple(int(k) for k in text.split(",") if k.strip())
     except ValueError:
-        raise UserError(f"--devices {devices!r}: give whole numbers, e.g. 1,8,32,128") from None
-    if any(k < 1 for k in device_list):
-        raise UserError(f"--devices {devices!r}: each must be >= 1")
-    run_trainers_bench(models=model_list, steps=steps, batch=batch, json_path=json_path, console=console, devices=device_list)
+        raise UserError(f"--devices {text!r}: give whole numbers, e.g. 1,8,32,128") from None
+    if (not counts and not empty) or any(k < 1 for k in counts):
+        raise UserError(f"--devices {text!r}: {'' if empty else 'one or more, '}each >= 1")
+    return counts
 
 
 @bench_app.command("programs")
@@ -428,13 +436,8 @@ def bench_gpu(
     from mjfl.bench.gpu import run_gpu_bench
 
     _bench_log(json_path)
-    try:
-        device_list = tuple(int(k) for k in devices.split(",") if k.strip())
-    except ValueError:
-        raise UserError(f"--devices {devices!r}: give whole numbers, e.g. 1,8,32,128") from None
-    if not device_list or any(k < 1 for k in device_list):
-        raise UserError(f"--devices {devices!r}: one or more, each >= 1")
-    run_gpu_bench(out, scale=scale, rounds=rounds, devices=device_list, json_path=json_path, console=console)
+    devices_per_step = _devices_per_step(devices, empty=False)
+    run_gpu_bench(out, scale=scale, rounds=rounds, devices=devices_per_step, json_path=json_path, console=console)
 
 
 @app.command("export")

@@ -10,8 +10,9 @@ features) one contiguous block, so that
   (groups = K) of the K devices' stacked kernels;
 - a matrix is (N, K*F) and a fully connected layer one batched matrix
   product of the K devices' stacked weights (`einsum`);
-- ReLU, max pooling, residual sums and global average pooling act per
-  channel and need nothing more; batch norm is per channel too, over the K*C
+- ReLU, max pooling, residual sums, global average pooling and dropout act
+  per channel or element and need nothing more (flattening keeps each
+  device's C*H*W block in PyTorch's (C, H, W) order); batch norm is per channel too, over the K*C
   channels with the K devices' stacked running averages;
 - the loss is the sum of the K devices' mean cross-entropies: the devices'
   parameters are disjoint, so each device's gradient is its own loss's,
@@ -42,7 +43,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mjfl.jobs.base import LocalTraining, ModelSpec, TrainResult, Weights
-from mjfl.jobs.layers import dropout_keep
+from mjfl.jobs.layers import EagerOps
 from mjfl.jobs.models import build_model
 from mjfl.jobs.randomness import TaskRandom
 from mjfl.jobs.trainers import _check_data, _check_weights, batches, draw_noise
@@ -61,30 +62,29 @@ class BatchedTask:
     seed: int = 0
 
 
-class BatchedOps:
+class BatchedOps(EagerOps):
     """The `Ops` vocabulary (`mjfl.jobs.layers`) over K devices at once (see the module docstring).
 
     ``tensors`` holds every state entry of the model stacked over the
     devices, (K, *shape), by its `state_dict` key; ``names`` gives each
     module's key prefix. ``noise(shape)`` returns the dropout noise of a
     site for an activation of ``shape`` (N, K*...), each device's from its
-    own generator.
+    own generator. Only the layers with weights differ from `EagerOps`: the
+    rest (ReLU, pooling, sums, flattening, dropout from the given noise) act
+    per channel or per element, whichever device it belongs to.
     """
 
     def __init__(
         self, devices: int, names: Mapping[int, str], tensors: Mapping[str, Tensor],
         noise: Callable[[tuple[int, ...]], Tensor],
     ) -> None:
+        super().__init__(training=True, noise=noise)
         self.k = devices
         self.names = names
         self.tensors = tensors
-        self.noise = noise
 
     def _get(self, module: nn.Module, what: str) -> Tensor | None:
         return self.tensors.get(f"{self.names[id(module)]}.{what}")
-
-    def image(self, x: Tensor) -> Tensor:
-        return x
 
     def conv(
         self, x: Tensor, conv: nn.Conv2d, *, bn: nn.BatchNorm2d | None = None, relu: bool = False, pool: bool = False
@@ -120,22 +120,6 @@ class BatchedOps:
             training=True, momentum=0.0 if factor is None else factor, eps=bn.eps,
         )
 
-    def max_pool(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, 2)
-
-    def relu(self, x: Tensor) -> Tensor:
-        return F.relu(x)
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return a + b
-
-    def global_avg_pool(self, x: Tensor) -> Tensor:
-        return x.mean(dim=(2, 3))
-
-    def flatten(self, x: Tensor) -> Tensor:
-        # Device-major channels: each device's C*H*W block in PyTorch's (C, H, W) order.
-        return x.flatten(1)
-
     def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
         weight = self._get(fc, "weight")
         assert weight is not None
@@ -146,14 +130,6 @@ class BatchedOps:
             y = y + bias
         y = y.reshape(n, -1)
         return F.relu(y) if relu else y
-
-    def logits(self, x: Tensor) -> Tensor:
-        return x
-
-    def dropout(self, x: Tensor, p: float) -> Tensor:
-        if p == 0:
-            return x
-        return x * dropout_keep(self.noise(tuple(x.shape)), p)
 
 
 class BatchedTrainer:
@@ -190,7 +166,8 @@ class BatchedTrainer:
                 chunk = members[start : start + self.max_devices]
                 for i, result in zip(chunk, self._train_group([tasks[i] for i in chunk])):
                     results[i] = result
-        return [r for r in results if r is not None]
+        assert all(r is not None for r in results)  # every task is in one group
+        return results  # type: ignore[return-value]
 
     def _train_group(self, tasks: Sequence[BatchedTask]) -> list[TrainResult]:
         t0 = time.perf_counter()

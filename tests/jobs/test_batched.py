@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from test_trainers import _digits, one_torch_thread  # noqa: F401 - the module's autouse fixture
 
 from mjfl.jobs.base import LocalTraining, ModelSpec
 from mjfl.jobs.batched import BatchedTask, BatchedTrainer
@@ -19,28 +20,12 @@ SPECS = {name: ModelSpec(name, (1, 8, 8) if name in CHAOTIC else (1, 16, 16), 10
 TRAINING = LocalTraining(epochs=2, batch_size=8, lr=0.02, momentum=0.9, weight_decay=5e-4)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def digits(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """sklearn's digits with a little noise: their 17 grey levels tie in max pooling, where a last-bit difference
-    of summation order picks another maximum and the two trainings part (a kink, not an error); noise makes ties
-    improbable."""
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = d.images.astype(np.float32) / 16.0
-    if size != 8:
-        x = np.kron(x, np.ones((size // 8, size // 8), np.float32))
-    x = x + np.random.default_rng(0).uniform(0.0, 0.05, x.shape).astype(np.float32)
-    return np.ascontiguousarray(x[:, None, :, :]), d.target.astype(np.int64)
+    """test_trainers.py's digits with a little noise: their 17 grey levels tie in max pooling, where a last-bit
+    difference of summation order picks another maximum and the two trainings part (a kink, not an error); noise
+    makes ties improbable."""
+    x, y = _digits(size)
+    return x + np.random.default_rng(0).uniform(0.0, 0.05, x.shape).astype(np.float32), y
 
 
 def relative_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:

@@ -201,12 +201,14 @@ class TaskBatcher:
             results = await self.clock.run_blocking(
                 self.executor, train_batch_in_worker, spec, [task for task, _ in items]
             )
-        except BaseException as exc:  # every waiting device gets the failure
+        except asyncio.CancelledError:  # the run is ending: so are its devices' waits
+            for _, future in items:
+                future.cancel()
+            raise
+        except Exception as exc:  # noqa: BLE001 - every waiting device fails as its own training would
             for _, future in items:
                 if not future.done():
                     future.set_exception(exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
             return
         for (_, future), result in zip(items, results, strict=True):
             if not future.done():

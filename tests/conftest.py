@@ -42,13 +42,17 @@ def processes() -> Iterator[Callable[..., Process]]:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[object]:
-    """One local Ray (2 CPUs) for the test module that asks for it (its start-up takes seconds): its RayOptions."""
+    """One local Ray (2 CPUs, 1 GPU) for the test module that asks for it (its start-up takes seconds): its RayOptions.
+
+    The GPU is a declared resource only (this machine has none): what asks
+    for one is scheduled on it and trains on the CPU.
+    """
     import ray  # in the dev extras: make test runs the tests that need it, never skips them
 
     from mjfl.android_bridge.devices.ray_cluster import RayOptions
 
     assert not ray.is_initialized()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     yield RayOptions()
     ray.shutdown()
 

@@ -14,7 +14,7 @@ from mjfl.android_bridge.devices.emulator import (
     default_id_prefix,
     run_emulated_fleet,
 )
-from mjfl.android_bridge.devices.ray_cluster import RayContext, RayOptions, cluster_cpus, connect
+from mjfl.android_bridge.devices.ray_cluster import RayOptions, connect, emulator_workers
 from mjfl.coordinator.remote.keys import read_key_file
 from mjfl.errors import UserError
 from mjfl.profiling.profiles import draw_fleet, load_profiles
@@ -68,7 +68,7 @@ def emulate(
         context: WorkerContext | None = None
         if ray is not None:
             stack.enter_context(connect(ray))
-            workers, context = workers or cluster_cpus(), RayContext()
+            workers, context = emulator_workers(runtime, workers)
         fleet = run_emulated_fleet(
             url, count, runtime=runtime, profiles=profiles, dropout=dropout, workers=workers,  # type: ignore[arg-type]
             id_prefix=prefix, seed=seed, token=token, secrets=secrets, ca=ca, log_file=log_file, verbose=verbose,

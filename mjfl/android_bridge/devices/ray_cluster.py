@@ -13,6 +13,12 @@ training runs in, at the two points where mjfl chooses them today:
   function, with the same arguments and seeds, as in the local process pool,
   so a seed gives the same models and records on both.
 
+The batched runtime (``mjfl.jobs.batched``) trains many devices in one
+process, the one that owns a GPU: on a cluster with GPUs each of its batches
+is a task holding one GPU (``TrainingPool(num_gpus=1)``), and each emulator
+worker an actor holding one (``emulator_workers``), so a GPU has one CUDA
+context however many devices it trains for.
+
 ``import ray`` happens only in ``connect`` (the base install has no Ray: the
 error then names the extra). Ray's own logging stays off the terminal
 (``log_to_driver=False``, its loggers at ERROR); mjfl's workers log to the
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
@@ -33,7 +40,10 @@ from typing import Any
 from mjfl import logs
 from mjfl.errors import UserError
 
-__all__ = ["RayContext", "RayOptions", "TrainingPool", "cluster_cpus", "connect", "node_count", "this_node_address"]
+__all__ = [
+    "RayContext", "RayOptions", "TrainingPool", "cluster_cpus", "cluster_gpus", "connect", "emulator_workers", "node_count",
+    "this_node_address",
+]
 
 INSTALL_HINT = "pip install 'mjfl[ray]'"
 
@@ -90,6 +100,28 @@ def cluster_cpus() -> int:
     return max(1, int(_ray().cluster_resources().get("CPU", 1)))
 
 
+def cluster_gpus() -> int:
+    """The GPUs of the joined cluster (every node's)."""
+    return int(_ray().cluster_resources().get("GPU", 0))
+
+
+def emulator_workers(runtime: str, workers: int | None) -> tuple[int, RayContext]:
+    """How many emulator workers run on the cluster, and the context that starts them.
+
+    ``workers`` when given; otherwise one per CPU, or for the batched runtime
+    one per GPU (one when the cluster has none: a batched worker trains every
+    device it hosts in one process). Where the cluster has GPUs, a batched
+    worker's actor holds one, or an equal share of one when there are more
+    workers than GPUs (Ray's fractional GPUs), so every worker starts.
+    """
+    if runtime != "batched":
+        return workers or cluster_cpus(), RayContext()
+    gpus = cluster_gpus()
+    count = workers or max(1, gpus)
+    share = 1 / math.ceil(count / gpus) if gpus else 0
+    return count, RayContext(num_gpus=share)
+
+
 def node_count() -> int:
     """The joined cluster's live nodes."""
     return sum(1 for node in _ray().nodes() if node.get("Alive"))
@@ -104,7 +136,7 @@ def this_node_address() -> str:
 
 
 class TrainingPool(Executor):
-    """An Executor whose calls are Ray tasks of one CPU each (at most ``cluster_cpus()`` at once).
+    """An Executor whose calls are Ray tasks of one CPU (and ``num_gpus`` GPUs) each, as many at once as the cluster fits.
 
     Ray reuses its worker processes, so a process's trainer cache
     (``simulated.train_in_worker``) keeps its loaded programs from task to
@@ -112,10 +144,10 @@ class TrainingPool(Executor):
     (a path on each node).
     """
 
-    def __init__(self, *, log_file: Path | None = None, verbose: bool = False) -> None:
+    def __init__(self, *, log_file: Path | None = None, verbose: bool = False, num_gpus: float = 0) -> None:
         ray = _ray()
         self._ray = ray
-        self._task = ray.remote(num_cpus=1)(_call_in_worker)
+        self._task = ray.remote(num_cpus=1, num_gpus=num_gpus)(_call_in_worker)
         self._setup = (log_file, verbose)
         self._pending: set[Any] = set()
         self._lock = threading.Lock()
@@ -181,16 +213,17 @@ class RayContext:
     """The part of a multiprocessing context that ``run_emulated_fleet`` uses, on Ray.
 
     ``Process`` is an actor that reserves one CPU (the worker's training
-    lane) and runs the worker function in its main thread; ``Event`` is a
+    lane), and ``num_gpus`` GPUs, and runs the worker function in its main thread; ``Event`` is a
     flag in a small actor of its own that every worker polls. Actors die
     with the process that created them, so a killed coordinator leaves no
     devices behind on the cluster.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, num_gpus: float = 0) -> None:
         ray = _ray()
         self._ray = ray
-        self._host = ray.remote(num_cpus=1, max_restarts=0)(_Host)
+        self.num_gpus = num_gpus
+        self._host = ray.remote(num_cpus=1, num_gpus=num_gpus, max_restarts=0)(_Host)
         self._flag = ray.remote(num_cpus=0)(_Flag)
 
     def Event(self) -> RayEvent:

@@ -41,7 +41,7 @@ import numpy as np
 
 from mjfl import logs
 from mjfl.android_bridge.devices.device_model import DeviceModel, TrainerCache, modelled_energy
-from mjfl.android_bridge.devices.ray_cluster import RayOptions, TrainingPool, connect
+from mjfl.android_bridge.devices.ray_cluster import RayOptions, TrainingPool, cluster_gpus, connect
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.engine.clock import Clock, VirtualClock, run_virtual
 from mjfl.coordinator.engine.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
@@ -237,8 +237,12 @@ class SimulatedDevices:
             self._keep_program = None
         else:
             self._stack.enter_context(connect(ray))
-            self._pool = pool = TrainingPool(log_file=output.log_file, verbose=output.verbose)
+            # The batched runtime's batches each hold a GPU where the cluster has one (ray_cluster's docstring).
+            gpus = 1 if config.fleet.runtime == "batched" and cluster_gpus() else 0
+            self._pool = pool = TrainingPool(log_file=output.log_file, verbose=output.verbose, num_gpus=gpus)
             self._keep_program = pool.keep
+            if gpus:
+                log.info("batched runtime on Ray: each batch trains on one of the cluster's %d GPUs", cluster_gpus())
         self._stack.callback(self._pool.shutdown, wait=True, cancel_futures=True)
 
     def __enter__(self) -> Self:

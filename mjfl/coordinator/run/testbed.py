@@ -27,10 +27,9 @@ from rich.console import Console
 
 from mjfl.android_bridge.devices.emulator import default_id_prefix, run_emulated_fleet
 from mjfl.android_bridge.devices.ray_cluster import (
-    RayContext,
     RayOptions,
-    cluster_cpus,
     connect,
+    emulator_workers,
     node_count,
     this_node_address,
 )
@@ -147,7 +146,7 @@ class RemoteDevices:
                     url, workers, context = server.url, config.fleet.workers, None
                     if self.ray is not None:
                         stack.enter_context(connect(self.ray))
-                        url, workers, context = self._cluster_url(server), workers or cluster_cpus(), RayContext()
+                        url, (workers, context) = self._cluster_url(server), emulator_workers(config.fleet.runtime, workers)
                     emulated = run_emulated_fleet(
                         url, self.emulate, runtime=config.fleet.runtime,  # type: ignore[arg-type]
                         profiles=profiles, dropout=config.fleet.dropout, workers=workers,

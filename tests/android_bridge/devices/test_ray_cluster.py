@@ -13,7 +13,12 @@ import ray  # in the dev extras: make test runs these tests, never skips them
 from processes import wait_for
 from rich.console import Console
 
-from mjfl.android_bridge.devices.ray_cluster import RayOptions, TrainingPool, connect
+from mjfl.android_bridge.devices.ray_cluster import (
+    RayOptions,
+    TrainingPool,
+    connect,
+    emulator_workers,
+)
 from mjfl.commands import testbed
 from mjfl.commands.simulate import simulate
 from mjfl.coordinator.config import parse_config
@@ -61,8 +66,38 @@ def test_simulate_on_ray_gives_the_local_pools_records(tmp_path, cluster):
     assert records(on_ray) == expected
 
 
-def test_testbed_devices_on_ray_actors_reach_the_target(tmp_path, cluster):
-    config = small_run(tmp_path / "testbed", target=0.5, runtime="torch")
+def test_the_batched_runtime_on_ray_holds_a_gpu_a_batch_and_gives_the_local_records(tmp_path, cluster):
+    local = small_run(tmp_path / "local", runtime="batched")
+    on_ray = small_run(tmp_path / "ray", runtime="batched")
+    simulate(local, ["greedy"], Output(local.out_dir, Console(quiet=True), live=False))
+    simulate(on_ray, ["greedy"], Output(on_ray.out_dir, Console(quiet=True), live=False), ray=cluster)
+    expected = records(local)
+    assert len(expected) == 3 and all(r[5] > 0 for r in expected)
+    assert records(on_ray) == expected
+    assert "each batch trains on one of the cluster's 1 GPUs" in (on_ray.out_dir / "mjfl.log").read_text()
+
+
+def test_batched_emulator_workers_are_one_per_gpu_each_holding_its_share(cluster):
+    with connect(cluster):
+        workers, context = emulator_workers("batched", None)
+        assert (workers, context.num_gpus) == (1, 1)
+        workers, context = emulator_workers("executorch", None)
+        assert (workers, context.num_gpus) == (2, 0)  # one per CPU, no GPU
+        workers, context = emulator_workers("batched", 3)  # more workers than GPUs: each a third of it
+        assert (workers, context.num_gpus) == (3, 1 / 3)
+
+
+def test_a_gpu_pool_task_is_given_the_gpu(cluster):
+    pool = TrainingPool(num_gpus=1)
+    try:
+        assert pool.submit(ray.get_gpu_ids).result(timeout=60) == [0]
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.parametrize("runtime", ["torch", "batched"])  # batched: two workers share the declared GPU
+def test_testbed_devices_on_ray_actors_reach_the_target(tmp_path, cluster, runtime):
+    config = small_run(tmp_path / "testbed", target=0.5, runtime=runtime)
     summary = testbed.testbed_run(config, Output(config.out_dir, Console(quiet=True), live=False), emulate=3, ray=cluster)
     lenet = summary["methods"]["greedy"]["jobs"]["lenet"]
     assert lenet["time_to_target_s"] is not None, lenet
@@ -72,7 +107,7 @@ def test_testbed_devices_on_ray_actors_reach_the_target(tmp_path, cluster):
     trained = {d.device for r in rounds for d in r.devices if d.status == "ok"}
     assert len(trained) >= 2 and all(d.startswith("emu-") for d in trained)
     # The actors are gone with the fleet: their CPUs are free again (Ray frees a killed actor's in the background).
-    wait_for(lambda: ray.available_resources().get("CPU") == 2, timeout=60)
+    wait_for(lambda: ray.available_resources().get("CPU") == 2 and ray.available_resources().get("GPU") == 1, timeout=60)
 
 
 def test_a_training_error_in_a_ray_worker_reaches_the_caller(cluster):

@@ -23,8 +23,8 @@ whose updates do not learn (a stand-in that reports loss 0 and returns the
 model unchanged) would win every plan on time alone, yet FedAvg weighs its
 unchanged model by its samples and so shrinks the round's step. Each device's
 last reported mean loss (``PlanContext.losses``) gives it a learning weight
-``w_k = min(1, loss_k / (UTILITY_SATURATION * median loss))`` (1 while no loss
-is known), and a plan its learning share ``L(V) = sum_V D_k w_k / sum_V D_k``,
+``w_k = min(1, loss_k / (UTILITY_SATURATION * median loss))`` (0 for a loss of
+0, 1 while no loss is known), and a plan its learning share ``L(V) = sum_V D_k w_k / sum_V D_k``,
 the part of the FedAvg average that moves the model. The time term of every
 cost becomes the time per unit of learning, ``T(V) / max(L(V), MIN_SHARE)^gamma``
 (``gamma = CostWeights.utility``, 1 by default). Devices that learn at all
@@ -162,18 +162,20 @@ class CostModel:
     def learning_weights(self) -> FloatArray | None:
         """Each device's learning weight w_k in [0, 1] from its last reported loss; None when all are 1.
 
-        ``min(1, loss_k / (UTILITY_SATURATION * median))`` over the median of
-        the positive losses reported; 1 for a device that has reported none.
-        None (the signal says nothing) with ``utility`` 0, without losses, or
-        when no device reported a positive loss.
+        A device that reported a loss of 0 (or less) did not learn: w = 0. One
+        that reported a positive loss: ``min(1, loss_k / (UTILITY_SATURATION *
+        median))``, over the median of the positive losses reported. One that
+        has reported none: 1 (it may learn; planning it finds out). None (the
+        signal says nothing) with ``utility`` 0, without losses, or when every
+        device reported and none a positive loss (nothing tells them apart).
         """
         if self.losses is None or self.weights.utility == 0:
             return None
         known = np.isfinite(self.losses)
         positive = self.losses[known & (self.losses > 0)]
-        if positive.size == 0:
+        if positive.size == 0 and bool(known.all()):
             return None
-        scale = UTILITY_SATURATION * float(np.median(positive))
+        scale = UTILITY_SATURATION * float(np.median(positive)) if positive.size else 1.0
         weights = np.ones(self.losses.shape)
         weights[known] = np.clip(self.losses[known] / scale, 0.0, 1.0)
         return None if bool(np.all(weights == 1.0)) else weights

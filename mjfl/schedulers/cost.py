@@ -28,7 +28,7 @@ last reported mean loss (``PlanContext.losses``) gives it a learning weight
 the part of the FedAvg average that moves the model. The time term of every
 cost becomes the time per unit of learning, ``T(V) / max(L(V), MIN_SHARE)^gamma``
 (``gamma = CostWeights.utility``, 1 by default). Devices that learn at all
-(a tenth of the median loss or more) weigh fully, so a fleet of learning
+(a hundredth of the median loss or more) weigh fully, so a fleet of learning
 devices plans exactly as without the signal.
 """
 
@@ -46,7 +46,7 @@ from mjfl.schedulers.base import FleetModel, JobModel, Omega, PlanContext, Round
 FloatArray = NDArray[np.float64]
 
 # A device reporting at least this share of the median loss counts as learning fully (w_k = 1).
-UTILITY_SATURATION = 0.1
+UTILITY_SATURATION = 0.01
 # The least learning share a plan is charged for: a plan of stand-ins costs 1/MIN_SHARE^gamma its time.
 MIN_SHARE = 0.01
 
@@ -288,7 +288,8 @@ class CostModel:
         """Formula 8 with the round time that was observed instead of the expected one.
 
         Failed devices are charged through ``outcome.round_time``: the round
-        waited for them until its deadline.
+        waited for them until its deadline. The time counts per learning share
+        (``learning_time``), as in every cost.
         """
         plan = np.asarray(outcome.plan, dtype=np.intp)
         time = self.learning_time(plan, outcome.round_time / self.reference_time)

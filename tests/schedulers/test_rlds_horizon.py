@@ -52,3 +52,12 @@ def test_a_bad_horizon_names_rldss_option_table():
     with pytest.raises(ConfigError) as err:
         make_scheduler("rlds", options={"rlds": {"horizon": "forever"}})
     assert err.value.field == "scheduler.options.rlds"
+
+
+def test_the_papers_meta_greedy_keeps_rldss_fixed_return_unless_told():
+    def rlds_of(method, options=None):
+        return next(m for m in make_scheduler(method, options=options).members if m.name == "rlds")
+
+    assert rlds_of("meta-greedy").horizon == "auto"
+    assert rlds_of("meta-greedy-paper").horizon == 10.0  # under ReCost the fixed H plans cheaper (registry)
+    assert rlds_of("meta-greedy-paper", {"rlds": {"horizon": "auto"}}).horizon == "auto"

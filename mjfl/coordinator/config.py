@@ -59,6 +59,7 @@ class FleetConfig:
     # later take the spare shards) or for the devices present at the start ("present").
     shards: str = "size"
     dropout: float = 0.0  # simulated: chance a device never returns a task
+    stand_ins: float = 0.0  # simulated: share of devices (the fastest) that return the model unchanged with loss 0
     runtime: str = "executorch"
     workers: int | None = None  # worker processes that train (default: one per core)
 
@@ -71,6 +72,7 @@ class SchedulerConfig:
     alpha: float = 1.0
     beta: float = 0.05
     omega: str = "sqrt"
+    utility: float = 1.0  # gamma: time per learning share^gamma (statistical utility, docs/cost-model.md); 0 off
     members: tuple[str, ...] = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
     min_plan: int = 1
     min_returns: int = 1
@@ -215,6 +217,7 @@ def _fleet(raw: dict[str, Any], base: Path) -> FleetConfig:
         profiles=_path(profiles, base) if profiles else None,
         shards=f.take("shards", str, default=d["shards"], check=lambda v: v in SHARDS, need=f"one of {SHARDS}"),
         dropout=f.take("dropout", float, default=d["dropout"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
+        stand_ins=f.take("stand_ins", float, default=d["stand_ins"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
         runtime=f.take("runtime", str, default=d["runtime"], check=lambda v: v in RUNTIMES, need=f"one of {RUNTIMES}"),
         workers=f.take("workers", int, default=d["workers"], check=lambda v: v >= 1, need=">= 1"),
     )
@@ -240,6 +243,7 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         alpha=f.take("alpha", float, default=d["alpha"], check=lambda v: v >= 0, need=">= 0"),
         beta=f.take("beta", float, default=d["beta"], check=lambda v: v >= 0, need=">= 0"),
         omega=f.take("omega", str, default=d["omega"], check=lambda v: v in OMEGAS, need=f"one of {OMEGAS}"),
+        utility=f.take("utility", float, default=d["utility"], check=lambda v: v >= 0, need=">= 0 (0 turns it off)"),
         members=tuple(members),
         min_plan=f.take("min_plan", int, default=d["min_plan"], check=lambda v: v >= 1, need=">= 1"),
         min_returns=f.take("min_returns", int, default=d["min_returns"], check=lambda v: v >= 1, need=">= 1"),

@@ -68,19 +68,22 @@ class JobModel:
 
 @dataclass(frozen=True)
 class CostWeights:
-    """alpha and beta of Formula 2 and Omega of Formula 13.
+    """alpha and beta of Formula 2, Omega of Formula 13, and the weight of statistical utility.
 
     Both terms are normalised (see ``mjfl.schedulers.cost``) so the defaults
-    mean the same on any fleet.
+    mean the same on any fleet. ``utility`` (beyond the paper): the exponent
+    gamma of a plan's learning share in its time term, ``T(V) / L(V)^gamma``
+    (``CostModel.learning_share``, docs/cost-model.md); 0 is the paper's cost.
     """
 
     alpha: float = 1.0
     beta: float = 0.05
     omega: Omega = "sqrt"
+    utility: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.alpha < 0 or self.beta < 0:
-            raise ValueError("alpha and beta must be >= 0")
+        if self.alpha < 0 or self.beta < 0 or self.utility < 0:
+            raise ValueError("alpha, beta and utility must be >= 0")
         if self.omega not in ("sqrt", "linear", "log"):
             raise ValueError("omega must be one of sqrt, linear, log")
 
@@ -109,6 +112,12 @@ class PlanContext:
     round time of the cost model counts the wait. What follows from these
     (round times, costs) is computed by the cost model:
     ``mjfl.schedulers.cost.cost_model(ctx)``.
+
+    ``losses[k]`` (None = none known): the mean training loss device k
+    reported with its last update of this job, NaN where it has not returned
+    one. The cost model turns it into the device's statistical utility (Oort's,
+    Lai et al. 2021), so that devices whose updates do not learn are not
+    preferred for their speed.
     """
 
     job: int
@@ -121,6 +130,7 @@ class PlanContext:
     size: int
     weights: CostWeights = field(default_factory=CostWeights)
     wait: NDArray[np.float64] | None = None
+    losses: NDArray[np.float64] | None = None
 
     def __post_init__(self) -> None:
         K, M = self.fleet.size, len(self.jobs)
@@ -136,6 +146,8 @@ class PlanContext:
             self.wait.shape != (K,) or not np.all(np.isfinite(self.wait)) or np.any(self.wait < 0)
         ):
             raise ValueError("wait must be (K,), finite and >= 0")
+        if self.losses is not None and self.losses.shape != (K,):
+            raise ValueError("losses must be (K,)")
 
     @property
     def job_model(self) -> JobModel:

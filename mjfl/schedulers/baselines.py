@@ -47,6 +47,8 @@ class RandomScheduler:
 class GreedyScheduler:
     """The free devices with the shortest expected round time (Shi et al. 2020).
 
+    The time is per learning weight (``CostModel.learning_device_times``): a
+    device whose reported loss says it does not learn comes last, however fast.
     Deterministic: ties go to the lower device index.
     """
 
@@ -57,7 +59,7 @@ class GreedyScheduler:
 
     def plan(self, ctx: PlanContext) -> Decision:
         free = ctx.free_indices
-        order = np.argsort(cost_model(ctx).device_times[free], kind="stable")
+        order = np.argsort(cost_model(ctx).learning_device_times[free], kind="stable")
         return Decision(as_plan(free[order[: ctx.size]]))
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
@@ -77,6 +79,9 @@ class FedCSScheduler:
     the next ones in order of estimated completion time.
 
     The deadline defaults to the median, over the free devices, of that quantile.
+    Like every time of the cost model, a device's completion time is per its
+    learning weight (``CostModel.learning_weights``), so devices that report
+    they do not learn do not fit the deadline.
     """
 
     name = "fedcs"
@@ -103,6 +108,8 @@ class FedCSScheduler:
         if costs.wait is not None:
             shift = shift + costs.wait  # a device released later completes later
         completion = round_time.quantile(self.confidence, shift[free], rate[free])
+        if costs.learning_weights is not None:  # a device that does not learn completes nothing: it never fits
+            completion = costs.per_learning(completion, costs.learning_weights[free])
         deadline = self.deadline_s if self.deadline_s is not None else float(np.median(completion))
         pool_size = min(free.size, max(ctx.size, int(np.ceil(self.pool_factor * ctx.size))))
         pool = self.rng.choice(free.size, size=pool_size, replace=False)

@@ -54,10 +54,11 @@ def encode(ctx: PlanContext, plans: NDArray[np.intp], history: DeviceHistory) ->
     learned, failure_rate = history.learned(ctx)
     freq = ctx.frequencies[ctx.job].astype(np.float64)
     excess = freq[plans] - freq.mean()
+    # Both times per learning share (the cost model's time term), so the GP sees what its target charges.
     return np.column_stack(
         [
-            costs.time(plans),
-            learned.expected_max(plans) / costs.reference_time,
+            costs.learning_time(plans),
+            costs.learning_time(plans, learned.expected_max(plans) / costs.reference_time),
             2.0 * excess.sum(axis=1) / freq.size / fairness_scale(plans.shape[1], freq.size),
             failure_rate[plans].mean(axis=1),
         ]
@@ -205,7 +206,8 @@ class BODSScheduler:
         if costs.wait is not None:
             times = times + costs.wait
         fairness_weight = ctx.weights.beta * omega(ctx.round, ctx.weights.omega)
-        return biased_plans(self.rng, device_scores(ctx, times, fairness_weight), count, ctx.size)
+        scores = device_scores(ctx, times, fairness_weight, costs.learning_weights)
+        return biased_plans(self.rng, scores, count, ctx.size)
 
     def _add(self, X: NDArray[np.float64], y: NDArray[np.float64]) -> None:
         for row, value in zip(X, y):

@@ -17,6 +17,19 @@ With these scales alpha = 1, beta = 0.05 (the defaults) weigh "one plan twice
 as slow as typical" against "its devices were picked ~10 rounds more often than
 average"; Meta-Greedy's Omega(r) = sqrt(r) then lets fairness grow in weight as
 the job goes on (Formula 13), to beta = 0.2 by round 16. See docs/cost-model.md.
+
+Statistical utility (beyond the paper; Oort, Lai et al. 2021). A fast device
+whose updates do not learn (a stand-in that reports loss 0 and returns the
+model unchanged) would win every plan on time alone, yet FedAvg weighs its
+unchanged model by its samples and so shrinks the round's step. Each device's
+last reported mean loss (``PlanContext.losses``) gives it a learning weight
+``w_k = min(1, loss_k / (UTILITY_SATURATION * median loss))`` (0 for a loss of
+0, 1 while no loss is known), and a plan its learning share ``L(V) = sum_V D_k w_k / sum_V D_k``,
+the part of the FedAvg average that moves the model. The time term of every
+cost becomes the time per unit of learning, ``T(V) / max(L(V), MIN_SHARE)^gamma``
+(``gamma = CostWeights.utility``, 1 by default). Devices that learn at all
+(a hundredth of the median loss or more) weigh fully, so a fleet of learning
+devices plans exactly as without the signal.
 """
 
 from __future__ import annotations
@@ -31,6 +44,11 @@ from mjfl.schedulers import round_time
 from mjfl.schedulers.base import FleetModel, JobModel, Omega, PlanContext, RoundOutcome
 
 FloatArray = NDArray[np.float64]
+
+# A device reporting at least this share of the median loss counts as learning fully (w_k = 1).
+UTILITY_SATURATION = 0.01
+# The least learning share a plan is charged for: a plan of stand-ins costs 1/MIN_SHARE^gamma its time.
+MIN_SHARE = 0.01
 
 
 def update_frequencies(frequencies: ArrayLike, plan: ArrayLike) -> NDArray[np.int64]:
@@ -72,6 +90,19 @@ def omega(round_: int, kind: Omega) -> float:
     return float(np.log(round_))
 
 
+def return_horizon(ctx: PlanContext) -> float:
+    """The rounds a plan's return is summed over: those the job's objective still charges.
+
+    A job that runs a fixed budget of rounds without a target is judged by its
+    summed TotalCost (the paper's objective): the rounds left in its budget,
+    this one included. A job with a target is judged by its time to target: 1
+    (docs/cost-model.md, "A plan's return"). Meta-Greedy's ``horizon="auto"``
+    and RLDS's share it.
+    """
+    budget = ctx.job_model.budget
+    return 1.0 if budget is None else float(max(1, budget - ctx.round + 1))
+
+
 def cost_model(ctx: PlanContext) -> CostModel:
     """The cost model of ``ctx``, built once per context.
 
@@ -97,6 +128,7 @@ class CostModel:
         self.alpha = ctx.weights.alpha
         self.beta = ctx.weights.beta
         self.wait = ctx.wait  # seconds before each device can start (None: all free now)
+        self.losses = ctx.losses  # each device's last reported mean loss for this job (NaN: none yet)
 
     def shift_rate(self, job: int) -> tuple[FloatArray, FloatArray]:
         """Formula 4's shift and rate of every device for job ``job`` of the context."""
@@ -127,6 +159,60 @@ class CostModel:
         return self.timer(self.job).expected_max(plans, self.wait) / self.reference_time
 
     @cached_property
+    def learning_weights(self) -> FloatArray | None:
+        """Each device's learning weight w_k in [0, 1] from its last reported loss; None when all are 1.
+
+        A device that reported a loss of 0 (or less) did not learn: w = 0. One
+        that reported a positive loss: ``min(1, loss_k / (UTILITY_SATURATION *
+        median))``, over the median of the positive losses reported. One that
+        has reported none: 1 (it may learn; planning it finds out). None (the
+        signal says nothing) with ``utility`` 0, without losses, or when every
+        device reported and none a positive loss (nothing tells them apart).
+        """
+        if self.losses is None or self.weights.utility == 0:
+            return None
+        known = np.isfinite(self.losses)
+        positive = self.losses[known & (self.losses > 0)]
+        if positive.size == 0 and bool(known.all()):
+            return None
+        scale = UTILITY_SATURATION * float(np.median(positive)) if positive.size else 1.0
+        weights = np.ones(self.losses.shape)
+        weights[known] = np.clip(self.losses[known] / scale, 0.0, 1.0)
+        return None if bool(np.all(weights == 1.0)) else weights
+
+    def learning_share(self, plans: ArrayLike) -> FloatArray:
+        """L(V): the share of the plan's samples (FedAvg's weights) held by devices that learn, ``sum D w / sum D``."""
+        plans = np.asarray(plans, dtype=np.intp)
+        w = self.learning_weights
+        if w is None:
+            return np.ones(plans.shape[:-1])
+        samples = self.jobs[self.job].samples.astype(np.float64)
+        return (samples[plans] * w[plans]).sum(axis=-1) / samples[plans].sum(axis=-1)
+
+    def per_learning(self, times: ArrayLike, share: ArrayLike) -> FloatArray:
+        """``times / max(share, MIN_SHARE)^gamma``: time per unit of learning."""
+        times = np.asarray(times, dtype=np.float64)
+        if self.learning_weights is None:
+            return times
+        return times / np.maximum(np.asarray(share, dtype=np.float64), MIN_SHARE) ** self.weights.utility
+
+    def learning_time(self, plans: ArrayLike, time: ArrayLike | None = None) -> FloatArray:
+        """The time term of every cost: normalised round time (expected, or ``time``) over ``L(V)^gamma``.
+
+        Equal to ``time(plans)`` when every device learns (or ``utility`` is 0).
+        """
+        t = self.time(plans) if time is None else time
+        if self.learning_weights is None:
+            return np.asarray(t, dtype=np.float64)
+        return self.per_learning(t, self.learning_share(plans))
+
+    @cached_property
+    def learning_device_times(self) -> FloatArray:
+        """``device_times`` over each device's own ``w_k^gamma``: the per-device ranking of Greedy, FedCS, Genetic."""
+        w = self.learning_weights
+        return self.device_times if w is None else self.per_learning(self.device_times, w)
+
+    @cached_property
     def _frequencies(self) -> tuple[FloatArray, float, float]:
         """The job's frequency vector, its mean and its variance before the plan."""
         freq = self.frequencies[self.job].astype(np.float64)
@@ -146,8 +232,8 @@ class CostModel:
         return spread / fairness_scale(n, K)
 
     def cost(self, plans: ArrayLike) -> FloatArray:
-        """Formula 2: ``alpha * T + beta * F`` for this job."""
-        return self.alpha * self.time(plans) + self.beta * self.fairness(plans)
+        """Formula 2: ``alpha * T + beta * F`` for this job (T per learning share, ``learning_time``)."""
+        return self.alpha * self.learning_time(plans) + self.beta * self.fairness(plans)
 
     @cached_property
     def others(self) -> float:
@@ -171,7 +257,7 @@ class CostModel:
     def recost(self, plans: ArrayLike) -> FloatArray:
         """Formulas 12-13: ``alpha * T + beta * Omega(r) * F`` (Meta-Greedy's selector)."""
         weight = self.beta * omega(self.round, self.weights.omega)
-        return self.alpha * self.time(plans) + weight * self.fairness(plans)
+        return self.alpha * self.learning_time(plans) + weight * self.fairness(plans)
 
     @cached_property
     def fairness_before(self) -> float:
@@ -195,17 +281,18 @@ class CostModel:
         (RLDS's return, docs/cost-model.md).
         """
         plans = np.asarray(plans, dtype=np.intp)
-        t = self.time(plans) if time is None else np.asarray(time, dtype=np.float64)
+        t = self.learning_time(plans, None if time is None else np.asarray(time, dtype=np.float64))
         return self.alpha * t + self.beta * horizon * (self.fairness(plans) - self.fairness_before)
 
     def observed_cost(self, outcome: RoundOutcome) -> float:
         """Formula 8 with the round time that was observed instead of the expected one.
 
         Failed devices are charged through ``outcome.round_time``: the round
-        waited for them until its deadline.
+        waited for them until its deadline. The time counts per learning share
+        (``learning_time``), as in every cost.
         """
         plan = np.asarray(outcome.plan, dtype=np.intp)
-        time = outcome.round_time / self.reference_time
+        time = self.learning_time(plan, outcome.round_time / self.reference_time)
         return float(self.alpha * time + self.beta * self.fairness(plan) + self.others)
 
 

@@ -12,7 +12,7 @@ from numpy.typing import NDArray
 
 from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
-from mjfl.schedulers.cost import cost_model
+from mjfl.schedulers.cost import MIN_SHARE, cost_model
 
 IntArray = NDArray[np.intp]
 
@@ -27,21 +27,30 @@ def random_plans(rng: np.random.Generator, count: int, free: int, size: int) -> 
     return top_members(rng.random((count, free)), size)
 
 
-def device_scores(ctx: PlanContext, times: NDArray[np.float64], fairness_weight: float) -> NDArray[np.float64]:
+def device_scores(
+    ctx: PlanContext, times: NDArray[np.float64], fairness_weight: float, learning: NDArray[np.float64] | None = None
+) -> NDArray[np.float64]:
     """A per-device price of each free device (lower is better), on one scale for any fleet.
 
     The device's expected round time and how often it already trained the
     job, each standardised over the free devices, weighed by alpha and
     ``fairness_weight``. A plan's cost is not a sum over its devices (the
     round waits for the slowest), so this only steers where plans are drawn;
-    whole plans are still scored by the cost model.
+    whole plans are still scored by the cost model. ``learning``: the
+    devices' learning weights (``CostModel.learning_weights``); a device that
+    does not learn is priced up by ``alpha * gamma * -log(max(w, MIN_SHARE))``,
+    the log of the time factor the cost model charges it, so that its
+    stretched time does not flatten the spread of the others'.
     """
     free = ctx.free_indices
     t = times[free]
     freq = ctx.frequencies[ctx.job][free].astype(np.float64)
-    return ctx.weights.alpha * (t - t.mean()) / (t.std() + 1e-12) + fairness_weight * (freq - freq.mean()) / (
+    scores = ctx.weights.alpha * (t - t.mean()) / (t.std() + 1e-12) + fairness_weight * (freq - freq.mean()) / (
         freq.std() + 1.0
     )
+    if learning is not None:
+        scores = scores - ctx.weights.alpha * ctx.weights.utility * np.log(np.maximum(learning[free], MIN_SHARE))
+    return scores
 
 
 def biased_plans(rng: np.random.Generator, scores: NDArray[np.float64], count: int, size: int) -> IntArray:
@@ -99,9 +108,9 @@ class GeneticScheduler:
             return Decision(as_plan(free))
         costs = cost_model(ctx)
         P, F = self.population, free.size
-        scores = device_scores(ctx, costs.device_times, ctx.weights.beta)
+        scores = device_scores(ctx, costs.device_times, ctx.weights.beta, costs.learning_weights)
         members = biased_plans(rng, scores, P, size)
-        members[0] = np.argsort(costs.device_times[free], kind="stable")[:size]
+        members[0] = np.argsort(costs.learning_device_times[free], kind="stable")[:size]
         fitness = costs.total(free[members])
         # A mutation's new device: cheap ones more often (weights of mean 1).
         appeal = np.exp(-np.clip(scores, -3.0, 3.0))

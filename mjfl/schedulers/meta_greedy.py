@@ -9,7 +9,7 @@ Selectors (docs/cost-model.md compares them):
   the next ``horizon`` rounds, ``alpha*T + beta*H*(F(V) - F(no plan))``. The
   variance a plan adds stays in every later round's TotalCost while its round
   time is paid once, so with H = the rounds to come this is what a run's
-  summed TotalCost charges the plan (RLDS learns it with H = 10). With
+  summed TotalCost charges the plan (RLDS learns it with the same H). With
   ``horizon = "auto"`` (the default) H follows the job's objective: a job that
   runs a fixed budget of rounds without a target is judged by its summed
   TotalCost (the paper's objective), so H = the rounds left in its budget; a
@@ -31,8 +31,8 @@ from typing import Literal
 
 import numpy as np
 
-from mjfl.schedulers.base import CostWeights, Decision, Plan, PlanContext, RoundOutcome, Scheduler
-from mjfl.schedulers.cost import cost_model, omega
+from mjfl.schedulers.base import Decision, Plan, PlanContext, RoundOutcome, Scheduler
+from mjfl.schedulers.cost import cost_model, omega, return_horizon
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class MetaGreedyScheduler:
         if not self.shared_objective:
             return ctx
         w = ctx.weights
-        weights = CostWeights(w.alpha, w.beta * omega(ctx.round, w.omega), w.omega)
+        weights = dataclasses.replace(w, beta=w.beta * omega(ctx.round, w.omega))
         return dataclasses.replace(ctx, weights=weights)
 
     def plan(self, ctx: PlanContext) -> Decision:
@@ -125,8 +125,7 @@ class MetaGreedyScheduler:
             return self.bandit.choose(ctx.round)
         if self.horizon != "auto":
             return float(self.horizon)
-        budget = ctx.job_model.budget
-        return 1.0 if budget is None else float(max(1, budget - ctx.round + 1))
+        return return_horizon(ctx)
 
     def costs(self, ctx: PlanContext, plans: np.ndarray, horizon: float | None = None) -> np.ndarray:
         """The selector's cost of each plan (rows of device indices)."""

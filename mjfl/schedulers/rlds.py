@@ -22,7 +22,11 @@ part counts (``CostModel.marginal``; the rest is the same for every plan of a
 round but drifts from round to round), with the plan's fairness increment
 charged for ``horizon`` rounds, because the variance a plan adds stays in
 every later round's TotalCost while its round time is paid once
-(docs/cost-model.md, "A plan's return"). Baseline: with N > 1 plans the
+(docs/cost-model.md, "A plan's return"). ``horizon="auto"`` (the default)
+sums over the rounds the job's objective still charges, as Meta-Greedy's
+return does (``cost.return_horizon``): the rest of its budget for a job
+without a target, 1 for a job with one; a number fixes H (10 was the old
+default). Baseline: with N > 1 plans the
 batch's mean reward; with N = 1 the moving baseline b_m (Algorithm 2 line 7),
 which starts from the first batch's mean rather than 0.
 
@@ -35,7 +39,9 @@ if that plan ran (inside Meta-Greedy another member's plan may have run
 instead: crediting that plan would be off-policy, so it is never used).
 Exploration: epsilon decays per update from ``epsilon`` to ``epsilon_end``.
 
-Device features (per device, for the job being planned): expected round time,
+Device features (per device, for the job being planned): expected round time
+(per learning weight, ``CostModel.learning_device_times``, so a device that
+reports it does not learn looks as slow as the cost model charges it),
 shift and fluctuation over the reference time (Formula 4), the 90% quantile of
 the round time, the job's scheduling frequency relative to the mean (Formula
 5's deviation), the other jobs' frequencies, whether the device is free, and
@@ -50,6 +56,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -57,7 +64,7 @@ from numpy.typing import NDArray
 from mjfl.schedulers import round_time
 from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
-from mjfl.schedulers.cost import cost_model
+from mjfl.schedulers.cost import cost_model, return_horizon
 
 FEATURES = 8
 
@@ -80,7 +87,7 @@ def device_features(ctx: PlanContext) -> NDArray[np.float32]:
     spread = np.sqrt(max(own.var(), 1.0))
     return np.column_stack(
         [
-            np.log(costs.device_times / reference),
+            np.log(costs.learning_device_times / reference),
             shift / reference,
             (1.0 / rate) / reference,
             np.log(round_time.quantile(0.9, shift, rate) / reference),
@@ -413,7 +420,7 @@ class RLDSScheduler:
         epsilon_end: float | None = None,
         epsilon_decay: float = 0.97,
         gamma: float = 0.1,
-        horizon: float = 10.0,
+        horizon: float | Literal["auto"] = "auto",
         skip_lr: float = 0.1,
         pretrain_rounds: int = 100,
         pretrain_plans: int = 32,
@@ -423,8 +430,10 @@ class RLDSScheduler:
         epsilon_end = min(epsilon, 0.05) if epsilon_end is None else epsilon_end
         if not 0 <= epsilon_end <= epsilon <= 1 or not 0 < epsilon_decay <= 1:
             raise ValueError("rlds: 0 <= epsilon_end <= epsilon <= 1 and epsilon_decay in (0, 1]")
-        if not 0 < gamma <= 1 or pretrain_plans < 2 or horizon < 1:
-            raise ValueError("rlds: gamma in (0, 1], pretrain_plans >= 2 (N > 1), horizon >= 1")
+        if not 0 < gamma <= 1 or pretrain_plans < 2:
+            raise ValueError("rlds: gamma in (0, 1], pretrain_plans >= 2 (N > 1)")
+        if horizon != "auto" and not (isinstance(horizon, int | float) and not isinstance(horizon, bool) and horizon >= 1):
+            raise ValueError(f"rlds: horizon is 'auto' or a number of rounds >= 1, not {horizon!r}")
         self.rng = as_generator(seed)
         self.policy = PolicyNetwork(hidden, self.rng)
         self.optimizer = Adam(self.policy.parameters, lr=lr)
@@ -443,6 +452,10 @@ class RLDSScheduler:
 
     # -- Algorithm 3: plan with the latest policy, learn from the executed round --
 
+    def horizon_for(self, ctx: PlanContext) -> float:
+        """H of the return this round: the rounds the job still charges (``"auto"``), or the fixed number."""
+        return return_horizon(ctx) if self.horizon == "auto" else float(self.horizon)
+
     @property
     def epsilon(self) -> float:
         """The exploration rate now: from ``epsilon`` down to ``epsilon_end``, decaying per update."""
@@ -458,7 +471,7 @@ class RLDSScheduler:
         orders = [self._draw(logits, ctx.free, ctx.size, epsilon) for _ in range(self.plans_per_round)]
         order = orders[0]
         if len(orders) > 1:
-            costs = cost_model(ctx).marginal(np.asarray(orders), horizon=self.horizon)
+            costs = cost_model(ctx).marginal(np.asarray(orders), horizon=self.horizon_for(ctx))
             self._update(features, ctx.free, orders, -costs, epsilon, (logits, forward))
             order = orders[int(np.argmin(costs))]
         self._decisions = {ctx.round: _Drawn(features, ctx.free.copy(), order, epsilon)}
@@ -480,7 +493,7 @@ class RLDSScheduler:
         plan = np.asarray(decision.order)
         ran = set(decision.order) == set(outcome.plan)
         observed_time = outcome.round_time / costs.reference_time if ran else None
-        reward = -costs.marginal(plan, time=observed_time, horizon=self.horizon)
+        reward = -costs.marginal(plan, time=observed_time, horizon=self.horizon_for(ctx))
         self._update(decision.features, decision.free, [decision.order], np.atleast_1d(reward), decision.epsilon)
 
     # -- Algorithm 2: pre-training on the cost model --
@@ -500,6 +513,7 @@ class RLDSScheduler:
     def _pretrain(self, ctx: PlanContext, rounds: int) -> list[float]:
         frequencies = ctx.frequencies.copy()
         busy = ctx.fleet.size - int(ctx.free.sum())
+        horizon = self.horizon_for(ctx)  # the return the live round asks for, in every simulated round
         history = []
         for r in range(rounds):
             free = np.ones(ctx.fleet.size, dtype=bool)
@@ -507,14 +521,14 @@ class RLDSScheduler:
             sim = PlanContext(
                 job=ctx.job, round=ctx.round + r, fleet=ctx.fleet, jobs=ctx.jobs, free=free,
                 frequencies=frequencies, current_plans=(None,) * len(ctx.jobs), size=ctx.size,
-                weights=ctx.weights,
+                weights=ctx.weights, losses=ctx.losses,
             )
             features = device_features(sim)
             # One forward pass serves both the draws and the update.
             logits, forward = self.policy.forward(features)
             epsilon = self.epsilon
             orders = [self._draw(logits, free, ctx.size, epsilon) for _ in range(self.pretrain_plans)]
-            costs = cost_model(sim).marginal(np.asarray(orders), horizon=self.horizon)
+            costs = cost_model(sim).marginal(np.asarray(orders), horizon=horizon)
             self._update(features, free, orders, -costs, epsilon, (logits, forward))
             history.append(float(costs.mean()))
             best = orders[int(np.argmin(costs))]

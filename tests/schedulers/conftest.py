@@ -7,7 +7,7 @@ from mjfl.schedulers.base import CostWeights, FleetModel, JobModel, PlanContext
 
 def make_context(
     a, mu, samples, *, epochs=1, free=None, frequencies=None, size=1, round_=1,
-    current=None, weights=CostWeights(), job=0, fraction=0.5, wait=None, budget=None,  # noqa: B008 - frozen dataclass
+    current=None, weights=CostWeights(), job=0, fraction=0.5, wait=None, budget=None, losses=None,  # noqa: B008 - frozen dataclass
 ) -> PlanContext:
     """A planning context from plain lists: one job unless ``samples`` is 2-d (``budget``: every job's)."""
     a, mu = np.asarray(a, float), np.asarray(mu, float)
@@ -21,6 +21,7 @@ def make_context(
         frequencies=np.zeros((M, K), np.int64) if frequencies is None else np.asarray(frequencies, np.int64),
         current_plans=tuple(current or [None] * M), size=size, weights=weights,
         wait=None if wait is None else np.asarray(wait, float),
+        losses=None if losses is None else np.asarray(losses, float),
     )
 
 

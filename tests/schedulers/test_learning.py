@@ -71,7 +71,9 @@ def test_rlds_pretraining_lowers_total_cost_of_sampled_plans():
     fleet = synthetic_fleet(50, rng)
     jobs = synthetic_jobs(2, 50, rng, fraction=0.1)
     ctx = PlanContext(0, 1, fleet, jobs, np.ones(50, bool), np.zeros((2, 50), np.int64), (None, None), 5)
-    rlds = RLDSScheduler(0, pretrain_rounds=0)
+    # A fixed 10-round return: these jobs have a target, where "auto" would be
+    # the myopic H = 1, whose greedy plans pile up unfairness as pre-training goes on.
+    rlds = RLDSScheduler(0, pretrain_rounds=0, horizon=10)
     rlds.pretrained = True
 
     def sampled_cost():

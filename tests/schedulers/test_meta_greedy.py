@@ -185,7 +185,7 @@ def test_meta_greedys_horizon_is_what_the_jobs_objective_still_charges(context_f
         ({"meta-greedy": {"horizon": 0}}, "scheduler.options.meta-greedy", "'auto' or a number of rounds >= 1"),
         ({"meta-greedy": {"horizon": "long"}}, "scheduler.options.meta-greedy", "not 'long'"),
         ({"meta-greedy": {"horizn": 3}}, "scheduler.options.meta-greedy", "unknown option(s) ['horizn']"),
-        ({"rlds": {"horizon": 0.5}}, "scheduler.options.rlds", "horizon >= 1"),
+        ({"rlds": {"horizon": 0.5}}, "scheduler.options.rlds", "number of rounds >= 1"),
         ({"genetic": {"seed": 3}}, "scheduler.options.genetic", "unknown option(s) ['seed']"),
     ],
 )

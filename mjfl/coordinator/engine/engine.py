@@ -182,6 +182,8 @@ class Engine:
         self.frequencies: dict[JobId, dict[DeviceId, int]] = {
             job.name: dict((frequencies or {}).get(job.name, {})) for job in self.jobs
         }
+        # Each device's mean training loss with its last accepted update of each job (its statistical utility's source).
+        self.losses: dict[JobId, dict[DeviceId, float]] = {job.name: {} for job in self.jobs}
         self._released = asyncio.Condition()
         self._start: float | None = None  # the clock's time when run() started
         self._refiner = None
@@ -320,10 +322,12 @@ class Engine:
             in_flight = tuple(sorted(index[d] for d in self._in_flight[other.name] if d in index))
             current.append(in_flight or None)
         m = self.jobs.index(job)
+        reported = self.losses[job.name]
+        losses = np.array([reported.get(d, np.nan) for d in devices]) if reported else None
         ctx = PlanContext(
             job=m, round=job.rounds_done + 1, fleet=fleet, jobs=tuple(jobs), free=free,
             frequencies=np.asarray(frequencies, dtype=np.int64), current_plans=tuple(current),
-            size=size, weights=self.settings.weights, wait=wait,
+            size=size, weights=self.settings.weights, wait=wait, losses=losses,
         )
         decision = job.scheduler.plan(ctx)
         chosen = [devices[k] for k in decision.plan]
@@ -357,6 +361,8 @@ class Engine:
                 updates.append((outcome.weights, outcome.samples))
                 durations[k] = outcome.duration_s
                 losses[k] = outcome.mean_loss
+                if math.isfinite(outcome.mean_loss):
+                    self.losses[job.name][device] = outcome.mean_loss
                 self._observe_profile(job, device, outcome)
             else:
                 failed.add(k)

@@ -310,7 +310,7 @@ class Driver:
     def _settings(self, device_wait_s: float) -> EngineSettings:
         s = self.config.scheduler
         return EngineSettings(
-            weights=CostWeights(alpha=s.alpha, beta=s.beta, omega=s.omega),  # type: ignore[arg-type]
+            weights=CostWeights(alpha=s.alpha, beta=s.beta, omega=s.omega, utility=s.utility),  # type: ignore[arg-type]
             min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed,
             profile_window=s.profile_window, device_wait_s=device_wait_s, plan_busy=s.plan_busy,
             parallel=s.parallel,

@@ -18,6 +18,13 @@ plans then) are gathered by ``TaskBatcher`` and each job's trained together,
 in one worker, as one batched computation; each device still gets its own
 result, round time and failures.
 
+A stand-in device (``SimulatedDevice.stand_in``, the config's
+``fleet.stand_ins``: that share of the fleet, its fastest devices) takes its
+sampled round time but does not train: it returns the model it was sent,
+unchanged, and reports mean loss 0.0, like a client that only pretends to
+take part. It measures how schedulers treat devices whose updates do not
+move the model.
+
 Determinism: every device has its own random stream for round times and
 failures, and training is seeded per task, so a seed gives the same schedule,
 the same virtual times and the same models whatever the number of workers.
@@ -66,6 +73,7 @@ class SimulatedDevice:
     mu: float
     dropout: float = 0.0  # probability that a task never comes back
     power_w: float | None = None  # while training, for the modelled energy; None: the device model's default
+    stand_in: bool = False  # returns the model unchanged with mean loss 0.0 instead of training
 
 
 class SimulatedFleet:
@@ -136,6 +144,13 @@ class SimulatedFleet:
             after, reason = failure
             await self.clock.sleep(after)
             raise DeviceFailure(device, reason, after_s=after)
+        assert fate.duration_s is not None  # simulated devices always have a profile
+        if self.devices[device].stand_in:
+            await self.clock.sleep(fate.duration_s)
+            return TaskResult(
+                device, dict(task.weights), len(y), 0.0, fate.duration_s, Timing(compute_s=fate.duration_s),
+                device_state=modelled_energy(self.devices[device].power_w, fate.duration_s),
+            )
         if self._batcher is not None:
             trained = await self._batcher.train(
                 self._specs[task.job], BatchedTask(task.weights, x, y, task.training, task.seed)
@@ -145,7 +160,6 @@ class SimulatedFleet:
                 self._executor, train_in_worker, self.runtime, self._specs[task.job], *self._programs[task.job],
                 task.weights, x, y, task.training, task.seed,
             )
-        assert fate.duration_s is not None  # simulated devices always have a profile
         await self.clock.sleep(fate.duration_s)
         weights, samples, mean_loss = trained
         return TaskResult(
@@ -257,9 +271,10 @@ class SimulatedDevices:
     @contextlib.asynccontextmanager
     async def fleet(self) -> AsyncIterator[ReadyFleet]:
         clock = VirtualClock()
+        stand_ins = stand_in_devices([(p.a, p.mu) for p in self.profiles], self.config.fleet.stand_ins)
         devices = [
-            SimulatedDevice(DeviceId(p.device_id), p.a, p.mu, self.config.fleet.dropout, p.power_w)
-            for p in self.profiles
+            SimulatedDevice(DeviceId(p.device_id), p.a, p.mu, self.config.fleet.dropout, p.power_w, k in stand_ins)
+            for k, p in enumerate(self.profiles)
         ]
         fleet = SimulatedFleet(
             devices, clock, seed=self.config.seed, runtime=self.config.fleet.runtime, executor=self._pool,
@@ -269,6 +284,17 @@ class SimulatedDevices:
             yield ReadyFleet(fleet, clock, [d.device for d in devices])
         finally:
             fleet.close()
+
+
+def stand_in_devices(profiles: Sequence[tuple[float, float]], share: float) -> set[int]:
+    """Which devices of a fleet of (a, mu) profiles are stand-ins: the ``round(share * K)`` fastest (least a + 1/mu).
+
+    The fastest, because a device that does not learn is a problem for
+    schedulers precisely when it is fast: it wins plans on time alone.
+    """
+    count = round(share * len(profiles))
+    order = sorted(range(len(profiles)), key=lambda k: (profiles[k][0] + 1.0 / profiles[k][1], k))
+    return set(order[:count])
 
 
 @dataclass(frozen=True)

@@ -341,6 +341,25 @@ def test_schedulers_observe_each_returned_devices_mean_loss():
     assert observed[0][1].failed, "the first round's lost device should not report a loss"
 
 
+def test_plans_see_the_loss_each_device_last_reported_for_the_job():
+    # The cost model's statistical utility reads PlanContext.losses: NaN for devices not heard from yet.
+    jobs = make_jobs(1, target=None, max_rounds=4, fraction=0.3)
+    jobs[0].scheduler = Recording()
+    run(jobs)
+    contexts = [ctx for ctx, _ in jobs[0].scheduler.outcomes]
+    assert contexts[0].losses is None
+    heard = set()
+    for ctx, outcome in jobs[0].scheduler.outcomes:
+        if ctx.losses is not None:
+            for k, device in enumerate(ctx.fleet.ids):
+                if device in heard:
+                    assert ctx.losses[k] == pytest.approx(loss_of(device))
+                else:
+                    assert np.isnan(ctx.losses[k])
+        heard |= {ctx.fleet.ids[k] for k in outcome.losses}
+    assert contexts[-1].losses is not None
+
+
 def test_schedulers_see_each_jobs_objective_a_target_or_a_round_budget():
     # job0 stops at a target; job1 runs its 6 rounds (Meta-Greedy's horizon follows this).
     jobs = make_jobs(2, target=None, max_rounds=6, fraction=0.2)

@@ -288,5 +288,6 @@ class BatchedTrainer:
 
 
 def _tensor(value: np.ndarray, dtype: torch.dtype) -> Tensor:
-    t = torch.from_numpy(np.ascontiguousarray(value, dtype=np.float32))
+    # np.asarray keeps a scalar buffer 0-d (np.ascontiguousarray would make it (1,)); stacking copies it anyway.
+    t = torch.as_tensor(np.asarray(value, dtype=np.float32))
     return t if dtype == torch.float32 else t.round().to(dtype)

@@ -60,6 +60,7 @@ def test_every_device_of_a_batch_equals_its_own_training(name: str) -> None:
         assert result.mean_loss == pytest.approx(reference.mean_loss, rel=1e-5)
         for key, value in result.weights.items():
             assert value.dtype == reference.weights[key].dtype, key
+            assert value.shape == reference.weights[key].shape, key  # a scalar buffer stays 0-d
 
 
 def test_devices_of_one_batch_stay_apart() -> None:

@@ -99,7 +99,7 @@ def comparison_table(figures: Mapping[str, Any], methods: Sequence[str]) -> Tabl
     """Per configuration each method's mean group time to target, the best single method and the ratio."""
     method = figures["method"]
     table = Table(title=f"Group time to target, s (mean over seeds); {method} over the best single method")
-    table.add_column("configuration")
+    table.add_column("configuration", min_width=16)
     for m in methods:
         table.add_column(m, justify="right")
     table.add_column("best single")

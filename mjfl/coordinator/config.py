@@ -60,6 +60,8 @@ class FleetConfig:
     shards: str = "size"
     dropout: float = 0.0  # simulated: chance a device never returns a task
     stand_ins: float = 0.0  # simulated: share of devices (the fastest) that return the model unchanged with loss 0
+    slow_fraction: float = 0.0  # the slow tail: this share of the devices (drawn by the seed) ...
+    slow_factor: tuple[float, float] = (5.0, 10.0)  # ... is slower by a factor uniform on this range
     runtime: str = "executorch"
     workers: int | None = None  # worker processes that train (default: one per core)
 
@@ -218,6 +220,8 @@ def _fleet(raw: dict[str, Any], base: Path) -> FleetConfig:
         shards=f.take("shards", str, default=d["shards"], check=lambda v: v in SHARDS, need=f"one of {SHARDS}"),
         dropout=f.take("dropout", float, default=d["dropout"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
         stand_ins=f.take("stand_ins", float, default=d["stand_ins"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
+        slow_fraction=f.take("slow_fraction", float, default=d["slow_fraction"], check=lambda v: 0 <= v <= 1, need="in [0, 1]"),
+        slow_factor=_range(f, "slow_factor", d["slow_factor"], low=1.0),
         runtime=f.take("runtime", str, default=d["runtime"], check=lambda v: v in RUNTIMES, need=f"one of {RUNTIMES}"),
         workers=f.take("workers", int, default=d["workers"], check=lambda v: v >= 1, need=">= 1"),
     )
@@ -290,6 +294,20 @@ def _testbed(raw: dict[str, Any], base: Path) -> TestbedConfig:
     if config.heartbeat_timeout_s <= config.heartbeat_interval_s:
         raise ConfigError("testbed.heartbeat_timeout_s", "must be longer than testbed.heartbeat_interval_s")
     return config
+
+
+def _range(f: _Fields, key: str, default: tuple[float, float], *, low: float) -> tuple[float, float]:
+    """A ``[from, to]`` pair of numbers, ``low <= from <= to`` (one number: that value alone)."""
+    value = f.take(key, object, default=list(default))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = [value, value]
+    if (
+        not isinstance(value, list) or len(value) != 2
+        or any(isinstance(v, bool) or not isinstance(v, int | float) for v in value)
+        or not low <= value[0] <= value[1]
+    ):
+        raise ConfigError(f.name(key), f"must be a number >= {low:g} or a range [from, to] with {low:g} <= from <= to, got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 def _path(value: str | None, base: Path) -> Path | None:

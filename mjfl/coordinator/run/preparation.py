@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -135,18 +135,39 @@ def shard_count(config: RunConfig, present: int, *, real_time: bool) -> int:
 
 
 def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
-    """The fleet's devices: drawn from a profile file, or from the synthetic generator."""
+    """The fleet's devices: drawn from a profile file, or from the synthetic generator; then its slow tail."""
     rng = np.random.default_rng([config.seed, 1])
     if config.fleet.profiles is not None:
         real = load_profiles(config.fleet.profiles)
         size = config.fleet.size or len(real)
-        return real if size == len(real) else draw_fleet(real, size, rng)
-    assert config.fleet.size is not None
-    fleet = synthetic_fleet(config.fleet.size, rng)
-    return [
-        DeviceProfile(device_id=str(d), a=float(a), mu=float(mu), source="synthetic")
-        for d, a, mu in zip(fleet.ids, fleet.a, fleet.mu)
-    ]
+        profiles = real if size == len(real) else draw_fleet(real, size, rng)
+    else:
+        assert config.fleet.size is not None
+        fleet = synthetic_fleet(config.fleet.size, rng)
+        profiles = [
+            DeviceProfile(device_id=str(d), a=float(a), mu=float(mu), source="synthetic")
+            for d, a, mu in zip(fleet.ids, fleet.a, fleet.mu)
+        ]
+    # A stream of its own: a fleet with a slow tail is the same fleet, some devices slowed.
+    return slow_tail(profiles, config.fleet.slow_fraction, config.fleet.slow_factor, np.random.default_rng([config.seed, 3]))
+
+
+def slow_tail(
+    profiles: Sequence[DeviceProfile], fraction: float, factor: tuple[float, float], rng: np.random.Generator,
+) -> list[DeviceProfile]:
+    """The profiles with ``round(fraction x size)`` devices, drawn by ``rng``, slower by a factor uniform on ``factor``.
+
+    A slower device's round time scales as a whole (Formula 4): its floor ``a``
+    is multiplied by the factor and its rate ``mu`` divided by it. The fit's
+    confidence intervals describe the device as measured, so a slowed one has none.
+    """
+    slow = rng.choice(len(profiles), size=round(fraction * len(profiles)), replace=False)
+    factors = rng.uniform(factor[0], factor[1], size=len(slow))
+    out = list(profiles)
+    for k, f in zip(slow, factors):
+        p = out[k]
+        out[k] = replace(p, a=p.a * float(f), mu=p.mu / float(f), a_ci=None, mu_ci=None)
+    return out
 
 
 def prepare_jobs(config: RunConfig, slots: int, *, cache_dir: Path = PROGRAM_CACHE) -> list[PreparedJob]:

@@ -18,12 +18,26 @@ and variants of the configuration, each a set of overrides by dotted key::
     name = "iid"
     set = { "jobs.*.partition" = "iid" }   # jobs.* : every job
 
+A variant may name a configuration of its own (``config = "suite/iid.toml"``,
+relative to the study file), so one study covers several configurations (a
+suite: ``examples/suite/study.toml``); the top-level ``config`` is then only
+the default, and may be left out when every variant names one.
+
+A ``[ratio]`` table asks for one method's group time to target over the best
+of the others', per variant, and their geometric mean over the study
+(``results.comparison``, whose docstring holds the rules)::
+
+    [ratio]
+    method = "meta-greedy"
+    best_of = ["random", "fedcs", "genetic", "greedy", "bods", "rlds"]
+
 Each (variant, seed) is one simulation of every method (the run driver on
 ``SimulatedDevices``, as `mjfl simulate`) into ``OUT/<variant>/seed-<s>``;
 one already finished there (its summary.json written) is not run again, so an
 interrupted study continues where it stopped. The study ends with one
 gathered report per variant (``results.report.report_runs``, as `mjfl
-report`) and ``OUT/study.json``.
+report`) and ``OUT/study.json``; with ``[ratio]``, the ratio table, its
+geometric mean, and ``study.json``'s ``"ratio"``.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import io
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -38,6 +53,7 @@ from typing import Any
 from rich.console import Console
 
 from mjfl.coordinator.config import parse_config, read_toml
+from mjfl.coordinator.results.comparison import compare, comparison_lines, comparison_table
 from mjfl.coordinator.results.files import write_json
 from mjfl.coordinator.results.report import SUMMARY_FILE, report_runs
 from mjfl.coordinator.results.tables import NOT_REACHED
@@ -46,15 +62,16 @@ from mjfl.coordinator.run.simulated import SimulatedDevices
 from mjfl.errors import ConfigError
 from mjfl.schedulers.registry import METHODS
 
-__all__ = ["Study", "Variant", "apply", "load_study", "run_study"]
+__all__ = ["Ratio", "Study", "Variant", "apply", "load_study", "run_study"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """A named set of dotted-key overrides of the study's configuration."""
+    """A named set of dotted-key overrides of a run configuration (the study's, or its own)."""
 
     name: str
     overrides: dict[str, Any]
+    config: Path
 
     @property
     def folder(self) -> str:
@@ -62,23 +79,32 @@ class Variant:
 
 
 @dataclasses.dataclass(frozen=True)
-class Study:
-    """A checked study file: the configuration it varies, the methods, the seeds and the variants."""
+class Ratio:
+    """One method's group time to target over the best of ``best_of``'s (``results.comparison``)."""
 
-    config: Path
+    method: str
+    best_of: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Study:
+    """A checked study file: the methods, the seeds, the variants (each with its configuration) and the ratio asked for."""
+
     methods: tuple[str, ...]
     seeds: tuple[int, ...]
     variants: tuple[Variant, ...]
+    ratio: Ratio | None = None
 
 
 def load_study(path: Path, seeds: int | None = None) -> Study:
     """Read and check a study file (``seeds`` overrides its count: seeds 0..N-1)."""
     raw = read_toml(path)
-    unknown = set(raw) - {"config", "methods", "seeds", "variants"}
+    unknown = set(raw) - {"config", "methods", "seeds", "variants", "ratio"}
     if unknown:
-        raise ConfigError(f"{path}: {min(unknown)}", "unknown key (config, methods, seeds, variants)")
-    if not isinstance(raw.get("config"), str):
-        raise ConfigError(f"{path}: config", "give the run configuration's path")
+        raise ConfigError(f"{path}: {min(unknown)}", "unknown key (config, methods, seeds, variants, ratio)")
+    default = raw.get("config")
+    if default is not None and not isinstance(default, str):
+        raise ConfigError(f"{path}: config", "the run configuration's path")
     methods = raw.get("methods", ["meta-greedy", "random"])
     if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
         raise ConfigError(f"{path}: methods", f"a list of methods from {', '.join(METHODS)}")
@@ -89,16 +115,35 @@ def load_study(path: Path, seeds: int | None = None) -> Study:
         raise ConfigError(f"{path}: seeds", "a number of seeds >= 1")
     variants = []
     for i, v in enumerate(raw.get("variants", [{"name": "as configured"}])):
-        if not isinstance(v, dict) or not isinstance(v.get("name"), str) or set(v) - {"name", "set"}:
-            raise ConfigError(f"{path}: variants[{i}]", "a table with a name and an optional set = { key = value }")
+        if not isinstance(v, dict) or not isinstance(v.get("name"), str) or set(v) - {"name", "set", "config"}:
+            raise ConfigError(
+                f"{path}: variants[{i}]", "a table with a name, an optional config and an optional set = { key = value }",
+            )
         overrides = v.get("set", {})
         if not isinstance(overrides, dict):
             raise ConfigError(f"{path}: variants[{i}].set", "a table of dotted keys and values")
-        variants.append(Variant(v["name"], overrides))
+        config = v.get("config", default)
+        if not isinstance(config, str):
+            raise ConfigError(f"{path}: variants[{i}].config", "give the run configuration's path (here or as the study's config)")
+        variants.append(Variant(v["name"], overrides, (path.parent / config).resolve()))
     folders = [v.folder for v in variants]
     if len(set(folders)) != len(folders):
         raise ConfigError(f"{path}: variants", f"names must differ (as folders: {folders})")
-    return Study((path.parent / raw["config"]).resolve(), tuple(methods), tuple(range(count)), tuple(variants))
+    return Study(tuple(methods), tuple(range(count)), tuple(variants), _ratio(path, raw.get("ratio"), methods))
+
+
+def _ratio(path: Path, raw: Any, methods: list[str]) -> Ratio | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) - {"method", "best_of"}:
+        raise ConfigError(f"{path}: ratio", "a table with method and best_of")
+    method = raw.get("method", "meta-greedy")
+    if method not in methods:
+        raise ConfigError(f"{path}: ratio.method", f"one of the study's methods ({', '.join(methods)}), got {method!r}")
+    best_of = raw.get("best_of")
+    if not isinstance(best_of, list) or not best_of or any(m not in methods or m == method for m in best_of):
+        raise ConfigError(f"{path}: ratio.best_of", f"a list of the study's other methods ({', '.join(methods)}), got {best_of!r}")
+    return Ratio(method, tuple(best_of))
 
 
 def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -126,8 +171,8 @@ def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 
 def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
     """Run every (variant, seed) not yet done, then report each variant; returns the study's figures."""
-    raw = read_toml(study.config)
-    configs = {v.name: parse_config(apply(raw, v.overrides), base=study.config.parent, source=study.config)
+    raws = {path: read_toml(path) for path in dict.fromkeys(v.config for v in study.variants)}
+    configs = {v.name: parse_config(apply(raws[v.config], v.overrides), base=v.config.parent, source=v.config)
                for v in study.variants}  # every variant checked before anything runs
     total = len(study.variants) * len(study.seeds)
     done = 0
@@ -157,6 +202,23 @@ def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
     for variant in study.variants:
         folders = [out / variant.folder / f"seed-{seed}" for seed in study.seeds]
         figures[variant.name] = report_runs(folders, console=console, title=f"{variant.name}: ")
-    path = write_json(out / "study.json", {"variants": figures})
+    document: dict[str, Any] = {"variants": figures}
+    if study.ratio is not None:
+        document["ratio"] = _compare(study, out, console)
+    path = write_json(out / "study.json", document)
     console.print(f"wrote {path}", highlight=False)
     return figures
+
+
+def _compare(study: Study, out: Path, console: Console) -> dict[str, Any]:
+    """The ratio the study asked for, from each run's summary: printed, and returned for study.json."""
+    assert study.ratio is not None
+    times = {}
+    for variant in study.variants:
+        summaries = [json.loads((out / variant.folder / f"seed-{seed}" / SUMMARY_FILE).read_text()) for seed in study.seeds]
+        times[variant.name] = {m: [s["methods"][m]["total_time_s"] for s in summaries] for m in study.methods}
+    ratio = compare(times, method=study.ratio.method, best_of=study.ratio.best_of)
+    console.print(comparison_table(ratio, study.methods))
+    for line in comparison_lines(ratio):
+        console.print(line, highlight=False)
+    return ratio

@@ -7,7 +7,13 @@ import pytest
 from repository import ROOT
 
 from mjfl.coordinator.config import parse_config
-from mjfl.coordinator.run.preparation import Assignment, PreparedJob, prepare_jobs, shard_count
+from mjfl.coordinator.run.preparation import (
+    Assignment,
+    PreparedJob,
+    fleet_profiles,
+    prepare_jobs,
+    shard_count,
+)
 from mjfl.errors import ConfigError
 from mjfl.ids import DeviceId
 from mjfl.jobs.export import planned_memory
@@ -70,3 +76,20 @@ def test_the_data_is_cut_for_the_fleet_or_for_the_devices_present():
     assert shard_count(config(), 4, real_time=False) == 4
     with pytest.raises(ConfigError, match="fleet.shards"):
         config(shards="all")
+
+
+def test_a_slow_tail_slows_its_share_of_the_fleet_by_a_factor_in_range_and_leaves_the_rest():
+    def fleet(**slow):
+        raw = {"seed": 3, "fleet": {"size": 40, **slow}, "jobs": [{"name": "a", "model": "lenet5"}]}
+        return fleet_profiles(parse_config(raw))
+
+    plain, tailed = fleet(), fleet(slow_fraction=0.1, slow_factor=[5.0, 10.0])
+    factors = [t.a / p.a for p, t in zip(plain, tailed)]
+    slowed = [k for k, f in enumerate(factors) if f != 1.0]
+    assert len(slowed) == 4 and all(5.0 <= factors[k] <= 10.0 for k in slowed)
+    assert all(tailed[k].mu == pytest.approx(plain[k].mu / factors[k]) for k in slowed)  # Formula 4 scales whole
+    assert [p.device_id for p in tailed] == [p.device_id for p in plain]
+    assert fleet(slow_fraction=0.1, slow_factor=[5.0, 10.0]) == tailed  # the seed decides
+    assert fleet(slow_fraction=0.1, slow_factor=7) == [
+        dataclasses.replace(p, a=p.a * 7, mu=p.mu / 7) if k in slowed else p for k, p in enumerate(plain)
+    ]

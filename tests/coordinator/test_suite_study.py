@@ -1,0 +1,152 @@
+"""The scheduling suite: one study over several configurations, a method's ratio to the best single method, its geomean."""
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+from repository import ROOT
+from rich.console import Console
+
+from mjfl.coordinator.results.comparison import compare, geometric_mean, mean_time
+from mjfl.coordinator.run.study import load_study, run_study
+from mjfl.errors import ConfigError
+
+SINGLES = ["random", "greedy", "fedcs"]
+
+
+def test_a_methods_time_is_its_mean_over_the_seeds_only_when_every_seed_reached():
+    assert mean_time([2.0, 4.0, 6.0]) == 4.0
+    assert mean_time([2.0, None, 6.0]) is None
+    assert mean_time([]) is None
+
+
+def test_the_geometric_mean_of_ratios():
+    assert geometric_mean([2.0, 0.5]) == pytest.approx(1.0)
+    assert geometric_mean([1.0, 8.0, 1.0]) == pytest.approx(2.0)
+    assert geometric_mean([]) is None
+    with pytest.raises(ValueError):
+        geometric_mean([1.0, 0.0])
+
+
+def test_the_ratio_is_against_the_best_of_the_singles_and_unreached_configurations_are_left_out():
+    times = {
+        "a": {"meta-greedy": [3.0, 5.0], "meta-greedy-paper": [1.0, 1.0], "random": [8.0, 8.0], "greedy": [4.0, 6.0],
+              "fedcs": [1.0, None]},
+        "b": {"meta-greedy": [9.0, 9.0], "random": [2.0, 4.0], "greedy": [None, None], "fedcs": [6.0, 6.0]},
+        "c": {"meta-greedy": [1.0, 1.0], "random": [None, 1.0], "greedy": [None, None], "fedcs": [None, None]},
+        "d": {"meta-greedy": [None, 1.0], "random": [1.0, 1.0], "greedy": [2.0, 2.0], "fedcs": [3.0, 3.0]},
+    }
+    figures = compare(times, method="meta-greedy", best_of=SINGLES)
+    rows = figures["configurations"]
+    # meta-greedy-paper is faster on "a" but is not a single method; fedcs missed a seed.
+    assert (rows["a"]["best"], rows["a"]["ratio"]) == ("greedy", pytest.approx(4.0 / 5.0))
+    assert rows["a"]["methods"]["fedcs"] == {"mean_s": None, "reached": 1, "runs": 2}
+    assert (rows["b"]["best"], rows["b"]["ratio"]) == ("random", pytest.approx(9.0 / 3.0))
+    assert rows["c"]["ratio"] is None and rows["d"]["ratio"] is None
+    assert figures["left_out"] == {
+        "c": "no method of best_of reached in every seed", "d": "meta-greedy did not reach in every seed",
+    }
+    assert figures["counted"] == 2 and figures["geomean"] == pytest.approx(math.sqrt(0.8 * 3.0))
+
+
+def test_a_study_may_name_a_configuration_per_variant_and_a_ratio(tmp_path: Path):
+    (tmp_path / "a.toml").write_text(CONFIG)
+    (tmp_path / "study.toml").write_text(STUDY)
+    study = load_study(tmp_path / "study.toml")
+    assert [v.config for v in study.variants] == [tmp_path / "a.toml", tmp_path / "b.toml"]
+    assert study.ratio is not None and study.ratio.best_of == ("random", "greedy")
+    for good, bad, field in (
+        ('best_of = ["random", "greedy"]', 'best_of = ["random", "bods"]', "ratio.best_of"),  # not a study method
+        ('best_of = ["random", "greedy"]', 'best_of = ["random", "meta-greedy"]', "ratio.best_of"),
+        ('method = "meta-greedy"', 'method = "rlds"', "ratio.method"),
+    ):
+        (tmp_path / "bad.toml").write_text(STUDY.replace(good, bad))
+        with pytest.raises(ConfigError, match=field):
+            load_study(tmp_path / "bad.toml")
+    (tmp_path / "bad.toml").write_text(STUDY.replace('config = "a.toml"\n', "", 1))
+    with pytest.raises(ConfigError, match=r"variants\[0\].config"):
+        load_study(tmp_path / "bad.toml")
+
+
+def test_the_suite_is_a_valid_study_of_every_method_over_at_least_eight_configurations():
+    study = load_study(ROOT / "examples" / "suite" / "study.toml")
+    assert len(study.variants) >= 8 and len(study.seeds) == 3
+    assert study.ratio is not None and study.ratio.method == "meta-greedy"
+    assert set(study.ratio.best_of) == {"random", "fedcs", "genetic", "greedy", "bods", "rlds"}
+    assert {"meta-greedy", "meta-greedy-paper", *study.ratio.best_of} == set(study.methods)
+
+
+CONFIG = """
+seed = 0
+out_dir = "unused"
+[fleet]
+size = 6
+runtime = "batched"
+[[jobs]]
+name = "lenet"
+model = "lenet5"
+image_size = 12
+partition = "iid"
+batch_size = 16
+fraction = 0.5
+target_accuracy = 0.3
+max_rounds = 4
+"""
+
+STUDY = """
+config = "a.toml"
+methods = ["meta-greedy", "random", "greedy"]
+seeds = 2
+
+[ratio]
+method = "meta-greedy"
+best_of = ["random", "greedy"]
+
+[[variants]]
+name = "iid"
+
+[[variants]]
+name = "two jobs, slow tail"
+config = "b.toml"
+set = { "fleet.slow_fraction" = 0.5, "jobs.*.partition" = "noniid" }
+"""
+
+
+@pytest.mark.slow
+def test_a_two_configuration_slice_reports_each_methods_time_and_the_ratio_of_its_runs(tmp_path: Path):
+    (tmp_path / "a.toml").write_text(CONFIG)
+    second = CONFIG.replace("target_accuracy = 0.3", "target_accuracy = 0.2") + CONFIG[CONFIG.index("[[jobs]]"):].replace(
+        '"lenet"\nmodel', '"cnn"\nmodel'
+    ).replace('"lenet5"', '"cnn-a-noniid"').replace("image_size = 12", "image_size = 8")
+    (tmp_path / "b.toml").write_text(second)
+    (tmp_path / "study.toml").write_text(STUDY)
+    out = tmp_path / "out"
+    console = Console(file=io.StringIO(), width=200)
+    run_study(load_study(tmp_path / "study.toml"), out, console=console)
+
+    ratio = json.loads((out / "study.json").read_text())["ratio"]
+    assert list(ratio["configurations"]) == ["iid", "two jobs, slow tail"]
+    counted = []
+    for name, folder in (("iid", "iid"), ("two jobs, slow tail", "two-jobs-slow-tail")):
+        runs = [json.loads((out / folder / f"seed-{s}" / "summary.json").read_text()) for s in (0, 1)]
+        assert len(runs[0]["methods"]["random"]["jobs"]) == (1 if name == "iid" else 2)
+        row = ratio["configurations"][name]
+        times = {m: [r["methods"][m]["total_time_s"] for r in runs] for m in ("meta-greedy", "random", "greedy")}
+        for method, seeds in times.items():  # each method's time is its runs' mean, or none
+            reached = [t for t in seeds if t is not None]
+            expected = sum(reached) / 2 if len(reached) == 2 else None
+            assert row["methods"][method] == {"mean_s": pytest.approx(expected), "reached": len(reached), "runs": 2}
+        singles = {m: row["methods"][m]["mean_s"] for m in ("random", "greedy") if row["methods"][m]["mean_s"] is not None}
+        own = row["methods"]["meta-greedy"]["mean_s"]
+        if singles and own is not None:
+            assert row["best"] == min(singles, key=lambda m: singles[m])
+            assert row["ratio"] == pytest.approx(own / min(singles.values()))
+            counted.append(row["ratio"])
+        else:
+            assert row["ratio"] is None and name in ratio["left_out"]
+    assert ratio["counted"] == len(counted)
+    assert ratio["geomean"] == (pytest.approx(math.prod(counted) ** (1 / len(counted))) if counted else None)
+    printed = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "best single" in printed and "geometric mean of meta-greedy's ratio" in printed

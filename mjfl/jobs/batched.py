@@ -30,9 +30,10 @@ their tasks have the same plan shape: the same number of samples and the same
 local training (epochs, batch size, learning rate, momentum, weight decay),
 so every step has the same batch size in every device; `train_many` groups
 the tasks it is given so and trains group after group, at most `max_devices`
-at once. The result of every device equals the per-device trainer's for the
-same task and seed up to floating-point summation order (tested for every
-zoo model in `tests/jobs/test_batched.py`).
+at once (by default 32 on the CPU, 128 on CUDA). The result of every device
+equals the per-device trainer's for the same task and seed up to
+floating-point summation order (tested for every zoo model in
+`tests/jobs/test_batched.py`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ from mjfl.jobs.trainers import _check_data, _check_weights, batches, draw_noise
 
 __all__ = ["BatchedOps", "BatchedTask", "BatchedTrainer"]
 
+# Devices a step trains at most by default, on the CPU and on CUDA: on a CPU core 128 devices' maps
+# outgrow the caches, and CNN-A and VGG-6 train slower than at 32 (`mjfl bench trainers`, docs/scale.md).
+MAX_DEVICES = {False: 32, True: 128}
 CHANNELS_LAST_MAX = 8  # a convolution reading at most this many channels per group reads channels-last
 
 
@@ -195,12 +199,12 @@ def _batched_linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
 class BatchedTrainer:
     """Trains many devices' tasks of one model, K at a time (see the module docstring); CUDA when available."""
 
-    def __init__(self, spec: ModelSpec, *, device: str | None = None, max_devices: int = 128) -> None:
-        if max_devices < 1:
+    def __init__(self, spec: ModelSpec, *, device: str | None = None, max_devices: int | None = None) -> None:
+        if max_devices is not None and max_devices < 1:
             raise ValueError(f"max_devices must be >= 1, got {max_devices}")
         self.spec = spec
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.max_devices = max_devices
+        self.max_devices = max_devices or MAX_DEVICES[self.device.type == "cuda"]
         self.model = build_model(spec).train()
         state = self.model.state_dict()
         self._shapes = {k: tuple(v.shape) for k, v in state.items()}

@@ -196,13 +196,13 @@ class RateBandit:
 
     The arms are the learned selector's (``time``, ``cost``) or the adaptive
     selector's horizons (shortest first); the first is the default. Each
-    round planned with an arm adds its accuracy gain (accuracy minus the
-    previous round's) and its round time to the arm's totals; the arm's rate
+    round planned with an arm adds its accuracy gain and its round time to the arm's totals; the arm's rate
     is gain over time, a ratio of sums, so that the noise of a short round's
     accuracy is not magnified by dividing it by that short time. Every new
     round multiplies all earlier totals by ``forget``, so the comparison
     follows the run (an arm not played keeps its rate). Each arm is tried
-    twice first (in order); then the default arm (the fastest rounds) plans
+    twice first (in order); the gain is the rise of the best accuracy so far
+    (never negative). Then the default arm (the fastest rounds) plans
     unless another has bought accuracy ``margin`` times faster, since a
     round's accuracy is noisy and the default's rounds are the cheap ones; a
     default that buys nothing any more (rate <= 0: a plateau) loses to any
@@ -246,12 +246,16 @@ class RateBandit:
         if outcome.accuracy is None:
             return
         self.informed = True
-        previous, self._accuracy = self._accuracy, outcome.accuracy
+        previous = self._accuracy
+        # The gain is the rise of the best accuracy so far: a round's accuracy swings by
+        # about 0.1 on these fleets, and crediting the swings would hand a drop to one arm
+        # and the recovery to the next; a plateau then shows as no gain at all.
+        self._accuracy = outcome.accuracy if previous is None else max(previous, outcome.accuracy)
         if previous is None or arm is None or arm not in self.gain:
             return
         for a in self.arms:
             self.gain[a] *= self.forget
             self.seconds[a] *= self.forget
-        self.gain[arm] += outcome.accuracy - previous
+        self.gain[arm] += max(outcome.accuracy - previous, 0.0)
         self.seconds[arm] += outcome.round_time
         self.tried[arm] += 1

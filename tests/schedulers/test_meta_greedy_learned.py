@@ -48,8 +48,15 @@ def test_a_plateau_of_the_fast_arm_hands_the_rounds_to_the_fair_one():
     used = arms_played({"time": 0.0, "cost": 0.002})
     assert all(a == "cost" for r, a in enumerate(used, start=1) if r > 4 and r % 8)
     assert used[7] == "time"  # round 8 tries the fast arm again
-    # A fast arm that loses accuracy loses to any arm that still buys some.
-    assert arms_played({"time": -0.01, "cost": 0.001})[4:7] == ["cost"] * 3
+
+
+def test_the_bandit_credits_new_best_accuracy_not_the_swings():
+    bandit = RateBandit(ARMS, forget=1.0)
+    for r, (arm, accuracy) in enumerate([(None, 0.3), ("time", 0.5), ("cost", 0.2), ("cost", 0.45), ("time", 0.6)]):
+        bandit.observe(arm, RoundOutcome(0, r, (0,), {}, frozenset(), 1.0, accuracy=accuracy))
+    # The drop to 0.2 and the recovery to 0.45 are no gain; 0.3 -> 0.5 and 0.5 -> 0.6 are the fast arm's.
+    assert bandit.gain == pytest.approx({"time": 0.3, "cost": 0.0})
+    assert bandit.rate("time") == pytest.approx(0.15) and bandit.rate("cost") == 0.0
 
 
 def test_the_bandit_ignores_rounds_without_accuracy_and_needs_distinct_arms():

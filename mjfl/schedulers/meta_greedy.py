@@ -103,11 +103,11 @@ class MetaGreedyScheduler:
         self.shared_objective = shared_objective
         self.name = name
         self.choices: list[Choice] = []
-        self.bandit: RateBandit | None = None
+        self.bandit: RateBandit | PlateauSwitch | None = None
         if selector == "adaptive":
             self.bandit = RateBandit(tuple(sorted(horizons)), forget)
         elif selector == "learned":
-            self.bandit = RateBandit(ARMS, forget)
+            self.bandit = PlateauSwitch()
 
     def member_context(self, ctx: PlanContext) -> PlanContext:
         """The context members plan in.
@@ -259,3 +259,35 @@ class RateBandit:
         self.gain[arm] += max(outcome.accuracy - previous, 0.0)
         self.seconds[arm] += outcome.round_time
         self.tried[arm] += 1
+
+
+class PlateauSwitch:
+    """Fast rounds while the job's accuracy keeps setting new bests; the least TotalCost on a plateau.
+
+    ``choose`` gives ``time`` (the fast plan) until ``patience`` rounds in a
+    row have brought no new best accuracy, then ``cost`` (the fair plan)
+    until a round sets a new best again. Rounds without accuracy change
+    nothing. Same interface as :class:`RateBandit`.
+    """
+
+    arms = ARMS
+
+    def __init__(self, patience: int = 3) -> None:
+        if patience < 1:
+            raise ValueError("meta-greedy: patience >= 1")
+        self.patience = patience
+        self.informed = False
+        self.best: float | None = None
+        self.since_best = 0  # rounds since the last new best accuracy
+
+    def choose(self, round_: int) -> str:
+        return "cost" if self.since_best >= self.patience else "time"
+
+    def observe(self, arm: Hashable | None, outcome: RoundOutcome) -> None:
+        if outcome.accuracy is None:
+            return
+        self.informed = True
+        if self.best is None or outcome.accuracy > self.best:
+            self.best, self.since_best = outcome.accuracy, 0
+        else:
+            self.since_best += 1

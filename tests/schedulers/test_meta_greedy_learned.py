@@ -1,4 +1,4 @@
-"""Meta-Greedy's default selector: a per-job bandit between the fast plan and the least TotalCost."""
+"""Meta-Greedy's learned selector (fast plans, the least TotalCost on a plateau) and its bandit."""
 
 import numpy as np
 import pytest
@@ -67,8 +67,8 @@ def test_the_bandit_ignores_rounds_without_accuracy_and_needs_distinct_arms():
         RateBandit(("time", "time"), forget=0.7)
 
 
-def test_meta_greedys_learned_selector_prices_each_arm_and_learns_from_its_rounds(context_factory):
-    # Device 0 is the fastest but over-used: the fast arm takes it, the least TotalCost (beta 2) does not.
+def test_meta_greedys_learned_selector_plans_fast_and_fair_on_a_plateau(context_factory):
+    # Device 0 is the fastest but over-used: the fast plan takes it, the least TotalCost (beta 2) does not.
     def ctx(round_, budget=None):
         return context_factory(
             [1.0, 3.0, 8.0], [10.0] * 3, [1] * 3, size=1, round_=round_, frequencies=[[3, 1, 1]],
@@ -82,19 +82,34 @@ def test_meta_greedys_learned_selector_prices_each_arm_and_learns_from_its_round
     decision = meta.plan(ctx(1))
     assert (meta.choices[-1].arm, decision.chosen_by, meta.choices[-1].horizon) == ("time", "fast", None)
     assert decision.candidates == pytest.approx(dict(zip(["fast", "fair"], model.alpha * model.learning_time(plans))))
-    # Fast rounds buy nothing, fair ones accuracy: after each arm's two tries the fair plan runs.
-    accuracy = 0.1
-    meta.observe(ctx(1), RoundOutcome(0, 1, (0,), {}, frozenset(), 1.0, accuracy=accuracy))  # the first accuracy
-    winners = []
-    for r in range(2, 8):
+    # Accuracy rises, then stalls for the switch's patience: the fair plan runs until a new best.
+    patience = meta.bandit.patience
+    accuracies = [0.1, 0.2, *[0.2] * patience, 0.3, 0.25]
+    arms = []
+    for r, accuracy in enumerate(accuracies, start=1):
         decision = meta.plan(ctx(r))
-        winners.append((meta.choices[-1].arm, decision.chosen_by))
-        accuracy += 0.0 if decision.chosen_by == "fast" else 0.05
+        arms.append((meta.choices[-1].arm, decision.chosen_by))
         meta.observe(ctx(r), RoundOutcome(0, r, decision.plan, {}, frozenset(), 1.0, accuracy=accuracy))
-    assert winners[:2] == [("time", "fast")] * 2 and winners[2:] == [("cost", "fair")] * 4
-    assert decision.candidates == pytest.approx(dict(zip(["fast", "fair"], cost_model(ctx(7)).marginal(plans))))
+    assert arms == [("time", "fast")] * (2 + patience) + [("cost", "fair"), ("time", "fast")]
+    assert meta.choices[-2].recost == pytest.approx(dict(zip(["fast", "fair"], cost_model(ctx(2 + patience + 1)).marginal(plans))))
     # A job without a target (a budget of 30 rounds) keeps the return over the rounds left.
     fresh = make_scheduler("meta-greedy", seed=0)
     fresh.members = meta.members
     fresh.plan(ctx(3, budget=30))
     assert (fresh.choices[-1].arm, fresh.choices[-1].horizon) == ("cost", 28.0)
+
+
+def test_the_plateau_switch_plans_fast_until_accuracy_stops_setting_new_bests():
+    from mjfl.schedulers.meta_greedy import PlateauSwitch
+
+    switch, used = PlateauSwitch(patience=3), []
+    accuracies = [0.1, 0.2, 0.3, 0.25, 0.28, 0.3, 0.29, 0.35, 0.2]
+    for r, accuracy in enumerate(accuracies, start=1):
+        used.append(switch.choose(r))
+        switch.observe(used[-1], RoundOutcome(0, r, (0,), {}, frozenset(), 1.0, accuracy=accuracy))
+    # 0.3 (round 3) is not beaten in rounds 4-6 (0.3 ties): the fair arm plans from round 7 until 0.35.
+    assert used == ["time"] * 6 + ["cost", "cost", "time"]
+    switch.observe("time", RoundOutcome(0, 10, (0,), {}, frozenset(), 1.0))  # no accuracy: no change
+    assert switch.since_best == 1
+    with pytest.raises(ValueError, match="patience"):
+        PlateauSwitch(patience=0)

@@ -5,7 +5,7 @@ Selectors (docs/cost-model.md compares them):
 * ``recost``, the paper's (Formulas 12-13): ``alpha*T + beta*Omega(r)*F``, a
   fairness weight that grows with the round. ``meta-greedy-paper`` is
   Algorithm 4 exactly: this selector, members planning with their own objectives.
-* ``return``: the plan's share of TotalCost summed over
+* ``return`` (``meta-greedy``'s): the plan's share of TotalCost summed over
   the next ``horizon`` rounds, ``alpha*T + beta*H*(F(V) - F(no plan))``. The
   variance a plan adds stays in every later round's TotalCost while its round
   time is paid once, so with H = the rounds to come this is what a run's
@@ -16,19 +16,19 @@ Selectors (docs/cost-model.md compares them):
   job with a target is judged by its time to target, where buying more
   fairness than each round's TotalCost does was measured to cost more time
   than it saves rounds, so H = 1 (the least TotalCost).
-* ``learned`` (``meta-greedy``'s): for a job with a target, a two-armed bandit
-  per job chooses each round between the fast plan (arm ``time``: the least
-  expected round time per learning share, fairness weight 0, usually
-  Greedy's plan) and the fair one (arm ``cost``: the return above, the least
-  TotalCost, usually Genetic's), by the job's accuracy gained per second of
-  the rounds planned with each (:class:`RateBandit`). The fast arm is the
-  default; the fair one plans where fast rounds stop buying accuracy (a
-  plateau on data the fastest devices do not cover). A job without a target
-  (a fixed budget, judged by its summed TotalCost) keeps the return.
+* ``learned`` (an option): for a job with a target, the fast plan
+  (``time``: the least expected round time per learning share, fairness
+  weight 0, usually Greedy's) while the job's accuracy keeps setting new
+  bests, the least TotalCost (``cost``: the return above with H = 1,
+  usually Genetic's) after ``patience`` = 3 rounds without a new best,
+  until one comes (:class:`PlateauSwitch`): fairness is bought where fast
+  rounds stop buying accuracy. A job without a target (a fixed budget,
+  judged by its summed TotalCost) keeps the return.
 * ``adaptive``: the return, with H chosen each round from
   ``horizons`` by what each has bought on this run: the job's accuracy gained
   per second of the rounds planned with it (a two-armed bandit with
-  forgetting). Until accuracy comes back it is the return with ``horizon``.
+  forgetting, :class:`RateBandit`). Until accuracy comes back it is the
+  return with ``horizon``.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ class MetaGreedyScheduler:
 
         A job without a target (a round budget) is judged by its summed
         TotalCost, so it keeps the return (``cost``); a job with a target by
-        its time to target, so the bandit picks what buys accuracy fastest.
+        its time to target: fast plans, fair ones on a plateau (:class:`PlateauSwitch`).
         """
         if self.selector != "learned" or self.bandit is None:
             return None
@@ -194,15 +194,16 @@ class MetaGreedyScheduler:
 class RateBandit:
     """Which arm buys accuracy fastest on this run: accuracy gained per second, per arm.
 
-    The arms are the learned selector's (``time``, ``cost``) or the adaptive
-    selector's horizons (shortest first); the first is the default. Each
-    round planned with an arm adds its accuracy gain and its round time to the arm's totals; the arm's rate
+    The arms are the adaptive selector's horizons (shortest first; a
+    bandit over the learned selector's ``time`` and ``cost`` was measured and
+    not kept, docs/cost-model.md); the first is the default. Each
+    round planned with an arm adds its accuracy gain (accuracy minus the
+    previous round's) and its round time to the arm's totals; the arm's rate
     is gain over time, a ratio of sums, so that the noise of a short round's
     accuracy is not magnified by dividing it by that short time. Every new
     round multiplies all earlier totals by ``forget``, so the comparison
     follows the run (an arm not played keeps its rate). Each arm is tried
-    twice first (in order); the gain is the rise of the best accuracy so far
-    (never negative). Then the default arm (the fastest rounds) plans
+    twice first (in order); then the default arm (the fastest rounds) plans
     unless another has bought accuracy ``margin`` times faster, since a
     round's accuracy is noisy and the default's rounds are the cheap ones; a
     default that buys nothing any more (rate <= 0: a plateau) loses to any
@@ -246,17 +247,13 @@ class RateBandit:
         if outcome.accuracy is None:
             return
         self.informed = True
-        previous = self._accuracy
-        # The gain is the rise of the best accuracy so far: a round's accuracy swings by
-        # about 0.1 on these fleets, and crediting the swings would hand a drop to one arm
-        # and the recovery to the next; a plateau then shows as no gain at all.
-        self._accuracy = outcome.accuracy if previous is None else max(previous, outcome.accuracy)
+        previous, self._accuracy = self._accuracy, outcome.accuracy
         if previous is None or arm is None or arm not in self.gain:
             return
         for a in self.arms:
             self.gain[a] *= self.forget
             self.seconds[a] *= self.forget
-        self.gain[arm] += max(outcome.accuracy - previous, 0.0)
+        self.gain[arm] += outcome.accuracy - previous
         self.seconds[arm] += outcome.round_time
         self.tried[arm] += 1
 

@@ -16,16 +16,25 @@ Selectors (docs/cost-model.md compares them):
   job with a target is judged by its time to target, where buying more
   fairness than each round's TotalCost does was measured to cost more time
   than it saves rounds, so H = 1 (the least TotalCost).
+* ``learned`` (an option): for a job with a target, the fast plan
+  (``time``: the least expected round time per learning share, fairness
+  weight 0, usually Greedy's) while the job's accuracy keeps setting new
+  bests, the least TotalCost (``cost``: the return above with H = 1,
+  usually Genetic's) after ``patience`` = 3 rounds without a new best,
+  until one comes (:class:`PlateauSwitch`): fairness is bought where fast
+  rounds stop buying accuracy. A job without a target (a fixed budget,
+  judged by its summed TotalCost) keeps the return.
 * ``adaptive``: the return, with H chosen each round from
   ``horizons`` by what each has bought on this run: the job's accuracy gained
   per second of the rounds planned with it (a two-armed bandit with
-  forgetting). Until accuracy comes back it is the return with ``horizon``.
+  forgetting, :class:`RateBandit`). Until accuracy comes back it is the
+  return with ``horizon``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -44,6 +53,12 @@ class Choice:
     plans: dict[str, Plan]
     recost: dict[str, float]
     horizon: float | None = None
+    arm: str | None = None
+
+
+# The learned selector's arms, the default first: the least expected time (fairness weight 0)
+# and the return (the least TotalCost for a job with a target).
+ARMS = ("time", "cost")
 
 
 class MetaGreedyScheduler:
@@ -60,7 +75,7 @@ class MetaGreedyScheduler:
         self,
         members: Sequence[Scheduler],
         *,
-        selector: Literal["recost", "return", "adaptive"] = "recost",
+        selector: Literal["recost", "return", "adaptive", "learned"] = "recost",
         horizon: float | Literal["auto"] = "auto",
         horizons: Sequence[float] = (1.0, 10.0),
         forget: float = 0.7,
@@ -72,8 +87,8 @@ class MetaGreedyScheduler:
         names = [m.name for m in members]
         if len(set(names)) != len(names):
             raise ValueError(f"meta-greedy members must differ: {names}")
-        if selector not in ("recost", "return", "adaptive"):
-            raise ValueError(f"meta-greedy: selector is 'recost', 'return' or 'adaptive', not {selector!r}")
+        if selector not in ("recost", "return", "adaptive", "learned"):
+            raise ValueError(f"meta-greedy: selector is 'recost', 'return', 'adaptive' or 'learned', not {selector!r}")
         if horizon != "auto" and not (isinstance(horizon, int | float) and not isinstance(horizon, bool) and horizon >= 1):
             raise ValueError(f"meta-greedy: horizon is 'auto' or a number of rounds >= 1, not {horizon!r}")
         if not horizons or min(horizons) < 1:
@@ -88,7 +103,11 @@ class MetaGreedyScheduler:
         self.shared_objective = shared_objective
         self.name = name
         self.choices: list[Choice] = []
-        self.bandit = HorizonBandit(tuple(horizons), forget) if selector == "adaptive" else None
+        self.bandit: RateBandit | PlateauSwitch | None = None
+        if selector == "adaptive":
+            self.bandit = RateBandit(tuple(sorted(horizons)), forget)
+        elif selector == "learned":
+            self.bandit = PlateauSwitch()
 
     def member_context(self, ctx: PlanContext) -> PlanContext:
         """The context members plan in.
@@ -110,33 +129,55 @@ class MetaGreedyScheduler:
     def plan(self, ctx: PlanContext) -> Decision:
         inner = self.member_context(ctx)
         plans = {member.name: member.plan(inner).plan for member in self.members}
-        horizon = self.horizon_for(ctx)
-        costs = self.costs(ctx, np.asarray(list(plans.values()), dtype=np.intp), horizon)
+        arm = self.arm_for(ctx)
+        horizon = None if arm == "time" else self.horizon_for(ctx)
+        costs = self.costs(ctx, np.asarray(list(plans.values()), dtype=np.intp), horizon, fast=arm == "time")
         winner = list(plans)[int(np.argmin(costs))]
         recost = dict(zip(plans, map(float, costs)))
-        self.choices.append(Choice(ctx.round, winner, plans, recost, horizon))
+        self.choices.append(Choice(ctx.round, winner, plans, recost, horizon, arm))
         return Decision(plans[winner], chosen_by=winner, candidates=recost)
+
+    def arm_for(self, ctx: PlanContext) -> str | None:
+        """The learned selector's arm this round (None for the other selectors).
+
+        A job without a target (a round budget) is judged by its summed
+        TotalCost, so it keeps the return (``cost``); a job with a target by
+        its time to target: fast plans, fair ones on a plateau (:class:`PlateauSwitch`).
+        """
+        if self.selector != "learned" or self.bandit is None:
+            return None
+        if ctx.job_model.budget is not None:
+            return "cost"
+        return str(self.bandit.choose(ctx.round))
 
     def horizon_for(self, ctx: PlanContext) -> float | None:
         """The return's horizon this round (None for ReCost)."""
         if self.selector == "recost":
             return None
-        if self.bandit is not None and self.bandit.informed:
-            return self.bandit.choose(ctx.round)
+        if self.selector == "adaptive" and self.bandit is not None and self.bandit.informed:
+            return float(self.bandit.choose(ctx.round))
         if self.horizon != "auto":
             return float(self.horizon)
         return return_horizon(ctx)
 
-    def costs(self, ctx: PlanContext, plans: np.ndarray, horizon: float | None = None) -> np.ndarray:
-        """The selector's cost of each plan (rows of device indices)."""
+    def costs(self, ctx: PlanContext, plans: np.ndarray, horizon: float | None = None, *, fast: bool = False) -> np.ndarray:
+        """The selector's cost of each plan (rows of device indices).
+
+        ``fast``: ``alpha*T``, the expected round time per learning share
+        (fairness weight 0, the learned selector's ``time`` arm); else the
+        return over ``horizon``, or ReCost without one.
+        """
         model = cost_model(ctx)
+        if fast:
+            return model.alpha * model.learning_time(plans)
         if horizon is None:
             return model.recost(plans)
         return model.marginal(plans, horizon=horizon)
 
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         if self.bandit is not None:
-            used = next((c.horizon for c in reversed(self.choices) if c.round == outcome.round), None)
+            choice = next((c for c in reversed(self.choices) if c.round == outcome.round), None)
+            used = None if choice is None else (choice.arm if self.selector == "learned" else choice.horizon)
             self.bandit.observe(used, outcome)
         inner = self.member_context(ctx)
         for member in self.members:
@@ -150,63 +191,100 @@ class MetaGreedyScheduler:
         return counts
 
 
-class HorizonBandit:
-    """Which horizon buys accuracy fastest on this run: accuracy gained per second, per horizon.
+class RateBandit:
+    """Which arm buys accuracy fastest on this run: accuracy gained per second, per arm.
 
-    Each round planned with horizon H adds its accuracy gain (accuracy minus
-    the previous round's) and its round time to H's totals; H's rate is gain
-    over time, a ratio of sums, so that the noise of a short round's accuracy
-    is not magnified by dividing it by that short time. Every new round
-    multiplies all earlier totals by ``forget``, so the comparison follows the
-    run (gains shrink as a job converges, for every horizon alike). Each
-    horizon is tried twice first (in turn, shortest first); then the shortest
-    horizon (the fastest rounds) plans unless a longer one has bought accuracy
-    ``margin`` times faster, since a round's accuracy is noisy and the
-    shortest horizon's rounds are the cheap default; every ``explore``-th
-    round tries another horizon in turn, so that one that lost early can win
-    back.
+    The arms are the adaptive selector's horizons (shortest first; a
+    bandit over the learned selector's ``time`` and ``cost`` was measured and
+    not kept, docs/cost-model.md); the first is the default. Each
+    round planned with an arm adds its accuracy gain (accuracy minus the
+    previous round's) and its round time to the arm's totals; the arm's rate
+    is gain over time, a ratio of sums, so that the noise of a short round's
+    accuracy is not magnified by dividing it by that short time. Every new
+    round multiplies all earlier totals by ``forget``, so the comparison
+    follows the run (an arm not played keeps its rate). Each arm is tried
+    twice first (in order); then the default arm (the fastest rounds) plans
+    unless another has bought accuracy ``margin`` times faster, since a
+    round's accuracy is noisy and the default's rounds are the cheap ones; a
+    default that buys nothing any more (rate <= 0: a plateau) loses to any
+    arm that still buys. Every ``explore``-th round tries another arm in turn,
+    so that one that lost early can win back.
     """
 
-    def __init__(self, horizons: tuple[float, ...], forget: float, margin: float = 3.0, explore: int = 8) -> None:
-        if not horizons:
-            raise ValueError("meta-greedy: give at least one horizon")
-        self.horizons = tuple(sorted(horizons))
+    def __init__(self, arms: tuple[Hashable, ...], forget: float, margin: float = 3.0, explore: int = 8) -> None:
+        if not arms:
+            raise ValueError("meta-greedy: give at least one arm")
+        if len(set(arms)) != len(arms):
+            raise ValueError(f"meta-greedy: the bandit's arms must differ: {arms}")
+        self.arms = tuple(arms)
         self.forget = forget
         self.margin = margin
         self.explore = explore
-        self.gain = dict.fromkeys(self.horizons, 0.0)
-        self.seconds = dict.fromkeys(self.horizons, 0.0)
-        self.tried = dict.fromkeys(self.horizons, 0)
+        self.gain = dict.fromkeys(self.arms, 0.0)
+        self.seconds = dict.fromkeys(self.arms, 0.0)
+        self.tried = dict.fromkeys(self.arms, 0)
         self.informed = False  # has any accuracy come back?
         self._accuracy: float | None = None
 
-    def choose(self, round_: int) -> float:
-        for horizon in self.horizons:
-            if self.tried[horizon] < 2:
-                return horizon
-        shortest = self.horizons[0]
-        best = max(self.horizons, key=self.rate)
-        if best != shortest and self.rate(best) <= self.margin * max(self.rate(shortest), 0.0):
-            best = shortest
-        if round_ % self.explore == 0 and len(self.horizons) > 1:
-            others = [h for h in self.horizons if h != best]
+    def choose(self, round_: int) -> Hashable:
+        for arm in self.arms:
+            if self.tried[arm] < 2:
+                return arm
+        default = self.arms[0]
+        best = max(self.arms, key=self.rate)
+        if best != default and self.rate(best) <= self.margin * max(self.rate(default), 0.0):
+            best = default
+        if round_ % self.explore == 0 and len(self.arms) > 1:
+            others = [a for a in self.arms if a != best]
             return others[(round_ // self.explore) % len(others)]
         return best
 
-    def rate(self, horizon: float) -> float:
-        """Accuracy gained per second of the rounds planned with ``horizon`` (forgetting old ones)."""
-        return self.gain[horizon] / max(self.seconds[horizon], 1e-12)
+    def rate(self, arm: Hashable) -> float:
+        """Accuracy gained per second of the rounds planned with ``arm`` (forgetting old ones)."""
+        return self.gain[arm] / max(self.seconds[arm], 1e-12)
 
-    def observe(self, horizon: float | None, outcome: RoundOutcome) -> None:
+    def observe(self, arm: Hashable | None, outcome: RoundOutcome) -> None:
         if outcome.accuracy is None:
             return
         self.informed = True
         previous, self._accuracy = self._accuracy, outcome.accuracy
-        if previous is None or horizon is None or horizon not in self.gain:
+        if previous is None or arm is None or arm not in self.gain:
             return
-        for h in self.horizons:
-            self.gain[h] *= self.forget
-            self.seconds[h] *= self.forget
-        self.gain[horizon] += outcome.accuracy - previous
-        self.seconds[horizon] += outcome.round_time
-        self.tried[horizon] += 1
+        for a in self.arms:
+            self.gain[a] *= self.forget
+            self.seconds[a] *= self.forget
+        self.gain[arm] += outcome.accuracy - previous
+        self.seconds[arm] += outcome.round_time
+        self.tried[arm] += 1
+
+
+class PlateauSwitch:
+    """Fast rounds while the job's accuracy keeps setting new bests; the least TotalCost on a plateau.
+
+    ``choose`` gives ``time`` (the fast plan) until ``patience`` rounds in a
+    row have brought no new best accuracy, then ``cost`` (the fair plan)
+    until a round sets a new best again. Rounds without accuracy change
+    nothing. Same interface as :class:`RateBandit`.
+    """
+
+    arms = ARMS
+
+    def __init__(self, patience: int = 3) -> None:
+        if patience < 1:
+            raise ValueError("meta-greedy: patience >= 1")
+        self.patience = patience
+        self.informed = False
+        self.best: float | None = None
+        self.since_best = 0  # rounds since the last new best accuracy
+
+    def choose(self, round_: int) -> str:
+        return "cost" if self.since_best >= self.patience else "time"
+
+    def observe(self, arm: Hashable | None, outcome: RoundOutcome) -> None:
+        if outcome.accuracy is None:
+            return
+        self.informed = True
+        if self.best is None or outcome.accuracy > self.best:
+            self.best, self.since_best = outcome.accuracy, 0
+        else:
+            self.since_best += 1

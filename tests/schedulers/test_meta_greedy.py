@@ -105,7 +105,7 @@ def test_the_paper_selector_keeps_the_least_recost_and_mjfls_the_least_return(co
     paper, decision = pick("meta-greedy-paper")
     assert decision.plan == tuple(plans[int(np.argmin(model.recost(plans)))])
     assert decision.candidates == pytest.approx(dict(zip(["fast", "middle", "slow"], model.recost(plans))))
-    mjfl, decision = pick("meta-greedy", horizon=10)
+    mjfl, decision = pick("meta-greedy", selector="return", horizon=10)
     returns = model.marginal(plans, horizon=10)
     assert decision.plan == tuple(plans[int(np.argmin(returns))])
     assert decision.candidates == pytest.approx(dict(zip(["fast", "middle", "slow"], returns)))
@@ -115,10 +115,10 @@ def test_the_paper_selector_keeps_the_least_recost_and_mjfls_the_least_return(co
 
 
 def test_the_adaptive_selector_plans_with_the_horizon_that_buys_accuracy_fastest():
-    from mjfl.schedulers.meta_greedy import HorizonBandit
+    from mjfl.schedulers.meta_greedy import RateBandit
 
     def run(gain_per_second: dict[float, float], rounds: int = 24) -> list[float]:
-        bandit, accuracy, used = HorizonBandit((1.0, 10.0), forget=0.7), 0.1, []
+        bandit, accuracy, used = RateBandit((1.0, 10.0), forget=0.7), 0.1, []
         bandit.observe(None, RoundOutcome(0, 0, (0,), {}, frozenset(), 1.0, accuracy=accuracy))
         for r in range(1, rounds + 1):
             horizon = bandit.choose(r)
@@ -142,7 +142,7 @@ def test_the_adaptive_selector_plans_with_the_horizon_that_buys_accuracy_fastest
 
 def test_without_accuracy_the_adaptive_selector_is_the_return_with_its_horizon(context_factory):
     ctx = context_factory([1.0, 3.0, 8.0], [10.0] * 3, [1] * 3, size=1, round_=3, frequencies=[[2, 1, 1]])
-    meta = make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"horizon": 7.0}})
+    meta = make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"selector": "adaptive", "horizon": 7.0}})
     meta.members = [Fixed("fast", (0,)), Fixed("slow", (2,))]
     decision = meta.plan(ctx)
     assert meta.choices[-1].horizon == 7.0
@@ -160,7 +160,7 @@ def test_meta_greedys_horizon_is_what_the_jobs_objective_still_charges(context_f
             [1.0, 3.0, 8.0], [10.0] * 3, [1] * 3, size=1, round_=round_, frequencies=[[3, 1, 1]], budget=budget,
         )
 
-    meta = make_scheduler("meta-greedy", seed=0)
+    meta = make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"selector": "return"}})
     meta.members = [Fixed("fast", (0,)), Fixed("fair", (1,))]
     plans = np.array([[0], [1]])
     # A job with a target (no budget): time to target, H = 1, the least TotalCost.
@@ -175,7 +175,7 @@ def test_meta_greedys_horizon_is_what_the_jobs_objective_still_charges(context_f
     assert (meta.plan(ctx(30, 30)).chosen_by, meta.choices[-1].horizon) == ("fast", 1.0)
     assert meta.horizon_for(ctx(31, 30)) == 1.0  # never below one round (a resumed job past its budget)
     # A fixed horizon ignores the budget.
-    fixed = make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"horizon": 10}})
+    fixed = make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"selector": "return", "horizon": 10}})
     assert fixed.horizon_for(ctx(3, 30)) == fixed.horizon_for(ctx(3, None)) == 10.0
 
 

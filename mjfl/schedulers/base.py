@@ -47,6 +47,9 @@ class JobModel:
     ``budget``: for a job that runs a fixed number of rounds (no target), that
     number; its run's objective is then the paper's, TotalCost summed over
     those rounds. None for a job that stops at a target (its objective is time).
+    ``target_accuracy`` and ``max_rounds``: the job's accuracy target (None if
+    it has none) and its round limit R_m (None if unknown), so that a scheduler
+    can judge whether the job is on course to reach its target in time.
     """
 
     name: JobId
@@ -54,6 +57,8 @@ class JobModel:
     samples: NDArray[np.int64]
     fraction: float
     budget: int | None = None
+    target_accuracy: float | None = None
+    max_rounds: int | None = None
 
     def __post_init__(self) -> None:
         if self.epochs < 1:

@@ -21,9 +21,12 @@ Selectors (docs/cost-model.md compares them):
   weight 0, usually Greedy's) while the job's accuracy keeps setting new
   bests, the least TotalCost (``cost``: the return above with H = 1,
   usually Genetic's) after ``patience`` = 3 rounds without a new best,
-  until one comes (:class:`PlateauSwitch`): fairness is bought where fast
-  rounds stop buying accuracy. A job without a target (a fixed budget,
-  judged by its summed TotalCost) keeps the return.
+  until one comes, or while the job is off ``pace``: at the rise of its
+  best accuracy over the last 4 rounds the target would take more than
+  ``pace`` (0.6) times the rounds left in its limit (:class:`PlateauSwitch`).
+  Fairness is bought where fast rounds stop buying accuracy fast enough to
+  reach the target in time. A job without a target (a fixed budget, judged
+  by its summed TotalCost) keeps the return.
 * ``adaptive``: the return, with H chosen each round from
   ``horizons`` by what each has bought on this run: the job's accuracy gained
   per second of the rounds planned with it (a two-armed bandit with
@@ -34,13 +37,14 @@ Selectors (docs/cost-model.md compares them):
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from mjfl.schedulers.base import Decision, Plan, PlanContext, RoundOutcome, Scheduler
+from mjfl.schedulers.base import Decision, JobModel, Plan, PlanContext, RoundOutcome, Scheduler
 from mjfl.schedulers.cost import cost_model, omega, return_horizon
 
 
@@ -80,6 +84,7 @@ class MetaGreedyScheduler:
         horizons: Sequence[float] = (1.0, 10.0),
         forget: float = 0.7,
         shared_objective: bool = False,
+        pace: float | None = 0.6,
         name: str = "meta-greedy",
     ) -> None:
         if not members:
@@ -107,7 +112,7 @@ class MetaGreedyScheduler:
         if selector == "adaptive":
             self.bandit = RateBandit(tuple(sorted(horizons)), forget)
         elif selector == "learned":
-            self.bandit = PlateauSwitch()
+            self.bandit = PlateauSwitch(pace=pace)
 
     def member_context(self, ctx: PlanContext) -> PlanContext:
         """The context members plan in.
@@ -148,6 +153,8 @@ class MetaGreedyScheduler:
             return None
         if ctx.job_model.budget is not None:
             return "cost"
+        if isinstance(self.bandit, PlateauSwitch):
+            return self.bandit.choose(ctx.round, ctx.job_model)
         return str(self.bandit.choose(ctx.round))
 
     def horizon_for(self, ctx: PlanContext) -> float | None:
@@ -259,26 +266,62 @@ class RateBandit:
 
 
 class PlateauSwitch:
-    """Fast rounds while the job's accuracy keeps setting new bests; the least TotalCost on a plateau.
+    """Fast rounds while the job's accuracy is on course for its target; the least TotalCost when not.
 
-    ``choose`` gives ``time`` (the fast plan) until ``patience`` rounds in a
-    row have brought no new best accuracy, then ``cost`` (the fair plan)
-    until a round sets a new best again. Rounds without accuracy change
-    nothing. Same interface as :class:`RateBandit`.
+    ``choose`` gives ``time`` (the fast plan) unless one of two signs says the
+    fast rounds have stopped buying accuracy fast enough, then ``cost`` (the
+    fair plan):
+
+    * a plateau: ``patience`` rounds in a row without a new best accuracy;
+    * off pace (with ``pace`` set and the job's target and round limit
+      known): at the rate the best accuracy rose over the last ``window``
+      rounds, the target would take more than ``pace`` times the rounds left
+      in the job's limit. Small new bests then no longer hold the fast plan,
+      the way they did on Dirichlet 0.1 (docs/cost-model.md).
+
+    Either sign lifts as soon as it no longer holds, so a fair round that
+    restores the pace hands the next one back to the fast plan. Rounds
+    without accuracy change nothing. Same interface as :class:`RateBandit`.
     """
 
     arms = ARMS
 
-    def __init__(self, patience: int = 3) -> None:
+    def __init__(self, patience: int = 3, *, pace: float | None = 0.6, window: int = 4) -> None:
         if patience < 1:
             raise ValueError("meta-greedy: patience >= 1")
+        if pace is not None and pace <= 0:
+            raise ValueError("meta-greedy: pace > 0 (None turns it off)")
+        if window < 1:
+            raise ValueError("meta-greedy: window >= 1")
         self.patience = patience
+        self.pace = pace
+        self.window = window
         self.informed = False
         self.best: float | None = None
         self.since_best = 0  # rounds since the last new best accuracy
+        self.bests: list[float] = []  # the best accuracy after each round with one
 
-    def choose(self, round_: int) -> str:
-        return "cost" if self.since_best >= self.patience else "time"
+    def choose(self, round_: int, job: JobModel | None = None) -> str:
+        if self.since_best >= self.patience:
+            return "cost"
+        return "cost" if job is not None and self.off_pace(round_, job) else "time"
+
+    def projected_rounds(self) -> float:
+        """Rounds to go at the recent pace: the gap to ``target`` over the best's rise per round (inf if none)."""
+        if len(self.bests) <= self.window:
+            return 0.0
+        rise = (self.bests[-1] - self.bests[-1 - self.window]) / self.window
+        return math.inf if rise <= 0 else 1.0 / rise
+
+    def off_pace(self, round_: int, job: JobModel) -> bool:
+        """Whether the target would take more than ``pace`` of the rounds left at the recent rise of the best."""
+        if self.pace is None or job.target_accuracy is None or job.max_rounds is None or self.best is None:
+            return False
+        if len(self.bests) <= self.window:
+            return False  # too early to tell a pace
+        gap = job.target_accuracy - self.best
+        rounds_left = job.max_rounds - round_ + 1
+        return gap > 0 and gap * self.projected_rounds() > self.pace * rounds_left
 
     def observe(self, arm: Hashable | None, outcome: RoundOutcome) -> None:
         if outcome.accuracy is None:
@@ -288,3 +331,4 @@ class PlateauSwitch:
             self.best, self.since_best = outcome.accuracy, 0
         else:
             self.since_best += 1
+        self.bests.append(self.best)

@@ -1,9 +1,12 @@
 """Meta-Greedy's learned selector (fast plans, the least TotalCost on a plateau) and its bandit."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from mjfl.schedulers.base import CostWeights, Decision, RoundOutcome
+from mjfl.ids import JobId
+from mjfl.schedulers.base import CostWeights, Decision, JobModel, RoundOutcome
 from mjfl.schedulers.cost import cost_model
 from mjfl.schedulers.meta_greedy import ARMS, RateBandit
 from mjfl.schedulers.registry import make_scheduler
@@ -104,3 +107,28 @@ def test_the_plateau_switch_plans_fast_until_accuracy_stops_setting_new_bests():
     assert switch.since_best == 1
     with pytest.raises(ValueError, match="patience"):
         PlateauSwitch(patience=0)
+
+
+def test_the_switch_hands_the_rounds_to_the_fair_plan_when_small_new_bests_are_off_pace():
+    from mjfl.schedulers.meta_greedy import PlateauSwitch
+
+    job = JobModel(JobId("j"), 1, np.ones(3, dtype=np.int64), 0.5, target_accuracy=0.6, max_rounds=25)
+    switch, used = PlateauSwitch(patience=3, pace=0.5, window=4), []
+    # A new best every round, but slowing: before round 6 the best rose 0.03 a round over the last
+    # 4, so 0.6 from 0.22 needs 12.7 rounds, more than half of the 20 left: the fair plan runs.
+    # Its rounds gain 0.05 each; from round 14 that pace (0.42 + 4.5 rounds) is within half the 12 left.
+    accuracies = [0.1, 0.15, 0.2, 0.21, 0.22, 0.23, 0.24, 0.25, 0.26, 0.27, 0.32, 0.37, 0.42, 0.47, 0.52]
+    for r, accuracy in enumerate(accuracies, start=1):
+        used.append(switch.choose(r, job))
+        switch.observe(used[-1], RoundOutcome(0, r, (0,), {}, frozenset(), 1.0, accuracy=accuracy))
+    assert switch.since_best == 0  # never a plateau
+    assert used == ["time"] * 5 + ["cost"] * 8 + ["time"] * 2
+    # Without a target or a round limit, or with the pace off, only a plateau switches.
+    for other in (dataclasses.replace(job, target_accuracy=None), dataclasses.replace(job, max_rounds=None)):
+        assert not switch.off_pace(10, other)
+    unpaced = PlateauSwitch(pace=None)
+    for r, accuracy in enumerate(accuracies[:10], start=1):
+        unpaced.observe("time", RoundOutcome(0, r, (0,), {}, frozenset(), 1.0, accuracy=accuracy))
+    assert unpaced.choose(11, job) == "time" and PlateauSwitch(pace=0.5).choose(11, job) == "time"  # too early
+    with pytest.raises(ValueError, match="pace"):
+        PlateauSwitch(pace=0)

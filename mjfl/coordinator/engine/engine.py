@@ -317,7 +317,10 @@ class Engine:
             # terms; they never train it, so any positive count will do.
             counts = np.array([other.samples.get(d, 1) for d in devices], dtype=np.int64)
             budget = None if other.config.target.is_set else other.max_rounds
-            jobs.append(JobModel(other.name, other.config.training.epochs, counts, other.config.fraction, budget))
+            jobs.append(JobModel(
+                other.name, other.config.training.epochs, counts, other.config.fraction, budget,
+                target_accuracy=other.config.target.accuracy, max_rounds=other.max_rounds,
+            ))
             frequencies.append([self.frequencies[other.name].get(d, 0) for d in devices])
             in_flight = tuple(sorted(index[d] for d in self._in_flight[other.name] if d in index))
             current.append(in_flight or None)

@@ -149,13 +149,11 @@ class MetaGreedyScheduler:
         TotalCost, so it keeps the return (``cost``); a job with a target by
         its time to target: fast plans, fair ones on a plateau (:class:`PlateauSwitch`).
         """
-        if self.selector != "learned" or self.bandit is None:
+        if not isinstance(self.bandit, PlateauSwitch):
             return None
         if ctx.job_model.budget is not None:
             return "cost"
-        if isinstance(self.bandit, PlateauSwitch):
-            return self.bandit.choose(ctx.round, ctx.job_model)
-        return str(self.bandit.choose(ctx.round))
+        return self.bandit.choose(ctx.round, ctx.job_model)
 
     def horizon_for(self, ctx: PlanContext) -> float | None:
         """The return's horizon this round (None for ReCost)."""
@@ -281,10 +279,8 @@ class PlateauSwitch:
 
     Either sign lifts as soon as it no longer holds, so a fair round that
     restores the pace hands the next one back to the fast plan. Rounds
-    without accuracy change nothing. Same interface as :class:`RateBandit`.
+    without accuracy change nothing.
     """
-
-    arms = ARMS
 
     def __init__(self, patience: int = 3, *, pace: float | None = 0.6, window: int = 4) -> None:
         if patience < 1:
@@ -306,13 +302,6 @@ class PlateauSwitch:
             return "cost"
         return "cost" if job is not None and self.off_pace(round_, job) else "time"
 
-    def projected_rounds(self) -> float:
-        """Rounds to go at the recent pace: the gap to ``target`` over the best's rise per round (inf if none)."""
-        if len(self.bests) <= self.window:
-            return 0.0
-        rise = (self.bests[-1] - self.bests[-1 - self.window]) / self.window
-        return math.inf if rise <= 0 else 1.0 / rise
-
     def off_pace(self, round_: int, job: JobModel) -> bool:
         """Whether the target would take more than ``pace`` of the rounds left at the recent rise of the best."""
         if self.pace is None or job.target_accuracy is None or job.max_rounds is None or self.best is None:
@@ -320,8 +309,9 @@ class PlateauSwitch:
         if len(self.bests) <= self.window:
             return False  # too early to tell a pace
         gap = job.target_accuracy - self.best
-        rounds_left = job.max_rounds - round_ + 1
-        return gap > 0 and gap * self.projected_rounds() > self.pace * rounds_left
+        rise = (self.bests[-1] - self.bests[-1 - self.window]) / self.window  # per round, recently
+        rounds_needed = math.inf if rise <= 0 else gap / rise
+        return gap > 0 and rounds_needed > self.pace * (job.max_rounds - round_ + 1)
 
     def observe(self, arm: Hashable | None, outcome: RoundOutcome) -> None:
         if outcome.accuracy is None:

@@ -23,7 +23,8 @@ Selectors (docs/cost-model.md compares them):
   usually Genetic's) after ``patience`` = 3 rounds without a new best,
   until one comes, or while the job is off ``pace``: at the rise of its
   best accuracy over the last 4 rounds the target would take more than
-  ``pace`` (0.6) times the rounds left in its limit (:class:`PlateauSwitch`).
+  ``pace`` (0.6) times the rounds left in its limit (:class:`PlateauSwitch`;
+  the options ``patience``, ``pace`` and ``window`` set the three numbers).
   Fairness is bought where fast rounds stop buying accuracy fast enough to
   reach the target in time. A job without a target (a fixed budget, judged
   by its summed TotalCost) keeps the return.
@@ -85,6 +86,8 @@ class MetaGreedyScheduler:
         forget: float = 0.7,
         shared_objective: bool = False,
         pace: float | None = 0.6,
+        patience: int = 3,
+        window: int = 4,
         name: str = "meta-greedy",
     ) -> None:
         if not members:
@@ -112,7 +115,7 @@ class MetaGreedyScheduler:
         if selector == "adaptive":
             self.bandit = RateBandit(tuple(sorted(horizons)), forget)
         elif selector == "learned":
-            self.bandit = PlateauSwitch(pace=pace)
+            self.bandit = PlateauSwitch(patience, pace=pace, window=window)
 
     def member_context(self, ctx: PlanContext) -> PlanContext:
         """The context members plan in.

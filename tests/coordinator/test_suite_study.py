@@ -1,5 +1,6 @@
 """The scheduling suite: one study over several configurations, a method's ratio to the best single method, its geomean."""
 
+import dataclasses
 import io
 import json
 import math
@@ -10,7 +11,7 @@ from repository import ROOT
 from rich.console import Console
 
 from mjfl.coordinator.results.comparison import compare, geometric_mean, mean_time
-from mjfl.coordinator.run.study import load_study, run_study
+from mjfl.coordinator.run.study import Ratio, load_study, run_study
 from mjfl.errors import ConfigError
 
 SINGLES = ["random", "greedy", "fedcs"]
@@ -150,3 +151,29 @@ def test_a_two_configuration_slice_reports_each_methods_time_and_the_ratio_of_it
     assert ratio["geomean"] == (pytest.approx(math.prod(counted) ** (1 / len(counted))) if counted else None)
     printed = console.file.getvalue()  # type: ignore[attr-defined]
     assert "best single" in printed and "geometric mean of meta-greedy's ratio" in printed
+
+
+# The slice of the suite that `make test` runs (one seed): IID, where the fastest devices
+# reach the target, and Dirichlet 0.1, where they plateau below it.
+SLICE = ("iid, 20 devices", "dirichlet 0.1, 60 devices")
+
+
+@pytest.mark.slow
+def test_the_suites_slice_keeps_meta_greedy_ahead_of_the_methods_that_ignore_cost_or_data(tmp_path: Path):
+    suite = load_study(ROOT / "examples" / "suite" / "study.toml", seeds=1)
+    study = dataclasses.replace(
+        suite,
+        methods=("meta-greedy", "random", "fedcs", "greedy"),
+        variants=tuple(v for v in suite.variants if v.name in SLICE),
+        ratio=Ratio("meta-greedy", ("random", "fedcs", "greedy")),
+    )
+    assert [v.name for v in study.variants] == list(SLICE)
+    run_study(study, tmp_path, console=Console(file=io.StringIO(), width=200))
+    rows = json.loads((tmp_path / "study.json").read_text())["ratio"]["configurations"]
+    iid, skewed = ({m: row["methods"][m]["mean_s"] for m in study.methods} for row in (rows[n] for n in SLICE))
+    print("suite slice, group time to target (s):", iid, skewed)
+    for times in (iid, skewed):  # Meta-Greedy reaches every target, well before the plans that ignore speed
+        assert times["meta-greedy"] is not None
+        assert times["meta-greedy"] < times["random"] / 3 and times["meta-greedy"] < times["fedcs"]
+    assert iid["greedy"] is not None and iid["meta-greedy"] < 1.5 * iid["greedy"]  # IID: near the fastest plans
+    assert skewed["greedy"] is None  # Dirichlet 0.1: the fastest devices' data never reach the target; Meta-Greedy's plans do

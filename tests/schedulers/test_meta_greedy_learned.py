@@ -132,3 +132,13 @@ def test_the_switch_hands_the_rounds_to_the_fair_plan_when_small_new_bests_are_o
     assert unpaced.choose(11, job) == "time" and PlateauSwitch(pace=0.5).choose(11, job) == "time"  # too early
     with pytest.raises(ValueError, match="pace"):
         PlateauSwitch(pace=0)
+
+
+def test_the_learned_selectors_patience_pace_and_window_are_options_of_meta_greedy():
+    from mjfl.errors import ConfigError
+
+    options = {"meta-greedy": {"selector": "learned", "patience": 5, "pace": 0.8, "window": 6}}
+    switch = make_scheduler("meta-greedy", seed=0, options=options).bandit
+    assert (switch.patience, switch.pace, switch.window) == (5, 0.8, 6)
+    with pytest.raises(ConfigError, match=r"scheduler\.options\.meta-greedy.*window"):
+        make_scheduler("meta-greedy", seed=0, options={"meta-greedy": {"selector": "learned", "window": 0}})

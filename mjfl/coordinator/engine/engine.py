@@ -163,6 +163,7 @@ class Engine:
         settings: EngineSettings | None = None,
         observers: Sequence[Observer] = (),
         frequencies: Mapping[JobId, Mapping[DeviceId, int]] | None = None,
+        losses: Mapping[JobId, Mapping[DeviceId, float]] | None = None,
     ) -> None:
         if len({job.name for job in jobs}) != len(jobs):
             raise AssertionError("job names must be unique (the config checks it)")
@@ -182,8 +183,9 @@ class Engine:
         self.frequencies: dict[JobId, dict[DeviceId, int]] = {
             job.name: dict((frequencies or {}).get(job.name, {})) for job in self.jobs
         }
-        # Each device's mean training loss with its last accepted update of each job (its statistical utility's source).
-        self.losses: dict[JobId, dict[DeviceId, float]] = {job.name: {} for job in self.jobs}
+        # Each device's mean training loss with its last accepted update of each job (its statistical
+        # utility's source); a resumed run starts from the recorded ones.
+        self.losses: dict[JobId, dict[DeviceId, float]] = {job.name: dict((losses or {}).get(job.name, {})) for job in self.jobs}
         self._released = asyncio.Condition()
         self._start: float | None = None  # the clock's time when run() started
         self._refiner = None

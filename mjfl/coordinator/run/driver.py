@@ -237,7 +237,7 @@ class Driver:
                 if curve is not None:
                     log.info("job %s: R_m = %d rounds from %d earlier runs (%s)", job.name, job.max_rounds, len(histories), curve)
             settings = self._settings(ready.device_wait_s)
-            frequencies = run.restore(storage, jobs, settings) if run.resumed else None
+            frequencies, losses = run.restore(storage, jobs, settings) if run.resumed else (None, None)
             view.add_jobs(run.info.method, infos)
             ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
             observers: list[Observer] = [Recorder(storage, run.checkpoints), view.observer(run.info.method)]
@@ -251,7 +251,7 @@ class Driver:
                 observers.append(live)
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,
-                observers=observers, frequencies=frequencies,
+                observers=observers, frequencies=frequencies, losses=losses,
             )
             if ready.members is not None:
                 # The registry's word on who came, went or was refused: kept, and shown live (a device
@@ -517,8 +517,10 @@ class _Run:
         document = {"shards": assignment.slots, "held": dict(sorted(assignment.slot_of.items()))}
         write_atomically(self._assignment_file, json.dumps(document, indent=1))
 
-    def restore(self, storage: Storage, jobs: Sequence[EngineJob], settings: EngineSettings) -> dict[Any, Any]:
-        """Continue each job after its last recorded round; returns the participation counts so far."""
+    def restore(
+        self, storage: Storage, jobs: Sequence[EngineJob], settings: EngineSettings,
+    ) -> tuple[dict[Any, Any], dict[Any, Any]]:
+        """Continue each job after its last recorded round; returns the participation counts and last losses so far."""
         assert self.checkpoints is not None
         for job in jobs:
             done = storage.last_round(self.info.run_id, job.name)
@@ -527,7 +529,7 @@ class _Run:
                 job.weights, job.scheduler = saved.weights, saved.scheduler
                 job.rounds_done, job.best_accuracy, job.stopped = done, saved.best_accuracy, saved.stopped
         settings.time_offset = storage.elapsed_s(self.info.run_id)
-        return storage.participation(self.info.run_id)
+        return storage.participation(self.info.run_id), storage.last_losses(self.info.run_id)
 
     def progress(self, storage: Storage) -> str:
         return ", ".join(

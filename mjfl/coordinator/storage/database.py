@@ -625,6 +625,26 @@ class Storage:
             counts.setdefault(JobId(job), {})[DeviceId(device)] = count
         return counts
 
+    def last_losses(self, run_id: str) -> dict[JobId, dict[DeviceId, float]]:
+        """Each device's mean training loss with its last accepted update of each job of a run.
+
+        The engine's statistical-utility signal (``Engine.losses``), restored on
+        resume: the ``ok`` device round of the highest round per (job, device)
+        that reported a finite loss (NaN is stored as NULL and skipped).
+        """
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT job, device, mean_loss FROM device_rounds AS d WHERE run_id = ? AND status = 'ok'"
+                " AND mean_loss IS NOT NULL AND round = (SELECT MAX(round) FROM device_rounds"
+                " WHERE run_id = d.run_id AND job = d.job AND device = d.device AND status = 'ok'"
+                " AND mean_loss IS NOT NULL) ORDER BY job, device",
+                (run_id,),
+            ).fetchall()
+        losses: dict[JobId, dict[DeviceId, float]] = {}
+        for job, device, loss in rows:
+            losses.setdefault(JobId(job), {})[DeviceId(device)] = float(loss)
+        return losses
+
     def elapsed_s(self, run_id: str) -> float:
         """Run-clock time of a run's last recorded round end (0.0 if none): resume's time offset."""
         with self._lock:

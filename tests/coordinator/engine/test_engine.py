@@ -123,13 +123,15 @@ def make_jobs(count, method="random", target=0.5, max_rounds=30, fraction=0.3, s
     ]
 
 
-def run(jobs, size=10, seed=0, settings=None, events=None, **fleet_kw):
+def run(jobs, size=10, seed=0, settings=None, events=None, losses=None, **fleet_kw):
     events = Events() if events is None else events
 
     async def main():
         clock = VirtualClock()
         fleet = StepFleet(size, clock, seed, **fleet_kw)
-        engine = Engine(jobs, fleet, clock, evaluate, run_id="t", settings=settings or EngineSettings(seed=seed), observers=[events])
+        engine = Engine(
+            jobs, fleet, clock, evaluate, run_id="t", settings=settings or EngineSettings(seed=seed), observers=[events], losses=losses,
+        )
         await engine.run()
         return fleet
 
@@ -358,6 +360,17 @@ def test_plans_see_the_loss_each_device_last_reported_for_the_job():
                     assert np.isnan(ctx.losses[k])
         heard |= {ctx.fleet.ids[k] for k in outcome.losses}
     assert contexts[-1].losses is not None
+
+
+def test_a_resumed_engine_plans_with_the_losses_recorded_before():
+    # Resume hands the engine each device's last recorded loss (Storage.last_losses): the first plan sees them.
+    jobs = make_jobs(1, target=None, max_rounds=1, fraction=0.3)
+    jobs[0].scheduler = Recording()
+    run(jobs, losses={"job0": {"d1": 0.25, "d4": 3.0}, "gone": {"d1": 1.0}})
+    ctx = jobs[0].scheduler.outcomes[0][0]
+    assert ctx.losses is not None
+    recorded = {device: ctx.losses[k] for k, device in enumerate(ctx.fleet.ids) if np.isfinite(ctx.losses[k])}
+    assert recorded == {"d1": 0.25, "d4": 3.0}
 
 
 def test_schedulers_see_each_jobs_objective_a_target_or_a_round_budget():

@@ -248,6 +248,16 @@ def test_last_round_participation_and_elapsed(db: Storage) -> None:
     assert db.participation("r1") == {A: {"d1": 1, "d2": 2}, B: {"d1": 1}}
 
 
+def test_last_losses_are_each_devices_last_accepted_finite_loss_per_job(db: Storage) -> None:
+    assert db.last_losses("r1") == {}
+    db.record_round(round_record(A, 1, devices=(device("d1", mean_loss=2.0), device("d2", mean_loss=1.5))))
+    db.record_round(round_record(A, 2, devices=(device("d1", mean_loss=0.5), device("d2", "failed", mean_loss=None))))
+    db.record_round(round_record(A, 3, devices=(device("d1", "rejected", mean_loss=9.0), device("d3", mean_loss=float("nan")))))
+    db.record_round(round_record(B, 1, devices=(device("d1", mean_loss=0.0),)))
+    # d1: round 2's (round 3 was rejected); d2: round 1's (it failed in 2); d3 never reported a finite loss.
+    assert db.last_losses("r1") == {A: {"d1": 0.5, "d2": 1.5}, B: {"d1": 0.0}}
+
+
 def test_loss_history_counts_only_finished_runs_and_excludes_one(db: Storage) -> None:
     key = "cnn/emnist-letters"
 

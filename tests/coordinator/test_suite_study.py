@@ -10,7 +10,13 @@ import pytest
 from repository import ROOT
 from rich.console import Console
 
-from mjfl.coordinator.results.comparison import compare, geometric_mean, mean_time
+from mjfl.coordinator.results.comparison import (
+    compare,
+    comparison_lines,
+    comparison_table,
+    geometric_mean,
+    mean_time,
+)
 from mjfl.coordinator.run.study import Ratio, load_study, run_study
 from mjfl.errors import ConfigError
 
@@ -43,13 +49,25 @@ def test_the_ratio_is_against_the_best_of_the_singles_and_unreached_configuratio
     rows = figures["configurations"]
     # meta-greedy-paper is faster on "a" but is not a single method; fedcs missed a seed.
     assert (rows["a"]["best"], rows["a"]["ratio"]) == ("greedy", pytest.approx(4.0 / 5.0))
-    assert rows["a"]["methods"]["fedcs"] == {"mean_s": None, "reached": 1, "runs": 2}
+    assert rows["a"]["methods"]["fedcs"] == {"mean_s": None, "sd_s": None, "reached": 1, "runs": 2}
+    # Standard error of 4/5: each mean's coefficient of variation over its 2 seeds (sd sqrt(2) over 4 and over 5).
+    cv_own, cv_best = math.sqrt(2) / 4, math.sqrt(2) / 5
+    assert rows["a"]["ratio_se"] == pytest.approx(0.8 * math.sqrt(cv_own**2 / 2 + cv_best**2 / 2))
+    assert rows["b"]["ratio_se"] == pytest.approx(3.0 * math.sqrt(0 + (math.sqrt(2) / 3) ** 2 / 2))
     assert (rows["b"]["best"], rows["b"]["ratio"]) == ("random", pytest.approx(9.0 / 3.0))
     assert rows["c"]["ratio"] is None and rows["d"]["ratio"] is None
     assert figures["left_out"] == {
         "c": "no method of best_of reached in every seed", "d": "meta-greedy did not reach in every seed",
     }
     assert figures["counted"] == 2 and figures["geomean"] == pytest.approx(math.sqrt(0.8 * 3.0))
+    se_a, se_b = rows["a"]["ratio_se"], rows["b"]["ratio_se"]
+    assert figures["geomean_se"] == pytest.approx(math.sqrt(0.8 * 3.0) * math.hypot(se_a / 0.8, se_b / 3.0) / 2)
+    assert comparison_lines(figures)[0].endswith(f"{math.sqrt(2.4):.3f} ± {figures['geomean_se']:.3f} (standard error over the seeds)")
+    one_seed = compare({"a": {"meta-greedy": [3.0], "greedy": [4.0]}}, method="meta-greedy", best_of=["greedy"])
+    assert one_seed["configurations"]["a"]["ratio_se"] is None and one_seed["geomean_se"] is None  # no spread from one seed
+    printed = io.StringIO()
+    Console(file=printed, width=200).print(comparison_table(figures, ["meta-greedy", "greedy"]))
+    assert "0.800 ± 0.26" in printed.getvalue() and "left out" in printed.getvalue()
 
 
 def test_a_study_may_name_a_configuration_per_variant_and_a_ratio(tmp_path: Path):
@@ -138,7 +156,8 @@ def test_a_two_configuration_slice_reports_each_methods_time_and_the_ratio_of_it
         for method, seeds in times.items():  # each method's time is its runs' mean, or none
             reached = [t for t in seeds if t is not None]
             expected = sum(reached) / 2 if len(reached) == 2 else None
-            assert row["methods"][method] == {"mean_s": pytest.approx(expected), "reached": len(reached), "runs": 2}
+            assert row["methods"][method]["mean_s"] == pytest.approx(expected)
+            assert (row["methods"][method]["reached"], row["methods"][method]["runs"]) == (len(reached), 2)
         singles = {m: row["methods"][m]["mean_s"] for m in ("random", "greedy") if row["methods"][m]["mean_s"] is not None}
         own = row["methods"]["meta-greedy"]["mean_s"]
         if singles and own is not None:

@@ -19,7 +19,15 @@ The rules, written once here:
 * a configuration where no method of ``best_of`` reached, or where the method
   itself did not, has no ratio: it is left out of the geometric mean and
   listed with the reason (an infinite or undefined ratio would make the mean
-  meaningless, and hiding such a configuration would flatter the method).
+  meaningless, and hiding such a configuration would flatter the method);
+* each ratio comes with its standard error over the seeds, so that a ratio
+  can be told from seed noise: with ``c`` each time's coefficient of
+  variation over its ``n`` seeds (sample standard deviation over the mean),
+  ``se = ratio * sqrt(c_method^2 / n_method + c_best^2 / n_best)`` (the
+  delta method for a ratio of two independent means), and the geometric
+  mean's ``geomean * sqrt(sum (se_i / ratio_i)^2) / N`` over its N ratios.
+  Both are None with one seed. They leave out that the best single method is
+  picked as the least of several noisy means, which flatters it.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from typing import Any
 
 from rich.table import Table
 
-__all__ = ["compare", "comparison_lines", "comparison_table", "geometric_mean", "mean_time"]
+__all__ = ["compare", "comparison_lines", "comparison_table", "geometric_mean", "mean_time", "ratio_se", "seed_sd"]
 
 NO_SINGLE = "no method of best_of reached in every seed"
 
@@ -41,6 +49,20 @@ def mean_time(times: Sequence[float | None]) -> float | None:
     if not times or any(t is None for t in times):
         return None
     return statistics.fmean(t for t in times if t is not None)
+
+
+def seed_sd(times: Sequence[float | None]) -> float | None:
+    """The sample standard deviation of the group times over the seeds; None unless every seed of two or more reached."""
+    if len(times) < 2 or any(t is None for t in times):
+        return None
+    return statistics.stdev(t for t in times if t is not None)
+
+
+def ratio_se(ratio: float, own: Mapping[str, Any], best: Mapping[str, Any]) -> float | None:
+    """The ratio's standard error from each mean's coefficient of variation over its seeds (the delta method)."""
+    if own["sd_s"] is None or best["sd_s"] is None:
+        return None
+    return ratio * math.sqrt(sum((m["sd_s"] / m["mean_s"]) ** 2 / m["runs"] for m in (own, best)))
 
 
 def geometric_mean(ratios: Sequence[float]) -> float | None:
@@ -58,22 +80,23 @@ def compare(
     """``times[configuration][method]``: the group times to target of each seed (None: not reached).
 
     Returns ``{"method", "best_of", "configurations": {name: {"methods": {m:
-    {"mean_s", "reached", "runs"}}, "best": m | None, "ratio": r | None,
-    "left_out": reason | None}}, "geomean": g | None, "counted": n,
-    "left_out": {name: reason}}`` (the module docstring's rules).
+    {"mean_s", "sd_s", "reached", "runs"}}, "best": m | None, "ratio": r | None,
+    "ratio_se": se | None, "left_out": reason | None}}, "geomean": g | None,
+    "geomean_se": se | None, "counted": n, "left_out": {name: reason}}`` (the
+    module docstring's rules).
     """
     configurations: dict[str, Any] = {}
     left_out: dict[str, str] = {}
-    ratios = []
+    ratios, errors = [], []
     for name, by_method in times.items():
         methods = {
-            m: {"mean_s": mean_time(ts), "reached": sum(t is not None for t in ts), "runs": len(ts)}
+            m: {"mean_s": mean_time(ts), "sd_s": seed_sd(ts), "reached": sum(t is not None for t in ts), "runs": len(ts)}
             for m, ts in by_method.items()
         }
         singles = [(methods[m]["mean_s"], m) for m in best_of if m in methods and methods[m]["mean_s"] is not None]
         best = min(singles, key=lambda pair: pair[0])[1] if singles else None
         own = methods.get(method, {}).get("mean_s")
-        ratio = None
+        ratio = se = None
         reason = None
         if best is None:
             reason = NO_SINGLE
@@ -81,15 +104,22 @@ def compare(
             reason = f"{method} did not reach in every seed"
         else:
             ratio = own / methods[best]["mean_s"]
+            se = ratio_se(ratio, methods[method], methods[best])
             ratios.append(ratio)
+            errors.append(se)
         if reason is not None:
             left_out[name] = reason
-        configurations[name] = {"methods": methods, "best": best, "ratio": ratio, "left_out": reason}
+        configurations[name] = {"methods": methods, "best": best, "ratio": ratio, "ratio_se": se, "left_out": reason}
+    geomean = geometric_mean(ratios)
+    geomean_se = None
+    if geomean is not None and all(e is not None for e in errors):
+        geomean_se = geomean * math.sqrt(sum((e / r) ** 2 for e, r in zip(errors, ratios))) / len(ratios)
     return {
         "method": method,
         "best_of": list(best_of),
         "configurations": configurations,
-        "geomean": geometric_mean(ratios),
+        "geomean": geomean,
+        "geomean_se": geomean_se,
         "counted": len(ratios),
         "left_out": left_out,
     }
@@ -103,7 +133,7 @@ def comparison_table(figures: Mapping[str, Any], methods: Sequence[str]) -> Tabl
     for m in methods:
         table.add_column(m, justify="right")
     table.add_column("best single")
-    table.add_column("ratio", justify="right")
+    table.add_column("ratio ± se", justify="right")
     for name, row in figures["configurations"].items():
         cells = []
         for m in methods:
@@ -115,6 +145,8 @@ def comparison_table(figures: Mapping[str, Any], methods: Sequence[str]) -> Tabl
             else:
                 cells.append(f"{entry['mean_s']:.1f}")
         ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "left out"
+        if row.get("ratio_se") is not None:
+            ratio += f" ± {row['ratio_se']:.2f}"
         table.add_row(name, *cells, row["best"] or "none", ratio)
     return table
 
@@ -126,6 +158,7 @@ def comparison_lines(figures: Mapping[str, Any]) -> list[str]:
     lines = [
         f"geometric mean of {method}'s ratio to the best single method over {figures['counted']} configuration(s): "
         + (f"{geomean:.3f}" if geomean is not None else "none (no configuration has a ratio)")
+        + (f" ± {figures['geomean_se']:.3f} (standard error over the seeds)" if figures.get("geomean_se") is not None else "")
     ]
     lines += [f"left out: {name} ({reason})" for name, reason in figures["left_out"].items()]
     return lines

@@ -24,7 +24,8 @@ suite: ``examples/suite/study.toml``); the top-level ``config`` is then only
 the default, and may be left out when every variant names one.
 
 A ``[ratio]`` table asks for one method's group time to target over the best
-of the others', per variant, and their geometric mean over the study
+of the others', per variant, and their geometric mean over the study, each
+with its standard error over the seeds
 (``results.comparison``, whose docstring holds the rules)::
 
     [ratio]

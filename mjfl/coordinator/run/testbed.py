@@ -81,6 +81,12 @@ class RemoteDevices:
     ) -> None:
         if emulate < 0:
             raise UserError("--emulate must be >= 0")
+        if config.fleet.stand_ins > 0:
+            raise ConfigError(
+                "fleet.stand_ins",
+                "stand-ins exist in simulated fleets only (mjfl simulate): a testbed's devices, phones or"
+                " emulated, train every task they are given",
+            )
         self.config = config
         self.output = output
         self.emulate = emulate

@@ -8,7 +8,9 @@ from mjfl.coordinator.config import parse_config
 from mjfl.coordinator.run.driver import Output
 from mjfl.coordinator.run.preparation import fleet_profiles
 from mjfl.coordinator.run.simulated import stand_in_devices
+from mjfl.coordinator.run.testbed import RemoteDevices
 from mjfl.coordinator.storage.database import Storage
+from mjfl.errors import ConfigError
 
 pytestmark = pytest.mark.slow
 
@@ -17,6 +19,12 @@ def test_the_fastest_share_of_the_fleet_are_stand_ins():
     profiles = [(1.0, 1.0), (0.1, 10.0), (0.5, 2.0), (0.2, 5.0)]  # a + 1/mu: 2, 0.2, 1, 0.4
     assert stand_in_devices(profiles, 0.5) == {1, 3}
     assert stand_in_devices(profiles, 0.0) == set()
+
+
+def test_a_testbed_refuses_stand_ins_naming_the_field(tmp_path):
+    # A testbed's devices train what they are given: the share would be silently ignored.
+    with pytest.raises(ConfigError, match=r"fleet\.stand_ins.*simulated fleets only"):
+        RemoteDevices(config(tmp_path, 1.0), Output(tmp_path, Console(), live=False), emulate=2)
 
 
 def config(tmp_path, utility):

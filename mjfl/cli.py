@@ -131,12 +131,14 @@ def dashboard(
 def study(
     study_file: Annotated[Path, typer.Argument(help="A study file (TOML): config, methods, seeds, variants.")],
     out: Annotated[Path, typer.Option(help="Where the runs go: OUT/<variant>/seed-<s>.")] = Path("runs/study"),
-    seeds: Annotated[int | None, typer.Option(help="Run seeds 0..N-1 (default: the study file's).")] = None,
+    seeds: Annotated[int | None, typer.Option(help="Run N seeds (default: the study file's count).")] = None,
+    first_seed: Annotated[int, typer.Option(help="The first seed: seeds S..S+N-1 (held-out seeds for settings chosen on 0..N-1).")] = 0,
+    methods: Annotated[str | None, typer.Option(help="Only these of the study's methods, comma-separated (the ratio keeps those run).")] = None,
 ) -> None:
     """A grid of simulations (variants x seeds x methods) that ends with the report of each variant."""
     from mjfl.commands.study import study as run_study
 
-    run_study(study_file, out, seeds=seeds, console=console)
+    run_study(study_file, out, seeds=seeds, first_seed=first_seed, methods=methods, console=console)
 
 
 testbed_app = typer.Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)

@@ -18,7 +18,7 @@ from mjfl.coordinator.results.comparison import (
     mean_time,
 )
 from mjfl.coordinator.run.study import Ratio, load_study, run_study
-from mjfl.errors import ConfigError
+from mjfl.errors import ConfigError, UserError
 
 SINGLES = ["random", "greedy", "fedcs"]
 
@@ -87,6 +87,18 @@ def test_a_study_may_name_a_configuration_per_variant_and_a_ratio(tmp_path: Path
     (tmp_path / "bad.toml").write_text(STUDY.replace('config = "a.toml"\n', "", 1))
     with pytest.raises(ConfigError, match=r"variants\[0\].config"):
         load_study(tmp_path / "bad.toml")
+
+
+def test_a_study_runs_held_out_seeds_and_a_subset_of_its_methods(tmp_path: Path):
+    (tmp_path / "study.toml").write_text(STUDY)
+    study = load_study(tmp_path / "study.toml", 3, first_seed=3, methods=["greedy", "meta-greedy"])
+    assert study.seeds == (3, 4, 5)
+    assert study.methods == ("meta-greedy", "greedy")  # the study's order
+    assert study.ratio is not None and study.ratio.best_of == ("greedy",)  # random was not run
+    assert load_study(tmp_path / "study.toml", methods=["random", "greedy"]).ratio is None  # its method was not
+    for bad, message in (({"methods": ["bods"]}, "--methods"), ({"methods": []}, "--methods"), ({"first_seed": -1}, "--first-seed")):
+        with pytest.raises(UserError, match=message):
+            load_study(tmp_path / "study.toml", **bad)
 
 
 def test_the_suite_is_a_valid_study_of_every_method_over_at_least_eight_configurations():

@@ -60,7 +60,7 @@ from mjfl.coordinator.results.report import SUMMARY_FILE, report_runs
 from mjfl.coordinator.results.tables import NOT_REACHED
 from mjfl.coordinator.run.driver import Driver, Output
 from mjfl.coordinator.run.simulated import SimulatedDevices
-from mjfl.errors import ConfigError
+from mjfl.errors import ConfigError, UserError
 from mjfl.schedulers.registry import METHODS
 
 __all__ = ["Ratio", "Study", "Variant", "apply", "load_study", "run_study"]
@@ -97,8 +97,15 @@ class Study:
     ratio: Ratio | None = None
 
 
-def load_study(path: Path, seeds: int | None = None) -> Study:
-    """Read and check a study file (``seeds`` overrides its count: seeds 0..N-1)."""
+def load_study(path: Path, seeds: int | None = None, *, first_seed: int = 0, methods: list[str] | None = None) -> Study:
+    """Read and check a study file.
+
+    ``seeds`` overrides its count and ``first_seed`` where the seeds start
+    (seeds ``first_seed .. first_seed + N - 1``: held-out seeds for settings
+    chosen on 0..N-1); ``methods`` runs only these of its methods (a
+    ``[ratio]`` table then needs its method and at least one of its
+    ``best_of`` among them, and keeps those).
+    """
     raw = read_toml(path)
     unknown = set(raw) - {"config", "methods", "seeds", "variants", "ratio"}
     if unknown:
@@ -106,11 +113,23 @@ def load_study(path: Path, seeds: int | None = None) -> Study:
     default = raw.get("config")
     if default is not None and not isinstance(default, str):
         raise ConfigError(f"{path}: config", "the run configuration's path")
+    if first_seed < 0:
+        raise UserError(f"--first-seed must be >= 0, got {first_seed}")
+    only = methods
     methods = raw.get("methods", ["meta-greedy", "random"])
     if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
         raise ConfigError(f"{path}: methods", f"a list of methods from {', '.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise ConfigError(f"{path}: methods", f"each method once, got {', '.join(methods)}")
+    if only is not None:
+        if not only or any(m not in methods for m in only):
+            raise UserError(f"--methods: choose among the study's methods ({', '.join(methods)}), got {', '.join(only) or 'none'}")
+        methods = [m for m in methods if m in only]  # the study's order
+        ratio = raw.get("ratio")
+        if isinstance(ratio, dict):  # the ratio needs its method and one of best_of among those run
+            best_of = [m for m in ratio.get("best_of", []) if m in methods]
+            keep = ratio.get("method", "meta-greedy") in methods and best_of
+            raw = {**raw, "ratio": {**ratio, "best_of": best_of} if keep else None}
     count = seeds if seeds is not None else raw.get("seeds", 3)
     if not isinstance(count, int) or count < 1:
         raise ConfigError(f"{path}: seeds", "a number of seeds >= 1")
@@ -130,7 +149,8 @@ def load_study(path: Path, seeds: int | None = None) -> Study:
     folders = [v.folder for v in variants]
     if len(set(folders)) != len(folders):
         raise ConfigError(f"{path}: variants", f"names must differ (as folders: {folders})")
-    return Study(tuple(methods), tuple(range(count)), tuple(variants), _ratio(path, raw.get("ratio"), methods))
+    seeds_run = tuple(range(first_seed, first_seed + count))
+    return Study(tuple(methods), seeds_run, tuple(variants), _ratio(path, raw.get("ratio"), methods))
 
 
 def _ratio(path: Path, raw: Any, methods: list[str]) -> Ratio | None:

@@ -101,6 +101,18 @@ def test_a_study_runs_held_out_seeds_and_a_subset_of_its_methods(tmp_path: Path)
             load_study(tmp_path / "study.toml", **bad)
 
 
+def test_a_seed_run_before_with_fewer_methods_is_not_taken_for_done(tmp_path: Path):
+    # A study run with --methods, then in full into the same folder, would otherwise report without the rest.
+    (tmp_path / "a.toml").write_text(CONFIG)
+    (tmp_path / "b.toml").write_text(CONFIG)
+    (tmp_path / "study.toml").write_text(STUDY)
+    folder = tmp_path / "out" / "iid" / "seed-0"
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"methods": {"meta-greedy": {"total_time_s": 1.0}}}))
+    with pytest.raises(UserError, match=r"seed-0 holds a run of meta-greedy, not of random, greedy"):
+        run_study(load_study(tmp_path / "study.toml"), tmp_path / "out", console=Console(file=io.StringIO()))
+
+
 def test_the_suite_is_a_valid_study_of_every_method_over_at_least_eight_configurations():
     study = load_study(ROOT / "examples" / "suite" / "study.toml")
     assert len(study.variants) >= 8 and len(study.seeds) == 3

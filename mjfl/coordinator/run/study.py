@@ -203,6 +203,13 @@ def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
             folder = out / variant.folder / f"seed-{seed}"
             where = f"[{done}/{total}] {variant.name}, seed {seed}"
             if (folder / SUMMARY_FILE).is_file():
+                ran = json.loads((folder / SUMMARY_FILE).read_text()).get("methods", {})
+                missing = [m for m in study.methods if m not in ran]
+                if missing:  # run before with fewer methods (--methods): reusing it would leave them out
+                    raise UserError(
+                        f"{folder} holds a run of {', '.join(ran) or 'no method'}, not of {', '.join(missing)}:"
+                        " give another --out, or remove that folder to run it again"
+                    )
                 console.print(f"{where}: done before ({folder})", highlight=False)
                 continue
             config = dataclasses.replace(configs[variant.name], seed=seed, out_dir=folder)

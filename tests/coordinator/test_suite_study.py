@@ -50,10 +50,13 @@ def test_the_ratio_is_against_the_best_of_the_singles_and_unreached_configuratio
     # meta-greedy-paper is faster on "a" but is not a single method; fedcs missed a seed.
     assert (rows["a"]["best"], rows["a"]["ratio"]) == ("greedy", pytest.approx(4.0 / 5.0))
     assert rows["a"]["methods"]["fedcs"] == {"mean_s": None, "sd_s": None, "reached": 1, "runs": 2}
-    # Standard error of 4/5: each mean's coefficient of variation over its 2 seeds (sd sqrt(2) over 4 and over 5).
-    cv_own, cv_best = math.sqrt(2) / 4, math.sqrt(2) / 5
-    assert rows["a"]["ratio_se"] == pytest.approx(0.8 * math.sqrt(cv_own**2 / 2 + cv_best**2 / 2))
-    assert rows["b"]["ratio_se"] == pytest.approx(3.0 * math.sqrt(0 + (math.sqrt(2) / 3) ** 2 / 2))
+    # Standard errors, times paired by seed: on "a" both methods were 1 s slower in seed 1 (covariance
+    # 2/(4*5)), so the ratio barely moves: (2/16 + 2/25 - 2*2/20) / 2 seeds; on "b" only random varied.
+    assert rows["a"]["ratio_se"] == pytest.approx(0.8 * math.sqrt((2 / 16 + 2 / 25 - 2 * 2 / 20) / 2))
+    assert rows["b"]["ratio_se"] == pytest.approx(3.0 * math.sqrt((0 + 2 / 9 - 0) / 2))
+    # Opposite moves (one seed favours each method) widen it: the covariance counts against.
+    opposite = compare({"c": {"meta-greedy": [3.0, 5.0], "greedy": [6.0, 4.0]}}, method="meta-greedy", best_of=["greedy"])
+    assert opposite["configurations"]["c"]["ratio_se"] == pytest.approx(0.8 * math.sqrt((2 / 16 + 2 / 25 + 2 * 2 / 20) / 2))
     assert (rows["b"]["best"], rows["b"]["ratio"]) == ("random", pytest.approx(9.0 / 3.0))
     assert rows["c"]["ratio"] is None and rows["d"]["ratio"] is None
     assert figures["left_out"] == {
@@ -67,7 +70,7 @@ def test_the_ratio_is_against_the_best_of_the_singles_and_unreached_configuratio
     assert one_seed["configurations"]["a"]["ratio_se"] is None and one_seed["geomean_se"] is None  # no spread from one seed
     printed = io.StringIO()
     Console(file=printed, width=200).print(comparison_table(figures, ["meta-greedy", "greedy"]))
-    assert "0.800 ± 0.26" in printed.getvalue() and "left out" in printed.getvalue()
+    assert "0.800 ± 0.04" in printed.getvalue() and "left out" in printed.getvalue()
 
 
 def test_a_study_may_name_a_configuration_per_variant_and_a_ratio(tmp_path: Path):

@@ -21,13 +21,17 @@ The rules, written once here:
   listed with the reason (an infinite or undefined ratio would make the mean
   meaningless, and hiding such a configuration would flatter the method);
 * each ratio comes with its standard error over the seeds, so that a ratio
-  can be told from seed noise: with ``c`` each time's coefficient of
-  variation over its ``n`` seeds (sample standard deviation over the mean),
-  ``se = ratio * sqrt(c_method^2 / n_method + c_best^2 / n_best)`` (the
-  delta method for a ratio of two independent means), and the geometric
-  mean's ``geomean * sqrt(sum (se_i / ratio_i)^2) / N`` over its N ratios.
-  Both are None with one seed. They leave out that the best single method is
-  picked as the least of several noisy means, which flatters it.
+  can be told from seed noise. Every method of a study runs on the same
+  seeds (the same fleet and data), so their times are paired by seed and
+  correlated; with ``a`` the method's times and ``b`` the best single
+  method's over the ``n`` seeds, ``se = ratio * sqrt((cv_a^2 + cv_b^2 - 2
+  cov(a, b) / (mean_a mean_b)) / n)`` (the delta method for a ratio of two
+  means, sample (co)variances, ``cv`` the coefficient of variation; a
+  negative estimate counts as 0). The geometric mean's is ``geomean *
+  sqrt(sum (se_i / ratio_i)^2) / N`` over its N ratios (configurations are
+  run apart). Both are None with one seed. They leave out that the best
+  single method is picked as the least of several noisy means, which
+  flatters it, and three seeds estimate a covariance only roughly.
 """
 
 from __future__ import annotations
@@ -58,11 +62,15 @@ def seed_sd(times: Sequence[float | None]) -> float | None:
     return statistics.stdev(t for t in times if t is not None)
 
 
-def ratio_se(ratio: float, own: Mapping[str, Any], best: Mapping[str, Any]) -> float | None:
-    """The ratio's standard error from each mean's coefficient of variation over its seeds (the delta method)."""
-    if own["sd_s"] is None or best["sd_s"] is None:
+def ratio_se(own: Sequence[float], best: Sequence[float]) -> float | None:
+    """The standard error of ``mean(own) / mean(best)``, times paired by seed (the module docstring's rule)."""
+    n = len(own)
+    if n < 2 or len(best) != n:
         return None
-    return ratio * math.sqrt(sum((m["sd_s"] / m["mean_s"]) ** 2 / m["runs"] for m in (own, best)))
+    mean_a, mean_b = statistics.fmean(own), statistics.fmean(best)
+    cov = sum((x - mean_a) * (y - mean_b) for x, y in zip(own, best)) / (n - 1)
+    rel = statistics.variance(own) / mean_a**2 + statistics.variance(best) / mean_b**2 - 2 * cov / (mean_a * mean_b)
+    return mean_a / mean_b * math.sqrt(max(rel, 0.0) / n)
 
 
 def geometric_mean(ratios: Sequence[float]) -> float | None:
@@ -104,7 +112,7 @@ def compare(
             reason = f"{method} did not reach in every seed"
         else:
             ratio = own / methods[best]["mean_s"]
-            se = ratio_se(ratio, methods[method], methods[best])
+            se = ratio_se(by_method[method], by_method[best])  # type: ignore[arg-type]  # every seed reached
             ratios.append(ratio)
             errors.append(se)
         if reason is not None:

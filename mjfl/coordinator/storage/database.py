@@ -26,12 +26,12 @@ import math
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Self, TypeAlias, get_args
+from typing import Any, Literal, Self, TypeAlias, TypeVar, get_args
 
 from mjfl.coordinator.storage.records import (
     DeviceRound,
@@ -50,6 +50,8 @@ from mjfl.profiling.profiles import (
     profiles_from_document,
     profiles_to_document,
 )
+
+T = TypeVar("T")
 
 __all__ = ["RUN_STATUSES", "SCHEMA_VERSION", "RunStatus", "Storage"]
 
@@ -620,10 +622,7 @@ class Storage:
                 " GROUP BY job, device ORDER BY job, device",
                 (run_id,),
             ).fetchall()
-        counts: dict[JobId, dict[DeviceId, int]] = {}
-        for job, device, count in rows:
-            counts.setdefault(JobId(job), {})[DeviceId(device)] = count
-        return counts
+        return _by_job_and_device(rows, int)
 
     def last_losses(self, run_id: str) -> dict[JobId, dict[DeviceId, float]]:
         """Each device's mean training loss with its last accepted update of each job of a run.
@@ -640,10 +639,7 @@ class Storage:
                 " AND mean_loss IS NOT NULL) ORDER BY job, device",
                 (run_id,),
             ).fetchall()
-        losses: dict[JobId, dict[DeviceId, float]] = {}
-        for job, device, loss in rows:
-            losses.setdefault(JobId(job), {})[DeviceId(device)] = float(loss)
-        return losses
+        return _by_job_and_device(rows, float)
 
     def elapsed_s(self, run_id: str) -> float:
         """Run-clock time of a run's last recorded round end (0.0 if none): resume's time offset."""
@@ -951,3 +947,11 @@ def _interval_from_columns(low: float | None, high: float | None) -> list[float]
 
 def _json_or_null(value: object) -> str | None:
     return None if value is None else json.dumps(value, allow_nan=False)
+
+
+def _by_job_and_device(rows: Sequence[Sequence[Any]], value: Callable[[Any], T]) -> dict[JobId, dict[DeviceId, T]]:
+    """``(job, device, x)`` rows as ``{job: {device: value(x)}}``."""
+    out: dict[JobId, dict[DeviceId, T]] = {}
+    for job, device, x in rows:
+        out.setdefault(JobId(job), {})[DeviceId(device)] = value(x)
+    return out

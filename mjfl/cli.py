@@ -134,12 +134,11 @@ def study(
     seeds: Annotated[int | None, typer.Option(help="Run N seeds (default: the study file's count).")] = None,
     first_seed: Annotated[int, typer.Option(help="The first seed: seeds S..S+N-1 (held-out seeds for settings chosen on 0..N-1).")] = 0,
     methods: Annotated[str | None, typer.Option(help="Only these of the study's methods, comma-separated (the ratio keeps those run).")] = None,
-    jobs: Annotated[int, typer.Option(help="Run N simulations at once, each in its own process on its share of the cores.")] = 1,
 ) -> None:
     """A grid of simulations (variants x seeds x methods) that ends with the report of each variant."""
     from mjfl.commands.study import study as run_study
 
-    run_study(study_file, out, seeds=seeds, first_seed=first_seed, methods=methods, jobs=jobs, console=console)
+    run_study(study_file, out, seeds=seeds, first_seed=first_seed, methods=methods, console=console)
 
 
 testbed_app = typer.Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)

@@ -17,15 +17,13 @@ from mjfl.errors import UserError
 
 def study(
     study_file: Path, out: Path, *, seeds: int | None, console: Console, first_seed: int = 0, methods: str | None = None,
-    jobs: int = 1,
 ) -> dict[str, Any]:
     """Run the study of ``study_file`` into ``out``.
 
     ``seeds``: N seeds instead of the file's count, from ``first_seed`` (0);
-    ``methods``: a comma-separated subset of the file's methods; ``jobs``:
-    simulations at once.
+    ``methods``: a comma-separated subset of the file's methods.
     """
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: a file is in the way")
     only = None if methods is None else [m.strip() for m in methods.split(",") if m.strip()]
-    return run_study(load_study(study_file, seeds, first_seed=first_seed, methods=only), out, console=console, jobs=jobs)
+    return run_study(load_study(study_file, seeds, first_seed=first_seed, methods=only), out, console=console)

@@ -35,8 +35,7 @@ with its standard error over the seeds
 Each (variant, seed) is one simulation of every method (the run driver on
 ``SimulatedDevices``, as `mjfl simulate`) into ``OUT/<variant>/seed-<s>``;
 one already finished there (its summary.json written) is not run again, so an
-interrupted study continues where it stopped. ``jobs`` simulations run at
-once (`mjfl study --jobs N`), each in a process of its own. The study ends with one
+interrupted study continues where it stopped. The study ends with one
 gathered report per variant (``results.report.report_runs``, as `mjfl
 report`) and ``OUT/study.json``; with ``[ratio]``, the ratio table, its
 geometric mean, and ``study.json``'s ``"ratio"``.
@@ -48,18 +47,13 @@ import copy
 import dataclasses
 import io
 import json
-import multiprocessing
-import os
 import re
-from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from mjfl import logs
-from mjfl.coordinator.config import RunConfig, parse_config, read_toml
+from mjfl.coordinator.config import parse_config, read_toml
 from mjfl.coordinator.results.comparison import compare, comparison_lines, comparison_table
 from mjfl.coordinator.results.files import write_json
 from mjfl.coordinator.results.report import SUMMARY_FILE, report_runs
@@ -69,7 +63,7 @@ from mjfl.coordinator.run.simulated import SimulatedDevices
 from mjfl.errors import ConfigError, UserError
 from mjfl.schedulers.registry import METHODS
 
-__all__ = ["Ratio", "Study", "Variant", "apply", "load_study", "run_study", "simulate_one"]
+__all__ = ["Ratio", "Study", "Variant", "apply", "load_study", "run_study"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,25 +190,18 @@ def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def run_study(study: Study, out: Path, *, console: Console, jobs: int = 1) -> dict[str, Any]:
-    """Run every (variant, seed) not yet done, ``jobs`` at a time, then report each variant; returns the study's figures.
-
-    With ``jobs`` > 1 the simulations run in as many processes, each training
-    on its share of the cores (a config's own ``fleet.workers`` is kept); a
-    simulation's figures do not depend on which process ran it or when, only
-    the order of the progress lines does.
-    """
-    if jobs < 1:
-        raise UserError(f"--jobs {jobs}: run at least one simulation at a time")
+def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
+    """Run every (variant, seed) not yet done, then report each variant; returns the study's figures."""
     raws = {path: read_toml(path) for path in dict.fromkeys(v.config for v in study.variants)}
     configs = {v.name: parse_config(apply(raws[v.config], v.overrides), base=v.config.parent, source=v.config)
                for v in study.variants}  # every variant checked before anything runs
     total = len(study.variants) * len(study.seeds)
-    pending: list[tuple[str, RunConfig]] = []
+    done = 0
     for variant in study.variants:
         for seed in study.seeds:
+            done += 1
             folder = out / variant.folder / f"seed-{seed}"
-            where = f"{variant.name}, seed {seed}"
+            where = f"[{done}/{total}] {variant.name}, seed {seed}"
             if (folder / SUMMARY_FILE).is_file():
                 ran = json.loads((folder / SUMMARY_FILE).read_text()).get("methods", {})
                 missing = [m for m in study.methods if m not in ran]
@@ -225,26 +212,20 @@ def run_study(study: Study, out: Path, *, console: Console, jobs: int = 1) -> di
                     )
                 console.print(f"{where}: done before ({folder})", highlight=False)
                 continue
-            pending.append((where, dataclasses.replace(configs[variant.name], seed=seed, out_dir=folder)))
-    finished = total - len(pending)
-
-    def report(where: str, times: dict[str, float | None]) -> None:
-        nonlocal finished
-        finished += 1
-        console.print(
-            f"[{finished}/{total}] {where}: group time to target " + ", ".join(
-                f"{m} {NOT_REACHED if t is None else f'{t:.1f} s'}" for m, t in times.items()
-            ),
-            highlight=False,
-        )
-
-    if jobs == 1 or len(pending) <= 1:
-        for where, config in pending:
-            with console.status(f"[{finished + 1}/{total}] {where}: {', '.join(study.methods)} ..."):
-                times = simulate_one(config, study.methods)
-            report(where, times)
-    else:
-        _run_parallel(pending, study.methods, min(jobs, len(pending)), report, console)
+            config = dataclasses.replace(configs[variant.name], seed=seed, out_dir=folder)
+            quiet = Console(file=io.StringIO(), width=160)  # each run's own table: in its folder, not here
+            output = Output(folder, quiet, live=False)
+            with console.status(f"{where}: {', '.join(study.methods)} ..."):
+                driver = Driver(config, output)
+                with SimulatedDevices(config, output) as devices:
+                    summary = driver.train(study.methods, devices)
+            times = {m: s["total_time_s"] for m, s in summary["methods"].items()}
+            console.print(
+                f"{where}: group time to target " + ", ".join(
+                    f"{m} {NOT_REACHED if t is None else f'{t:.1f} s'}" for m, t in times.items()
+                ),
+                highlight=False,
+            )
     figures: dict[str, Any] = {}
     for variant in study.variants:
         folders = [out / variant.folder / f"seed-{seed}" for seed in study.seeds]
@@ -255,50 +236,6 @@ def run_study(study: Study, out: Path, *, console: Console, jobs: int = 1) -> di
     path = write_json(out / "study.json", document)
     console.print(f"wrote {path}", highlight=False)
     return figures
-
-
-def simulate_one(config: RunConfig, methods: Sequence[str]) -> dict[str, float | None]:
-    """One (variant, seed): every method simulated into ``config.out_dir``; each method's group time to target."""
-    quiet = Console(file=io.StringIO(), width=160)  # each run's own table: in its folder, not here
-    output = Output(config.out_dir, quiet, live=False)
-    driver = Driver(config, output)
-    with SimulatedDevices(config, output) as devices:
-        summary = driver.train(list(methods), devices)
-    return {m: s["total_time_s"] for m, s in summary["methods"].items()}
-
-
-def _run_parallel(
-    pending: Sequence[tuple[str, RunConfig]], methods: Sequence[str], jobs: int,
-    report: Callable[[str, dict[str, float | None]], None], console: Console,
-) -> None:
-    """``pending`` in ``jobs`` processes, each reported as it finishes; the first failure stops the rest.
-
-    A simulation that finished keeps its folder, so running the study again
-    continues after a failure. Each process trains on its share of the cores
-    unless the config sets ``fleet.workers``.
-    """
-    share = max(1, (os.cpu_count() or 1) // jobs)
-
-    def on_its_share(config: RunConfig) -> RunConfig:
-        if config.fleet.workers is not None:
-            return config
-        return dataclasses.replace(config, fleet=dataclasses.replace(config.fleet, workers=share))
-
-    configs = [(where, on_its_share(config)) for where, config in pending]
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=logs.setup) as pool:
-        futures = {pool.submit(simulate_one, config, tuple(methods)): where for where, config in configs}
-        running = len(futures)
-        with console.status(f"{running} simulations, {jobs} at a time ...") as status:
-            try:
-                for future in as_completed(futures):
-                    report(futures[future], future.result())
-                    running -= 1
-                    status.update(f"{running} simulations left, {jobs} at a time ...")
-            except BaseException:
-                for future in futures:
-                    future.cancel()
-                raise
 
 
 def _compare(study: Study, out: Path, console: Console) -> dict[str, Any]:

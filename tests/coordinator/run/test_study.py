@@ -1,7 +1,6 @@
 """`mjfl study`: a grid of real simulations (variants x seeds) that ends with the report, and continues."""
 
 import json
-import re
 import subprocess
 from pathlib import Path
 
@@ -95,42 +94,4 @@ def test_a_bad_study_is_named_before_anything_runs(tmp_path: Path):
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert result.returncode == 2 and "partition" in result.stderr
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow
-def test_simulations_run_at_once_give_the_figures_of_one_at_a_time(tmp_path: Path):
-    (tmp_path / "run.toml").write_text(CONFIG)
-    (tmp_path / "study.toml").write_text(STUDY)
-
-    def study(out: str, *extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            mjfl_args("study", str(tmp_path / "study.toml"), "--out", str(tmp_path / out), *extra),
-            capture_output=True, text=True, timeout=600, check=False,
-        )
-
-    parallel = study("parallel", "--jobs", "2")
-    assert parallel.returncode == 0, parallel.stderr
-    # Each simulation's progress line as it finishes, numbered in the order they finished.
-    assert re.findall(r"^\[(\d)/4\] ", parallel.stderr, re.MULTILINE) == ["1", "2", "3", "4"]
-    serial = study("serial")
-    assert serial.returncode == 0, serial.stderr
-
-    def figures(out: str, variant: str, seed: int) -> dict[str, object]:
-        run = json.loads((tmp_path / out / variant / f"seed-{seed}" / "summary.json").read_text())["methods"]
-        return {m: (v["total_time_s"], {j: (f["rounds"], f["final_accuracy"]) for j, f in v["jobs"].items()}) for m, v in run.items()}
-
-    for variant in ("both", "time-only"):
-        for seed in (0, 1):
-            assert figures("parallel", variant, seed) == figures("serial", variant, seed)
-
-
-def test_a_study_runs_at_least_one_simulation_at_a_time(tmp_path: Path):
-    (tmp_path / "run.toml").write_text(CONFIG)
-    (tmp_path / "study.toml").write_text(STUDY)
-    result = subprocess.run(
-        mjfl_args("study", str(tmp_path / "study.toml"), "--out", str(tmp_path / "out"), "--jobs", "0"),
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    assert result.returncode == 2 and "--jobs 0" in result.stderr
     assert not (tmp_path / "out").exists()

@@ -314,7 +314,7 @@ class Driver:
             min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed,
             profile_window=s.profile_window, device_wait_s=device_wait_s, plan_busy=s.plan_busy,
             parallel=s.parallel,
-            max_update_norm_ratio=s.max_update_norm_ratio or None,
+            max_update_norm_ratio=s.max_update_norm_ratio,
         )
 
     def _check_fleet(self, prepared: Sequence[PreparedJob], assignment: Assignment, *, force: bool) -> None:

@@ -3,6 +3,13 @@
 Every field is validated on load; a bad one raises ConfigError naming it
 (``jobs[1].lr: must be > 0, got -0.1``). Unknown keys are errors too, so a
 typo never silently falls back to a default. See docs/config.md.
+
+TOML has no null, so a limit or check that can be turned off is written 0
+there (``heartbeat_interval_s = 0``); loading maps that 0 to ``None`` here,
+once (``_Fields.take_limit``), and everything past the config sees ``None``
+for off, as the settings of the server, the remote fleet and the engine do.
+Defaults are written once: the dataclasses' fields below, or the protocol's
+constants they read.
 """
 
 from __future__ import annotations
@@ -12,11 +19,18 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from mjfl.android_bridge.protocol.codec import (
+    DEFAULT_HANDSHAKE_TIMEOUT_S,
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+    DEFAULT_MAX_MESSAGE_BYTES,
+)
 from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
 from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES, LocalTraining
+from mjfl.schedulers.base import META_MEMBERS, CostWeights
 
 PARTITIONS = ("iid", "noniid", "dirichlet")
 RUNTIMES = ("executorch", "torch", "batched")  # batched: many devices in one computation (mjfl/jobs/batched.py)
@@ -71,14 +85,14 @@ class SchedulerConfig:
     """Which scheduler, and the cost model's weights (Formulas 2, 12-13)."""
 
     method: str = "meta-greedy"
-    alpha: float = 1.0
-    beta: float = 0.05
-    omega: str = "sqrt"
-    utility: float = 1.0  # gamma: time per learning share^gamma (statistical utility, docs/cost-model.md); 0 off
-    members: tuple[str, ...] = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
+    alpha: float = CostWeights.alpha
+    beta: float = CostWeights.beta
+    omega: str = CostWeights.omega
+    utility: float = CostWeights.utility  # gamma: time per learning share^gamma (docs/cost-model.md); 0: the paper's
+    members: tuple[str, ...] = META_MEMBERS
     min_plan: int = 1
     min_returns: int = 1
-    max_update_norm_ratio: float = 10.0  # 0 turns the check off
+    max_update_norm_ratio: float | None = 10.0  # None: off
     profile_window: int = 0
     plan_busy: bool = True  # jobs may plan devices other jobs will release soon
     parallel: bool = True  # False: one job after another (single-job FL)
@@ -93,17 +107,17 @@ class TestbedConfig:
     port: int = 8765
     min_devices: int | None = None  # default: the fleet size, else 1
     wait_timeout_s: float = 120.0
-    heartbeat_interval_s: float = 5.0
-    heartbeat_timeout_s: float = 60.0
-    max_message_mb: float = 256.0
-    task_timeout_s: float | None = None  # default per task: the job's deadline, else none
+    heartbeat_interval_s: float | None = DEFAULT_HEARTBEAT_INTERVAL_S  # None: no heartbeats
+    heartbeat_timeout_s: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S  # None: silence never ends a connection
+    max_message_mb: float | None = DEFAULT_MAX_MESSAGE_BYTES / 2**20  # None: no limit
+    task_timeout_s: float | None = None  # per task: the job's deadline, else none
     keys: Path | None = None  # enrolled devices; default: the user's key store when it exists
     token: str | None = None  # the shared lab token (a shortcut: docs/security.md)
     tls_cert: Path | None = None  # both given: wss://
     tls_key: Path | None = None
-    handshake_timeout_s: float = 10.0  # connect to hello; slow-loris bound
-    max_connections_per_address: int = 1024  # 0: no limit
-    max_tasks_in_flight: int = 1024  # 0: no limit
+    handshake_timeout_s: float | None = DEFAULT_HANDSHAKE_TIMEOUT_S  # connect to hello; slow-loris bound
+    max_connections_per_address: int | None = 1024  # None: no limit
+    max_tasks_in_flight: int | None = 1024  # None: no limit
 
 
 @dataclass(frozen=True)
@@ -251,9 +265,8 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         members=tuple(members),
         min_plan=f.take("min_plan", int, default=d["min_plan"], check=lambda v: v >= 1, need=">= 1"),
         min_returns=f.take("min_returns", int, default=d["min_returns"], check=lambda v: v >= 1, need=">= 1"),
-        max_update_norm_ratio=f.take(
-            "max_update_norm_ratio", float, default=d["max_update_norm_ratio"],
-            check=lambda v: v == 0 or v >= 1, need="0 (off) or >= 1",
+        max_update_norm_ratio=f.take_limit(
+            "max_update_norm_ratio", float, default=d["max_update_norm_ratio"], check=lambda v: v >= 1, need=">= 1"
         ),
         profile_window=f.take("profile_window", int, default=d["profile_window"], check=lambda v: v >= 0, need=">= 0"),
         plan_busy=f.take("plan_busy", bool, default=d["plan_busy"]),
@@ -274,24 +287,23 @@ def _testbed(raw: dict[str, Any], base: Path) -> TestbedConfig:
         port=f.take("port", int, default=d["port"], check=lambda v: 0 <= v < 65536, need="a TCP port"),
         min_devices=f.take("min_devices", int, default=d["min_devices"], check=lambda v: v >= 1, need=">= 1"),
         wait_timeout_s=f.take("wait_timeout_s", float, default=d["wait_timeout_s"], check=lambda v: v > 0, need="> 0"),
-        heartbeat_interval_s=f.take("heartbeat_interval_s", float, default=d["heartbeat_interval_s"], check=lambda v: v > 0, need="> 0"),
-        heartbeat_timeout_s=f.take("heartbeat_timeout_s", float, default=d["heartbeat_timeout_s"], check=lambda v: v > 0, need="> 0"),
-        max_message_mb=f.take("max_message_mb", float, default=d["max_message_mb"], check=lambda v: v > 0, need="> 0"),
-        task_timeout_s=f.take("task_timeout_s", float, default=d["task_timeout_s"], check=lambda v: v > 0, need="> 0"),
+        heartbeat_interval_s=f.take_limit("heartbeat_interval_s", float, default=d["heartbeat_interval_s"]),
+        heartbeat_timeout_s=f.take_limit("heartbeat_timeout_s", float, default=d["heartbeat_timeout_s"]),
+        max_message_mb=f.take_limit("max_message_mb", float, default=d["max_message_mb"]),
+        task_timeout_s=f.take_limit("task_timeout_s", float, default=d["task_timeout_s"]),
         keys=_path(f.take("keys", str, default=None), base),
         token=f.take("token", str, default=None, check=lambda v: 0 < len(v) <= 4096, need="1 to 4096 characters"),
         tls_cert=_path(f.take("tls_cert", str, default=None), base),
         tls_key=_path(f.take("tls_key", str, default=None), base),
-        handshake_timeout_s=f.take("handshake_timeout_s", float, default=d["handshake_timeout_s"], check=lambda v: v > 0, need="> 0"),
-        max_connections_per_address=f.take(
-            "max_connections_per_address", int, default=d["max_connections_per_address"], check=lambda v: v >= 0, need=">= 0"
-        ),
-        max_tasks_in_flight=f.take("max_tasks_in_flight", int, default=d["max_tasks_in_flight"], check=lambda v: v >= 0, need=">= 0"),
+        handshake_timeout_s=f.take_limit("handshake_timeout_s", float, default=d["handshake_timeout_s"]),
+        max_connections_per_address=f.take_limit("max_connections_per_address", int, default=d["max_connections_per_address"]),
+        max_tasks_in_flight=f.take_limit("max_tasks_in_flight", int, default=d["max_tasks_in_flight"]),
     )
     f.done()
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("testbed.tls_cert", "testbed.tls_cert and testbed.tls_key go together")
-    if config.heartbeat_timeout_s <= config.heartbeat_interval_s:
+    interval, timeout = config.heartbeat_interval_s, config.heartbeat_timeout_s
+    if interval is not None and timeout is not None and timeout <= interval:
         raise ConfigError("testbed.heartbeat_timeout_s", "must be longer than testbed.heartbeat_interval_s")
     return config
 
@@ -356,6 +368,13 @@ class _Fields:
         if check is not None and not check(value):
             raise ConfigError(self.name(key), f"must be {need}, got {value!r}")
         return value
+
+    def take_limit(
+        self, key: str, kind: type, *, default: Any, check: Any = lambda v: v > 0, need: str = "> 0"
+    ) -> Any:
+        """A limit or check that can be turned off: 0 in TOML, ``None`` here; otherwise ``check`` holds."""
+        value = self.take(key, kind, default=default, check=lambda v: v == 0 or check(v), need=f"0 (off) or {need}")
+        return None if value == 0 else value
 
     def done(self) -> None:
         if self.raw:

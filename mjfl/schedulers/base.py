@@ -19,6 +19,8 @@ from mjfl.ids import DeviceId, JobId
 
 Plan = tuple[int, ...]
 Omega = Literal["sqrt", "linear", "log"]
+# Algorithm 4's six members, in the paper's order (the registry builds them by these names).
+META_MEMBERS = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
 
 
 @dataclass(frozen=True, eq=False)

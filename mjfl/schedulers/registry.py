@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from mjfl.errors import ConfigError
-from mjfl.schedulers.base import Scheduler
+from mjfl.schedulers.base import META_MEMBERS, Scheduler
 from mjfl.schedulers.baselines import (
     FedCSScheduler,
     GreedyScheduler,
@@ -31,8 +31,6 @@ SINGLE: dict[str, Callable[..., Scheduler]] = {
     "sa": AnnealingScheduler,
     "oort": OortScheduler,  # beyond the paper: Lai et al. 2021, a member only when listed
 }
-# Algorithm 4's six members, in the paper's order.
-META_MEMBERS = ("bods", "rlds", "random", "fedcs", "genetic", "greedy")
 # Meta-Greedy by name: mjfl's (the return over the rounds the job's objective still charges:
 # the rest of its budget without a target, 1 with one; docs/cost-model.md) and the paper's
 # Algorithm 4 as written (ReCost). The learned selector (fast plans, the least TotalCost on a

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from digits import digits
 from repository import ROOT
 
 from mjfl.jobs.base import MODEL_NAMES, LocalTraining, ModelSpec
@@ -73,12 +74,8 @@ def relative_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> f
 
 
 def _digits(size: int) -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = d.images[:N].astype(np.float32) / 16.0
-    x = np.kron(x, np.ones((size // 8, size // 8), np.float32))
-    return np.ascontiguousarray(x[:, None]), d.target[:N].astype(np.int64)
+    x, y = digits(size)
+    return x[:N], y[:N]
 
 
 def _write_task(folder: Path, task: Task, program: Path, weights: dict[str, np.ndarray], x: np.ndarray,

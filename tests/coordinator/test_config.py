@@ -75,3 +75,57 @@ def test_unreadable_files_are_config_errors(tmp_path):
     bad.write_text("[[jobs]\nname=")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+
+
+OFF = {
+    "scheduler": ["max_update_norm_ratio"],
+    "testbed": [
+        "heartbeat_interval_s", "heartbeat_timeout_s", "max_message_mb", "task_timeout_s",
+        "handshake_timeout_s", "max_connections_per_address", "max_tasks_in_flight",
+    ],
+}
+
+
+@pytest.mark.parametrize("table, key", [(t, k) for t, keys in OFF.items() for k in keys])
+def test_a_limit_written_0_is_off(table, key):
+    config = parse_config(minimal() | {table: {key: 0}})
+    assert getattr(getattr(config, table), key) is None
+    with pytest.raises(ConfigError) as info:
+        parse_config(minimal() | {table: {key: -1}})
+    assert info.value.field == f"{table}.{key}" and "0 (off)" in str(info.value)
+
+
+def test_limits_turned_off_reach_the_server_and_the_remote_fleet_as_none(tmp_path):
+    from mjfl.coordinator.run.testbed import RemoteDevices
+
+    raw = minimal() | {"testbed": dict.fromkeys(OFF["testbed"], 0)}
+    settings, fleet = RemoteDevices.limits(parse_config(raw).testbed)
+    assert settings.heartbeat_interval is None and settings.heartbeat_timeout is None
+    assert settings.handshake_timeout is None and settings.max_message_bytes is None
+    assert settings.max_connections_per_address is None
+    assert fleet == {"task_timeout": None, "max_tasks_in_flight": None}
+
+
+def test_each_default_has_one_home():
+    """What a run configures by default is what the server, the sessions and the engine use alone."""
+    from mjfl.android_bridge.protocol import CoordinatorSession
+    from mjfl.coordinator.config import SchedulerConfig, TestbedConfig
+    from mjfl.coordinator.engine.engine import EngineSettings
+    from mjfl.coordinator.remote.fleet import RemoteFleet
+    from mjfl.coordinator.remote.registry import DeviceRegistry
+    from mjfl.coordinator.remote.server import ServerSettings
+    from mjfl.schedulers.base import CostWeights
+
+    testbed, server, session = TestbedConfig(), ServerSettings(), CoordinatorSession("c")
+    assert testbed.heartbeat_interval_s == server.heartbeat_interval == session.heartbeat_interval
+    assert testbed.heartbeat_timeout_s == server.heartbeat_timeout == session.heartbeat_timeout
+    assert testbed.handshake_timeout_s == server.handshake_timeout
+    assert testbed.max_message_mb * 2**20 == server.max_message_bytes
+    assert testbed.max_connections_per_address == server.max_connections_per_address
+    assert testbed.max_tasks_in_flight == RemoteFleet(DeviceRegistry()).max_tasks_in_flight
+    scheduler, engine, weights = SchedulerConfig(), EngineSettings(), CostWeights()
+    assert (scheduler.alpha, scheduler.beta, scheduler.omega, scheduler.utility) == (
+        weights.alpha, weights.beta, weights.omega, weights.utility
+    )
+    for name in ("min_plan", "min_returns", "profile_window", "plan_busy", "parallel", "max_update_norm_ratio"):
+        assert getattr(engine, name) == getattr(scheduler, name), name

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_trainers import _digits, one_torch_thread  # noqa: F401 - the module's autouse fixture
+from digits import digits as _digits
 
 from mjfl.jobs.base import LocalTraining, ModelSpec
 from mjfl.jobs.batched import BatchedTask, BatchedTrainer
 from mjfl.jobs.models import MODELS, initial_weights
 from mjfl.jobs.trainers import TorchTrainer
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("one_torch_thread")]
 
 # The batch-norm nets on the digits' native 8x8, the others upsampled to 16x16, as in test_trainers.py;
 # dropout at each model's own rate (the paper's), so every device's masks come from its own seed.
@@ -21,7 +21,7 @@ TRAINING = LocalTraining(epochs=2, batch_size=8, lr=0.02, momentum=0.9, weight_d
 
 
 def digits(size: int) -> tuple[np.ndarray, np.ndarray]:
-    """test_trainers.py's digits with a little noise: their 17 grey levels tie in max pooling, where a last-bit
+    """The digits with a little noise: their 17 grey levels tie in max pooling, where a last-bit
     difference of summation order picks another maximum and the two trainings part (a kink, not an error); noise
     makes ties improbable."""
     x, y = _digits(size)
@@ -45,22 +45,37 @@ def tasks_of(spec: ModelSpec) -> list[BatchedTask]:
     ]
 
 
+# Two trainings of one task by different kernels part in two ways (measured over 30 devices per model
+# with eager on AVX-512, AVX2 and plain kernels: ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA). Summation
+# order: every entry within 6.4e-6 of its tensor's largest, the mean loss within 2e-6. A kink (a ReLU or
+# a maximum decided by the last bit, carried by momentum): up to 0.062 and 6.6e-4, in at most 2 of 30
+# devices of a model and none in most. A device trained with another seed parts by 0.95 or more.
+ROUNDING = 1e-4
+KINK = 0.3
+MAX_KINKS = 2  # of a batch's 5 devices
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_every_device_of_a_batch_equals_its_own_training(name: str) -> None:
     spec = SPECS[name]
     tasks = tasks_of(spec)
     batched = BatchedTrainer(spec, device="cpu", max_devices=2).train_many(tasks)  # groups of 3 and 2, in chunks of 2
     alone = TorchTrainer(spec, device="cpu")
+    parted = []
     for task, result in zip(tasks, batched, strict=True):
         reference = alone.train(task.weights, task.x, task.y, task.training, seed=task.seed)
         assert list(result.weights) == list(reference.weights)
         assert (result.samples, result.steps) == (reference.samples, reference.steps)
         assert relative_difference(result.weights, task.weights) > 1e-3  # it trained
-        assert relative_difference(result.weights, reference.weights) <= 1e-5, name
-        assert result.mean_loss == pytest.approx(reference.mean_loss, rel=1e-5)
+        difference = relative_difference(result.weights, reference.weights)
+        loss = abs(result.mean_loss - reference.mean_loss) / reference.mean_loss
+        assert difference <= KINK and loss <= 1e-2, (name, difference, loss)
+        if difference > ROUNDING or loss > ROUNDING:
+            parted.append(difference)
         for key, value in result.weights.items():
             assert value.dtype == reference.weights[key].dtype, key
             assert value.shape == reference.weights[key].shape, key  # a scalar buffer stays 0-d
+    assert len(parted) <= MAX_KINKS, (name, parted)
 
 
 def test_devices_of_one_batch_stay_apart() -> None:

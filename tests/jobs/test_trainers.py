@@ -5,18 +5,20 @@ wrong max-pooling gradient (see test_export.py): every zoo model, exported
 and trained in the runtime, must take the same SGD steps as eager PyTorch.
 
 How it is compared. Under SGD with lr 0.01 and momentum 0.9 these ReLU
-networks are chaotic: a ReLU whose input sits within rounding of zero
-flips between two float32 implementations that sum in different orders
-(im2col + Eigen here, oneDNN in eager), and momentum carries the kink's
-1e-5 step forever after, or depth and batch norm amplify it (eager PyTorch
-against itself from weights perturbed by 1e-7 can end 20 steps apart by
-1e-1 for resnet13, or not at all, depending on the machine's kernels). So:
+networks are chaotic: a ReLU whose input sits within rounding of zero (a
+kink) flips between two float32 implementations that sum in different
+orders (the runtime's portable kernels, eager's oneDNN, which picks other
+kernels on AVX-512 than on AVX2), and momentum carries the kink's step
+forever after, or depth and batch norm amplify it (eager PyTorch against
+itself from weights perturbed by 1e-7 can end 20 steps apart by 1e-1 for
+resnet13, or not at all, depending on the machine's kernels). So:
 
 - every model takes 20 steps *from the same state* (teacher forcing: each
   runtime steps from the eager trajectory's weights and buffers) and every
-  update agrees to 1e-5, except at most one step at a ReLU kink;
-- LeNet-5, which stays within 1e-7 of eager over any 20 free-running steps
-  on this data, also runs the 20 steps freely, as does FedAvg.
+  update agrees to 1e-5, except at most one step at a kink;
+- LeNet-5 also runs 20 steps freely, as does FedAvg, and there the two
+  trajectories must agree to a share of how far training moved the weights
+  (``KINK_SHARE``), which tells a kink from a defect on any CPU.
 
 All programs come from the repository's `.mjfl-cache/programs` and are
 exported (in two processes) on the first run only.
@@ -29,6 +31,7 @@ import os
 
 import numpy as np
 import pytest
+from digits import digits as _digits
 from repository import ROOT
 
 from mjfl.errors import DataError, ProgramError
@@ -58,17 +61,14 @@ SPECS = {
     for name in sorted(MODELS)
 }
 CNN_B_DROPOUT = ModelSpec("cnn-b", SHAPE, 10)  # the paper's 0.05
+# How far two free-running trajectories may part, as a share of how far the weights moved. Measured
+# with eager on AVX-512, AVX2 and plain kernels (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA): kinks part
+# LeNet-5's 20 free steps by at most 0.009 (20 seeds and shards) and FedAvg's 3 rounds by at most
+# 0.015 (12). Defects part them further: no momentum 0.92 and 0.49, another batch order 0.58 and
+# 0.32, FedAvg unweighted by samples 0.13.
+KINK_SHARE = 0.05
 
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Eager on one thread: OpenMP threads spin badly on a shared 2-core box."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
@@ -76,16 +76,6 @@ def programs() -> dict[ModelSpec, bytes]:
     specs = [*SPECS.values(), CNN_B_DROPOUT]
     found = cached_programs(specs, CACHE, max_batch=MAX_BATCH, workers=min(2, os.cpu_count() or 1))
     return {spec: path.read_bytes() for spec, (path, _) in found.items()}
-
-
-def _digits(size: int) -> tuple[np.ndarray, np.ndarray]:
-    from sklearn.datasets import load_digits
-
-    d = load_digits()
-    x = d.images.astype(np.float32) / 16.0
-    if size != 8:
-        x = np.kron(x, np.ones((size // 8, size // 8), np.float32))
-    return np.ascontiguousarray(x[:, None, :, :]), d.target.astype(np.int64)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +88,11 @@ def _max_diff(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> float:
     return max(float(np.abs(a[k] - b[k]).max()) for k in a)
 
 
+def _parted(a: dict[str, np.ndarray], b: dict[str, np.ndarray], start: dict[str, np.ndarray]) -> float:
+    """How far trajectory ``a`` ended from ``b``, as a share of how far ``b`` moved from ``start``."""
+    return _max_diff(a, b) / _max_diff(b, start)
+
+
 def test_lenet_runtime_matches_eager_for_20_free_steps(programs: dict[ModelSpec, bytes]) -> None:
     spec = SPECS["lenet5"]
     x, y = _digits(16)
@@ -108,11 +103,11 @@ def test_lenet_runtime_matches_eager_for_20_free_steps(programs: dict[ModelSpec,
     b = TorchTrainer(spec, device="cpu").train(w0, x, y, training, seed=1)
     assert a.steps == b.steps == 20
     assert list(a.weights) == list(w0)
-    assert abs(a.mean_loss - b.mean_loss) < 1e-5
     assert _max_diff(a.weights, w0) > 1e-3  # it trained
-    for k in w0:
-        assert a.weights[k].dtype == np.float32
-        np.testing.assert_allclose(a.weights[k], b.weights[k], rtol=0, atol=1e-5, err_msg=k)
+    assert all(a.weights[k].dtype == np.float32 for k in w0)
+    assert _parted(a.weights, b.weights, w0) <= KINK_SHARE
+    # Measured: kinks part the mean losses by at most 2.3e-4; no momentum or another batch order by 0.02.
+    assert abs(a.mean_loss - b.mean_loss) < 2e-3
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -175,8 +170,9 @@ def test_fedavg_rounds_through_the_runtime_match_eager(
         "torch": TorchTrainer(spec, device="cpu"),
     }
     finals = {}
+    w0 = initial_weights(spec, 3)
     for runtime, trainer in runtimes.items():
-        w = initial_weights(spec, 3)
+        w = w0
         for rnd in range(3):
             results = [
                 trainer.train(w, sx, sy, LocalTraining(epochs=1, batch_size=32, lr=0.02, momentum=0.9), seed=10 * rnd + d)
@@ -185,8 +181,8 @@ def test_fedavg_rounds_through_the_runtime_match_eager(
             assert [r.samples for r in results] == [150, 90]
             w = _fedavg(results)
         finals[runtime] = w
-    for k in finals["torch"]:
-        np.testing.assert_allclose(finals["executorch"][k], finals["torch"][k], rtol=0, atol=1e-5, err_msg=k)
+    assert list(finals["executorch"]) == list(finals["torch"])
+    assert _parted(finals["executorch"], finals["torch"], w0) <= KINK_SHARE
     accuracy, _ = evaluate(spec, None, None, finals["executorch"], x[1000:], y[1000:])
     assert accuracy > 0.2  # learning (chance is 0.1)
 

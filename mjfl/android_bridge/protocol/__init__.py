@@ -23,6 +23,9 @@ Nothing here touches a socket or a clock. A server loop, in outline::
 """
 
 from mjfl.android_bridge.protocol.codec import (
+    DEFAULT_HANDSHAKE_TIMEOUT_S,
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_MAX_CONTROL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     FIXED_HEADER,
@@ -73,6 +76,9 @@ from mjfl.android_bridge.protocol.tensors import ALIGN, DTYPES, TensorInfo, Tens
 
 __all__ = [
     "ALIGN",
+    "DEFAULT_HANDSHAKE_TIMEOUT_S",
+    "DEFAULT_HEARTBEAT_INTERVAL_S",
+    "DEFAULT_HEARTBEAT_TIMEOUT_S",
     "DEFAULT_MAX_CONTROL_BYTES",
     "DEFAULT_MAX_MESSAGE_BYTES",
     "DTYPES",

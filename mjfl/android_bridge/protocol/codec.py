@@ -80,6 +80,12 @@ PART_HEADER = struct.Struct("<4sI")
 
 DEFAULT_MAX_MESSAGE_BYTES = 256 * 2**20
 DEFAULT_MAX_CONTROL_BYTES = 64 * 2**10
+# The coordinator's heartbeat (docs/protocol.md, "Heartbeats"), announced to the device in its welcome,
+# and how long a connection may take to say hello: the one home of these defaults, which the server, the
+# sessions and the run configuration read.
+DEFAULT_HEARTBEAT_INTERVAL_S = 5.0
+DEFAULT_HEARTBEAT_TIMEOUT_S = 60.0
+DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
 
 MAX_ID_CHARS = 256
 MAX_REASON_CHARS = 1024

@@ -29,6 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from mjfl.android_bridge.protocol.codec import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_MAX_CONTROL_BYTES,
     DEFAULT_MAX_MESSAGE_BYTES,
     MAX_REASON_CHARS,
@@ -371,8 +373,8 @@ class CoordinatorSession(_Session):
         max_message_bytes: int | None = DEFAULT_MAX_MESSAGE_BYTES,
         max_control_bytes: int | None = DEFAULT_MAX_CONTROL_BYTES,
         max_part_bytes: int | None = None,
-        heartbeat_interval: float | None = 10.0,
-        heartbeat_timeout: float | None = 60.0,
+        heartbeat_interval: float | None = DEFAULT_HEARTBEAT_INTERVAL_S,
+        heartbeat_timeout: float | None = DEFAULT_HEARTBEAT_TIMEOUT_S,
     ) -> None:
         super().__init__(
             versions=versions,

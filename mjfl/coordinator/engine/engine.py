@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from mjfl.coordinator.config import JobConfig
+from mjfl.coordinator.config import JobConfig, SchedulerConfig
 from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.events import (
     DeviceJoined,
@@ -127,22 +127,22 @@ class EngineSettings:
     """Knobs of the engine that are not per job."""
 
     weights: CostWeights = field(default_factory=CostWeights)
-    min_plan: int = 1  # the smallest plan worth a round
-    min_returns: int = 1  # fewer updates than this: the round keeps the old model
+    min_plan: int = SchedulerConfig.min_plan  # the smallest plan worth a round
+    min_returns: int = SchedulerConfig.min_returns  # fewer updates than this: the round keeps the old model
     seed: int = 0
     time_offset: float = 0.0  # run-clock time already spent (when resuming)
-    profile_window: int = 0  # > 0: refit device profiles online from that many recent rounds
+    profile_window: int = SchedulerConfig.profile_window  # > 0: refit device profiles online from that many recent rounds
     profile_min_observations: int = 5
     # With no device free and none busy, how long to wait for devices to
     # (re)connect before a job gives up; 0 for fleets that never change.
     device_wait_s: float = 0.0
     # Plan devices busy with another job too, charging their expected wait.
-    plan_busy: bool = True
+    plan_busy: bool = SchedulerConfig.plan_busy
     # False: the jobs run one after another, each with the whole fleet (single-job FL).
-    parallel: bool = True
+    parallel: bool = SchedulerConfig.parallel
     # Updates that moved the model more than this x a typical update are
     # rejected before FedAvg (fedavg.norm_outliers); None turns the check off.
-    max_update_norm_ratio: float | None = 10.0
+    max_update_norm_ratio: float | None = SchedulerConfig.max_update_norm_ratio
 
 
 class Engine:

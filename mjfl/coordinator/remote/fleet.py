@@ -34,6 +34,7 @@ import numpy as np
 
 from mjfl.android_bridge import protocol
 from mjfl.android_bridge.connection import Connection
+from mjfl.coordinator.config import TestbedConfig
 from mjfl.coordinator.engine.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.errors import ConfigError, DeviceFailure, EncodeError, SessionClosed
@@ -72,7 +73,7 @@ class RemoteFleet:
         registry: DeviceRegistry,
         *,
         task_timeout: float | None = None,
-        max_tasks_in_flight: int | None = 1024,
+        max_tasks_in_flight: int | None = TestbedConfig.max_tasks_in_flight,
     ) -> None:
         if task_timeout is not None and not task_timeout > 0:
             raise ConfigError("task_timeout", f"must be a positive number of seconds or None, got {task_timeout!r}")

@@ -58,6 +58,7 @@ from mjfl.android_bridge.protocol.credentials import (
     proof_matches,
     token_matches,
 )
+from mjfl.coordinator.config import TestbedConfig
 from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.storage.records import DeviceStatus
@@ -104,9 +105,9 @@ class ServerSettings:
     max_message_bytes: int | None = protocol.DEFAULT_MAX_MESSAGE_BYTES
     max_control_bytes: int | None = protocol.DEFAULT_MAX_CONTROL_BYTES
     max_part_bytes: int | None = None
-    heartbeat_interval: float | None = 10.0
-    heartbeat_timeout: float | None = 60.0
-    handshake_timeout: float | None = 10.0
+    heartbeat_interval: float | None = protocol.DEFAULT_HEARTBEAT_INTERVAL_S
+    heartbeat_timeout: float | None = protocol.DEFAULT_HEARTBEAT_TIMEOUT_S
+    handshake_timeout: float | None = protocol.DEFAULT_HANDSHAKE_TIMEOUT_S
     close_timeout: float = 5.0
     shutdown_timeout: float = 10.0
     token: str | None = None
@@ -115,7 +116,7 @@ class ServerSettings:
     tls_key: Path | None = None
     backlog: int = 1024
     heartbeat_samples: int = 100_000
-    max_connections_per_address: int | None = 1024
+    max_connections_per_address: int | None = TestbedConfig.max_connections_per_address
     max_queued_messages: int | None = 4
 
     def __post_init__(self) -> None:

@@ -30,7 +30,7 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +63,7 @@ from mjfl.coordinator.run.preparation import (
     shard_count,
 )
 from mjfl.coordinator.run.recorder import FleetRecorder, Membership, Recorder
-from mjfl.coordinator.storage.checkpoints import Checkpoints, write_atomically
+from mjfl.coordinator.storage.checkpoints import Checkpoints, JobCheckpoint, write_atomically
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import checkpoints_path, database_path
 from mjfl.coordinator.storage.records import (
@@ -164,43 +164,45 @@ class Driver:
         Before the first round, devices too few for the jobs' data refuse the
         run unless ``force`` (``coverage.py``).
         """
-        console = self.output.console
         results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
         choices: list[SchedulerChoice] = []
         with Storage(self.config.database_path) as storage:
-            view = LiveView(
-                enabled=self.output.live, console=console, clock="virtual" if devices.mode == "virtual" else "wall"
-            )
+            clock = "virtual" if devices.mode == "virtual" else "wall"
+            view = LiveView(enabled=self.output.live, console=self.output.console, clock=clock)
             with view:
                 for method in methods:
                     run = _Run.begin(storage, self.config, self.output.out_dir, method, devices, resume)
-                    if run.resumed:
-                        console.print(f"resuming run {run.info.run_id} after {run.progress(storage)}")
-                    status = "failed"
-                    try:
-                        devices.run(self._train(storage, run, devices, view, force=force))
-                        status = "finished"
-                    except KeyboardInterrupt:
-                        status = "interrupted"
-                        if run.checkpoints is not None and run.recorded:
-                            console.print(
-                                f"[yellow]interrupted[/]: every finished round is saved;"
-                                f" continue with --resume (run {run.info.run_id})"
-                            )
-                        raise
-                    finally:
-                        if run.recorded:
-                            self._finish(storage, run.info.run_id, status)
+                    self._run(storage, run, devices, view, force=force)
                     results[method] = (storage.jobs(run.info.run_id), storage.rounds(run.info.run_id))
                     choices += storage.choices(run.info.run_id)
             try:
-                summary = self._report(results, choices)
+                return self._report(results, choices)
             except OSError as exc:
                 raise RunError(
                     f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
                     f" every round is saved in {self.config.database_path}; `mjfl report` writes it again"
                 ) from None
-        return summary
+
+    def _run(self, storage: Storage, run: _Run, devices: Devices, view: LiveView, *, force: bool) -> None:
+        """One method's run on its devices' event loop; its end (finished, interrupted, failed) is recorded whatever happens."""
+        console = self.output.console
+        if run.resumed:
+            console.print(f"resuming run {run.info.run_id} after {run.progress(storage)}")
+        status = "failed"
+        try:
+            devices.run(self._train(storage, run, devices, view, force=force))
+            status = "finished"
+        except KeyboardInterrupt:
+            status = "interrupted"
+            if run.checkpoints is not None and run.recorded:
+                console.print(
+                    f"[yellow]interrupted[/]: every finished round is saved;"
+                    f" continue with --resume (run {run.info.run_id})"
+                )
+            raise
+        finally:
+            if run.recorded:
+                self._finish(storage, run.info.run_id, status)
 
     @staticmethod
     def _finish(storage: Storage, run_id: str, status: str) -> None:
@@ -211,78 +213,111 @@ class Driver:
             log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
     async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView, *, force: bool) -> None:
-        config = self.config
+        """The run's steps: the fleet ready -> shards and jobs -> the run recorded -> the engine's jobs (resumed
+        where the checkpoints say) -> the engine, observed, with the fleet's comings and goings -> the dashboard."""
         async with devices.fleet() as ready:
-            slots = shard_count(config, len(ready.devices), real_time=devices.mode == "real")
-            assignment = run.assignment(ready.devices, slots)
-            prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
-            self._check_fleet(prepared, assignment, force=force or run.resumed)  # a resumed run was let start before
-            run.save(assignment)
-            infos = [job.info(run.info.run_id) for job in prepared]
-            if not run.recorded:
-                run.info = dataclasses.replace(
-                    run.info,
-                    config_json=json.dumps(
-                        config_to_dict(config)
-                        | {"method": run.info.method, "devices": len(assignment.slot_of), "shards": assignment.slots}
-                    ),
-                )
-                storage.start_run(run.info, infos)
-                run.recorded = True
-            jobs = self._engine_jobs(prepared, run.info.method, assignment)
-            for job, info in zip(jobs, infos):
-                # R_m from earlier runs of the same job (Formula 10), capped by the configured maximum.
-                histories = storage.loss_history(info.job_key, exclude_run=run.info.run_id)
-                job.max_rounds, curve = round_budget(histories, job.config.target_loss, cap=job.config.max_rounds)
-                if curve is not None:
-                    log.info("job %s: R_m = %d rounds from %d earlier runs (%s)", job.name, job.max_rounds, len(histories), curve)
-            settings = self._settings(ready.device_wait_s)
-            frequencies, losses = run.restore(storage, jobs, settings) if run.resumed else (None, None)
+            assignment, prepared = await self._shards_and_jobs(run, ready, real_time=devices.mode == "real", force=force)
+            infos = self._record_start(storage, run, prepared, assignment)
+            resumed = run.resumed_state(storage, [job.config.name for job in prepared])
+            jobs = self._engine_jobs(prepared, run.info.method, assignment, self._budgets(storage, run, infos), resumed)
             view.add_jobs(run.info.method, infos)
             ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
+            live = self._live_run(storage, run, infos, ready) if devices.mode == "real" else None
             observers: list[Observer] = [Recorder(storage, run.checkpoints), view.observer(run.info.method)]
-            live = None
-            if devices.mode == "real" and self.output.dashboard_port is not None:
-                profiles = {str(p.device): p for p in ready.fleet.profiles()}
-                live = LiveRun(run.info, infos, epochs=epochs_of(config_to_dict(config)), profiles=profiles)
-                if run.resumed:
-                    run_id = run.info.run_id
-                    live.recorded(storage.rounds(run_id), storage.choices(run_id), storage.fleet_events(run_id))
-                observers.append(live)
             engine = Engine(
-                jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, settings=settings,
-                observers=observers, frequencies=frequencies, losses=losses,
+                jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id,
+                settings=self._settings(ready.device_wait_s, time_offset=resumed.time_offset),
+                observers=observers if live is None else [*observers, live],
+                frequencies=resumed.frequencies, losses=resumed.losses,
             )
             if ready.members is not None:
-                # The registry's word on who came, went or was refused: kept, and shown live (a device
-                # that drops is offline at once, whatever the engine knew).
-                FleetRecorder(
-                    run.info.run_id, engine.now, ready.members, storage=storage, also=None if live is None else live.fleet
-                ).present()
-            if ready.members is not None:
-                # Devices that join later take a free shard and are planned like the others;
-                # so do those that connected while the jobs were being prepared.
-                ready.members.on_join(lambda device: run.joined(engine, ready.fleet, prepared, assignment, device))
-                ready.members.on_leave(engine.leave)
-                for profile in ready.fleet.profiles():
-                    run.joined(engine, ready.fleet, prepared, assignment, profile.device)
-            if live is None:
+                self._follow_fleet(storage, run, engine, ready, lambda d: run.joined(engine, ready.fleet, prepared, assignment, d), live)
+            async with self._dashboard(live, ready.members):
                 await engine.run()
-            else:
-                async with self._dashboard(live, ready.members):
-                    await engine.run()
         if all(job.stopped == "no devices" for job in jobs):
             raise RunError("no job could run: too few devices")
 
+    async def _shards_and_jobs(
+        self, run: _Run, ready: ReadyFleet, *, real_time: bool, force: bool
+    ) -> tuple[Assignment, list[PreparedJob]]:
+        """Who holds which shard (saved for ``--resume``) and the jobs prepared for that many shards.
+
+        Devices too few for the jobs' data refuse the run here, unless
+        ``force`` or a resumed run, which was let start before.
+        """
+        slots = shard_count(self.config, len(ready.devices), real_time=real_time)
+        assignment = run.assignment(ready.devices, slots)
+        prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
+        self._check_fleet(prepared, assignment, force=force or run.resumed)
+        run.save(assignment)
+        return assignment, prepared
+
+    def _record_start(
+        self, storage: Storage, run: _Run, prepared: Sequence[PreparedJob], assignment: Assignment
+    ) -> list[JobInfo]:
+        """The run and its jobs in the database, with the configuration it ran (once: a resumed run is there)."""
+        infos = [job.info(run.info.run_id) for job in prepared]
+        if not run.recorded:
+            ran = {"method": run.info.method, "devices": len(assignment.slot_of), "shards": assignment.slots}
+            run.info = dataclasses.replace(run.info, config_json=json.dumps(config_to_dict(self.config) | ran))
+            storage.start_run(run.info, infos)
+            run.recorded = True
+        return infos
+
+    @staticmethod
+    def _budgets(storage: Storage, run: _Run, infos: Sequence[JobInfo]) -> dict[JobId, int]:
+        """R_m of each job from earlier runs of the same job (Formula 10), capped by the configured maximum."""
+        budgets = {}
+        for info in infos:
+            histories = storage.loss_history(info.job_key, exclude_run=run.info.run_id)
+            budgets[info.job], curve = round_budget(histories, info.target.loss, cap=info.max_rounds)
+            if curve is not None:
+                log.info("job %s: R_m = %d rounds from %d earlier runs (%s)", info.job, budgets[info.job], len(histories), curve)
+        return budgets
+
+    def _live_run(self, storage: Storage, run: _Run, infos: Sequence[JobInfo], ready: ReadyFleet) -> LiveRun | None:
+        """What the live dashboard shows of this run (None without a dashboard): a resumed run's rounds so far too."""
+        if self.output.dashboard_port is None:
+            return None
+        profiles = {str(p.device): p for p in ready.fleet.profiles()}
+        live = LiveRun(run.info, infos, epochs=epochs_of(config_to_dict(self.config)), profiles=profiles)
+        if run.resumed:
+            run_id = run.info.run_id
+            live.recorded(storage.rounds(run_id), storage.choices(run_id), storage.fleet_events(run_id))
+        return live
+
+    @staticmethod
+    def _follow_fleet(
+        storage: Storage, run: _Run, engine: Engine, ready: ReadyFleet, joined: Callable[[DeviceId], None],
+        live: LiveRun | None,
+    ) -> None:
+        """Devices that come, go or are refused while the run goes (the registry's word), kept and shown live.
+
+        A device that drops is offline at once, whatever the engine knew; one
+        that joins, or connected while the jobs were prepared, takes a free
+        shard and is planned like the others (``joined``).
+        """
+        assert ready.members is not None
+        also = None if live is None else live.fleet
+        FleetRecorder(run.info.run_id, engine.now, ready.members, storage=storage, also=also).present()
+        ready.members.on_join(joined)
+        ready.members.on_leave(engine.leave)
+        for profile in ready.fleet.profiles():
+            joined(profile.device)
+
     @contextlib.asynccontextmanager
-    async def _dashboard(self, live: LiveRun, members: Membership | None) -> AsyncIterator[None]:
+    async def _dashboard(self, live: LiveRun | None, members: Membership | None) -> AsyncIterator[None]:
         """The live dashboard on this event loop while the run goes (docs/dashboard.md); a busy port only warns."""
+        if live is None:
+            yield
+            return
         console, port = self.output.console, self.output.dashboard_port
         assert port is not None
         warn = lambda line: console.print(f"[yellow]warning:[/] {line}", highlight=False)
-        # The finished runs beside it: those of the run database in the output folder (not a database kept elsewhere).
-        here = database_path(self.output.out_dir) == self.config.database_path
-        catalog = Catalog([self.output.out_dir]) if here else None
+        # The finished runs beside it: those of the run database in the output folder (not a database kept
+        # elsewhere), once there is one (a profiling session writes its database at its end).
+        database = self.config.database_path
+        catalog = Catalog([self.output.out_dir]) if database == database_path(self.output.out_dir) and database.exists() else None
         async with live_dashboard(
             catalog, live, host=self.output.dashboard_host, port=port, token=self.output.dashboard_token,
             folder=self.output.out_dir, transfer=None if members is None else members.transfer, warn=warn,
@@ -292,29 +327,32 @@ class Driver:
                 log.info("dashboard: %s", url.split("?")[0])  # the token stays out of the log
             yield
 
-    def _engine_jobs(self, prepared: Sequence[PreparedJob], method: str, assignment: Assignment) -> list[EngineJob]:
-        """Fresh engine jobs (initial model, new scheduler) for one method."""
-        s = self.config.scheduler
-        return [
-            EngineJob(
+    def _engine_jobs(
+        self, prepared: Sequence[PreparedJob], method: str, assignment: Assignment, budgets: Mapping[JobId, int],
+        resumed: _Resumed,
+    ) -> list[EngineJob]:
+        """The engine's jobs for one method: fresh (initial model, new scheduler), or as a resumed run's checkpoints left them."""
+        jobs = []
+        for m, job in enumerate(prepared):
+            s = self.config.scheduler
+            seed = int(np.random.SeedSequence([self.config.seed, 3, m]).generate_state(1)[0])
+            scheduler = make_scheduler(method, seed=seed, options=s.options, members=s.members)
+            fresh = EngineJob(
                 config=job.config, spec=job.spec, samples=job.samples(assignment), test_x=job.test_x,
-                test_y=job.test_y, weights=dict(job.initial),
-                scheduler=make_scheduler(
-                    method, seed=int(np.random.SeedSequence([self.config.seed, 3, m]).generate_state(1)[0]),
-                    options=s.options, members=s.members,
-                ),
+                test_y=job.test_y, weights=dict(job.initial), scheduler=scheduler, max_rounds=budgets[job.config.name],
             )
-            for m, job in enumerate(prepared)
-        ]
+            saved = resumed.checkpoints.get(job.config.name)
+            jobs.append(fresh if saved is None else _continued(fresh, saved))
+        return jobs
 
-    def _settings(self, device_wait_s: float) -> EngineSettings:
+    def _settings(self, device_wait_s: float, *, time_offset: float = 0.0) -> EngineSettings:
         s = self.config.scheduler
         return EngineSettings(
             weights=CostWeights(alpha=s.alpha, beta=s.beta, omega=s.omega, utility=s.utility),  # type: ignore[arg-type]
-            min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed,
+            min_plan=s.min_plan, min_returns=s.min_returns, seed=self.config.seed, time_offset=time_offset,
             profile_window=s.profile_window, device_wait_s=device_wait_s, plan_busy=s.plan_busy,
             parallel=s.parallel,
-            max_update_norm_ratio=s.max_update_norm_ratio or None,
+            max_update_norm_ratio=s.max_update_norm_ratio,
         )
 
     def _check_fleet(self, prepared: Sequence[PreparedJob], assignment: Assignment, *, force: bool) -> None:
@@ -366,7 +404,7 @@ class Driver:
         runs = ", ".join(jobs[0].run_id for jobs, _ in results.values() if jobs)
         console.print(
             f"wrote {out}/summary.json, rounds.csv and plots; records in {self.config.database_path}"
-            f" (run {runs}); log in {self.output.log_file}"
+            f" (run {runs}); log in {self.output.log_file}", highlight=False, soft_wrap=True,
         )
         return summary
 
@@ -391,47 +429,26 @@ class Driver:
         show_profiles(out / "profiles.json", console=console, truth=ready.impersonated)
         console.print(
             f"wrote {out}/profiles.json, observations.csv and plots; profiles saved in"
-            f" {self.config.database_path}; log in {self.output.log_file}"
+            f" {self.config.database_path}; log in {self.output.log_file}", highlight=False, soft_wrap=True,
         )
         return profiles
 
     async def _calibrate(self, devices: Devices, rounds: int) -> tuple[list[Observation], ReadyFleet]:
-        console = self.output.console
         async with devices.fleet() as ready:
             assignment = Assignment(len(ready.devices), ready.devices)
             prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
-            jobs = calibration_jobs(
-                [(p.artifacts(assignment), p.initial, p.config.training) for p in prepared]
-            )
-            total = len(ready.devices) * rounds * len(prepared)
+            jobs = calibration_jobs([(p.artifacts(assignment), p.initial, p.config.training) for p in prepared])
             live = self._calibration_view(ready)
-            with Progress(console=console, transient=True) as bar:
-                task = bar.add_task(f"profiling {len(ready.devices)} devices", total=total)
-
-                def observed(obs: Observation) -> None:
-                    bar.advance(task)
-                    if live is not None:
-                        live.task_done(obs.device, obs.job, obs.duration_s)
-
-                def failed(device: DeviceId, why: str) -> None:
-                    bar.advance(task)
-                    console.print(f"[yellow]{device}[/]: task failed ({why})")
-                    if live is not None:
-                        live.task_done(str(device), None, None, why)
-
-                def sent(device: DeviceId, job: JobId, number: int) -> None:
-                    if live is not None:
-                        live(TaskSent(job, number, device, 0.0))
-
-                session = run_session(
-                    ready.fleet, jobs, ready.devices, rounds, on_observation=observed, on_failure=failed, on_task=sent,
-                )
-                if live is None:
-                    observations = await session
-                else:
-                    async with self._dashboard(live, ready.members):
-                        observations = await session
-                    live.status = "finished"
+            with Progress(console=self.output.console, transient=True) as bar:
+                tasks = len(ready.devices) * rounds * len(prepared)
+                shown = _CalibrationProgress(bar, ready, tasks, live, self.output.console)
+                async with self._dashboard(live, ready.members):
+                    observations = await run_session(
+                        ready.fleet, jobs, ready.devices, rounds,
+                        on_observation=shown.observed, on_failure=shown.failed, on_task=shown.sent,
+                    )
+            if live is not None:
+                live.status = "finished"
         return observations, ready
 
     def _calibration_view(self, ready: ReadyFleet) -> LiveRun | None:
@@ -517,24 +534,66 @@ class _Run:
         document = {"shards": assignment.slots, "held": dict(sorted(assignment.slot_of.items()))}
         write_atomically(self._assignment_file, json.dumps(document, indent=1))
 
-    def restore(
-        self, storage: Storage, jobs: Sequence[EngineJob], settings: EngineSettings,
-    ) -> tuple[dict[Any, Any], dict[Any, Any]]:
-        """Continue each job after its last recorded round; returns the participation counts and last losses so far."""
+    def resumed_state(self, storage: Storage, jobs: Sequence[JobId]) -> _Resumed:
+        """Where a resumed run continues (nothing for a new one): each job's checkpoint after its last recorded
+        round, the run clock's time spent, and the participation counts and last losses the schedulers had."""
+        if not self.resumed:
+            return _Resumed()
         assert self.checkpoints is not None
-        for job in jobs:
-            done = storage.last_round(self.info.run_id, job.name)
-            if done:
-                saved = self.checkpoints.load(job.name, done)
-                job.weights, job.scheduler = saved.weights, saved.scheduler
-                job.rounds_done, job.best_accuracy, job.stopped = done, saved.best_accuracy, saved.stopped
-        settings.time_offset = storage.elapsed_s(self.info.run_id)
-        return storage.participation(self.info.run_id), storage.last_losses(self.info.run_id)
+        run_id = self.info.run_id
+        done = {job: storage.last_round(run_id, job) for job in jobs}
+        return _Resumed(
+            checkpoints={job: self.checkpoints.load(job, last) for job, last in done.items() if last},
+            time_offset=storage.elapsed_s(run_id),
+            frequencies=storage.participation(run_id),
+            losses=storage.last_losses(run_id),
+        )
 
     def progress(self, storage: Storage) -> str:
         return ", ".join(
             f"{j.job}: round {storage.last_round(self.info.run_id, j.job)}" for j in storage.jobs(self.info.run_id)
         )
+
+
+class _CalibrationProgress:
+    """A profiling session's calibration tasks on the progress bar and the live dashboard (``run_session``'s callbacks)."""
+
+    def __init__(self, bar: Progress, ready: ReadyFleet, tasks: int, live: LiveRun | None, console: Console) -> None:
+        self.bar, self.live, self.console = bar, live, console
+        self.task = bar.add_task(f"profiling {len(ready.devices)} devices", total=tasks)
+
+    def observed(self, obs: Observation) -> None:
+        self.bar.advance(self.task)
+        if self.live is not None:
+            self.live.task_done(obs.device, obs.job, obs.duration_s)
+
+    def failed(self, device: DeviceId, why: str) -> None:
+        self.bar.advance(self.task)
+        self.console.print(f"[yellow]{device}[/]: task failed ({why})", highlight=False)
+        if self.live is not None:
+            self.live.task_done(str(device), None, None, why)
+
+    def sent(self, device: DeviceId, job: JobId, number: int) -> None:
+        if self.live is not None:
+            self.live(TaskSent(job, number, device, 0.0))
+
+
+@dataclass(frozen=True)
+class _Resumed:
+    """What a resumed run continues from (``_Run.resumed_state``); empty for a new run."""
+
+    checkpoints: Mapping[JobId, JobCheckpoint] = field(default_factory=dict)
+    time_offset: float = 0.0
+    frequencies: Mapping[Any, Any] | None = None
+    losses: Mapping[Any, Any] | None = None
+
+
+def _continued(job: EngineJob, saved: JobCheckpoint) -> EngineJob:
+    """``job`` as its checkpoint after round ``saved.round`` left it: the global model, the scheduler, the verdict so far."""
+    return dataclasses.replace(
+        job, weights=saved.weights, scheduler=saved.scheduler, rounds_done=saved.round,
+        best_accuracy=saved.best_accuracy, stopped=saved.stopped,
+    )
 
 
 def _resumable_run(storage: Storage, out_dir: Path, mode: RunMode, method: str) -> str:

@@ -104,21 +104,25 @@ class RemoteDevices:
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main)
 
+    @staticmethod
+    def limits(tb: TestbedConfig) -> tuple[ServerSettings, dict[str, Any]]:
+        """The server's settings and the remote fleet's limits, as the config's ``[testbed]`` gives them."""
+        settings = ServerSettings(
+            heartbeat_interval=tb.heartbeat_interval_s, heartbeat_timeout=tb.heartbeat_timeout_s,
+            max_message_bytes=None if tb.max_message_mb is None else int(tb.max_message_mb * 2**20),
+            keys=key_store(tb), token=tb.token, tls_cert=tb.tls_cert, tls_key=tb.tls_key,
+            handshake_timeout=tb.handshake_timeout_s,
+            max_connections_per_address=tb.max_connections_per_address,
+        )
+        return settings, {"task_timeout": tb.task_timeout_s, "max_tasks_in_flight": tb.max_tasks_in_flight}
+
     @contextlib.asynccontextmanager
     async def fleet(self) -> AsyncIterator[ReadyFleet]:
         config, tb, console = self.config, self.config.testbed, self.output.console
-        settings = ServerSettings(
-            heartbeat_interval=tb.heartbeat_interval_s, heartbeat_timeout=tb.heartbeat_timeout_s,
-            max_message_bytes=int(tb.max_message_mb * 2**20),
-            keys=key_store(tb), token=tb.token, tls_cert=tb.tls_cert, tls_key=tb.tls_key,
-            handshake_timeout=tb.handshake_timeout_s,
-            max_connections_per_address=tb.max_connections_per_address or None,
-        )
+        settings, limits = self.limits(tb)
         lab = load_profiles(config.fleet.profiles) if config.fleet.profiles is not None else []
         registry = DeviceRegistry(PlanningProfiles(lab))
-        remote = RemoteFleet(
-            registry, task_timeout=tb.task_timeout_s, max_tasks_in_flight=tb.max_tasks_in_flight or None
-        )
+        remote = RemoteFleet(registry, **limits)
         # Devices this run starts itself prove secrets it draws for them, kept in memory only.
         checked = settings.keys is not None or settings.token is not None
         prefix = default_id_prefix()

@@ -32,7 +32,7 @@ def test_session_recovers_the_impersonated_profiles(tmp_path):
     config = parse_config(
         {
             "seed": 1,
-            "out_dir": str(tmp_path / "out"),
+            "out_dir": str(tmp_path / "profile"),  # `--out` names the session's folder and its database's, as the README's
             "fleet": {"profiles": "phones.json", "runtime": "torch", "workers": 4},
             "testbed": {"port": 0},
             "jobs": [{"name": "lenet", "model": "lenet5", "image_size": 12, "batch_size": 8, "partition": "iid"}],
@@ -41,7 +41,7 @@ def test_session_recovers_the_impersonated_profiles(tmp_path):
     )
     printed = Printed()
     console = Console(file=printed, record=True, width=200)
-    out = tmp_path / "out" / "profile"
+    out = tmp_path / "profile"
     seen: list[dict] = []
     watcher = threading.Thread(target=watch_dashboard, args=(printed, seen), daemon=True)
     watcher.start()

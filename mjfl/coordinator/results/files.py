@@ -1,4 +1,4 @@
-"""The report's files: JSON documents (summary.json, `mjfl report --json`, study.json) and rounds.csv."""
+"""The report's files: JSON documents (summary.json, `mjfl report --json`, study.json), rounds.csv and energy.csv."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mjfl.coordinator.results.energy import device_order
 from mjfl.coordinator.results.outcomes import Results
 from mjfl.coordinator.storage.checkpoints import write_atomically
 
-__all__ = ["CSV_COLUMNS", "write_json", "write_rounds_csv"]
+__all__ = ["CSV_COLUMNS", "ENERGY_COLUMNS", "write_energy_csv", "write_json", "write_rounds_csv"]
 
 CSV_COLUMNS: tuple[str, ...] = (
     "method",
@@ -31,6 +32,8 @@ CSV_COLUMNS: tuple[str, ...] = (
     "winner",
     "plan",
 )
+
+ENERGY_COLUMNS: tuple[str, ...] = ("method", "device", "total_j", "rounds", "per_round_j", "source")
 
 
 def write_json(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Path:
@@ -92,4 +95,24 @@ def write_rounds_csv(path: str | os.PathLike[str], results: Results) -> Path:
                         ";".join(r.plan),
                     )
                 )
+    return file
+
+
+def write_energy_csv(path: str | os.PathLike[str], summary: Mapping[str, Any]) -> Path:
+    """Each device's energy over each method's run, one row per method and device (columns ``ENERGY_COLUMNS``).
+
+    ``summary``: ``outcomes.summary``'s figures (``energy.device_energy`` per
+    method). Rows go method by method, then in ``energy.device_order``; an
+    energy no round told is an empty field.
+    """
+    file = Path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    with file.open("w", newline="", encoding="utf-8") as out:
+        writer = csv.writer(out)
+        writer.writerow(ENERGY_COLUMNS)
+        for method, figures in summary["methods"].items():
+            devices = figures["energy"]["devices"]
+            for device in sorted(devices, key=device_order):
+                entry = devices[device]
+                writer.writerow((method, device, *(entry[column] for column in ENERGY_COLUMNS[2:])))
     return file

@@ -261,18 +261,11 @@ async def serve(
     """
     if needs_token(host) and token is None:
         raise UserError(f"--host {host}: reachable from other machines; give --token (docs/dashboard.md)")
-    runner = web.AppRunner(make_app(catalog, token=token), handle_signals=False, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise UserError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None
-        ready(_url(runner, host, port, token))
+    async with _listening(make_app(catalog, token=token), host, port, token) as url:
+        if isinstance(url, OSError):
+            raise UserError(f"cannot listen on {host} port {port}: {url.strerror or url}") from None
+        ready(url)
         await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
 
 
 @asynccontextmanager
@@ -296,25 +289,40 @@ async def live_dashboard(
     if needs_token(host) and token is None:
         raise UserError(f"--dashboard-host {host}: reachable from other machines; give a token (docs/dashboard.md)")
     app = make_app(catalog, live=live, live_folder=folder, token=token, middlewares=middlewares)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    polling = None
-    try:
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            warn(f"dashboard: cannot listen on {host} port {port} ({exc.strerror or exc}); the run goes on without it")
+    async with _listening(app, host, port, token, shutdown_timeout=1.0) as url:
+        if isinstance(url, OSError):
+            warn(f"dashboard: cannot listen on {host} port {port} ({url.strerror or url}); the run goes on without it")
             yield None
             return
-        if transfer is not None:
-            polling = asyncio.create_task(_poll(live, transfer), name="dashboard transfers")
+        polling = None if transfer is None else asyncio.create_task(_poll(live, transfer), name="dashboard transfers")
+        try:
+            yield url
+        finally:
+            if polling is not None:
+                polling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await polling
+
+
+@asynccontextmanager
+async def _listening(
+    app: web.Application, host: str, port: int, token: str | None, **options: Any
+) -> AsyncIterator[str | OSError]:
+    """``app`` listening on ``host:port`` while the block runs: yields its URL, or why it cannot listen.
+
+    ``options``: the ``AppRunner``'s. Leaving the block closes the listener
+    and the open connections.
+    """
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, **options)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            yield exc
+            return
         yield _url(runner, host, port, token)
     finally:
-        if polling is not None:
-            polling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await polling
         await runner.cleanup()
 
 

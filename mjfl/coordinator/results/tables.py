@@ -35,7 +35,7 @@ def results_table(summary: Mapping[str, Any], jobs: Sequence[JobInfo]) -> Table:
     """
     methods: Mapping[str, Any] = summary["methods"]
     table = Table(title="Time to target accuracy", title_justify="left")
-    table.add_column("method", style="bold")
+    table.add_column("method", style="bold", no_wrap=True)  # a name cut short reads as another method
     columns: list[tuple[str, list[float | None], bool]] = []  # (kind, values, lower is better)
     for job in jobs:
         table.add_column(f"{job.job}\ntime to target (s)\n{job.target}", justify="right")

@@ -75,8 +75,10 @@ def summary(results: Results) -> dict[str, Any]:
     accuracy, since JSON has no NaN) and ``rounds`` (int). ``total_time_s`` is
     the group's time to target, the latest of its jobs', or None when any job
     (or every job, for an empty group) never reached its target. ``energy``:
-    ``{"jobs": energy.job_energy(...), "devices": energy.device_energy(...)}``,
-    each job's energy to its target and each device's energy over the run.
+    ``{"jobs": energy.job_energy(...), "group": energy.energy_to_target(...),
+    "devices": energy.device_energy(...)}``, each job's energy to its target,
+    the group's (every job's, None until its last job reached its target) and
+    each device's energy over the run.
     """
     return {"methods": {method: run_summary(jobs, records) for method, (jobs, records) in results.items()}}
 

@@ -64,7 +64,7 @@ def report_run(
     plot_meta_greedy_wins(folder / "meta-greedy-wins.png", choices)
     jobs = next(iter(results.values()))[0]
     console.print(results_table(figures, jobs))
-    _print_energy(console, figures["methods"], jobs, devices=f"each device's energy: {ENERGY_FILE}, mjfl dashboard")
+    _print_energy(console, figures["methods"], jobs, devices=f"each device's energy: {ENERGY_FILE}")
     return figures
 
 
@@ -91,7 +91,7 @@ def report_runs(
     jobs = list(_jobs(found.finished).values())
     console.print(gathered_table(figures, jobs, title))
     console.print(figures["paper"]["note"], highlight=False)
-    _print_energy(console, figures["methods"], jobs, devices="each device's energy: mjfl report --json, mjfl dashboard")
+    _print_energy(console, figures["methods"], jobs, devices="each device's energy: mjfl report --json FILE")
     if found.unfinished:
         console.print(f"left out {found.unfinished} unfinished run(s)", highlight=False)
     # soft_wrap: a long path stays on one line, whole, for a person to copy.

@@ -81,7 +81,7 @@ def test_the_report_shows_energy_to_target_and_leaves_each_devices_to_the_json_i
     lines = text.splitlines()
     assert any("random" in line and line.count("10.5 ± 2.1") == 2 for line in lines)  # lenet's and the group's
     assert not any("121.0" in line or "battery" in line for line in lines)  # d0's row: in the JSON only
-    assert "each device's energy: mjfl report --json" in text
+    assert "each device's energy: mjfl report --json FILE" in text
 
 
 def test_runs_without_energy_say_so_in_one_line(tmp_path: Path) -> None:

@@ -55,46 +55,54 @@ class Catalog:
 
     def run(self, key: str) -> RunView | None:
         """One finished run, all the page shows of it (``state.run_view``); None if no such run."""
-        index_text, _, run_id = key.partition(":")
-        if not index_text.isdigit() or int(index_text) >= len(self.folders):
+        found = self._locate(key)
+        if found is None:
             return None
-        index = int(index_text)
-        folder = self.folders[index]
+        index, folder, run_id = found
         with self._open(folder) as storage:
-            found = [(info, status) for info, status in storage.runs() if info.run_id == run_id]
-            if not found or found[0][1] != "finished":
+            info = _finished(storage, run_id)
+            if info is None:
                 return None
-            info, status = found[0]
             jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
             profiles = {p.device_id: p for p in storage.load_profiles()}
-            entry = _entry(index, folder, info, status, jobs, rounds)
+            entry = _entry(index, folder, info, "finished", jobs, rounds)
             return run_view(entry, jobs, rounds, storage.choices(run_id), profiles,
                             epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id))
 
     def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
         """Who round ``number`` of ``job`` planned in the finished run ``key``, and what each answered; None if no such round."""
-        folder = self.folder(key)
-        run_id = key.partition(":")[2]
-        if folder is None:
+        found = self._locate(key)
+        if found is None:
             return None
+        _, folder, run_id = found
         with self._open(folder) as storage:
-            if not any(info.run_id == run_id and status == "finished" for info, status in storage.runs()):
+            if _finished(storage, run_id) is None:
                 return None
-            found = [r for r in storage.rounds(run_id, job) if r.round == number]
-        return round_devices(found[0]) if found else None
+            rounds = [r for r in storage.rounds(run_id, job) if r.round == number]
+        return round_devices(rounds[0]) if rounds else None
 
     def folder(self, key: str) -> Path | None:
         """The output folder of the run named ``key`` (where its logs are); None for a key naming no folder."""
-        index_text, _, _ = key.partition(":")
+        found = self._locate(key)
+        return None if found is None else found[1]
+
+    def _locate(self, key: str) -> tuple[int, Path, str] | None:
+        """``<folder index>:<run id>`` as the folder's index, the folder and the run id; None for a key naming no folder."""
+        index_text, _, run_id = key.partition(":")
         if not index_text.isdigit() or int(index_text) >= len(self.folders):
             return None
-        return self.folders[int(index_text)]
+        return int(index_text), self.folders[int(index_text)], run_id
 
     @staticmethod
     @contextmanager
     def _open(folder: Path) -> Iterator[Storage]:
         with Storage.read_only(database_path(folder)) as storage:
             yield storage
+
+
+def _finished(storage: Storage, run_id: str) -> RunInfo | None:
+    """Run ``run_id`` of ``storage`` if it finished (an interrupted or running one may still change)."""
+    return next((info for info, status in storage.runs() if info.run_id == run_id and status == "finished"), None)
 
 
 def _entry(

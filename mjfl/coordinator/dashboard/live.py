@@ -175,13 +175,7 @@ class LiveRun:
             {"job": view["job"], "time_to_target_s": view["time_to_target_s"], "final_accuracy": view["final_accuracy"]}
             for view in jobs
         ]
-        times = [view["time_to_target_s"] for view in jobs]
-        run = {
-            "id": LIVE_ID, "folder": "", "run_id": self.info.run_id, "method": self.info.method,
-            "label": self.info.method, "mode": self.info.mode, "seed": self.info.seed,
-            "started_at": self.info.started_at, "status": self.status, "jobs": summary_jobs,
-            "total_time_s": None if not times or None in times else max(times),
-        }
+        run = state.run_line(LIVE_ID, "", self.info.method, self.info, self.status, summary_jobs)
         return {
             "run": run, "jobs": jobs, "devices": [dict(row) for row in self._rows.values()],
             "choices": list(self._choices), "events": sorted(self._events, key=_when), "version": self.version,

@@ -35,6 +35,8 @@ from aiohttp.typedefs import Middleware
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.device_logs import device_log
 from mjfl.coordinator.dashboard.live import POLL_INTERVAL_S, LiveRun, Transfer
+from mjfl.coordinator.dashboard.sources import NO_LIVE_RUN, LiveSource, NotHere, Runs, RunSource
+from mjfl.coordinator.dashboard.state import RunView
 from mjfl.errors import UserError
 
 __all__ = ["DEFAULT_HOST", "PUSH_INTERVAL_S", "live_dashboard", "make_app", "needs_token", "new_token", "serve"]
@@ -51,6 +53,9 @@ _HEADERS = {
     "Referrer-Policy": "no-referrer",  # the token in the URL goes nowhere else
     "Cache-Control": "no-store",
 }
+_PAGE = web.AppKey("page", str)  # index.html, its assets' URLs carrying the token
+_RUNS = web.AppKey("runs", Runs)
+_Ask = Callable[[RunSource, web.Request], Awaitable[Any]]  # one resource of a run, from its source
 
 
 def needs_token(host: str) -> bool:
@@ -78,102 +83,94 @@ def make_app(
     coordinator`` times the handlers with one).
     """
     app = web.Application(middlewares=[*middlewares, _guard(token)])
-    closing = asyncio.Event()  # set on shutdown: open event streams end
+    app[_PAGE] = (_STATIC / "index.html").read_text(encoding="utf-8").replace("{{query}}", _query(token))
+    app[_RUNS] = Runs(catalog, LiveSource(live, live_folder))
+    stream = _LiveStream(live)
+    app.on_shutdown.append(stream.close)
+    app.router.add_get("/", _index)
+    app.router.add_get("/static/{name}", _asset)
+    app.router.add_get("/api/runs", _runs_list)
+    app.router.add_get("/api/live/events", stream.answer)
+    # Each resource of a run once, under the live run's path and under a finished run's.
+    for run in ("/api/live", "/api/runs/{id}"):
+        app.router.add_get(run, _answer(_view))
+        app.router.add_get(run + "/devices/{device}/log", _answer(_log))
+        app.router.add_get(run + "/rounds/{job}/{round}", _answer(_round))
+    return app
 
-    async def close_streams(app: web.Application) -> None:
-        closing.set()
 
-    app.on_shutdown.append(close_streams)
-    query = "" if token is None else f"?token={quote(token, safe='')}"
-    page = (_STATIC / "index.html").read_text(encoding="utf-8").replace("{{query}}", query)
+async def _index(request: web.Request) -> web.Response:
+    return web.Response(text=request.app[_PAGE], content_type="text/html", charset="utf-8")
 
-    async def index(request: web.Request) -> web.Response:
-        return web.Response(text=page, content_type="text/html", charset="utf-8")
 
-    async def asset(request: web.Request) -> web.Response:
-        name = request.match_info["name"]
-        if name not in _ASSETS:  # a fixed list: no path from the request reaches the file system
-            raise web.HTTPNotFound()
-        body = (_STATIC / name).read_bytes()
-        return web.Response(body=body, content_type=_ASSETS[name], charset="utf-8")
+async def _asset(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    if name not in _ASSETS:  # a fixed list: no path from the request reaches the file system
+        raise web.HTTPNotFound()
+    body = (_STATIC / name).read_bytes()
+    return web.Response(body=body, content_type=_ASSETS[name], charset="utf-8")
 
-    async def runs(request: web.Request) -> web.Response:
-        return _json([] if catalog is None else await asyncio.to_thread(catalog.runs))
 
-    async def run(request: web.Request) -> web.Response:
-        key = request.match_info["id"]
-        view = None if catalog is None else await asyncio.to_thread(catalog.run, key)
-        if view is None:
-            return _json({"error": f"no finished run {key!r}"}, status=404)
-        return _json(view)
+async def _runs_list(request: web.Request) -> web.Response:
+    return _json(await request.app[_RUNS].listed())
 
-    async def live_snapshot(request: web.Request) -> web.Response:
-        if live is None:
-            return _json({"error": "no live run here"}, status=404)
-        return _json(live.snapshot())
 
-    async def run_log(request: web.Request) -> web.Response:
-        folder = None if catalog is None else catalog.folder(request.match_info["id"])
-        if folder is None:
-            return _json({"error": f"no run {request.match_info['id']!r}"}, status=404)
-        return _json(await asyncio.to_thread(device_log, folder, request.match_info["device"]))
+def _answer(ask: _Ask) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A handler of one resource of a run: ``ask`` the run the path names (``Runs.source``); 404 when it is not there."""
 
-    async def live_log(request: web.Request) -> web.Response:
-        if live is None or live_folder is None:
-            return _json({"error": "no live run here"}, status=404)
-        return _json(await asyncio.to_thread(device_log, live_folder, request.match_info["device"]))
+    async def handler(request: web.Request) -> web.Response:
+        source = request.app[_RUNS].source(request.match_info.get("id"))
+        try:
+            return _json(await ask(source, request))
+        except NotHere as missing:
+            return _json({"error": str(missing)}, status=404)
 
-    async def run_round(request: web.Request) -> web.Response:
-        key, job, number = request.match_info["id"], request.match_info["job"], request.match_info["round"]
-        found = None
-        if catalog is not None and number.isdigit():
-            found = await asyncio.to_thread(catalog.round_devices, key, job, int(number))
-        if found is None:
-            return _json({"error": f"no round {number} of job {job!r} in a finished run {key!r}"}, status=404)
-        return _json(found)
+    return handler
 
-    async def live_round(request: web.Request) -> web.Response:
-        job, number = request.match_info["job"], request.match_info["round"]
-        found = None if live is None or not number.isdigit() else live.round_devices(job, int(number))
-        if found is None:
-            return _json({"error": f"no round {number} of job {job!r} in the live run"}, status=404)
-        return _json(found)
 
-    last: list[Any] = [-1, b""]  # the version last serialised and its event: pages open together share it
+async def _view(source: RunSource, request: web.Request) -> RunView:
+    return await source.view()
 
-    def pushed() -> bytes:
-        assert live is not None
-        if last[0] != live.version:
-            body = json.dumps(live.snapshot(), allow_nan=False, separators=(",", ":"))
-            last[:] = [live.version, f"event: run\ndata: {body}\n\n".encode()]
-        return last[1]  # type: ignore[no-any-return]
 
-    async def live_events(request: web.Request) -> web.StreamResponse:
-        if live is None:
-            return _json({"error": "no live run here"}, status=404)
+async def _log(source: RunSource, request: web.Request) -> dict[str, Any]:
+    return await asyncio.to_thread(device_log, source.folder(), request.match_info["device"])
+
+
+async def _round(source: RunSource, request: web.Request) -> dict[str, Any]:
+    job, number = request.match_info["job"], request.match_info["round"]
+    found = await source.round_devices(job, int(number)) if number.isdigit() else None
+    if found is None:
+        raise NotHere(f"no round {number} of job {job!r} in {source.name}")
+    return found
+
+
+class _LiveStream:
+    """``/api/live/events``: the live run's snapshot after each change, as Server-Sent Events, until the app shuts down.
+
+    Pages open together share one serialised snapshot per version. A burst
+    of changes is one push (at most one every ``PUSH_INTERVAL_S``); nothing
+    changing for ``KEEPALIVE_S`` sends a comment.
+    """
+
+    def __init__(self, live: LiveRun | None) -> None:
+        self.live = live
+        self.closing = asyncio.Event()  # set on shutdown: open streams end
+        self._pushed: tuple[int, bytes] = (-1, b"")  # the version last serialised and its event
+
+    async def close(self, app: web.Application) -> None:
+        self.closing.set()
+
+    async def answer(self, request: web.Request) -> web.StreamResponse:
+        if self.live is None:
+            return _json({"error": NO_LIVE_RUN}, status=404)
         changed = asyncio.Event()
         changed.set()  # the first push is the current snapshot
-        stop = live.on_change(changed.set)
+        stop = self.live.on_change(changed.set)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", **_HEADERS})
         await response.prepare(request)
-        ended = asyncio.ensure_future(closing.wait())  # owned here: cancelled in finally
+        ended = asyncio.ensure_future(self.closing.wait())  # owned here: cancelled in finally
         try:
-            while not closing.is_set():
-                waiting = asyncio.ensure_future(changed.wait())
-                try:
-                    await asyncio.wait({waiting, ended}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    waiting.cancel()
-                if not changed.is_set():
-                    if not closing.is_set():
-                        await response.write(b": keep-alive\n\n")
-                    continue
-                changed.clear()
-                await response.write(pushed())
-                # Coalesce: what comes meanwhile is one push, unless the dashboard is closing.
-                await asyncio.wait({ended}, timeout=PUSH_INTERVAL_S)
-            if changed.is_set():
-                await response.write(pushed())  # the last change (the run finished) before the stream ends
+            await self._push(response, changed, ended)
         except ConnectionResetError:
             pass  # the page went away
         finally:
@@ -181,17 +178,35 @@ def make_app(
             ended.cancel()
         return response
 
-    app.router.add_get("/", index)
-    app.router.add_get("/api/live", live_snapshot)
-    app.router.add_get("/api/live/events", live_events)
-    app.router.add_get("/static/{name}", asset)
-    app.router.add_get("/api/runs", runs)
-    app.router.add_get("/api/runs/{id}", run)
-    app.router.add_get("/api/runs/{id}/devices/{device}/log", run_log)
-    app.router.add_get("/api/live/devices/{device}/log", live_log)
-    app.router.add_get("/api/runs/{id}/rounds/{job}/{round}", run_round)
-    app.router.add_get("/api/live/rounds/{job}/{round}", live_round)
-    return app
+    async def _push(self, response: web.StreamResponse, changed: asyncio.Event, ended: asyncio.Future[Any]) -> None:
+        while not self.closing.is_set():
+            await _first_of(changed, ended, timeout=KEEPALIVE_S)
+            if not changed.is_set():
+                if not self.closing.is_set():
+                    await response.write(b": keep-alive\n\n")
+                continue
+            changed.clear()
+            await response.write(self._event())
+            # Coalesce: what comes meanwhile is one push, unless the dashboard is closing.
+            await asyncio.wait({ended}, timeout=PUSH_INTERVAL_S)
+        if changed.is_set():
+            await response.write(self._event())  # the last change (the run finished) before the stream ends
+
+    def _event(self) -> bytes:
+        assert self.live is not None
+        if self._pushed[0] != self.live.version:
+            body = json.dumps(self.live.snapshot(), allow_nan=False, separators=(",", ":"))
+            self._pushed = (self.live.version, f"event: run\ndata: {body}\n\n".encode())
+        return self._pushed[1]
+
+
+async def _first_of(changed: asyncio.Event, ended: asyncio.Future[Any], *, timeout: float) -> None:
+    """Wait until ``changed`` is set, ``ended`` is done or ``timeout`` passed, whichever comes first."""
+    waiting = asyncio.ensure_future(changed.wait())
+    try:
+        await asyncio.wait({waiting, ended}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiting.cancel()
 
 
 def _guard(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
@@ -216,6 +231,18 @@ def _guard(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
     return guard
 
 
+def _query(token: str | None) -> str:
+    """What a URL of the dashboard ends with: ``?token=T`` when it needs one."""
+    return "" if token is None else f"?token={quote(token, safe='')}"
+
+
+def _url(runner: web.AppRunner, host: str, port: int, token: str | None) -> str:
+    """The address to open: the port bound (port 0 picks one), an IPv6 host in brackets, the token."""
+    bound = runner.addresses[0][1] if runner.addresses else port
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{bound}/" + _query(token)
+
+
 def _json(data: Any, *, status: int = 200) -> web.Response:
     # allow_nan=False: state.py turns every NaN into None; a NaN here is our bug.
     return web.Response(text=json.dumps(data, allow_nan=False, separators=(",", ":")),
@@ -234,21 +261,11 @@ async def serve(
     """
     if needs_token(host) and token is None:
         raise UserError(f"--host {host}: reachable from other machines; give --token (docs/dashboard.md)")
-    runner = web.AppRunner(make_app(catalog, token=token), handle_signals=False, access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            raise UserError(f"cannot listen on {host} port {port}: {exc.strerror or exc}") from None
-        bound = runner.addresses[0][1] if runner.addresses else port
-        shown = f"[{host}]" if ":" in host else host
-        url = f"http://{shown}:{bound}/" + ("" if token is None else f"?token={quote(token, safe='')}")
+    async with _listening(make_app(catalog, token=token), host, port, token) as url:
+        if isinstance(url, OSError):
+            raise UserError(f"cannot listen on {host} port {port}: {url.strerror or url}") from None
         ready(url)
         await asyncio.Event().wait()
-    finally:
-        await runner.cleanup()
 
 
 @asynccontextmanager
@@ -272,27 +289,40 @@ async def live_dashboard(
     if needs_token(host) and token is None:
         raise UserError(f"--dashboard-host {host}: reachable from other machines; give a token (docs/dashboard.md)")
     app = make_app(catalog, live=live, live_folder=folder, token=token, middlewares=middlewares)
-    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    polling = None
-    try:
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:
-            warn(f"dashboard: cannot listen on {host} port {port} ({exc.strerror or exc}); the run goes on without it")
+    async with _listening(app, host, port, token, shutdown_timeout=1.0) as url:
+        if isinstance(url, OSError):
+            warn(f"dashboard: cannot listen on {host} port {port} ({url.strerror or url}); the run goes on without it")
             yield None
             return
-        if transfer is not None:
-            polling = asyncio.create_task(_poll(live, transfer), name="dashboard transfers")
-        bound = runner.addresses[0][1] if runner.addresses else port
-        shown = f"[{host}]" if ":" in host else host
-        yield f"http://{shown}:{bound}/" + ("" if token is None else f"?token={quote(token, safe='')}")
+        polling = None if transfer is None else asyncio.create_task(_poll(live, transfer), name="dashboard transfers")
+        try:
+            yield url
+        finally:
+            if polling is not None:
+                polling.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await polling
+
+
+@asynccontextmanager
+async def _listening(
+    app: web.Application, host: str, port: int, token: str | None, **options: Any
+) -> AsyncIterator[str | OSError]:
+    """``app`` listening on ``host:port`` while the block runs: yields its URL, or why it cannot listen.
+
+    ``options``: the ``AppRunner``'s. Leaving the block closes the listener
+    and the open connections.
+    """
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, **options)
+    await runner.setup()
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+        except OSError as exc:
+            yield exc
+            return
+        yield _url(runner, host, port, token)
     finally:
-        if polling is not None:
-            polling.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await polling
         await runner.cleanup()
 
 

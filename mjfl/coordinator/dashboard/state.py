@@ -6,8 +6,8 @@ The server sends these shapes from ``/api/runs`` and ``/api/runs/{id}``; the
 live dashboard of a ``mjfl testbed run`` (``live.py``) pushes the same shapes, so
 nothing here knows where the records came from.
 
-Time to target comes from ``results.outcomes`` (``Target.reached``, the one
-definition); a device's expected round time is Formula 4's mean,
+Time to target comes from ``results.outcomes``, a group's from
+``results.targets.group_time`` (the one definition of each); a device's expected round time is Formula 4's mean,
 ``tau*a*D + tau*D/mu`` (``DeviceProfile``). What a device is (phone,
 emulated, JVM) and its model and OS come from its hello's ``hardware``
 (``identity``); the events list merges a real-time run's fleet events with
@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from mjfl.coordinator.results.energy import job_energy
 from mjfl.coordinator.results.outcomes import run_summary
+from mjfl.coordinator.results.targets import group_time
 from mjfl.coordinator.storage.records import (
     FleetEvent,
     JobInfo,
@@ -32,8 +33,8 @@ from mjfl.coordinator.storage.records import (
 
 __all__ = [
     "EVENTS_SHOWN", "RunView", "add_round", "choice_row", "choices_table", "device_row", "devices_table", "epochs_of",
-    "event_row", "events_table", "identity", "jobs_view", "round_devices", "round_events", "run_entry", "run_view",
-    "told_state",
+    "event_row", "events_table", "identity", "jobs_view", "round_devices", "round_events", "run_entry", "run_line",
+    "run_view", "told_state",
 ]
 
 RunView = dict[str, Any]
@@ -54,6 +55,14 @@ def run_entry(
 ) -> dict[str, Any]:
     """One line of the runs list: who ran, how it ended, each job's time to target."""
     summary = run_summary(jobs, rounds)
+    entries = [{"job": str(job), **entry} for job, entry in summary["jobs"].items()]
+    return run_line(key, folder, label, info, status, entries)
+
+
+def run_line(
+    key: str, folder: str, label: str, info: RunInfo, status: str, jobs: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A line of the runs list from its jobs' entries (each with its ``time_to_target_s``), a finished run's or the live one's."""
     return {
         "id": key,
         "folder": folder,
@@ -64,8 +73,8 @@ def run_entry(
         "seed": info.seed,
         "started_at": info.started_at,
         "status": status,
-        "jobs": [{"job": str(job), **entry} for job, entry in summary["jobs"].items()],
-        "total_time_s": summary["total_time_s"],
+        "jobs": list(jobs),
+        "total_time_s": group_time([job["time_to_target_s"] for job in jobs]),
     }
 
 

@@ -8,43 +8,48 @@ without a charge counter, a task trained while charging, a failed task, a
 round recorded before the database held energy).
 
 A job's energy to target sums its device rounds' energy over its rounds up to
-and including the first that reached the target (``records.Target.reached``,
-the round whose end is the job's time to target). Rounds whose devices told
-no energy add nothing, so the sum is a lower bound when some were unknown:
-``known`` and ``device_rounds`` say how many of them it counts.
+and including the first that reached the target (``targets.job_rounds``, the
+round whose end is the job's time to target); a group's sums its jobs'.
+Rounds whose devices told no energy add nothing, so the sum is a lower bound
+when some were unknown: ``known`` and ``device_rounds`` say how many of them
+it counts.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from mjfl.coordinator.results.targets import JobRounds, job_rounds
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord
 
-__all__ = ["device_energy", "job_energy", "merge_device_energy"]
+__all__ = ["device_energy", "device_order", "energy_to_target", "job_energy", "merge_device_energy"]
 
 
 def job_energy(jobs: Sequence[JobInfo], records: Sequence[RoundRecord]) -> dict[str, dict[str, Any]]:
-    """Per job, ``{"to_target_j", "known", "device_rounds"}``, in ``jobs`` order.
+    """Per job, ``energy_to_target`` of its rounds, in ``jobs`` order."""
+    return {str(job.job): energy_to_target([job_rounds(job, records)]) for job in jobs}
 
-    ``to_target_j``: joules, None when the job never reached its target or no
-    device round up to it told its energy. ``known`` / ``device_rounds``: the
-    device rounds up to the target (every round when it was never reached)
-    that told an energy, and all of them.
+
+def energy_to_target(jobs: Iterable[JobRounds]) -> dict[str, Any]:
+    """``{"to_target_j", "known", "device_rounds"}`` of one job's rounds, or of a group's (every job's).
+
+    ``to_target_j``: joules over each job's device rounds up to its target,
+    None when a job never reached it (a group is done when its last job is)
+    or no device round up to it told its energy. ``known`` /
+    ``device_rounds``: the device rounds counted (every round of a job that
+    never reached its target) that told an energy, and all of them.
     """
-    entries: dict[str, dict[str, Any]] = {}
-    for job in jobs:
-        own = sorted((r for r in records if r.run_id == job.run_id and r.job == job.job), key=lambda r: r.round)
-        reached = next((i for i, r in enumerate(own) if job.target.reached(r.accuracy, r.loss)), None)
-        counted = own if reached is None else own[: reached + 1]
-        energies = [d.energy_j for r in counted for d in r.devices]
-        known = [e for e in energies if e is not None]
-        entries[str(job.job)] = {
-            "to_target_j": float(sum(known)) if known and reached is not None else None,
-            "known": len(known),
-            "device_rounds": len(energies),
-        }
-    return entries
+    progress = list(jobs)
+    energies = [d.energy_j for job in progress for r in job.up_to_target for d in r.devices]
+    known = [e for e in energies if e is not None]
+    reached = all(job.reached_at is not None for job in progress)
+    return {
+        "to_target_j": float(sum(known)) if known and reached else None,
+        "known": len(known),
+        "device_rounds": len(energies),
+    }
 
 
 def device_energy(records: Iterable[RoundRecord]) -> dict[str, dict[str, Any]]:
@@ -67,11 +72,11 @@ def device_energy(records: Iterable[RoundRecord]) -> dict[str, dict[str, Any]]:
             energies.append(d.energy_j)
             source = (d.device_state or {}).get("energy_source")
             seen[source if isinstance(source, str) else "unknown"] = None
-    return {device: _device_entry(energies, sources[device]) for device, energies in totals.items()}
+    return {device: _device_entry(sum(energies), len(energies), sources[device]) for device, energies in totals.items()}
 
 
 def merge_device_energy(tables: Iterable[Mapping[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
-    """Several runs' ``device_energy`` as one: totals and rounds added, per round and sources recomputed."""
+    """Several runs' ``device_energy`` as one, in ``device_order``: totals and rounds added, per round and sources recomputed."""
     totals: dict[str, tuple[float, int]] = {}
     sources: dict[str, dict[str, None]] = {}
     for table in tables:
@@ -82,22 +87,19 @@ def merge_device_energy(tables: Iterable[Mapping[str, Mapping[str, Any]]]) -> di
             for source in (entry["source"] or "").split("+"):
                 if source:
                     seen[source] = None
-    merged: dict[str, dict[str, Any]] = {}
-    for device, (total, rounds) in totals.items():
-        merged[device] = {
-            "total_j": total if rounds else None,
-            "rounds": rounds,
-            "per_round_j": total / rounds if rounds else None,
-            "source": "+".join(sources[device]) or None,
-        }
-    return merged
+    return {device: _device_entry(*totals[device], sources[device]) for device in sorted(totals, key=device_order)}
 
 
-def _device_entry(energies: Sequence[float], sources: Mapping[str, None]) -> dict[str, Any]:
-    total = float(sum(energies))
+def device_order(device: str) -> tuple[str | int, ...]:
+    """A key that lists devices as a person would: ``d2`` before ``d10`` (runs of digits compared as numbers)."""
+    # Split on a captured group, the parts alternate: text, digits, text, ...
+    return tuple(int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", device)))
+
+
+def _device_entry(total: float, rounds: int, sources: Mapping[str, None]) -> dict[str, Any]:
     return {
-        "total_j": total if energies else None,
-        "rounds": len(energies),
-        "per_round_j": total / len(energies) if energies else None,
+        "total_j": float(total) if rounds else None,
+        "rounds": rounds,
+        "per_round_j": float(total) / rounds if rounds else None,
         "source": "+".join(sources) or None,
     }

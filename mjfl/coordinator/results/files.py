@@ -1,18 +1,19 @@
-"""The report's files: JSON documents (summary.json, `mjfl report --json`, study.json) and rounds.csv."""
+"""The report's files: JSON documents (summary.json, `mjfl report --json`, study.json), rounds.csv and energy.csv."""
 
 from __future__ import annotations
 
 import csv
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mjfl.coordinator.results.outcomes import Results
+from mjfl.coordinator.results.energy import device_order
+from mjfl.coordinator.results.outcomes import Results, RunRecords
 from mjfl.coordinator.storage.checkpoints import write_atomically
 
-__all__ = ["CSV_COLUMNS", "write_json", "write_rounds_csv"]
+__all__ = ["CSV_COLUMNS", "ENERGY_COLUMNS", "write_energy_csv", "write_json", "write_rounds_csv"]
 
 CSV_COLUMNS: tuple[str, ...] = (
     "method",
@@ -31,6 +32,8 @@ CSV_COLUMNS: tuple[str, ...] = (
     "winner",
     "plan",
 )
+
+ENERGY_COLUMNS: tuple[str, ...] = ("method", "device", "total_j", "rounds", "per_round_j", "source")
 
 
 def write_json(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Path:
@@ -56,40 +59,45 @@ def write_rounds_csv(path: str | os.PathLike[str], results: Results) -> Path:
     whose update was not used (status failed or rejected), ``plan`` the device
     ids in plan order joined by ``;``; an absent winner is an empty field.
     """
+    return _write_csv(path, CSV_COLUMNS, (row for method, run in results.items() for row in _round_rows(method, run)))
+
+
+def write_energy_csv(path: str | os.PathLike[str], summary: Mapping[str, Any]) -> Path:
+    """Each device's energy over each method's run, one row per method and device (columns ``ENERGY_COLUMNS``).
+
+    ``summary``: ``outcomes.summary``'s figures (``energy.device_energy`` per
+    method). Rows go method by method, then in ``energy.device_order``; an
+    energy no round told is an empty field.
+    """
+    return _write_csv(path, ENERGY_COLUMNS, _energy_rows(summary))
+
+
+def _round_rows(method: str, run: RunRecords) -> Iterator[tuple[Any, ...]]:
+    jobs, records = run
+    run_ids = dict.fromkeys([*(j.run_id for j in jobs), *(r.run_id for r in records)])
+    runs = {run_id: index for index, run_id in enumerate(run_ids)}
+    order = {job.job: index for index, job in enumerate(jobs)}
+    for r in sorted(records, key=lambda r: (runs[r.run_id], order.get(r.job, len(order)), r.job, r.round)):
+        yield (
+            method, r.run_id, r.job, r.round, r.started_s, r.ended_s, r.accuracy, r.loss, int(r.aggregated),
+            len(r.devices), sum(d.status != "ok" for d in r.devices), r.expected_time_s, r.cost, r.winner or "",
+            ";".join(r.plan),
+        )
+
+
+def _energy_rows(summary: Mapping[str, Any]) -> Iterator[tuple[Any, ...]]:
+    for method, figures in summary["methods"].items():
+        devices = figures["energy"]["devices"]
+        for device in sorted(devices, key=device_order):
+            yield (method, device, *(devices[device][column] for column in ENERGY_COLUMNS[2:]))
+
+
+def _write_csv(path: str | os.PathLike[str], columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:
+    """``rows`` under a header of ``columns`` (None as an empty field); returns the path."""
     file = Path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
     with file.open("w", newline="", encoding="utf-8") as out:
         writer = csv.writer(out)
-        writer.writerow(CSV_COLUMNS)
-        for method, (jobs, records) in results.items():
-            runs = {
-                run_id: index
-                for index, run_id in enumerate(
-                    dict.fromkeys([*(j.run_id for j in jobs), *(r.run_id for r in records)])
-                )
-            }
-            order = {job.job: index for index, job in enumerate(jobs)}
-            for r in sorted(
-                records,
-                key=lambda r: (runs[r.run_id], order.get(r.job, len(order)), r.job, r.round),
-            ):
-                writer.writerow(
-                    (
-                        method,
-                        r.run_id,
-                        r.job,
-                        r.round,
-                        r.started_s,
-                        r.ended_s,
-                        r.accuracy,
-                        r.loss,
-                        int(r.aggregated),
-                        len(r.devices),
-                        sum(d.status != "ok" for d in r.devices),
-                        r.expected_time_s,
-                        r.cost,
-                        r.winner or "",
-                        ";".join(r.plan),
-                    )
-                )
+        writer.writerow(columns)
+        writer.writerows(rows)
     return file

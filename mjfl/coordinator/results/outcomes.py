@@ -6,9 +6,9 @@ can be rebuilt from the run database alone and any front end can show it.
 
 The numbers are the paper's (Tables 4-5): a job's time to target is the
 run-clock time (seconds since the run started; runs start at 0) at the end
-of its first round that reaches the target (``records.Target.reached``, as
-the engine decides); a group's time is its slowest job's, since the group is
-done when its last job is.
+of its first round that reaches the target; a group's time is its slowest
+job's, since the group is done when its last job is (``targets``, the one
+home of both rules).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeAlias
 
-from mjfl.coordinator.results.energy import device_energy, job_energy, merge_device_energy
+from mjfl.coordinator.results.energy import device_energy, energy_to_target, merge_device_energy
+from mjfl.coordinator.results.targets import JobRounds, group_time, job_rounds
 from mjfl.coordinator.storage.records import JobInfo, JobOutcome, RoundRecord
 from mjfl.ids import JobId
 
@@ -41,39 +42,26 @@ def job_outcomes(jobs: Sequence[JobInfo], records: Sequence[RoundRecord]) -> dic
     Only records of the job's own run (``run_id``) count. ``final_accuracy``
     is the last round's accuracy (NaN when the job has no round).
     """
-    outcomes: dict[JobId, JobOutcome] = {}
-    for job in jobs:
-        own = sorted(
-            (r for r in records if r.run_id == job.run_id and r.job == job.job),
-            key=lambda r: r.round,
-        )
-        first = next((r for r in own if job.target.reached(r.accuracy, r.loss)), None)
-        outcomes[job.job] = JobOutcome(
-            job=job.job,
-            rounds=len(own),
-            final_accuracy=own[-1].accuracy if own else math.nan,
-            time_to_target_s=None if first is None else first.ended_s,
-            reached_target=first is not None,
-        )
-    return outcomes
+    return {job.job: _outcome(job, job_rounds(job, records)) for job in jobs}
 
 
 def run_summary(jobs: Sequence[JobInfo], records: Sequence[RoundRecord]) -> dict[str, Any]:
     """One run's ``{"jobs": {job: {...}}, "total_time_s": ..., "energy": {...}}`` (see ``summary``)."""
-    outcomes = job_outcomes(jobs, records)
+    progress = [job_rounds(job, records) for job in jobs]
+    outcomes = [_outcome(job, rounds) for job, rounds in zip(jobs, progress)]
     entries = {
-        str(job): {
+        str(outcome.job): {
             "time_to_target_s": _float_or_none(outcome.time_to_target_s),
             "final_accuracy": _float_or_none(outcome.final_accuracy),
             "rounds": int(outcome.rounds),
         }
-        for job, outcome in outcomes.items()
+        for outcome in outcomes
     }
-    times = [o.time_to_target_s for o in outcomes.values()]
-    total = None if not times or None in times else max(t for t in times if t is not None)
+    total = group_time([o.time_to_target_s for o in outcomes])
     runs = {job.run_id for job in jobs}
     energy = {
-        "jobs": job_energy(jobs, records),
+        "jobs": {str(job.job): energy_to_target([rounds]) for job, rounds in zip(jobs, progress)},
+        "group": energy_to_target(progress),
         "devices": device_energy(r for r in records if r.run_id in runs),
     }
     return {"jobs": entries, "total_time_s": _float_or_none(total), "energy": energy}
@@ -87,8 +75,10 @@ def summary(results: Results) -> dict[str, Any]:
     accuracy, since JSON has no NaN) and ``rounds`` (int). ``total_time_s`` is
     the group's time to target, the latest of its jobs', or None when any job
     (or every job, for an empty group) never reached its target. ``energy``:
-    ``{"jobs": energy.job_energy(...), "devices": energy.device_energy(...)}``,
-    each job's energy to its target and each device's energy over the run.
+    ``{"jobs": energy.job_energy(...), "group": energy.energy_to_target(...),
+    "devices": energy.device_energy(...)}``, each job's energy to its target,
+    the group's (every job's, None until its last job reached its target) and
+    each device's energy over the run.
     """
     return {"methods": {method: run_summary(jobs, records) for method, (jobs, records) in results.items()}}
 
@@ -97,11 +87,12 @@ def gather(runs: Sequence[RunRecords], seeds: Iterable[int]) -> dict[str, Any]:
     """One method's runs: per job and for the group, the ``spread`` over the runs.
 
     ``{"runs", "seeds", "jobs": {job: {"time_to_target_s", "final_accuracy"}},
-    "group_time_s", "wins", "energy"}``; ``energy``: per job the ``spread`` of
-    its energy to target (``energy.job_energy``), per device its energy over
-    every run (``energy.merge_device_energy``); ``wins``: the share of all rounds (every run,
-    every job) whose plan each Meta-Greedy member made, most first (empty for
-    other schedulers).
+    "group_time_s", "wins", "energy"}``; ``energy``: per job and for the group
+    the ``spread`` of its energy to target (``energy.energy_to_target``), per
+    device its energy over every run (``energy.merge_device_energy``, in
+    device order); ``wins``: the share of all rounds (every run, every job)
+    whose plan each Meta-Greedy member made, most first (empty for other
+    schedulers).
     """
     summaries = [run_summary(jobs, records) for jobs, records in runs]
     jobs: dict[str, Any] = {}
@@ -124,6 +115,7 @@ def gather(runs: Sequence[RunRecords], seeds: Iterable[int]) -> dict[str, Any]:
                 name: spread([e["energy"]["jobs"][name]["to_target_j"] for e in summaries if name in e["energy"]["jobs"]])
                 for name in jobs
             },
+            "group": spread([entry["energy"]["group"]["to_target_j"] for entry in summaries]),
             "devices": merge_device_energy(entry["energy"]["devices"] for entry in summaries),
         },
     }
@@ -138,6 +130,17 @@ def spread(values: Sequence[float | None]) -> dict[str, Any]:
         "reached": len(present),
         "runs": len(values),
     }
+
+
+def _outcome(job: JobInfo, progress: JobRounds) -> JobOutcome:
+    own, first = progress.rounds, progress.first_reached
+    return JobOutcome(
+        job=job.job,
+        rounds=len(own),
+        final_accuracy=own[-1].accuracy if own else math.nan,
+        time_to_target_s=None if first is None else first.ended_s,
+        reached_target=first is not None,
+    )
 
 
 def _float_or_none(value: float | None) -> float | None:

@@ -3,12 +3,18 @@
 Two reports, one path each, both built from the records alone:
 
 - ``report_run``: the end of every run (``run.driver.Driver``), one run per
-  method: ``summary.json``, ``rounds.csv``, ``accuracy-<job>.png``,
-  ``meta-greedy-wins.png`` and the paper's Tables 4-5 for these runs;
+  method: ``summary.json``, ``rounds.csv``, ``energy.csv``,
+  ``accuracy-<job>.png``, ``meta-greedy-wins.png``, and on the terminal the
+  paper's Tables 4-5 for these runs and each job's and the group's energy to
+  target;
 - ``report_runs``: `mjfl report` and the end of `mjfl study`, every finished
   run of some output folders gathered per method (``outcomes.gather``), the
-  paper's own figures beside them (``paper.figures_for``): the table, and
+  paper's own figures beside them (``paper.figures_for``): the tables, and
   optionally the JSON, ``accuracy-<job>.png`` and ``member-wins.png``.
+
+The terminal gets what a person reads at a glance, a row per method; each
+device's figures (a row per device and method) go to the files
+(``energy.csv``, the JSON) and the dashboard.
 
 ``gathered_figures`` is the pure part of the second, for any other front end.
 """
@@ -23,22 +29,23 @@ from typing import Any
 from rich.console import Console
 
 from mjfl.coordinator.results import paper
-from mjfl.coordinator.results.files import write_json, write_rounds_csv
+from mjfl.coordinator.results.files import write_energy_csv, write_json, write_rounds_csv
 from mjfl.coordinator.results.outcomes import Results, Runs, gather, summary
 from mjfl.coordinator.results.plots import plot_accuracy, plot_member_wins, plot_meta_greedy_wins
 from mjfl.coordinator.results.runs import FinishedRun, finished_runs
 from mjfl.coordinator.results.tables import (
     energy_known,
-    energy_tables,
+    energy_table,
     gathered_table,
     results_table,
 )
 from mjfl.coordinator.storage.records import JobInfo, SchedulerChoice
 from mjfl.errors import UserError
 
-__all__ = ["SUMMARY_FILE", "gathered_figures", "report_run", "report_runs"]
+__all__ = ["ENERGY_FILE", "SUMMARY_FILE", "gathered_figures", "report_run", "report_runs"]
 
 SUMMARY_FILE = "summary.json"
+ENERGY_FILE = "energy.csv"  # each device's energy per method, beside the summary
 
 
 def report_run(
@@ -52,11 +59,12 @@ def report_run(
     figures = summary(results)
     write_json(folder / SUMMARY_FILE, figures)
     write_rounds_csv(folder / "rounds.csv", results)
+    write_energy_csv(folder / ENERGY_FILE, figures)
     plot_accuracy(folder, {method: [run] for method, run in results.items()})
     plot_meta_greedy_wins(folder / "meta-greedy-wins.png", choices)
     jobs = next(iter(results.values()))[0]
     console.print(results_table(figures, jobs))
-    _print_energy(console, figures["methods"], jobs)
+    _print_energy(console, figures["methods"], jobs, devices=f"each device's energy: {ENERGY_FILE}")
     return figures
 
 
@@ -83,16 +91,17 @@ def report_runs(
     jobs = list(_jobs(found.finished).values())
     console.print(gathered_table(figures, jobs, title))
     console.print(figures["paper"]["note"], highlight=False)
-    _print_energy(console, figures["methods"], jobs)
+    _print_energy(console, figures["methods"], jobs, devices="each device's energy: mjfl report --json FILE")
     if found.unfinished:
         console.print(f"left out {found.unfinished} unfinished run(s)", highlight=False)
+    # soft_wrap: a long path stays on one line, whole, for a person to copy.
     if plots is not None:
         runs = _records(found.finished)
         written = plot_accuracy(plots, runs) + plot_member_wins(plots, runs)
-        console.print(f"wrote {len(written)} plots to {plots}", highlight=False)
+        console.print(f"wrote {len(written)} plots to {plots}", highlight=False, soft_wrap=True)
     if json_path is not None:
         write_json(json_path, figures)
-        console.print(f"wrote {json_path}", highlight=False)
+        console.print(f"wrote {json_path}", highlight=False, soft_wrap=True)
     return figures
 
 
@@ -114,13 +123,12 @@ def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
     }
 
 
-def _print_energy(console: Console, methods: dict[str, Any], jobs: Sequence[JobInfo]) -> None:
-    """The energy tables, or one line when no device round told its energy (older runs, phones that cannot)."""
+def _print_energy(console: Console, methods: dict[str, Any], jobs: Sequence[JobInfo], *, devices: str) -> None:
+    """The energy table (``devices`` its caption), or one line when no device round told its energy (older runs, phones that cannot)."""
     if not energy_known(methods):
         console.print("no energy recorded for these runs", highlight=False)
         return
-    for table in energy_tables(methods, jobs):
-        console.print(table)
+    console.print(energy_table(methods, jobs, caption=devices))
 
 
 def _by_label(runs: Sequence[FinishedRun]) -> dict[str, list[FinishedRun]]:

@@ -3,8 +3,9 @@
 They render what ``outcomes`` computed (``summary``, ``gather``) and, beside
 a gathered table, the paper's own figures (``paper.figures_for``). Speedups
 are quoted against FedAvg's random selection, as in the paper; "—" marks a
-target never reached. The energy tables (``energy_tables``) render what
-``energy`` computed, "—" where no energy is known.
+target never reached. The energy table (``energy_table``) renders each job's
+and the group's energy to target as ``energy`` computed them, "—" where no
+energy is known.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from mjfl.coordinator.results import paper
 from mjfl.coordinator.storage.records import JobInfo
 from mjfl.ids import JobId
 
-__all__ = ["BASELINE", "NOT_REACHED", "energy_known", "energy_tables", "gathered_table", "results_table"]
+__all__ = ["BASELINE", "NOT_REACHED", "energy_known", "energy_table", "gathered_table", "results_table"]
 
 NOT_REACHED = "—"
 BASELINE = "random"
@@ -34,7 +35,7 @@ def results_table(summary: Mapping[str, Any], jobs: Sequence[JobInfo]) -> Table:
     """
     methods: Mapping[str, Any] = summary["methods"]
     table = Table(title="Time to target accuracy", title_justify="left")
-    table.add_column("method", style="bold")
+    table.add_column("method", style="bold", no_wrap=True)  # a name cut short reads as another method
     columns: list[tuple[str, list[float | None], bool]] = []  # (kind, values, lower is better)
     for job in jobs:
         table.add_column(f"{job.job}\ntime to target (s)\n{job.target}", justify="right")
@@ -184,38 +185,30 @@ def _cell(kind: str, value: float | None) -> str:
 
 
 def energy_known(methods: Mapping[str, Any]) -> bool:
-    """Whether any device round of any method told its energy (else the energy tables hold only "—")."""
+    """Whether any device round of any method told its energy (else the energy table holds only "—")."""
     return any(entry["rounds"] for m in methods.values() for entry in m["energy"]["devices"].values())
 
 
-def energy_tables(methods: Mapping[str, Any], jobs: Sequence[JobInfo]) -> tuple[Table, Table]:
-    """Energy to target per job and method, and energy per device and method (joules).
+def energy_table(methods: Mapping[str, Any], jobs: Sequence[JobInfo], *, caption: str | None = None) -> Table:
+    """Energy to target per method, each job's and the group's (joules); ``caption``: where each device's is.
 
     ``methods``: ``{name: figures}``, the figures of ``outcomes.run_summary``
-    (one run: a job's energy to target, with how many of its device rounds
-    told theirs when not all did) or of ``outcomes.gather`` (several runs: mean
-    ± sd, and in how many runs it is known).
+    (one run: an energy to target, with how many of its device rounds told
+    theirs when not all did) or of ``outcomes.gather`` (several runs: mean ±
+    sd, and in how many runs it is known). Each device's energy stays off
+    the terminal (a row per device and method): the run's files hold it.
     """
-    to_target = Table(title="Energy to target (J): every device round up to the target round", title_justify="left")
-    to_target.add_column("method", style="bold", overflow="fold")
+    table = Table(title="Energy to target (J): every device round up to the target round", title_justify="left",
+                  caption=caption)
+    table.add_column("method", style="bold", overflow="fold")
     for job in jobs:
-        to_target.add_column(f"{job.job}\nenergy to target (J)\n{job.target}", justify="right")
+        table.add_column(f"{job.job}\nenergy to target (J)\n{job.target}", justify="right")
+    table.add_column("group\nenergy to target (J)\n(every job)", justify="right")
     for name, method in methods.items():
         entries = method["energy"]["jobs"]
-        to_target.add_row(name, *(_energy_to_target_cell(entries.get(str(job.job))) for job in jobs))
-    devices = Table(title="Energy per device (J)", title_justify="left")
-    for column in ("method", "device"):
-        devices.add_column(column, style="bold" if column == "method" else None, overflow="fold")
-    for column in ("total (J)", "rounds", "per round (J)"):
-        devices.add_column(column, justify="right")
-    devices.add_column("source")
-    for name, method in methods.items():
-        for device, entry in method["energy"]["devices"].items():
-            devices.add_row(
-                name, device, _joules(entry["total_j"]), str(entry["rounds"]), _joules(entry["per_round_j"]),
-                entry["source"] or NOT_REACHED,
-            )
-    return to_target, devices
+        cells = [_energy_to_target_cell(entries.get(str(job.job))) for job in jobs]
+        table.add_row(name, *cells, _energy_to_target_cell(method["energy"]["group"]))
+    return table
 
 
 def _energy_to_target_cell(entry: Mapping[str, Any] | None) -> str:

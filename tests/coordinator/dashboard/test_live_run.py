@@ -5,14 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
 import pytest
-from conftest import CONFIG, MEMBERS, device_rounds
+from dashboard_runs import CONFIG, MEMBERS, aggregated, device_rounds, new_live, records
 from run_records import CNN, LENET, jobs_of
 
 from mjfl.coordinator.dashboard.catalog import Catalog
@@ -31,39 +30,15 @@ from mjfl.coordinator.engine.events import (
     DeviceLeft,
     DeviceResult,
     JobStopped,
-    RoundAggregated,
     RunFinished,
     RunStarted,
     TaskSent,
 )
-from mjfl.coordinator.storage.records import FleetEvent, RoundRecord, RunInfo, SchedulerChoice
+from mjfl.coordinator.storage.records import FleetEvent, RunInfo, SchedulerChoice
 from mjfl.errors import UserError
 from mjfl.ids import DeviceId
 
 pytestmark = pytest.mark.timeout(60)
-
-INFO = RunInfo("live-0", "meta-greedy", "real", 0, json.dumps(CONFIG), "2026-11-27T01:00:00")
-
-
-def records(devices: int = 4) -> list[RoundRecord]:
-    points = {CNN: [(10.0, 0.5, 1.0), (20.0, 0.85, 0.6), (30.0, math.nan, math.nan)],
-              LENET: [(12.0, 0.6, 0.5), (24.0, 0.7, 0.4), (36.0, 0.8, 0.2)]}
-    out = []
-    for job, rows in points.items():
-        started = 0.0
-        for number, (end, accuracy, loss) in enumerate(rows, start=1):
-            out.append(RoundRecord("live-0", job, number, started, end, device_rounds(number, devices),
-                                   accuracy, loss, True, 8.0, 2.5, "genetic"))
-            started = end
-    return out
-
-
-def aggregated(record: RoundRecord) -> RoundAggregated:
-    return RoundAggregated(record, MEMBERS, None, {}, None, 0.0)
-
-
-def new_live() -> LiveRun:
-    return LiveRun(INFO, jobs_of("live-0"), epochs=epochs_of(CONFIG))
 
 
 def test_the_live_shapes_are_state_pys_shapes_of_the_same_rounds() -> None:

@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dashboard_runs import aggregated, new_live, records
 
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.device_logs import device_log
+from mjfl.coordinator.engine.events import DeviceLeft, RunStarted, TaskSent
+from mjfl.ids import DeviceId, JobId
 
 STATIC = Path(__file__).parents[3] / "mjfl" / "coordinator" / "dashboard" / "static"
 NODE = shutil.which("node")
@@ -79,11 +82,6 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
 def test_the_live_run_is_listed_first_and_redrawn_from_each_push(tmp_path: Path, folder: Path) -> None:
-    from test_live_run import aggregated, new_live, records
-
-    from mjfl.coordinator.engine.events import DeviceLeft, RunStarted, TaskSent
-    from mjfl.ids import DeviceId, JobId
-
     live = new_live()
     live(RunStarted("live-0", (JobId("cnn"), JobId("lenet")), tuple(DeviceId(f"d{k}") for k in range(4)), 0.0))
     live(TaskSent(JobId("cnn"), 1, DeviceId("d0"), 0.1))

@@ -7,7 +7,14 @@ import dataclasses
 import pytest
 from run_records import CNN, LENET, jobs_of, rounds_of
 
-from mjfl.coordinator.results.energy import device_energy, job_energy, merge_device_energy
+from mjfl.coordinator.results.energy import (
+    device_energy,
+    device_order,
+    energy_to_target,
+    job_energy,
+    merge_device_energy,
+)
+from mjfl.coordinator.results.targets import job_rounds
 from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
 from mjfl.ids import DeviceId
 
@@ -41,6 +48,22 @@ def test_a_jobs_energy_to_target_sums_its_rounds_up_to_the_first_that_reached_it
     }
 
 
+def test_a_groups_energy_to_target_is_every_jobs_and_none_until_the_last_job_reached_it():
+    cnn = [
+        with_energy(r, ("e1", 4.0, MODELLED), ("p1", None, None))  # p1 failed: not known
+        for r in rounds_of("r", CNN, [(10, 0.5, 1.0), (20, 0.82, 0.6), (30, 0.9, 0.5)])
+    ]
+    lenet = [with_energy(r, ("e1", 5.0, MODELLED)) for r in rounds_of("r", LENET, [(15, 0.9, 0.5), (25, 0.9, 0.2)])]
+    jobs = jobs_of("r")
+    # cnn's two rounds up to its target (its third comes after) and lenet's two.
+    assert energy_to_target([job_rounds(job, cnn + lenet) for job in jobs]) == {
+        "to_target_j": 18.0, "known": 4, "device_rounds": 6,
+    }  # fmt: skip
+    # Without lenet's second round lenet has not reached its target: the group has no energy to target yet.
+    assert energy_to_target([job_rounds(job, cnn + lenet[:1]) for job in jobs])["to_target_j"] is None
+    assert energy_to_target([]) == {"to_target_j": None, "known": 0, "device_rounds": 0}
+
+
 def test_a_device_sums_the_rounds_it_told_its_energy_in_and_names_the_source():
     records = [
         with_energy(r, ("p1", 12.0, BATTERY), ("e1", 3.0, MODELLED), ("mute", None, None))
@@ -61,3 +84,10 @@ def test_several_runs_devices_merge_by_adding_and_keep_every_source():
     got = merge_device_energy([one, two])
     assert got["p1"] == {"total_j": 30.0, "rounds": 3, "per_round_j": pytest.approx(10.0), "source": "battery+modelled"}
     assert got["mute"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}
+
+
+def test_merged_devices_come_in_the_order_a_person_lists_them():
+    entry = {"total_j": 1.0, "rounds": 1, "per_round_j": 1.0, "source": "modelled"}
+    got = merge_device_energy([{"d10": entry, "d2": entry}, {"pixel-7a": entry, "d1": entry}])
+    assert list(got) == ["d1", "d2", "d10", "pixel-7a"]
+    assert sorted(["sim-0010", "sim-0002", "b", "a2b", "a10"], key=device_order) == ["a2b", "a10", "b", "sim-0002", "sim-0010"]

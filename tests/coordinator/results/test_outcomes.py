@@ -58,6 +58,7 @@ def test_summary_has_exactly_the_specified_shape_and_values(results: dict) -> No
             "cnn": {"to_target_j": None, "known": 0, "device_rounds": 4},  # 2 rounds to target, 2 devices each
             "lenet": {"to_target_j": None, "known": 0, "device_rounds": 4},
         },
+        "group": {"to_target_j": None, "known": 0, "device_rounds": 8},  # every job's, up to its target
         "devices": {
             "d3": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None},
             "d1": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None},
@@ -94,7 +95,11 @@ def test_job_outcomes_edge_cases() -> None:
     assert summary({"m": ([empty], [])})["methods"]["m"] == {
         "jobs": {"idle": {"time_to_target_s": None, "final_accuracy": None, "rounds": 0}},
         "total_time_s": None,
-        "energy": {"jobs": {"idle": {"to_target_j": None, "known": 0, "device_rounds": 0}}, "devices": {}},
+        "energy": {
+            "jobs": {"idle": {"to_target_j": None, "known": 0, "device_rounds": 0}},
+            "group": {"to_target_j": None, "known": 0, "device_rounds": 0},
+            "devices": {},
+        },
     }
 
 

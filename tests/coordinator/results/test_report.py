@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from run_records import CNN, assert_png, record_run
 
-from mjfl.coordinator.results.files import CSV_COLUMNS
+from mjfl.coordinator.results.files import CSV_COLUMNS, ENERGY_COLUMNS
 from mjfl.coordinator.results.outcomes import summary
 from mjfl.coordinator.results.report import gathered_figures, report_run, report_runs
 from mjfl.coordinator.results.runs import finished_runs
@@ -32,6 +32,8 @@ def test_the_end_of_a_run_writes_its_files_and_plots_and_prints_its_table(result
     assert json.loads((tmp_path / "summary.json").read_text()) == figures
     with (tmp_path / "rounds.csv").open(newline="") as handle:
         assert tuple(next(csv.reader(handle))) == CSV_COLUMNS
+    with (tmp_path / "energy.csv").open(newline="") as handle:
+        assert tuple(next(csv.reader(handle))) == ENERGY_COLUMNS
     for name in ("accuracy-cnn.png", "accuracy-lenet.png", "meta-greedy-wins.png"):
         assert_png(tmp_path / name)
     assert "Time to target accuracy" in out.file.getvalue()
@@ -59,7 +61,7 @@ def test_the_report_of_folders_prints_and_writes_the_gathered_figures(tmp_path: 
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["accuracy-lenet.png", "member-wins.png"]
 
 
-def test_the_report_shows_each_jobs_energy_to_target_and_each_devices_from_the_database(tmp_path: Path) -> None:
+def test_the_report_shows_energy_to_target_and_leaves_each_devices_to_the_json_in_device_order(tmp_path: Path) -> None:
     # random reaches 0.8 in round 2 of 3: rounds 1 and 2 count (5 + 7 J), not round 3's 100 J.
     record_run(tmp_path / "s0", "random", 0, [2.0, 4.0, 6.0], [0.5, 0.85, 0.9], energies=[5.0, 7.0, 100.0])
     record_run(tmp_path / "s1", "random", 1, [3.0], [0.9], energies=[9.0])
@@ -69,16 +71,17 @@ def test_the_report_shows_each_jobs_energy_to_target_and_each_devices_from_the_d
     figures = report_runs([tmp_path / "s0", tmp_path / "s1"], console=out, json_path=tmp_path / "r.json")
     random, meta = figures["methods"]["random"]["energy"], figures["methods"]["meta-greedy"]["energy"]
     assert random["jobs"]["lenet"] == {"mean": 10.5, "sd": pytest.approx(2.1213203), "reached": 2, "runs": 2}
+    assert random["group"] == random["jobs"]["lenet"]  # one job: the group is done when it is
     assert random["devices"] == {"d0": {"total_j": 121.0, "rounds": 4, "per_round_j": 30.25, "source": "battery"}}
     assert meta["jobs"]["lenet"]["mean"] is None
     assert meta["devices"]["d0"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}
     assert json.loads((tmp_path / "r.json").read_text())["methods"]["random"]["energy"] == random
     text = out.file.getvalue()
-    assert "Energy to target (J)" in text and "Energy per device (J)" in text
+    assert "Energy to target (J)" in text and "Energy per device" not in text
     lines = text.splitlines()
-    assert any("random" in line and "10.5 ± 2.1" in line for line in lines)
-    assert any("random" in line and "121.0" in line and "30.2" in line and "battery" in line for line in lines)
-    assert any("meta-greedy" in line and "d0" in line and "—" in line for line in lines)
+    assert any("random" in line and line.count("10.5 ± 2.1") == 2 for line in lines)  # lenet's and the group's
+    assert not any("121.0" in line or "battery" in line for line in lines)  # d0's row: in the JSON only
+    assert "each device's energy: mjfl report --json FILE" in text
 
 
 def test_runs_without_energy_say_so_in_one_line(tmp_path: Path) -> None:
@@ -89,7 +92,7 @@ def test_runs_without_energy_say_so_in_one_line(tmp_path: Path) -> None:
     assert "Energy per device" not in out.file.getvalue()
 
 
-def test_the_end_of_a_run_prints_its_energy_to_target_with_how_much_of_it_is_known(
+def test_the_end_of_a_run_prints_its_energy_to_target_and_writes_each_devices_to_energy_csv(
     results: dict, tmp_path: Path
 ) -> None:
     jobs, records = results["random"]
@@ -98,10 +101,33 @@ def test_the_end_of_a_run_prints_its_energy_to_target_with_how_much_of_it_is_kno
         for r in records
     ]
     out = console()
-    figures = report_run(tmp_path, {"random": (jobs, told)}, [], console=out)
+    figures = report_run(tmp_path, {"random": (jobs, told), "fedcs": results["fedcs"]}, [], console=out)
+    energy = figures["methods"]["random"]["energy"]
     # cnn reaches its target in round 2: two rounds of d3 (4 J each); d1 failed both (not known).
-    assert figures["methods"]["random"]["energy"]["jobs"]["cnn"] == {"to_target_j": 8.0, "known": 2, "device_rounds": 4}
-    assert "8.0 (2/4 known)" in out.file.getvalue()
+    assert energy["jobs"]["cnn"] == {"to_target_j": 8.0, "known": 2, "device_rounds": 4}
+    # lenet reaches its target in round 2 too: the group counts both jobs' two rounds.
+    assert energy["group"] == {"to_target_j": 16.0, "known": 4, "device_rounds": 8}
+    text = out.file.getvalue()
+    assert "8.0 (2/4 known)" in text and "16.0 (4/8 known)" in text
+    assert "each device's energy: energy.csv" in text and "Energy per device" not in text
+    with (tmp_path / "energy.csv").open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    # Method by method, then device by device (d1 before d3), whatever order they first appeared in.
+    assert tuple(rows[0]) == ENERGY_COLUMNS
+    assert rows[1:] == [
+        ["random", "d1", "", "0", "", ""],  # it failed every round: no energy known
+        ["random", "d3", "16.0", "4", "4.0", "unknown"],  # told, but not where from
+        ["fedcs", "d1", "", "0", "", ""],
+        ["fedcs", "d3", "", "0", "", ""],
+    ]
+
+
+def test_a_long_path_the_report_names_stays_on_one_line(tmp_path: Path) -> None:
+    record_run(tmp_path, "random", 0, [1.0], [0.9])
+    deep = tmp_path / ("a-long-folder-name-" * 8) / "report.json"
+    out = Console(file=io.StringIO(), width=80, color_system=None)
+    report_runs([tmp_path], console=out, json_path=deep)
+    assert f"wrote {deep}\n" in out.file.getvalue()
 
 
 def test_folders_without_a_finished_run_are_the_users_mistake(tmp_path: Path) -> None:

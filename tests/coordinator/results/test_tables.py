@@ -52,6 +52,14 @@ def test_the_caption_compares_only_what_can_be_compared(results: dict) -> None:
     )
 
 
+def test_a_long_method_name_stays_whole_in_a_narrow_terminal(results: dict) -> None:
+    named = {"meta-greedy-paper-selector": results["meta-greedy"], "random": results["random"]}
+    console = Console(record=True, width=100, color_system=None)
+    console.print(results_table(summary(named), jobs_of("mg")))
+    rows = rows_of(console.export_text())
+    assert rows["meta-greedy-paper-selector"][0] == "25.0"  # the headers wrap, the name and figures stay
+
+
 def test_results_table_without_random_has_no_speedup(results: dict) -> None:
     del results["random"]
     table = results_table(summary(results), jobs_of("mg"))

@@ -47,15 +47,23 @@ async function loadRuns() {
     const pick = el("input");
     pick.type = "checkbox";
     pick.addEventListener("click", (event) => { event.stopPropagation(); compare(); });
-    const cell = el("td"); cell.append(pick); row.append(cell);
-    const times = run.jobs.map((j) => j.job + ": " + (j.time_to_target_s === null ? "not reached" : fmt(j.time_to_target_s) + " s"));
-    for (const text of [run.folder, run.run_id, run.label, run.seed, run.mode, run.started_at, times.join(", ")]) row.append(el("td", text));
-    row.append(el("td", run.total_time_s === null ? "not reached" : fmt(run.total_time_s) + " s", "num"));
+    const cell = el("td"); cell.append(pick);
+    row.append(...runCells(run, cell, run.folder, reachedIn(run.total_time_s)));
     row.addEventListener("click", () => openRun(run.id));
     body.append(row);
   }
   status(runs.length + " finished run" + (runs.length === 1 ? "" : "s"));
 }
+
+// A row of the runs list, a finished run's or the live run's: `first` (its own cell), where the run is, who ran it
+// and each job's time to target, then `last` (the group's time, or the live run's devices).
+function runCells(run, first, where, last) {
+  const times = run.jobs.map((j) => j.job + ": " + reachedIn(j.time_to_target_s));
+  const cells = [where, run.run_id, run.label, run.seed, run.mode, run.started_at, times.join(", ")].map((text) => el("td", text));
+  return [first, ...cells, el("td", last, "num")];
+}
+
+function reachedIn(seconds) { return seconds === null ? "not reached" : fmt(seconds) + " s"; }
 
 async function compare() {
   const ids = [...document.querySelectorAll("#runs tbody input:checked")].map((b) => b.closest("tr").dataset.id);
@@ -117,6 +125,10 @@ function drawRun(view) {
 // --- the live run -------------------------------------------------------------
 
 let opened = null; // the id of the run drawn below the list ("live" for the live one)
+
+// Where the API serves the opened run's parts: the live run's, or a finished run's.
+function runPath() { return opened === "live" ? "api/live" : "api/runs/" + encodeURIComponent(opened); }
+
 const live = { view: null, source: null, row: null };
 
 // The live run, if the server has one: a row above the finished runs, opened at once, redrawn on each push.
@@ -147,11 +159,8 @@ function showLive(view) {
     row.addEventListener("click", () => openRun("live"));
     document.querySelector("#runs tbody").prepend(row);
   }
-  const times = run.jobs.map((j) => j.job + ": " + (j.time_to_target_s === null ? "not reached" : fmt(j.time_to_target_s) + " s"));
   const offline = view.devices.filter((d) => d.state === "offline").length;
-  row.replaceChildren(el("td"));
-  for (const text of ["live (" + run.status + ")", run.run_id, run.label, run.seed, run.mode, run.started_at, times.join(", ")]) row.append(el("td", text));
-  row.append(el("td", view.devices.length + " devices, " + offline + " offline", "num"));
+  row.replaceChildren(...runCells(run, el("td"), "live (" + run.status + ")", view.devices.length + " devices, " + offline + " offline"));
 }
 
 // A job's energy to target: joules, and how many of its device rounds told one when not all did.
@@ -216,8 +225,7 @@ function drawEvents() {
 // --- a device's recent log lines (its phone's app log, else the run log's lines naming it) ---
 
 async function openLog(device) {
-  const path = opened === "live" ? "api/live/devices/" + encodeURIComponent(device) + "/log"
-    : "api/runs/" + encodeURIComponent(opened) + "/devices/" + encodeURIComponent(device) + "/log";
+  const path = runPath() + "/devices/" + encodeURIComponent(device) + "/log";
   const box = document.getElementById("device-log");
   document.getElementById("device-log-title").textContent = "Log of " + device;
   box.hidden = false;
@@ -250,8 +258,7 @@ function drawChoices(choices) {
 const ANSWERS = { ok: "used", rejected: "update refused", failed: "no answer" };
 
 async function openRound(job, number) {
-  const path = (opened === "live" ? "api/live" : "api/runs/" + encodeURIComponent(opened))
-    + "/rounds/" + encodeURIComponent(job) + "/" + number;
+  const path = runPath() + "/rounds/" + encodeURIComponent(job) + "/" + number;
   const round = await api(path);
   document.getElementById("round-title").textContent = "Round " + round.round + " of " + round.job
     + (round.winner ? " (plan kept: " + round.winner + ")" : "") + ": " + round.devices.length + " planned";
@@ -314,16 +321,18 @@ function chart(lines, target, measure = "accuracy") {
   }
   const box = el("div");
   box.append(svg);
-  if (lines.length > 1) {
-    const legend = el("div", null, "legend");
-    for (const line of lines) {
-      const item = el("span");
-      const swatch = el("i");
-      swatch.style.background = line.colour;
-      item.append(swatch, document.createTextNode(line.label));
-      legend.append(item);
-    }
-    box.append(legend);
+  if (lines.length > 1) box.append(legend(lines));
+  return box;
+}
+
+function legend(lines) {
+  const box = el("div", null, "legend");
+  for (const line of lines) {
+    const item = el("span");
+    const swatch = el("i");
+    swatch.style.background = line.colour;
+    item.append(swatch, document.createTextNode(line.label));
+    box.append(item);
   }
   return box;
 }

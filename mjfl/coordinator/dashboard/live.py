@@ -64,20 +64,40 @@ class LiveRun:
         epochs: Mapping[str, int] | None = None,
     ) -> None:
         self.info = info
-        self.jobs = list(jobs)
-        self._profiles = dict(profiles or {})
-        self._epochs = dict(epochs or {})
+        self.jobs: list[JobInfo] = []
+        self._profiles: dict[str, state.Speed] = {}
+        self._epochs: dict[str, int] = {}
         self.status = "running"
         self.version = 0  # bumped on every change
-        self._rounds: dict[str, list[RoundRecord]] = {str(j.job): [] for j in jobs}
+        self._rounds: dict[str, list[RoundRecord]] = {}
         self._job_views: dict[str, dict[str, Any]] = {}
-        self._stale: set[str] = {str(j.job) for j in jobs}
+        self._stale: set[str] = set()
         self._rows: dict[str, dict[str, Any]] = {}  # state.devices_table's rows, plus "state"
         self._tasks: dict[str, str] = {}  # device -> the job it has a task of
         self._choices: list[dict[str, Any]] = []
         self._events: deque[dict[str, Any]] = deque(maxlen=state.EVENTS_SHOWN)
         self._stopped: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
+        self._add_jobs(jobs, profiles, epochs)
+
+    def begin(
+        self, jobs: Sequence[JobInfo], *, profiles: Mapping[str, state.Speed] | None = None,
+        epochs: Mapping[str, int] | None = None,
+    ) -> None:
+        """The run's jobs, once they are prepared (a dashboard that opened while the fleet gathered had none yet),
+        with the speed each device is planned with and each job's local epochs."""
+        self._add_jobs(jobs, profiles, epochs)
+        self._changed()
+
+    def _add_jobs(
+        self, jobs: Sequence[JobInfo], profiles: Mapping[str, state.Speed] | None, epochs: Mapping[str, int] | None
+    ) -> None:
+        self.jobs = list(jobs)
+        self._profiles.update(profiles or {})
+        self._epochs.update(epochs or {})
+        for job in self.jobs:
+            self._rounds.setdefault(str(job.job), [])
+            self._stale.add(str(job.job))
 
     def on_change(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call ``listener()`` after every change; returns a function that stops it."""

@@ -213,27 +213,32 @@ class Driver:
             log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
     async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView, *, force: bool) -> None:
-        """The run's steps: the fleet ready -> shards and jobs -> the run recorded -> the engine's jobs (resumed
-        where the checkpoints say) -> the engine, observed, with the fleet's comings and goings -> the dashboard."""
-        async with devices.fleet() as ready:
+        """The run's steps: the dashboard (real time) -> the fleet ready -> shards and jobs -> the run recorded ->
+        the engine's jobs (resumed where the checkpoints say) -> the engine, observed, with the fleet's comings
+        and goings."""
+        live = self._live_run(run) if devices.mode == "real" else None
+        transfers = _Transfers()
+        async with self._dashboard(live, transfers), devices.fleet() as ready:
+            transfers.members = ready.members
             assignment, prepared = await self._shards_and_jobs(run, ready, real_time=devices.mode == "real", force=force)
             infos = self._record_start(storage, run, prepared, assignment)
             resumed = run.resumed_state(storage, [job.config.name for job in prepared])
             jobs = self._engine_jobs(prepared, run.info.method, assignment, self._budgets(storage, run, infos), resumed)
             view.add_jobs(run.info.method, infos)
             ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
-            live = self._live_run(storage, run, infos, ready) if devices.mode == "real" else None
             observers: list[Observer] = [Recorder(storage, run.checkpoints), view.observer(run.info.method)]
+            if live is not None:
+                self._show_jobs(live, storage, run, infos, ready)
+                observers.append(live)
             engine = Engine(
-                jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id,
+                jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, observers=observers,
                 settings=self._settings(ready.device_wait_s, time_offset=resumed.time_offset),
-                observers=observers if live is None else [*observers, live],
                 frequencies=resumed.frequencies, losses=resumed.losses,
             )
             if ready.members is not None:
-                self._follow_fleet(storage, run, engine, ready, lambda d: run.joined(engine, ready.fleet, prepared, assignment, d), live)
-            async with self._dashboard(live, ready.members):
-                await engine.run()
+                joined = lambda d: run.joined(engine, ready.fleet, prepared, assignment, d)
+                self._follow_fleet(storage, run, engine, ready, joined, live)
+            await engine.run()
         if all(job.stopped == "no devices" for job in jobs):
             raise RunError("no job could run: too few devices")
 
@@ -275,16 +280,17 @@ class Driver:
                 log.info("job %s: R_m = %d rounds from %d earlier runs (%s)", info.job, budgets[info.job], len(histories), curve)
         return budgets
 
-    def _live_run(self, storage: Storage, run: _Run, infos: Sequence[JobInfo], ready: ReadyFleet) -> LiveRun | None:
-        """What the live dashboard shows of this run (None without a dashboard): a resumed run's rounds so far too."""
-        if self.output.dashboard_port is None:
-            return None
+    def _live_run(self, run: _Run) -> LiveRun | None:
+        """What the live dashboard shows of this run (None without a dashboard), from before its devices are there."""
+        return None if self.output.dashboard_port is None else LiveRun(run.info, [])
+
+    def _show_jobs(self, live: LiveRun, storage: Storage, run: _Run, infos: Sequence[JobInfo], ready: ReadyFleet) -> None:
+        """The live dashboard's jobs once prepared, with each device's planned speed; a resumed run's rounds so far."""
         profiles = {str(p.device): p for p in ready.fleet.profiles()}
-        live = LiveRun(run.info, infos, epochs=epochs_of(config_to_dict(self.config)), profiles=profiles)
+        live.begin(infos, profiles=profiles, epochs=epochs_of(config_to_dict(self.config)))
         if run.resumed:
             run_id = run.info.run_id
             live.recorded(storage.rounds(run_id), storage.choices(run_id), storage.fleet_events(run_id))
-        return live
 
     @staticmethod
     def _follow_fleet(
@@ -306,8 +312,12 @@ class Driver:
             joined(profile.device)
 
     @contextlib.asynccontextmanager
-    async def _dashboard(self, live: LiveRun | None, members: Membership | None) -> AsyncIterator[None]:
-        """The live dashboard on this event loop while the run goes (docs/dashboard.md); a busy port only warns."""
+    async def _dashboard(self, live: LiveRun | None, transfers: _Transfers) -> AsyncIterator[None]:
+        """The live dashboard on this event loop while the run goes (docs/dashboard.md); a busy port only warns.
+
+        It opens first, so its address is printed before the devices are
+        waited for and the jobs prepared.
+        """
         if live is None:
             yield
             return
@@ -320,7 +330,7 @@ class Driver:
         catalog = Catalog([self.output.out_dir]) if database == database_path(self.output.out_dir) and database.exists() else None
         async with live_dashboard(
             catalog, live, host=self.output.dashboard_host, port=port, token=self.output.dashboard_token,
-            folder=self.output.out_dir, transfer=None if members is None else members.transfer, warn=warn,
+            folder=self.output.out_dir, transfer=transfers, warn=warn,
         ) as url:
             if url is not None:
                 console.print(f"dashboard: {url}", highlight=False, soft_wrap=True)
@@ -403,9 +413,10 @@ class Driver:
         summary = report_run(out, results, choices, console=console)
         runs = ", ".join(jobs[0].run_id for jobs, _ in results.values() if jobs)
         console.print(
-            f"wrote {out}/summary.json, rounds.csv and plots; records in {self.config.database_path}"
-            f" (run {runs}); log in {self.output.log_file}", highlight=False, soft_wrap=True,
+            f"wrote {out}/summary.json, rounds.csv, energy.csv (each device's energy) and plots; records in"
+            f" {self.config.database_path} (run {runs}); log in {self.output.log_file}", highlight=False, soft_wrap=True,
         )
+        console.print(f"the runs in a browser: mjfl dashboard {self.config.database_path.parent}", highlight=False, soft_wrap=True)
         return summary
 
     # -- profiling sessions ---------------------------------------------------
@@ -434,24 +445,27 @@ class Driver:
         return profiles
 
     async def _calibrate(self, devices: Devices, rounds: int) -> tuple[list[Observation], ReadyFleet]:
-        async with devices.fleet() as ready:
+        live = self._calibration_view()
+        transfers = _Transfers()
+        async with self._dashboard(live, transfers), devices.fleet() as ready:
+            transfers.members = ready.members
             assignment = Assignment(len(ready.devices), ready.devices)
             prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
             jobs = calibration_jobs([(p.artifacts(assignment), p.initial, p.config.training) for p in prepared])
-            live = self._calibration_view(ready)
+            if live is not None:
+                self._show_devices(live, ready)
             with Progress(console=self.output.console, transient=True) as bar:
                 tasks = len(ready.devices) * rounds * len(prepared)
                 shown = _CalibrationProgress(bar, ready, tasks, live, self.output.console)
-                async with self._dashboard(live, ready.members):
-                    observations = await run_session(
-                        ready.fleet, jobs, ready.devices, rounds,
-                        on_observation=shown.observed, on_failure=shown.failed, on_task=shown.sent,
-                    )
+                observations = await run_session(
+                    ready.fleet, jobs, ready.devices, rounds,
+                    on_observation=shown.observed, on_failure=shown.failed, on_task=shown.sent,
+                )
             if live is not None:
                 live.status = "finished"
         return observations, ready
 
-    def _calibration_view(self, ready: ReadyFleet) -> LiveRun | None:
+    def _calibration_view(self) -> LiveRun | None:
         """What the live dashboard shows of a profiling session: its devices, their tasks and the fleet's events.
 
         A session runs no engine and records no run: the view is told of each
@@ -462,13 +476,16 @@ class Driver:
             return None
         stamp = dt.datetime.now(dt.UTC)
         info = RunInfo(f"{stamp:%Y%m%dT%H%M%S}-profile", "profiling session", "real", self.config.seed, "{}", stamp.isoformat())
-        live = LiveRun(info, [])
+        return LiveRun(info, [])
+
+    @staticmethod
+    def _show_devices(live: LiveRun, ready: ReadyFleet) -> None:
+        """A profiling session's devices on its dashboard once they are there, and the fleet's events from then on."""
         for device in ready.devices:
             live(DeviceJoined(device, 0.0))
         if ready.members is not None:
             started = ready.clock.now()
-            FleetRecorder(info.run_id, lambda: ready.clock.now() - started, ready.members, also=live.fleet).present()
-        return live
+            FleetRecorder(live.info.run_id, lambda: ready.clock.now() - started, ready.members, also=live.fleet).present()
 
 
 @dataclass(eq=False)
@@ -553,6 +570,16 @@ class _Run:
         return ", ".join(
             f"{j.job}: round {storage.last_round(self.info.run_id, j.job)}" for j in storage.jobs(self.info.run_id)
         )
+
+
+class _Transfers:
+    """What moves on devices' connections (``DeviceRegistry.transfer``), asked by a dashboard that opened before
+    the fleet whose registry answers (``members``, once the fleet is ready) existed."""
+
+    members: Membership | None = None
+
+    def __call__(self, device: str) -> str | None:
+        return None if self.members is None else self.members.transfer(DeviceId(device))
 
 
 class _CalibrationProgress:

@@ -81,11 +81,11 @@ def test_the_page_follows_a_live_run_and_opens_it_when_finished(tmp_path, proces
     coordinator: Process = processes(mjfl_args(
         "testbed", "run", str(write_config(tmp_path)), "--emulate", "2", "--no-live", "--dashboard-port", "0",
     ), read=True)
+    live_url = coordinator.line_with("dashboard: ", 300).split("dashboard: ")[-1].strip()  # printed first
     url = coordinator.url()
     late = processes(mjfl_args(
         "devices", "emulate", "--url", url, "--count", "1", "--id-prefix", "late", "--workers", "1", "--seed", "5",
     ))
-    live_url = coordinator.line_with("dashboard: ", 300).split("dashboard: ")[-1].strip()
     page = browser.new_page()
     page.goto(live_url)
 

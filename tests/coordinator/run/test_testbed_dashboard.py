@@ -58,10 +58,12 @@ def test_the_live_dashboard_follows_the_run(tmp_path, processes):
     coordinator: Process = processes(mjfl_args(
         "testbed", "run", str(write_config(tmp_path, 400)), "--emulate", "2", "--no-live", "--dashboard-port", "0",
     ), read=True)
-    url = coordinator.url()
+    # The dashboard's address comes first, then the devices, then the jobs' programs (lines are read in order).
     dashboard = coordinator.line_with("dashboard: ").split("dashboard: ")[-1].strip()
     assert dashboard.startswith("http://127.0.0.1:")
-    view = live(dashboard)
+    url = coordinator.url()
+    coordinator.line_with("job lenet: program")
+    view = first(stream(dashboard), lambda v: v["jobs"], 300)
     assert view["run"]["status"] == "running" and [j["job"] for j in view["jobs"]] == ["lenet"]
 
     late = processes(mjfl_args(
@@ -115,4 +117,4 @@ def test_a_busy_port_only_warns_and_no_dashboard_serves_nothing(tmp_path, proces
         "testbed", "run", str(write_config(tmp_path / "b", 2)), "--emulate", "2", "--no-live", "--no-dashboard",
     ), read=True)
     assert off.wait(300) == 0, "".join(off.output)
-    assert not any("dashboard" in line for line in off.output)
+    assert not any("dashboard: http" in line or "warning" in line for line in off.output)

@@ -56,7 +56,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,7 +63,7 @@ from numpy.typing import NDArray
 from mjfl.schedulers import round_time
 from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
-from mjfl.schedulers.cost import cost_model, return_horizon
+from mjfl.schedulers.cost import Horizon, check_horizon, cost_model, return_horizon
 
 FEATURES = 8
 
@@ -420,7 +419,7 @@ class RLDSScheduler:
         epsilon_end: float | None = None,
         epsilon_decay: float = 0.97,
         gamma: float = 0.1,
-        horizon: float | Literal["auto"] = "auto",
+        horizon: Horizon = "auto",
         skip_lr: float = 0.1,
         pretrain_rounds: int = 100,
         pretrain_plans: int = 32,
@@ -432,8 +431,7 @@ class RLDSScheduler:
             raise ValueError("rlds: 0 <= epsilon_end <= epsilon <= 1 and epsilon_decay in (0, 1]")
         if not 0 < gamma <= 1 or pretrain_plans < 2:
             raise ValueError("rlds: gamma in (0, 1], pretrain_plans >= 2 (N > 1)")
-        if horizon != "auto" and not (isinstance(horizon, int | float) and not isinstance(horizon, bool) and horizon >= 1):
-            raise ValueError(f"rlds: horizon is 'auto' or a number of rounds >= 1, not {horizon!r}")
+        check_horizon(horizon, "rlds")
         self.rng = as_generator(seed)
         self.policy = PolicyNetwork(hidden, self.rng)
         self.optimizer = Adam(self.policy.parameters, lr=lr)
@@ -454,7 +452,7 @@ class RLDSScheduler:
 
     def horizon_for(self, ctx: PlanContext) -> float:
         """H of the return this round: the rounds the job still charges (``"auto"``), or the fixed number."""
-        return return_horizon(ctx) if self.horizon == "auto" else float(self.horizon)
+        return return_horizon(ctx, self.horizon)
 
     @property
     def epsilon(self) -> float:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from mjfl.schedulers import round_time
@@ -16,7 +19,19 @@ def as_generator(seed: Seed) -> np.random.Generator:
     return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
-class RandomScheduler:
+class Draws:
+    """A scheduler whose only state is its generator's: where its random draws stand (``Resumable``)."""
+
+    rng: np.random.Generator
+
+    def state(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+class RandomScheduler(Draws):
     """FedAvg's selection (McMahan et al. 2017): a uniform sample of the devices free now.
 
     When the engine also offers devices other jobs will release
@@ -65,8 +80,14 @@ class GreedyScheduler:
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         pass
 
+    def state(self) -> dict[str, Any]:
+        return {}
 
-class FedCSScheduler:
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+class FedCSScheduler(Draws):
     """Deadline-based client selection (FedCS, Nishio & Yonetani 2019).
 
     FedCS asks a random subset of clients for their resources ("resource

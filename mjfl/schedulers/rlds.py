@@ -53,9 +53,10 @@ the plain preferences quickly.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -621,6 +622,37 @@ class RLDSScheduler:
         _, grad = self.loss_and_gradient(features, free, orders, advantage, forward, epsilon)
         self.optimizer.step(grad)
         self.baseline = (1 - self.gamma) * self.baseline + self.gamma * float(rewards.mean())
+
+    # -- checkpoints (Resumable) --
+
+    def state(self) -> dict[str, Any]:
+        """The policy, its optimiser, the baseline, the plans drawn and not yet observed, and the generator."""
+        drawn = [
+            {"round": r, "features": d.features, "free": d.free, "order": list(d.order), "epsilon": d.epsilon}
+            for r, d in self._decisions.items()
+        ]
+        return {
+            "rng": self.rng.bit_generator.state,
+            "parameters": self.policy.parameters.copy(),
+            "optimizer": self.optimizer.state_dict(),
+            "baseline": self.baseline,
+            "pretrained": self.pretrained,
+            "drawn": drawn,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.policy.parameters[...] = state["parameters"]  # in place: the named parameters are views of it
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.baseline = None if state["baseline"] is None else float(state["baseline"])
+        self.pretrained = bool(state["pretrained"])
+        self._decisions = {
+            int(d["round"]): _Drawn(
+                np.asarray(d["features"], dtype=np.float32), np.asarray(d["free"], dtype=np.bool_),
+                tuple(int(k) for k in d["order"]), float(d["epsilon"]),
+            )
+            for d in state["drawn"]
+        }
 
     # -- saving and loading the policy --
 

@@ -526,7 +526,8 @@ class _Run:
             done = storage.last_round(self.info.run_id, job.name)
             if done:
                 saved = self.checkpoints.load(job.name, done)
-                job.weights, job.scheduler = saved.weights, saved.scheduler
+                job.weights = saved.weights
+                saved.restore_scheduler(job.scheduler)  # built afresh from the run's configuration
                 job.rounds_done, job.best_accuracy, job.stopped = done, saved.best_accuracy, saved.stopped
         settings.time_offset = storage.elapsed_s(self.info.run_id)
         return storage.participation(self.info.run_id), storage.last_losses(self.info.run_id)

@@ -255,6 +255,19 @@ class Resumable(Protocol):
     def load_state(self, state: Mapping[str, Any]) -> None: ...
 
 
+class Stateless:
+    """A scheduler (or a part of one) that learns nothing from the rounds: nothing to observe, nothing to keep."""
+
+    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        pass
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
 def resumable(scheduler: object) -> Resumable:
     """``scheduler`` as a Resumable; TypeError (our bug) for one a checkpoint cannot keep."""
     if not isinstance(scheduler, Resumable):

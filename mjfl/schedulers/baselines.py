@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from mjfl.schedulers import round_time
-from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
+from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, Stateless, as_plan
 from mjfl.schedulers.cost import cost_model
 
 Seed = int | np.random.Generator
@@ -59,7 +59,7 @@ class RandomScheduler(Draws):
         pass
 
 
-class GreedyScheduler:
+class GreedyScheduler(Stateless):
     """The free devices with the shortest expected round time (Shi et al. 2020).
 
     The time is per learning weight (``CostModel.learning_device_times``): a
@@ -76,15 +76,6 @@ class GreedyScheduler:
         free = ctx.free_indices
         order = np.argsort(cost_model(ctx).learning_device_times[free], kind="stable")
         return Decision(as_plan(free[order[: ctx.size]]))
-
-    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
-        pass
-
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        pass
 
 
 class FedCSScheduler(Draws):

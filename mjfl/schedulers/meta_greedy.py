@@ -45,6 +45,7 @@ from mjfl.schedulers.base import (
     Resumable,
     RoundOutcome,
     Scheduler,
+    Stateless,
     resumable,
 )
 from mjfl.schedulers.cost import Horizon, check_horizon, cost_model, omega, return_horizon
@@ -140,20 +141,7 @@ class MetaGreedyScheduler:
         self.selector.load_state(state["selector"])
 
 
-class _Stateless:
-    """A selector that learns nothing from the rounds: nothing to observe, nothing to keep."""
-
-    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
-        pass
-
-    def state(self) -> dict[str, Any]:
-        return {}
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        pass
-
-
-class ReCostSelector(_Stateless):
+class ReCostSelector(Stateless):
     """The paper's selector: ReCost, ``alpha*T + beta*Omega(r)*F`` (Formulas 12-13)."""
 
     def price(self, ctx: PlanContext, plans: NDArray[np.intp]) -> Prices:
@@ -161,7 +149,7 @@ class ReCostSelector(_Stateless):
         return Prices(model.recost(plans), model.beta * omega(ctx.round, ctx.weights.omega))
 
 
-class ReturnSelector(_Stateless):
+class ReturnSelector(Stateless):
     """The plan's share of TotalCost over the next ``horizon`` rounds (``"auto"``: those the job's objective charges)."""
 
     def __init__(self, horizon: Horizon = "auto") -> None:

@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
+from plan_contexts import make_context
 
 from mjfl.errors import ConfigError
 from mjfl.schedulers.cost import return_horizon
 from mjfl.schedulers.registry import make_scheduler
 from mjfl.schedulers.rlds import RLDSScheduler
 from mjfl.schedulers.synthetic import synthetic_fleet, synthetic_jobs
-from plan_contexts import make_context
 
 
 def context(round_, budget):

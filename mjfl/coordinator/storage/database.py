@@ -487,25 +487,7 @@ class Storage:
                     "INSERT INTO device_rounds (run_id, job, round, position, device, status,"
                     " samples, mean_loss, duration_s, download_s, compute_s, upload_s, error,"
                     " device_state, wait_s, energy_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            *key,
-                            position,
-                            d.device,
-                            d.status,
-                            d.samples,
-                            d.mean_loss,
-                            d.duration_s,
-                            d.download_s,
-                            d.compute_s,
-                            d.upload_s,
-                            d.error,
-                            _json_or_null(d.device_state),
-                            d.wait_s,
-                            d.energy_j,
-                        )
-                        for position, d in enumerate(record.devices)
-                    ],
+                    [(*key, position, *_device_round_row(d)) for position, d in enumerate(record.devices)],
                 )
                 conn.executemany(
                     "INSERT INTO scheduler_choices (run_id, job, round, position, member,"
@@ -920,6 +902,14 @@ def _schema_ready(conn: sqlite3.Connection, origin: str) -> bool:
             " open it for writing once (mjfl report does) to upgrade it"
         )
     return False
+
+
+def _device_round_row(d: DeviceRound) -> tuple[Any, ...]:
+    """A device round's columns after its key and position, as ``record_round`` inserts them."""
+    return (
+        d.device, d.status, d.samples, d.mean_loss, d.duration_s, d.download_s, d.compute_s, d.upload_s, d.error,
+        _json_or_null(d.device_state), d.wait_s, d.energy_j,
+    )
 
 
 def _choice_cost_column(conn: sqlite3.Connection) -> str:

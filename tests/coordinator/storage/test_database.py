@@ -340,17 +340,24 @@ def test_file_database_uses_wal_and_survives_reopening(tmp_path: Path) -> None:
         assert db.rounds("r1") == [round_record(A, 1)]
 
 
-def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -> None:
+def database_at(path: Path, version: int) -> sqlite3.Connection:
+    """A file of schema ``version`` as an earlier mjfl left it (migrations only append), one run and one job in it."""
     from mjfl.coordinator.storage import database as storage_module
 
-    path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    for statement in storage_module._SCHEMA_V1:
-        conn.execute(statement)
-    conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+    for migration in storage_module._MIGRATIONS[:version]:
+        for statement in migration:
+            conn.execute(statement)
+    conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
     conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
     conn.execute("INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')")
+    return conn
+
+
+def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    conn = database_at(path, 1)
     conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)")
     conn.execute(
         "INSERT INTO device_rounds (run_id, job, round, position, device, status, samples, duration_s)"
@@ -373,17 +380,8 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
 
 
 def test_a_version_3_database_gains_energy_and_keeps_its_rounds(tmp_path: Path) -> None:
-    from mjfl.coordinator.storage import database as storage_module
-
     path = tmp_path / "v3.sqlite"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    for migration in storage_module._MIGRATIONS[:3]:
-        for statement in migration:
-            conn.execute(statement)
-    conn.execute("INSERT INTO schema_version (version) VALUES (3)")
-    conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
-    conn.execute("INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')")
+    conn = database_at(path, 3)
     conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)")
     conn.execute(
         "INSERT INTO device_rounds (run_id, job, round, position, device, status, samples, duration_s, wait_s)"
@@ -403,16 +401,7 @@ def test_a_version_3_database_gains_energy_and_keeps_its_rounds(tmp_path: Path) 
 
 def version_5_database(path: Path) -> None:
     """A database as mjfl wrote it before the candidates' column was renamed: one round with two candidates."""
-    from mjfl.coordinator.storage import database as storage_module
-
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    for migration in storage_module._MIGRATIONS[:5]:
-        for statement in migration:
-            conn.execute(statement)
-    conn.execute("INSERT INTO schema_version (version) VALUES (5)")
-    conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
-    conn.execute("INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')")
+    conn = database_at(path, 5)
     conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated, winner) VALUES ('r1', 'cnn', 1, 0, 1, 1, 'bods')")
     conn.execute(
         "INSERT INTO scheduler_choices (run_id, job, round, position, member, recost, won)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -42,25 +42,46 @@ class FleetModel:
         return len(self.ids)
 
 
+@dataclass(frozen=True)
+class Objective:
+    """What a job's run is judged by, carried once for every scheduler that asks.
+
+    A job with a target (a test ``accuracy`` to reach, higher is better, a
+    test ``loss`` to reach, lower is better, or both: it stops at the first
+    met) is judged by its time to target, and ``rounds`` is its round limit
+    R_m, the rounds it has to get there. A job without a target runs
+    ``rounds`` rounds and is judged by its TotalCost summed over them, the
+    paper's objective (Formula 8 summed over the run). ``rounds`` None: not
+    known, and every round is judged on its own.
+    """
+
+    accuracy: float | None = None
+    loss: float | None = None
+    rounds: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.rounds is not None and self.rounds < 1:
+            raise ValueError("a job's round limit or budget must be >= 1")
+
+    @property
+    def has_target(self) -> bool:
+        """Whether the job stops at a target (else it runs its rounds)."""
+        return self.accuracy is not None or self.loss is not None
+
+    def rounds_left(self, round_: int) -> int | None:
+        """The rounds from ``round_`` to the limit, ``round_`` included (at least 1); None if unknown."""
+        return None if self.rounds is None else max(1, self.rounds - round_ + 1)
+
+
 @dataclass(frozen=True, eq=False)
 class JobModel:
-    """What the cost model needs of a job: tau_m, D_k^m for every device, C_m.
-
-    ``budget``: for a job that runs a fixed number of rounds (no target), that
-    number; its run's objective is then the paper's, TotalCost summed over
-    those rounds. None for a job that stops at a target (its objective is time).
-    ``target_accuracy`` and ``max_rounds``: the job's accuracy target (None if
-    it has none) and its round limit R_m (None if unknown), so that a scheduler
-    can judge whether the job is on course to reach its target in time.
-    """
+    """What the cost model needs of a job: tau_m, D_k^m for every device, C_m, and what the job is judged by."""
 
     name: JobId
     epochs: int
     samples: NDArray[np.int64]
     fraction: float
-    budget: int | None = None
-    target_accuracy: float | None = None
-    max_rounds: int | None = None
+    objective: Objective = field(default_factory=Objective)
 
     def __post_init__(self) -> None:
         if self.epochs < 1:
@@ -69,8 +90,6 @@ class JobModel:
             raise ValueError("every device needs at least one sample of the job")
         if not 0 < self.fraction <= 1:
             raise ValueError("fraction C_m must lie in (0, 1]")
-        if self.budget is not None and self.budget < 1:
-            raise ValueError("a job's round budget must be >= 1")
 
 
 @dataclass(frozen=True)
@@ -170,8 +189,9 @@ class Decision:
     """A scheduler's answer for one round: the plan, and how it was reached.
 
     A scheduler made of schedulers (Meta-Greedy, Algorithm 4) names the member
-    whose plan it kept in ``chosen_by`` and each member's score in
-    ``candidates`` (ReCost, Formula 12); a single method leaves both empty.
+    whose plan it kept in ``chosen_by`` and each member's cost under its
+    selector in ``candidates`` (ReCost, Formula 12, for the paper's); a
+    single method leaves both empty.
     The engine records them with the round without knowing which scheduler
     it asked.
     """
@@ -188,10 +208,11 @@ class RoundOutcome:
     ``durations`` holds the round time of each device that returned a valid
     update; ``failed`` the devices that did not return or were rejected;
     ``round_time`` is when the round closed (Formula 3 as observed: the slowest
-    returned device, or the deadline when one failed); ``accuracy`` the job's
-    test accuracy after the round (None where nothing is trained, as in the
-    scheduler benchmark); ``losses`` the mean training loss of each returned
-    device's update (empty where nothing is trained).
+    returned device, or the deadline when one failed); ``accuracy`` and
+    ``loss`` the job's test accuracy and test loss after the round (None
+    where nothing is trained, as in the scheduler benchmark); ``losses`` the
+    mean training loss of each returned device's update (empty where nothing
+    is trained).
     """
 
     job: int
@@ -201,6 +222,7 @@ class RoundOutcome:
     failed: frozenset[int]
     round_time: float
     accuracy: float | None = None
+    loss: float | None = None
     losses: Mapping[int, float] = field(default_factory=dict)
 
 
@@ -216,6 +238,43 @@ class Scheduler(Protocol):
     def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
         """The outcome of the round planned from ``ctx`` (by this or another scheduler)."""
         ...
+
+
+@runtime_checkable
+class Resumable(Protocol):
+    """A scheduler (or a part of one) whose learned state a checkpoint keeps as plain data.
+
+    ``state`` holds what the object learned or drew so far, never what its
+    configuration gives: dicts with string keys, lists, numbers, strings,
+    None and numpy arrays (a numpy Generator's ``bit_generator.state`` is such
+    a dict). ``load_state`` puts it into an object built with the same
+    configuration, which then plans exactly as the one that gave it would have
+    (``storage/checkpoints.py`` stores it; no class name is part of it).
+    """
+
+    def state(self) -> dict[str, Any]: ...
+
+    def load_state(self, state: Mapping[str, Any]) -> None: ...
+
+
+class Stateless:
+    """A scheduler (or a part of one) that learns nothing from the rounds: nothing to observe, nothing to keep."""
+
+    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        pass
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        pass
+
+
+def resumable(scheduler: object) -> Resumable:
+    """``scheduler`` as a Resumable; TypeError (our bug) for one a checkpoint cannot keep."""
+    if not isinstance(scheduler, Resumable):
+        raise TypeError(f"{getattr(scheduler, 'name', scheduler)!r} keeps no state a checkpoint could hold")
+    return scheduler
 
 
 def as_plan(devices: NDArray[np.integer] | list[int]) -> Plan:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from mjfl.schedulers import round_time
-from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
+from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, Stateless, as_plan
 from mjfl.schedulers.cost import cost_model
 
 Seed = int | np.random.Generator
@@ -16,7 +19,19 @@ def as_generator(seed: Seed) -> np.random.Generator:
     return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
 
 
-class RandomScheduler:
+class Draws:
+    """A scheduler whose only state is its generator's: where its random draws stand (``Resumable``)."""
+
+    rng: np.random.Generator
+
+    def state(self) -> dict[str, Any]:
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+class RandomScheduler(Draws):
     """FedAvg's selection (McMahan et al. 2017): a uniform sample of the devices free now.
 
     When the engine also offers devices other jobs will release
@@ -44,7 +59,7 @@ class RandomScheduler:
         pass
 
 
-class GreedyScheduler:
+class GreedyScheduler(Stateless):
     """The free devices with the shortest expected round time (Shi et al. 2020).
 
     The time is per learning weight (``CostModel.learning_device_times``): a
@@ -62,11 +77,8 @@ class GreedyScheduler:
         order = np.argsort(cost_model(ctx).learning_device_times[free], kind="stable")
         return Decision(as_plan(free[order[: ctx.size]]))
 
-    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
-        pass
 
-
-class FedCSScheduler:
+class FedCSScheduler(Draws):
     """Deadline-based client selection (FedCS, Nishio & Yonetani 2019).
 
     FedCS asks a random subset of clients for their resources ("resource

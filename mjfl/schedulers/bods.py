@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import warnings
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from sklearn.base import clone
 from skopt.acquisition import gaussian_ei
 from skopt.learning import GaussianProcessRegressor
 from skopt.learning.gaussian_process.kernels import ConstantKernel, Matern, WhiteKernel
@@ -63,6 +65,14 @@ def encode(ctx: PlanContext, plans: NDArray[np.intp], history: DeviceHistory) ->
             failure_rate[plans].mean(axis=1),
         ]
     )
+
+
+def fitted_kernel(gp: GaussianProcessRegressor | None) -> dict[str, Any] | None:
+    """The hyperparameters of ``gp``'s fitted kernel by name (None without a GP): what refits it exactly."""
+    if gp is None:
+        return None
+    fitted = gp.kernel_.get_params()
+    return {h.name: fitted[h.name] for h in gp.kernel_.hyperparameters}
 
 
 class DeviceHistory:
@@ -117,6 +127,15 @@ class DeviceHistory:
             self._counts[1, row] += 1
         self._counts[3, rows] += 1
         self._counts[2, self._rows([ids[k] for k in outcome.failed])] += 1
+
+    def state(self) -> dict[str, Any]:
+        """The devices in the order of their columns, and their four counts (4, devices)."""
+        return {"devices": list(self._row), "counts": self._counts.copy()}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self._row = {DeviceId(d): i for i, d in enumerate(state["devices"])}
+        self._counts = np.array(state["counts"], dtype=np.float64).reshape(4, len(self._row))
+        self._learned = None
 
     def _rows(self, devices: Sequence[DeviceId]) -> NDArray[np.intp]:
         new = [d for d in dict.fromkeys(devices) if d not in self._row]
@@ -192,6 +211,36 @@ class BODSScheduler:
         self._since_refit += 1
         self._fit(optimise=self._since_refit >= self.refit_every)
 
+    def state(self) -> dict[str, Any]:
+        """Its observations, the GP's fitted kernel (the GP is refitted on them, unchanged), the device history, its generator.
+
+        The GP is always fitted on the current observations, so its kernel's
+        hyperparameters and the observations give it back exactly.
+        """
+        return {
+            "rng": self.rng.bit_generator.state,
+            "X": np.array(self.X, dtype=np.float64).reshape(len(self.X), FEATURES),
+            "y": list(self.y),
+            "kernel": fitted_kernel(self.gp),
+            "since_refit": self._since_refit,
+            "incumbent": self._incumbent,
+            "history": self.history.state(),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.X.clear()
+        self.X.extend(np.array(row, dtype=np.float64) for row in state["X"])
+        self.y.clear()
+        self.y.extend(float(v) for v in state["y"])
+        self.history.load_state(state["history"])
+        self.gp = None
+        if state["kernel"] is not None:
+            kernel = clone(self._kernel).set_params(**state["kernel"])
+            self._fit_gp(GaussianProcessRegressor(kernel=kernel, normalize_y=True, optimizer=None))
+        self._since_refit = int(state["since_refit"])
+        self._incumbent = float(state["incumbent"])
+
     def candidate_plans(self, ctx: PlanContext, count: int, *, uniform: bool) -> NDArray[np.intp]:
         """Algorithm 1 line 3: feasible plans (positions in the free set), uniform to strongly cost-biased.
 
@@ -215,16 +264,19 @@ class BODSScheduler:
             self.y.append(float(value))
 
     def _fit(self, *, optimise: bool) -> None:
-        X, y = np.asarray(self.X), np.asarray(self.y)
         if optimise or self.gp is None:
             gp = GaussianProcessRegressor(kernel=self._kernel, normalize_y=True, random_state=0)
             self._since_refit = 0
         else:
             gp = GaussianProcessRegressor(kernel=self.gp.kernel_, normalize_y=True, optimizer=None)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # convergence chatter on tiny data sets
-            gp.fit(X, y)
-        self.gp = gp
+        self._fit_gp(gp)
         # Round times are noisy, so the incumbent C+ of Formula 15 is the best
         # *predicted* cost of an observed plan, not the luckiest observation.
-        self._incumbent = float(gp.predict(X).min())
+        self._incumbent = float(gp.predict(np.asarray(self.X)).min())
+
+    def _fit_gp(self, gp: GaussianProcessRegressor) -> None:
+        """``gp`` fitted on the observations becomes the model."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # convergence chatter on tiny data sets
+            gp.fit(np.asarray(self.X), np.asarray(self.y))
+        self.gp = gp

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import weakref
 from functools import cached_property
+from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -90,17 +91,30 @@ def omega(round_: int, kind: Omega) -> float:
     return float(np.log(round_))
 
 
-def return_horizon(ctx: PlanContext) -> float:
-    """The rounds a plan's return is summed over: those the job's objective still charges.
+# The rounds a return is summed over: a number of rounds >= 1, or "auto" (``return_horizon``).
+Horizon = float | Literal["auto"]
+
+
+def check_horizon(horizon: object, owner: str) -> None:
+    """ValueError unless ``horizon`` is ``"auto"`` or a number of rounds >= 1."""
+    if horizon != "auto" and not (isinstance(horizon, int | float) and not isinstance(horizon, bool) and horizon >= 1):
+        raise ValueError(f"{owner}: horizon is 'auto' or a number of rounds >= 1, not {horizon!r}")
+
+
+def return_horizon(ctx: PlanContext, horizon: Horizon = "auto") -> float:
+    """H, the rounds a plan's return is summed over: ``horizon`` if a number, else those the job's objective charges.
 
     A job that runs a fixed budget of rounds without a target is judged by its
     summed TotalCost (the paper's objective): the rounds left in its budget,
-    this one included. A job with a target is judged by its time to target: 1
-    (docs/cost-model.md, "A plan's return"). Meta-Greedy's ``horizon="auto"``
-    and RLDS's share it.
+    this one included. A job with a target is judged by its time to target,
+    and a job whose rounds are unknown round by round: 1 (docs/cost-model.md,
+    "A plan's return"). Meta-Greedy's return and RLDS share it.
     """
-    budget = ctx.job_model.budget
-    return 1.0 if budget is None else float(max(1, budget - ctx.round + 1))
+    if horizon != "auto":
+        return float(horizon)
+    objective = ctx.job_model.objective
+    left = None if objective.has_target else objective.rounds_left(ctx.round)
+    return 1.0 if left is None else float(left)
 
 
 def cost_model(ctx: PlanContext) -> CostModel:

@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
-from mjfl.schedulers.baselines import Seed, as_generator
+from mjfl.schedulers.baselines import Draws, Seed, as_generator
 from mjfl.schedulers.cost import MIN_SHARE, cost_model
 
 IntArray = NDArray[np.intp]
@@ -66,7 +66,7 @@ def biased_plans(rng: np.random.Generator, scores: NDArray[np.float64], count: i
     return top_members(gumbel - bias[:, None] * scores, size)
 
 
-class GeneticScheduler:
+class GeneticScheduler(Draws):
     """A genetic algorithm over feasible plans (Barika et al. 2019).
 
     A population of plans over the free devices evolves for ``generations``
@@ -141,7 +141,7 @@ class GeneticScheduler:
         pass
 
 
-class AnnealingScheduler:
+class AnnealingScheduler(Draws):
     """Simulated annealing over plans (van Laarhoven & Aarts 1987), the paper's SA baseline.
 
     ``chains`` independent chains run in lock step (one batched cost evaluation a

@@ -41,6 +41,8 @@ its round time as the round's.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -133,6 +135,25 @@ class OortScheduler:
                 self._utility[device] = 0.0
         if outcome.losses:
             self._pace(collected)
+
+    def state(self) -> dict[str, Any]:
+        """What it learned of each device, the pacer's record and quantile, and its generator."""
+        return {
+            "rng": self.rng.bit_generator.state,
+            "preferred_quantile": self.preferred_quantile,
+            "utility": dict(self._utility),
+            "last_round": dict(self._last_round),
+            "duration": dict(self._duration),
+            "collected": list(self._collected),
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.preferred_quantile = float(state["preferred_quantile"])
+        self._utility = {DeviceId(d): u for d, u in state["utility"].items()}
+        self._last_round = {DeviceId(d): int(r) for d, r in state["last_round"].items()}
+        self._duration = {DeviceId(d): float(t) for d, t in state["duration"].items()}
+        self._collected = [float(c) for c in state["collected"]]
 
     def _pace(self, collected: float) -> None:
         """The pacer: relax T when the last window collected less utility than the one before."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from mjfl.errors import ConfigError
 from mjfl.schedulers.base import META_MEMBERS, Scheduler
@@ -17,7 +17,13 @@ from mjfl.schedulers.baselines import (
 )
 from mjfl.schedulers.bods import BODSScheduler
 from mjfl.schedulers.genetic import AnnealingScheduler, GeneticScheduler
-from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
+from mjfl.schedulers.meta_greedy import (
+    LearnedSelector,
+    MetaGreedyScheduler,
+    ReCostSelector,
+    ReturnSelector,
+    Selector,
+)
 from mjfl.schedulers.oort import OortScheduler
 from mjfl.schedulers.rlds import RLDSScheduler
 
@@ -31,19 +37,23 @@ SINGLE: dict[str, Callable[..., Scheduler]] = {
     "sa": AnnealingScheduler,
     "oort": OortScheduler,  # beyond the paper: Lai et al. 2021, a member only when listed
 }
-# Meta-Greedy by name: mjfl's (the return over the rounds the job's objective still charges:
-# the rest of its budget without a target, 1 with one; docs/cost-model.md) and the paper's
-# Algorithm 4 as written (ReCost). The learned selector (fast plans, the least TotalCost on a
-# plateau or off pace) is an option, not the default: on the scheduling suite it reaches every
-# target and beats the return on all 8 configurations, but stays above 1.06x the best single
-# method on two (docs/cost-model.md, "Meta-Greedy").
-META = {"meta-greedy": {"selector": "return", "horizon": "auto"}, "meta-greedy-paper": {"selector": "recost"}}
-# Defaults of members inside one Meta-Greedy method (the config's options override them). Under the
-# paper's ReCost, whose fairness weight grows with the round, RLDS's return over the rounds left
-# (fairness weighed most early) proposes plans the selector rejects: its earlier fixed H = 10 gave
-# mean TotalCost 5.7 against 6.0 on the scheduler benchmark (seeds 0-2).
+# Meta-Greedy's selectors, by the name its ``selector`` option gives (meta_greedy.py says why each).
+SELECTORS: dict[str, Callable[..., Selector]] = {
+    "recost": ReCostSelector,
+    "return": ReturnSelector,
+    "learned": LearnedSelector,
+}
+# Meta-Greedy by name, with its selector: mjfl's (the return over the rounds the job's objective
+# still charges) and the paper's Algorithm 4 as written (ReCost, Formulas 12-13).
+META = {"meta-greedy": "return", "meta-greedy-paper": "recost"}
+# Defaults of members inside one Meta-Greedy method (the config's options override them). Under
+# ReCost, whose fairness weight grows with the round (Formula 13), RLDS's return over the rounds
+# left weighs fairness most early and proposes plans the selector rejects; a fixed H = 10 proposes
+# plans ReCost keeps (docs/cost-model.md).
 MEMBER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"meta-greedy-paper": {"rlds": {"horizon": 10.0}}}
 METHODS = (*SINGLE, *META)
+
+T = TypeVar("T")
 
 
 def make_scheduler(
@@ -57,9 +67,10 @@ def make_scheduler(
 
     Meta-Greedy's members each get their own generator spawned from ``seed``,
     so adding a member does not change the others' draws. ``options[method]``
-    of a Meta-Greedy method overrides its defaults (``selector``, ``horizon``,
-    ``shared_objective``); ``options[member]`` overrides the member's, and
-    ``MEMBER_DEFAULTS`` those a Meta-Greedy method gives its members.
+    of a Meta-Greedy method names its ``selector`` (``SELECTORS``; ``META``
+    gives the default) and that selector's options; ``options[member]``
+    overrides the member's, and ``MEMBER_DEFAULTS`` those a Meta-Greedy
+    method gives its members.
     """
     options = options or {}
     if method in META:
@@ -69,22 +80,33 @@ def make_scheduler(
         rngs = as_generator(seed).spawn(len(members))
         defaults = MEMBER_DEFAULTS.get(method, {})
         member_options = {m: {**defaults.get(m, {}), **options.get(m, {})} for m in members}
-        built = [_build(m, SINGLE[m], rng, member_options) for m, rng in zip(members, rngs)]
-        return _build(method, MetaGreedyScheduler, built, options, name=method, **META[method])
+        built = [_build(m, SINGLE[m], (rng,), member_options.get(m, {})) for m, rng in zip(members, rngs)]
+        return MetaGreedyScheduler(built, _selector(method, options.get(method, {})), name=method)
     if method not in SINGLE:
         raise ConfigError("scheduler.method", f"unknown method {method!r}; choose from {list(METHODS)}")
-    return _build(method, SINGLE[method], seed, options)
+    return _build(method, SINGLE[method], (seed,), options.get(method, {}))
 
 
-def _build(method: str, factory: Callable[..., Scheduler], first: Any, options: dict[str, dict[str, Any]], **defaults: Any) -> Scheduler:
-    """``factory(first, **defaults, **options[method])``; a bad option names its table."""
-    given = options.get(method, {})
-    known = [n for n in list(inspect.signature(factory).parameters)[1:] if n != "name"]  # after the seed/members
+def _selector(method: str, given: dict[str, Any]) -> Selector:
+    """The selector ``[scheduler.options.<method>]`` names, with its options (``pace = 0``: off)."""
+    given = dict(given)
+    name = given.pop("selector", META[method])
+    if name not in SELECTORS:
+        raise ConfigError(f"scheduler.options.{method}", f"selector is one of {list(SELECTORS)}, not {name!r}")
+    if "pace" in given and given["pace"] == 0:
+        given["pace"] = None  # TOML cannot write None: 0 turns the pace rule off
+    return _build(method, SELECTORS[name], (), given, also=("selector",))
+
+
+def _build(method: str, factory: Callable[..., T], args: tuple[Any, ...], given: dict[str, Any], *, also: Sequence[str] = ()) -> T:
+    """``factory(*args, **given)``; an unknown or bad option names the method's table."""
+    parameters = list(inspect.signature(factory).parameters)[len(args):]
+    known = [*also, *(n for n in parameters if n != "name")]
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise ConfigError(f"scheduler.options.{method}", f"unknown option(s) {unknown}; {method} takes {known}")
     try:
-        return factory(first, **{**defaults, **given})
+        return factory(*args, **given)
     except (TypeError, ValueError) as exc:
         if not given:
             raise

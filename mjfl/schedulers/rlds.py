@@ -53,10 +53,10 @@ the plain preferences quickly.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,7 +64,7 @@ from numpy.typing import NDArray
 from mjfl.schedulers import round_time
 from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
-from mjfl.schedulers.cost import cost_model, return_horizon
+from mjfl.schedulers.cost import Horizon, check_horizon, cost_model, return_horizon
 
 FEATURES = 8
 
@@ -420,7 +420,7 @@ class RLDSScheduler:
         epsilon_end: float | None = None,
         epsilon_decay: float = 0.97,
         gamma: float = 0.1,
-        horizon: float | Literal["auto"] = "auto",
+        horizon: Horizon = "auto",
         skip_lr: float = 0.1,
         pretrain_rounds: int = 100,
         pretrain_plans: int = 32,
@@ -432,8 +432,7 @@ class RLDSScheduler:
             raise ValueError("rlds: 0 <= epsilon_end <= epsilon <= 1 and epsilon_decay in (0, 1]")
         if not 0 < gamma <= 1 or pretrain_plans < 2:
             raise ValueError("rlds: gamma in (0, 1], pretrain_plans >= 2 (N > 1)")
-        if horizon != "auto" and not (isinstance(horizon, int | float) and not isinstance(horizon, bool) and horizon >= 1):
-            raise ValueError(f"rlds: horizon is 'auto' or a number of rounds >= 1, not {horizon!r}")
+        check_horizon(horizon, "rlds")
         self.rng = as_generator(seed)
         self.policy = PolicyNetwork(hidden, self.rng)
         self.optimizer = Adam(self.policy.parameters, lr=lr)
@@ -454,7 +453,7 @@ class RLDSScheduler:
 
     def horizon_for(self, ctx: PlanContext) -> float:
         """H of the return this round: the rounds the job still charges (``"auto"``), or the fixed number."""
-        return return_horizon(ctx) if self.horizon == "auto" else float(self.horizon)
+        return return_horizon(ctx, self.horizon)
 
     @property
     def epsilon(self) -> float:
@@ -623,6 +622,37 @@ class RLDSScheduler:
         _, grad = self.loss_and_gradient(features, free, orders, advantage, forward, epsilon)
         self.optimizer.step(grad)
         self.baseline = (1 - self.gamma) * self.baseline + self.gamma * float(rewards.mean())
+
+    # -- checkpoints (Resumable) --
+
+    def state(self) -> dict[str, Any]:
+        """The policy, its optimiser, the baseline, the plans drawn and not yet observed, and the generator."""
+        drawn = [
+            {"round": r, "features": d.features, "free": d.free, "order": list(d.order), "epsilon": d.epsilon}
+            for r, d in self._decisions.items()
+        ]
+        return {
+            "rng": self.rng.bit_generator.state,
+            "parameters": self.policy.parameters.copy(),
+            "optimizer": self.optimizer.state_dict(),
+            "baseline": self.baseline,
+            "pretrained": self.pretrained,
+            "drawn": drawn,
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.policy.parameters[...] = state["parameters"]  # in place: the named parameters are views of it
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.baseline = None if state["baseline"] is None else float(state["baseline"])
+        self.pretrained = bool(state["pretrained"])
+        self._decisions = {
+            int(d["round"]): _Drawn(
+                np.asarray(d["features"], dtype=np.float32), np.asarray(d["free"], dtype=np.bool_),
+                tuple(int(k) for k in d["order"]), float(d["epsilon"]),
+            )
+            for d in state["drawn"]
+        }
 
     # -- saving and loading the policy --
 

@@ -29,6 +29,7 @@ from mjfl.schedulers.base import (
     CostWeights,
     FleetModel,
     JobModel,
+    Objective,
     Plan,
     PlanContext,
     RoundOutcome,
@@ -50,9 +51,13 @@ def synthetic_jobs(
     count: int, fleet_size: int, rng: np.random.Generator, *, fraction: float = 0.1, epochs: int = 5,
     budget: int | None = None,
 ) -> tuple[JobModel, ...]:
-    """``count`` jobs with shard sizes uniform on [20, 200] per device (``budget``: see JobModel)."""
+    """``count`` jobs with shard sizes uniform on [20, 200] per device.
+
+    ``budget``: the rounds they run, without a target (``Objective``); None: not known.
+    """
+    objective = Objective(rounds=budget)
     return tuple(
-        JobModel(JobId(f"job-{m}"), epochs, rng.integers(20, 201, fleet_size), fraction, budget)
+        JobModel(JobId(f"job-{m}"), epochs, rng.integers(20, 201, fleet_size), fraction, objective)
         for m in range(count)
     )
 

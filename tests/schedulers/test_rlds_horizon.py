@@ -2,13 +2,13 @@
 
 import numpy as np
 import pytest
+from plan_contexts import make_context
 
 from mjfl.errors import ConfigError
 from mjfl.schedulers.cost import return_horizon
 from mjfl.schedulers.registry import make_scheduler
 from mjfl.schedulers.rlds import RLDSScheduler
 from mjfl.schedulers.synthetic import synthetic_fleet, synthetic_jobs
-from tests.schedulers.conftest import make_context
 
 
 def context(round_, budget):
@@ -27,7 +27,7 @@ def test_auto_is_the_rounds_the_job_has_left_as_for_meta_greedy(round_, budget, 
     assert return_horizon(ctx) == expected
     assert RLDSScheduler(0).horizon_for(ctx) == expected
     meta = make_scheduler("meta-greedy", seed=0)
-    assert meta.horizon_for(ctx) == expected
+    assert meta.selector.horizon_for(ctx) == expected
     assert RLDSScheduler(0, horizon=10).horizon_for(ctx) == 10.0  # the old fixed return
 
 

@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+from plan_contexts import make_context
 
 from mjfl.schedulers.base import CostWeights
 from mjfl.schedulers.cost import MIN_SHARE, cost_model
 from mjfl.schedulers.registry import make_scheduler
 from mjfl.schedulers.synthetic import synthetic_fleet, synthetic_jobs
-from tests.schedulers.conftest import make_context
 
 COST_AWARE = ("greedy", "fedcs", "genetic", "bods", "rlds", "meta-greedy", "meta-greedy-paper")
 OPTIONS = {"rlds": {"pretrain_rounds": 5, "plans_per_round": 4}}

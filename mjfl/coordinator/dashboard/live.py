@@ -214,7 +214,7 @@ class LiveRun:
             self._events.append(row)
         members: dict[tuple[str, int], dict[str, float]] = {}
         for choice in choices:
-            members.setdefault((str(choice.job), choice.round), {})[choice.member] = choice.recost
+            members.setdefault((str(choice.job), choice.round), {})[choice.member] = choice.selector_cost
         for record in rounds:
             self._add(record, members.get((str(record.job), record.round), {}))
         self._changed()
@@ -234,7 +234,7 @@ class LiveRun:
         state.add_round(self._rows, record, self._profiles, self._epochs)
         self._events.extend(state.round_events(record))
         members = [
-            {"member": name, "recost": cost if math.isfinite(cost) else None, "won": name == record.winner}
+            {"member": name, "cost": cost if math.isfinite(cost) else None, "won": name == record.winner}
             for name, cost in choices.items()
         ]
         self._choices.append(state.choice_row(record, members))

@@ -243,7 +243,7 @@ def round_events(record: RoundRecord) -> list[dict[str, Any]]:
 
 
 def choices_table(rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice]) -> list[dict[str, Any]]:
-    """One row per job round: the plan kept (Meta-Greedy's winner, each member's ReCost), planned vs answered.
+    """One row per job round: the plan kept (Meta-Greedy's winner, each member's cost under its selector), planned vs answered.
 
     A device answered when it sent a result back (used or rejected); failed
     ones (dropped out, timed out) did not.
@@ -251,13 +251,13 @@ def choices_table(rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoi
     members: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for choice in choices:
         members.setdefault((str(choice.job), choice.round), []).append(
-            {"member": choice.member, "recost": _number(choice.recost), "won": choice.won}
+            {"member": choice.member, "cost": _number(choice.selector_cost), "won": choice.won}
         )
     return [choice_row(r, members.get((str(r.job), r.round), [])) for r in rounds]
 
 
 def choice_row(r: RoundRecord, members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One ``choices_table`` row: a round and its plan's candidates (``{"member", "recost", "won"}``)."""
+    """One ``choices_table`` row: a round and its plan's candidates (``{"member", "cost", "won"}``)."""
     return {
         "job": str(r.job),
         "round": r.round,

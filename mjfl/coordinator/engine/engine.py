@@ -74,6 +74,7 @@ from mjfl.schedulers.base import (
     Decision,
     FleetModel,
     JobModel,
+    Objective,
     PlanContext,
     RoundOutcome,
     Scheduler,
@@ -318,10 +319,10 @@ class Engine:
             # Devices without a shard of another job still need a D for its cost
             # terms; they never train it, so any positive count will do.
             counts = np.array([other.samples.get(d, 1) for d in devices], dtype=np.int64)
-            budget = None if other.config.target.is_set else other.max_rounds
+            target = other.config.target
             jobs.append(JobModel(
-                other.name, other.config.training.epochs, counts, other.config.fraction, budget,
-                target_accuracy=other.config.target.accuracy, max_rounds=other.max_rounds,
+                other.name, other.config.training.epochs, counts, other.config.fraction,
+                Objective(target.accuracy, target.loss, other.max_rounds),
             ))
             frequencies.append([self.frequencies[other.name].get(d, 0) for d in devices])
             in_flight = tuple(sorted(index[d] for d in self._in_flight[other.name] if d in index))
@@ -380,7 +381,8 @@ class Engine:
         job.best_accuracy = max(job.best_accuracy, accuracy)
 
         round_outcome = RoundOutcome(
-            ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started, accuracy=accuracy, losses=losses
+            ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started,
+            accuracy=accuracy, loss=loss, losses=losses,
         )
         cost = costs.observed_cost(round_outcome)
         job.scheduler.observe(ctx, round_outcome)

@@ -616,10 +616,11 @@ class _Resumed:
 
 
 def _continued(job: EngineJob, saved: JobCheckpoint) -> EngineJob:
-    """``job`` as its checkpoint after round ``saved.round`` left it: the global model, the scheduler, the verdict so far."""
+    """``job`` as its checkpoint after round ``saved.round`` left it: the global model, the scheduler's state (put
+    into the one built afresh from the run's configuration), the verdict so far."""
+    saved.restore_scheduler(job.scheduler)
     return dataclasses.replace(
-        job, weights=saved.weights, scheduler=saved.scheduler, rounds_done=saved.round,
-        best_accuracy=saved.best_accuracy, stopped=saved.stopped,
+        job, weights=saved.weights, rounds_done=saved.round, best_accuracy=saved.best_accuracy, stopped=saved.stopped,
     )
 
 

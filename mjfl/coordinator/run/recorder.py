@@ -15,6 +15,7 @@ from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.records import FleetEvent
 from mjfl.errors import DuplicateRoundError, RunError, StorageError
 from mjfl.ids import DeviceId
+from mjfl.schedulers.base import resumable
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +58,9 @@ class Recorder:
         record = event.record
         try:
             if self.checkpoints is not None:
+                state = resumable(event.scheduler).state()
                 self.checkpoints.save(
-                    event.job,
-                    JobCheckpoint(record.round, dict(event.weights), event.scheduler, event.best_accuracy, event.stopped),
+                    event.job, JobCheckpoint(record.round, dict(event.weights), state, event.best_accuracy, event.stopped)
                 )
             self.storage.record_round(record, event.choices)
         except (OSError, StorageError) as exc:

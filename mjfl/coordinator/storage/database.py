@@ -2,8 +2,8 @@
 
 One embedded SQLite file (WAL journal) holds everything a run leaves behind,
 so reports can be rebuilt from it and a coordinator that dies can resume
-without repeating a finished round (DESIGN 3, "Storage"). The schema, its
-units and the guarantees are in docs/storage.md.
+without repeating a finished round. The schema, its units and the
+guarantees are in docs/storage.md.
 
 Guarantees:
 
@@ -214,8 +214,15 @@ _SCHEMA_V5 = (
     "CREATE INDEX fleet_events_by_run ON fleet_events (run_id)",
 )
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5)
+# Version 6: a Meta-Greedy candidate's cost is its selector's (ReCost only for the paper's
+# selector), so its column is named for that.
+_SCHEMA_V6 = ("ALTER TABLE scheduler_choices RENAME COLUMN recost TO selector_cost",)
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6)
 SCHEMA_VERSION = len(_MIGRATIONS)
+# The oldest schema a read-only reader reads as it is: version 6 only renamed a column, which
+# ``choices`` looks up by either name, so a finished run of version 5 needs no upgrade to be read.
+_READABLE_FROM = 5
 
 _BUSY_TIMEOUT_S = 5.0  # a reader (mjfl report) may briefly hold the WAL; wait, don't fail
 
@@ -265,8 +272,9 @@ class Storage:
         Nothing is created, migrated or written: a write raises ``StorageError``.
         A file that is not there yet, or whose schema its writer has not finished
         creating, reads as an empty database (no runs, no rounds); so does an
-        older file that holds no run. An older file with runs is refused
-        (``DataError``): the first ``Storage(path)`` that opens it upgrades it.
+        older file that holds no run. An older file with runs is read as it is
+        from schema version 5 on, and refused (``DataError``) before that: the
+        first ``Storage(path)`` that opens it upgrades it.
         Readers see the last committed transaction (WAL) and never block the writer.
         """
         file = Path(path)
@@ -440,7 +448,7 @@ class Storage:
     def record_round(self, record: RoundRecord, choices: Mapping[str, float] | None = None) -> None:
         """Record a finished round with its device rounds and Meta-Greedy candidates.
 
-        ``choices`` maps each Meta-Greedy member to its selector cost (ReCost, Formula 12, for the paper's);
+        ``choices`` maps each Meta-Greedy member to its cost under the selector (ReCost, Formula 12, for the paper's);
         ``record.winner`` must be one of them. Everything lands in one
         transaction. Raises ``DuplicateRoundError`` if the round is already
         recorded and ``StorageError`` if any row breaks a constraint (unknown
@@ -479,32 +487,14 @@ class Storage:
                     "INSERT INTO device_rounds (run_id, job, round, position, device, status,"
                     " samples, mean_loss, duration_s, download_s, compute_s, upload_s, error,"
                     " device_state, wait_s, energy_j) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            *key,
-                            position,
-                            d.device,
-                            d.status,
-                            d.samples,
-                            d.mean_loss,
-                            d.duration_s,
-                            d.download_s,
-                            d.compute_s,
-                            d.upload_s,
-                            d.error,
-                            _json_or_null(d.device_state),
-                            d.wait_s,
-                            d.energy_j,
-                        )
-                        for position, d in enumerate(record.devices)
-                    ],
+                    [(*key, position, *_device_round_row(d)) for position, d in enumerate(record.devices)],
                 )
                 conn.executemany(
                     "INSERT INTO scheduler_choices (run_id, job, round, position, member,"
-                    " recost, won) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " selector_cost, won) VALUES (?, ?, ?, ?, ?, ?, ?)",
                     [
-                        (*key, position, member, recost, int(member == record.winner))
-                        for position, (member, recost) in enumerate((choices or {}).items())
+                        (*key, position, member, cost, int(member == record.winner))
+                        for position, (member, cost) in enumerate((choices or {}).items())
                     ],
                 )
             except sqlite3.IntegrityError as exc:
@@ -569,8 +559,9 @@ class Storage:
         """Every Meta-Greedy candidate of a run (winners and losers), by round then member order."""
         where, params = _run_job_filter(run_id, job, table="c.")
         with self._lock:
+            cost = _choice_cost_column(self._conn)
             rows = self._conn.execute(
-                "SELECT c.run_id, c.job, c.round, c.member, c.recost, c.won"
+                f"SELECT c.run_id, c.job, c.round, c.member, c.{cost}, c.won"
                 " FROM scheduler_choices AS c"
                 " JOIN rounds AS r USING (run_id, job, round)"
                 f" WHERE {where}"
@@ -583,7 +574,7 @@ class Storage:
                 job=JobId(r[1]),
                 round=r[2],
                 member=r[3],
-                recost=_nan_if_null(r[4]),
+                selector_cost=_nan_if_null(r[4]),
                 won=bool(r[5]),
             )
             for r in rows
@@ -904,11 +895,27 @@ def _schema_ready(conn: sqlite3.Connection, origin: str) -> bool:
     # Migrations run one transaction each: an unfinished schema without runs is a
     # new file being created (or an old one with nothing in it); with runs, an old file.
     if "runs" in tables and conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone():
+        if version >= _READABLE_FROM:
+            return True
         raise DataError(
             f"{origin}: schema version {version} is older than this mjfl's ({SCHEMA_VERSION});"
             " open it for writing once (mjfl report does) to upgrade it"
         )
     return False
+
+
+def _device_round_row(d: DeviceRound) -> tuple[Any, ...]:
+    """A device round's columns after its key and position, as ``record_round`` inserts them."""
+    return (
+        d.device, d.status, d.samples, d.mean_loss, d.duration_s, d.download_s, d.compute_s, d.upload_s, d.error,
+        _json_or_null(d.device_state), d.wait_s, d.energy_j,
+    )
+
+
+def _choice_cost_column(conn: sqlite3.Connection) -> str:
+    """The column of a candidate's cost: ``selector_cost``, or ``recost`` in a file of schema version 5."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(scheduler_choices)")}
+    return "recost" if "recost" in columns else "selector_cost"
 
 
 def _run_from_row(row: Sequence[Any]) -> tuple[RunInfo, RunStatus]:

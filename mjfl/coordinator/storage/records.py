@@ -151,10 +151,12 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class SchedulerChoice:
-    """One Meta-Greedy candidate of one round: a member, its selector cost (ReCost for the paper's selector), and whether it won.
+    """One Meta-Greedy candidate of one round: a member, its plan's cost under the selector, and whether it won.
 
-    Every member proposes a plan each round (Algorithm 4 line 3) and the least
-    ReCost wins (line 4, Formulas 12-13); members that never win still appear
+    Every member proposes a plan each round (Algorithm 4 line 3) and the
+    least ``selector_cost`` wins (line 4): ReCost (Formulas 12-13) under the
+    paper's selector, the plan's return or its expected time under mjfl's
+    (``schedulers/meta_greedy.py``). Members that never win still appear
     here, so "how often did each member win" has an honest denominator.
     """
 
@@ -162,7 +164,7 @@ class SchedulerChoice:
     job: JobId
     round: int
     member: str
-    recost: float
+    selector_cost: float
     won: bool
 
 

@@ -73,9 +73,9 @@ def test_choices_show_the_plan_kept_and_planned_vs_answered(folder: Path) -> Non
     assert len(choices) == 6
     second = next(c for c in choices if (c["job"], c["round"]) == ("cnn", 2))
     assert second["winner"] == "genetic"
-    assert second["members"] == [{"member": "random", "recost": 3.0, "won": False},
-                                 {"member": "genetic", "recost": 1.5, "won": True},
-                                 {"member": "bods", "recost": 2.0, "won": False}]
+    assert second["members"] == [{"member": "random", "cost": 3.0, "won": False},
+                                 {"member": "genetic", "cost": 1.5, "won": True},
+                                 {"member": "bods", "cost": 2.0, "won": False}]
     # d1 failed (no answer); d2 answered with a rejected update.
     assert (second["planned"], second["answered"], second["used"]) == (4, 3, 2)
     assert second["time_s"] == 10.0 and second["expected_time_s"] == 8.0

@@ -33,6 +33,7 @@ from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.schedulers import round_time
+from mjfl.schedulers.base import CostWeights, Objective
 from mjfl.schedulers.registry import make_scheduler
 
 SPEC = ModelSpec("lenet5", (1, 16, 16), 10)
@@ -374,20 +375,24 @@ def test_a_resumed_engine_plans_with_the_losses_recorded_before():
 
 
 def test_schedulers_see_each_jobs_objective_a_target_or_a_round_budget():
-    # job0 stops at a target; job1 runs its 6 rounds (Meta-Greedy's horizon follows this).
-    jobs = make_jobs(2, target=None, max_rounds=6, fraction=0.2)
+    # job0 stops at a target; job1 runs its 6 rounds (Meta-Greedy's horizon follows this); job2's target is a loss.
+    jobs = make_jobs(3, target=None, max_rounds=6, fraction=0.2)
     jobs[0] = make_jobs(1, target=0.9, max_rounds=6, fraction=0.2)[0]
+    jobs[2].config = dataclasses.replace(jobs[2].config, target_loss=0.01)
     for job in jobs:
         job.scheduler = Recording()
     run(jobs)
+    objectives = (Objective(accuracy=0.9, rounds=6), Objective(rounds=6), Objective(loss=0.01, rounds=6))
     for job in jobs:
-        seen = {tuple(model.budget for model in ctx.jobs) for ctx, _ in job.scheduler.outcomes}
-        assert seen == {(None, 6)}, job.name
+        seen = {tuple(model.objective for model in ctx.jobs) for ctx, _ in job.scheduler.outcomes}
+        assert seen == {objectives}, job.name
+        assert all(outcome.loss is not None for _, outcome in job.scheduler.outcomes)  # the test loss, for a loss target
     # A resumed job (2 of its 6 rounds done): Meta-Greedy prices plans over the rounds left, 4 down to 1.
     meta = make_jobs(1, method="meta-greedy", target=None, max_rounds=6, fraction=0.2)[0]
     meta.rounds_done = 2
     run([meta])
-    assert [c.horizon for c in meta.scheduler.choices] == [4.0, 3.0, 2.0, 1.0]
+    beta = CostWeights().beta
+    assert [c.fairness_weight / beta for c in meta.scheduler.choices] == pytest.approx([4.0, 3.0, 2.0, 1.0])
 
 
 def test_the_engine_records_the_energy_each_device_told_and_none_for_the_rest():

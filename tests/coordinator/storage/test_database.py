@@ -340,17 +340,24 @@ def test_file_database_uses_wal_and_survives_reopening(tmp_path: Path) -> None:
         assert db.rounds("r1") == [round_record(A, 1)]
 
 
-def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -> None:
+def database_at(path: Path, version: int) -> sqlite3.Connection:
+    """A file of schema ``version`` as an earlier mjfl left it (migrations only append), one run and one job in it."""
     from mjfl.coordinator.storage import database as storage_module
 
-    path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    for statement in storage_module._SCHEMA_V1:
-        conn.execute(statement)
-    conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+    for migration in storage_module._MIGRATIONS[:version]:
+        for statement in migration:
+            conn.execute(statement)
+    conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
     conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
     conn.execute("INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')")
+    return conn
+
+
+def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    conn = database_at(path, 1)
     conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)")
     conn.execute(
         "INSERT INTO device_rounds (run_id, job, round, position, device, status, samples, duration_s)"
@@ -359,7 +366,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
     conn.commit()
     conn.close()
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 5
+        assert db.schema_version == SCHEMA_VERSION == 6
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
         assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none
@@ -373,17 +380,8 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
 
 
 def test_a_version_3_database_gains_energy_and_keeps_its_rounds(tmp_path: Path) -> None:
-    from mjfl.coordinator.storage import database as storage_module
-
     path = tmp_path / "v3.sqlite"
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    for migration in storage_module._MIGRATIONS[:3]:
-        for statement in migration:
-            conn.execute(statement)
-    conn.execute("INSERT INTO schema_version (version) VALUES (3)")
-    conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
-    conn.execute("INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')")
+    conn = database_at(path, 3)
     conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)")
     conn.execute(
         "INSERT INTO device_rounds (run_id, job, round, position, device, status, samples, duration_s, wait_s)"
@@ -394,11 +392,44 @@ def test_a_version_3_database_gains_energy_and_keeps_its_rounds(tmp_path: Path) 
     with pytest.raises(DataError, match="older"):
         Storage.read_only(path)  # a reader never migrates
     with Storage(path) as db:
-        assert db.schema_version == 5
+        assert db.schema_version == SCHEMA_VERSION
         (old,) = db.rounds("r1")
         assert old.devices[0].wait_s == 0.5 and old.devices[0].energy_j is None
         db.record_round(round_record(A, 2, devices=(device("p1", energy_j=7.25), device("p2"))))
         assert [d.energy_j for d in db.rounds("r1", A)[-1].devices] == [7.25, None]
+
+
+def version_5_database(path: Path) -> None:
+    """A database as mjfl wrote it before the candidates' column was renamed: one round with two candidates."""
+    conn = database_at(path, 5)
+    conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated, winner) VALUES ('r1', 'cnn', 1, 0, 1, 1, 'bods')")
+    conn.execute(
+        "INSERT INTO scheduler_choices (run_id, job, round, position, member, recost, won)"
+        " VALUES ('r1', 'cnn', 1, 0, 'random', 4.5, 0), ('r1', 'cnn', 1, 1, 'bods', NULL, 1)"
+    )
+    conn.commit()
+    conn.close()
+
+
+def test_a_version_5_database_is_read_as_it_is_and_its_candidates_column_renamed_by_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "v5.sqlite"
+    version_5_database(path)
+    before = path.read_bytes()
+    with Storage.read_only(path) as reader:  # a finished run of version 5: read without upgrading it
+        choices = reader.choices("r1")
+        assert [(c.member, c.won) for c in choices] == [("random", False), ("bods", True)]
+        assert choices[0].selector_cost == 4.5 and math.isnan(choices[1].selector_cost)
+        assert reader.schema_version == 5
+    assert path.read_bytes() == before
+    with Storage(path) as writer:
+        assert writer.schema_version == SCHEMA_VERSION
+        assert writer.choices("r1") == choices
+        writer.record_round(round_record(A, 2, winner="bods"), {"bods": 1.25})
+        assert writer.choices("r1", A)[-1].selector_cost == 1.25
+    conn = sqlite3.connect(path)
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(scheduler_choices)")]
+    conn.close()
+    assert columns == ["run_id", "job", "round", "position", "member", "selector_cost", "won"]
 
 
 def test_fleet_events_are_kept_in_order_with_what_a_device_said(tmp_path: Path) -> None:

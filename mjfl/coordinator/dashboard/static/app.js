@@ -243,7 +243,7 @@ async function openLog(device) {
 function drawChoices(choices) {
   const body = document.createElement("tbody");
   for (const c of choices) {
-    const members = c.members.map((m) => (m.won ? "*" : "") + m.member + " " + fmt(m.recost, 3)).join(", ");
+    const members = c.members.map((m) => (m.won ? "*" : "") + m.member + " " + fmt(m.cost, 3)).join(", ");
     const row = document.createElement("tr");
     row.addEventListener("click", () => openRound(c.job, c.round).catch((error) => status(String(error))));
     row.append(el("td", c.job), el("td", c.round, "num"), el("td", c.winner ?? ""), el("td", members), el("td", c.planned, "num"),

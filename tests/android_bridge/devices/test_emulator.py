@@ -21,12 +21,9 @@ from repository import ROOT
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.android_bridge.devices.emulator import (
-    Backoff,
-    EmulatedDevice,
-    devices_running,
-    run_emulated_fleet,
-)
+from mjfl.android_bridge.devices.emulator.backoff import Backoff
+from mjfl.android_bridge.devices.emulator.device import EmulatedDevice, devices_running
+from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
 from mjfl.android_bridge.protocol import Shard
 from mjfl.bench.echo import EchoTrainer, echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task

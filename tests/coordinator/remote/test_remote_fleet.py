@@ -32,10 +32,8 @@ from loopback import (
 )
 
 from mjfl.android_bridge import protocol
-from mjfl.android_bridge.devices.emulator import (
-    devices_running,
-    run_emulated_fleet,
-)
+from mjfl.android_bridge.devices.emulator.device import devices_running
+from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
 from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock

@@ -69,9 +69,6 @@ class TaskEnded(Exception):
         self.outcome = outcome
 
 
-CANCELLED = TaskEnded("cancelled", "cancelled by the coordinator", "cancelled")
-
-
 class TaskReply:
     """One task from its arrival (``arrived``; decoded at ``ready``) to its answer, on the link it came on."""
 
@@ -109,7 +106,7 @@ class TaskReply:
     def check_cancel(self) -> None:
         """Raise ``TaskEnded`` (cancelled) if the coordinator cancelled the task."""
         if self.cancel.is_set():
-            raise CANCELLED
+            raise TaskEnded("cancelled", "cancelled by the coordinator", "cancelled")
 
     def check_in_time(self) -> None:
         """Before training: the task is neither cancelled nor past its deadline."""

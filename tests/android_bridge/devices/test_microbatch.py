@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -72,13 +73,23 @@ async def test_a_cancelled_request_is_left_out_and_a_failing_group_fails_only_it
     assert sorted(train.calls) == [("a", [0]), ("b", [2])]
 
 
-async def test_serial_requests_that_come_while_a_batch_trains_make_the_next_batch():
+@contextlib.asynccontextmanager
+async def one_batch_training():
+    """A serial batcher on one thread whose first batch (item 0 of model A) is training until ``gate`` is set."""
     gate = threading.Event()
     train = Recorder(gate=gate)
     with ThreadPoolExecutor(1) as pool:
         batcher = MicroBatcher(train, on_threads(pool), name="test", serial=True)
         first = asyncio.ensure_future(batcher.submit(A, 0))
-        assert await asyncio.to_thread(train.started.wait, 10)  # the first batch trains
+        assert await asyncio.to_thread(train.started.wait, 10)
+        try:
+            yield batcher, first, train, gate
+        finally:
+            gate.set()
+
+
+async def test_serial_requests_that_come_while_a_batch_trains_make_the_next_batch():
+    async with one_batch_training() as (batcher, first, train, gate):
         later = []
         for k in (1, 2, 3):  # three turns while the first batch trains
             later.append(asyncio.ensure_future(batcher.submit(A, k)))
@@ -89,17 +100,12 @@ async def test_serial_requests_that_come_while_a_batch_trains_make_the_next_batc
 
 
 async def test_closing_cancels_what_waits_and_what_trains():
-    gate = threading.Event()
-    train = Recorder(gate=gate)
-    with ThreadPoolExecutor(1) as pool:
-        batcher = MicroBatcher(train, on_threads(pool), name="test", serial=True)
-        training = asyncio.ensure_future(batcher.submit(A, 0))
-        assert await asyncio.to_thread(train.started.wait, 10)
+    async with one_batch_training() as (batcher, first, _, gate):
         queued = asyncio.ensure_future(batcher.submit(A, 1))
         await asyncio.sleep(0)
         batcher.close()
         gate.set()
-        outcomes = await asyncio.gather(training, queued, return_exceptions=True)
+        outcomes = await asyncio.gather(first, queued, return_exceptions=True)
     assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
 
 

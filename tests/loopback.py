@@ -20,7 +20,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from mjfl.android_bridge import protocol
-from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running
+from mjfl.android_bridge.devices.emulator.device import EmulatedDevice, devices_running
 from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.fleet import RemoteFleet

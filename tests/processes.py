@@ -54,7 +54,7 @@ class Process:
 
     def url(self) -> str:
         """The coordinator's URL, as `mjfl testbed run --emulate N` announces it."""
-        return self.line_with("emulated devices").split(" for ")[-1].strip()
+        return self.line_with("emulated device").split(" for ")[-1].strip()
 
     def wait(self, timeout: float) -> int:
         return self.proc.wait(timeout=timeout)

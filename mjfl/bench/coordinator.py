@@ -200,7 +200,7 @@ class _Run:
 
 async def _engine_run(devices: int, rounds: int, round_s: float, workers: int, *, dashboard: bool = False) -> _Run:
     """The real Engine over ``devices`` emulated steady phones (module docstring); with ``dashboard``, the live dashboard watched by a page."""
-    from mjfl.android_bridge.devices.emulator import run_emulated_fleet
+    from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
     from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.config import JobConfig
     from mjfl.coordinator.engine.clock import RealClock
@@ -481,7 +481,8 @@ def _arrival_worker(
     out: multiprocessing.queues.Queue[list[tuple[str, int, float]]],
 ) -> None:
     """Emulated devices that report when each task arrived (``time.monotonic``)."""
-    from mjfl.android_bridge.devices.emulator import EmulatedDevice, TrainingLane
+    from mjfl.android_bridge.devices.emulator.device import EmulatedDevice
+    from mjfl.android_bridge.devices.emulator.lane import TrainingLane
     from mjfl.bench.echo import echo_trainer
     from mjfl.ids import DeviceId
     from mjfl.profiling.profiles import DeviceProfile
@@ -516,7 +517,8 @@ def _arrival_worker(
 
 
 async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: int) -> tuple[int, float, str]:
-    from mjfl.android_bridge.devices.emulator import Backoff, run_emulated_fleet
+    from mjfl.android_bridge.devices.emulator.backoff import Backoff
+    from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
     from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 

@@ -46,7 +46,8 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from mjfl.android_bridge.devices.emulator import Backoff, EmulatedDevice, devices_running
+from mjfl.android_bridge.devices.emulator.backoff import Backoff
+from mjfl.android_bridge.devices.emulator.device import EmulatedDevice, devices_running
 from mjfl.bench import output
 from mjfl.bench.echo import echo_trainer
 from mjfl.bench.faultproxy import FaultProxy, Faults

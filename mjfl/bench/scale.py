@@ -102,7 +102,7 @@ def run_scale_bench(
 
 
 async def _measure(devices: int, rounds: int, workers: int, context: Any) -> dict[str, float]:
-    from mjfl.android_bridge.devices.emulator import run_emulated_fleet
+    from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
     from mjfl.coordinator.engine.fleet import JobArtifacts, Task
     from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer

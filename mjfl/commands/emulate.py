@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from mjfl.android_bridge.devices.emulator import (
+from mjfl.android_bridge.devices.emulator.fleet import (
     EmulatedFleet,
     WorkerContext,
     default_id_prefix,
@@ -16,7 +16,7 @@ from mjfl.android_bridge.devices.emulator import (
 )
 from mjfl.android_bridge.devices.ray_cluster import RayOptions, connect, emulator_workers
 from mjfl.coordinator.remote.keys import read_key_file
-from mjfl.errors import UserError
+from mjfl.errors import RunError, UserError
 from mjfl.profiling.profiles import draw_fleet, load_profiles
 
 
@@ -50,14 +50,7 @@ def emulate(
     if ca is not None and not url.startswith("wss://"):
         raise UserError("--ca goes with a wss:// --url")
     prefix = id_prefix or default_id_prefix()
-    secrets = read_key_file(key_file) if key_file is not None else {}
-    if secret is not None:
-        if count != 1:
-            raise UserError("--secret is one device's: use it with --count 1, or give --key-file")
-        secrets[f"{prefix}-0"] = secret
-    missing = [f"{prefix}-{i}" for i in range(count) if f"{prefix}-{i}" not in secrets]
-    if secrets and missing:
-        raise UserError(f"--key-file {key_file}: no secret for {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    secrets = _secrets(prefix, count, secret, key_file)
     profiles = None
     if profile is not None:
         real = load_profiles(profile)
@@ -74,18 +67,38 @@ def emulate(
             id_prefix=prefix, seed=seed, token=token, secrets=secrets, ca=ca, log_file=log_file, verbose=verbose,
             context=context,
         )
-        where = "Ray actors" if ray is not None else "processes"
+        workers_are = ("Ray actor", "Ray actors") if ray is not None else ("process", "processes")
         console.print(
-            f"{count} emulated devices ({', '.join(fleet.device_ids[:3])}{', ...' if count > 3 else ''})"
-            f" in {len(fleet.processes)} {where} -> {url}; Ctrl-C stops them"
+            f"{fleet.describe(*workers_are)} ({', '.join(fleet.device_ids[:3])}{', ...' if count > 3 else ''})"
+            f" -> {url}; Ctrl-C stops them"
         )
-        _serve(fleet, console)
+        _serve(fleet, url, console)
 
 
-def _serve(fleet: EmulatedFleet, console: Console) -> None:
+def _secrets(prefix: str, count: int, secret: str | None, key_file: Path | None) -> dict[str, str]:
+    """The devices' secrets by device id, from ``--key-file`` or ``--secret``; every device has one, or none does."""
+    secrets = read_key_file(key_file) if key_file is not None else {}
+    if secret is not None:
+        if count != 1:
+            raise UserError("--secret is one device's: use it with --count 1, or give --key-file")
+        secrets[f"{prefix}-0"] = secret
+    missing = [f"{prefix}-{i}" for i in range(count) if f"{prefix}-{i}" not in secrets]
+    if secrets and missing:
+        raise UserError(f"--key-file {key_file}: no secret for {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}")
+    return secrets
+
+
+def _serve(fleet: EmulatedFleet, url: str, console: Console) -> None:
+    """Until every device has stopped, or Ctrl-C; a refusal by the coordinator is an error, as for ``mjfl-device``."""
     try:
         fleet.wait()
-        console.print("every device has stopped (the coordinator said bye)")
     except KeyboardInterrupt:
         console.print("stopping the emulated devices ...")
         fleet.stop()
+        return
+    if fleet.refused():
+        raise RunError(
+            f"{url} refused the emulated devices (their bye above says why): a coordinator with enrolled"
+            " devices admits only those that prove their secret (--key-file, or --secret with --count 1)"
+        )
+    console.print("every device has stopped (the coordinator said bye)")

@@ -3,7 +3,7 @@
 A device's round time (Formula 4's t_k^m), its chance of dropping out, what a
 deadline does to a round, and the trainers it keeps loaded are decided here
 and nowhere else. The virtual-time fleet (``coordinator/run/simulated.py``) and
-the emulated devices (``emulator.py``) both ask this module, so a simulated
+the emulated devices (``emulator/``) both ask this module, so a simulated
 device and an emulated device impersonating the same profile behave alike:
 one waits on the virtual clock, the other on the wall clock.
 

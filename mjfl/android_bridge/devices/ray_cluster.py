@@ -268,14 +268,20 @@ class RayEvent:
 
 
 class _Host:
-    def run(self, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        target(*args)
+    def run(self, target: Callable[..., Any], args: tuple[Any, ...]) -> int:
+        """Run the worker function; its exit status, as a process's would be (``sys.exit`` included)."""
+        try:
+            target(*args)
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else 1
+        return 0
 
 
 class RayProcess:
     """``multiprocessing.Process``'s ``start``/``is_alive``/``join``/``terminate``/``kill`` for one actor."""
 
     pid: int | None = None  # not a process of this machine
+    exitcode: int | None = None  # once the worker function has returned
 
     def __init__(self, ray: Any, host: Any, target: Callable[..., Any], args: tuple[Any, ...], name: str) -> None:
         self._ray = ray
@@ -299,6 +305,10 @@ class RayProcess:
             return
         ready, _ = self._ray.wait([self._done], timeout=timeout)
         if ready:
+            try:
+                self.exitcode = int(self._ray.get(self._done))
+            except self._ray.exceptions.RayError:
+                self.exitcode = 1
             # The worker has returned: give its CPU back to the cluster.
             self.terminate()
 

@@ -14,9 +14,10 @@ and reported in the result's ``device_state``, as a phone reports its own.
 
 With the ``batched`` runtime (``mjfl.jobs.batched``), the tasks handed to the
 fleet in one turn of the event loop (a round's devices, of every job that
-plans then) are gathered by ``TaskBatcher`` and each job's trained together,
-in one worker, as one batched computation; each device still gets its own
-result, round time and failures.
+plans then) are gathered by the micro-batcher (``devices/microbatch.py``, on
+the virtual clock's ``run_blocking``) and each job's trained together, in one
+worker, as one batched computation; each device still gets its own result,
+round time and failures.
 
 A stand-in device (``SimulatedDevice.stand_in``, the config's
 ``fleet.stand_ins``: that share of the fleet, its fastest devices) takes its
@@ -32,8 +33,8 @@ the same virtual times and the same models whatever the number of workers.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -48,6 +49,7 @@ import numpy as np
 
 from mjfl import logs
 from mjfl.android_bridge.devices.device_model import DeviceModel, TrainerCache, modelled_energy
+from mjfl.android_bridge.devices.microbatch import MicroBatcher
 from mjfl.android_bridge.devices.ray_cluster import RayOptions, TrainingPool, cluster_gpus, connect
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.engine.clock import Clock, VirtualClock, run_virtual
@@ -110,7 +112,11 @@ class SimulatedFleet:
         self._keep_program = keep_program
         self._programs: dict[JobId, tuple[Callable[[], bytes], str]] = {}
         self._program_dir = tempfile.TemporaryDirectory(prefix="mjfl-programs-")
-        self._batcher = TaskBatcher(clock, self._executor) if runtime == "batched" else None
+        self._batcher: MicroBatcher[ModelSpec, BatchedTask, Trained] | None = None
+        if runtime == "batched":
+            self._batcher = MicroBatcher(
+                train_batch_in_worker, functools.partial(clock.run_blocking, self._executor), name="batched runtime"
+            )
 
     def profiles(self) -> list[DeviceProfileView]:
         return [DeviceProfileView(d.device, d.a, d.mu) for d in self.devices.values()]
@@ -152,7 +158,7 @@ class SimulatedFleet:
                 device_state=modelled_energy(self.devices[device].power_w, fate.duration_s),
             )
         if self._batcher is not None:
-            trained = await self._batcher.train(
+            trained = await self._batcher.submit(
                 self._specs[task.job], BatchedTask(task.weights, x, y, task.training, task.seed)
             )
         else:
@@ -171,62 +177,6 @@ class SimulatedFleet:
         if self._own_executor:
             self._executor.shutdown(wait=True, cancel_futures=True)
         self._program_dir.cleanup()
-
-
-class TaskBatcher:
-    """The batched runtime's gatherer: the tasks handed over in one turn of the event loop, trained per job together.
-
-    ``train`` queues a task and waits for its result; the first task of a
-    turn schedules the flush for the loop's next turn, by which time every
-    device the engine started in this turn has queued its own. Each job's
-    tasks go to one worker (``train_batch_in_worker``) as one call. Virtual
-    time cannot pass in between: a flush is a ready callback, and the
-    training is the clock's blocking work.
-    """
-
-    def __init__(self, clock: Clock, executor: Executor) -> None:
-        self.clock = clock
-        self.executor = executor
-        self._pending: list[tuple[ModelSpec, BatchedTask, asyncio.Future[Trained]]] = []
-        self._running: set[asyncio.Task[None]] = set()
-
-    async def train(self, spec: ModelSpec, task: BatchedTask) -> Trained:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Trained] = loop.create_future()
-        if not self._pending:
-            loop.call_soon(self._flush)
-        self._pending.append((spec, task, future))
-        return await future
-
-    def _flush(self) -> None:
-        by_spec: dict[ModelSpec, list[tuple[BatchedTask, asyncio.Future[Trained]]]] = {}
-        for spec, task, future in self._pending:
-            if not future.done():  # a device no longer waited for (cancelled) is not trained
-                by_spec.setdefault(spec, []).append((task, future))
-        self._pending = []
-        for spec, items in by_spec.items():
-            running = asyncio.ensure_future(self._train(spec, items))
-            self._running.add(running)
-            running.add_done_callback(self._running.discard)
-
-    async def _train(self, spec: ModelSpec, items: Sequence[tuple[BatchedTask, asyncio.Future[Trained]]]) -> None:
-        log.info("batched runtime: %d devices of a %s job trained together", len(items), spec.name)
-        try:
-            results = await self.clock.run_blocking(
-                self.executor, train_batch_in_worker, spec, [task for task, _ in items]
-            )
-        except asyncio.CancelledError:  # the run is ending: so are its devices' waits
-            for _, future in items:
-                future.cancel()
-            raise
-        except Exception as exc:  # noqa: BLE001 - every waiting device fails as its own training would
-            for _, future in items:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        for (_, future), result in zip(items, results, strict=True):
-            if not future.done():
-                future.set_result(result)
 
 
 class SimulatedDevices:

@@ -25,7 +25,11 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from mjfl.android_bridge.devices.emulator import default_id_prefix, run_emulated_fleet
+from mjfl.android_bridge.devices.emulator.fleet import (
+    counted,
+    default_id_prefix,
+    run_emulated_fleet,
+)
 from mjfl.android_bridge.devices.ray_cluster import (
     RayOptions,
     connect,
@@ -168,12 +172,12 @@ class RemoteDevices:
                         d: dataclasses.replace(p, device_id=d)  # type: ignore[type-var]
                         for d, p in emulated.impersonated.items()
                     }
-                    where = " on Ray" if self.ray is not None else ""
-                    console.print(f"started {self.emulate} emulated devices ({config.fleet.runtime}){where} for {server.url}")
+                    workers_are = ("Ray actor", "Ray actors") if self.ray is not None else ("process", "processes")
+                    console.print(f"started {emulated.describe(*workers_are)} ({config.fleet.runtime}) for {server.url}")
                 await self._wait(server, console)
                 connected = registry.connected()
                 devices = self.only or sorted(connected)
-                console.print(f"{len(connected)} devices connected to {server.url}")
+                console.print(f"{counted(len(connected), 'device')} connected to {server.url}")
                 yield ReadyFleet(
                     remote, RealClock(), list(devices),
                     # Phones that drop out may come back.

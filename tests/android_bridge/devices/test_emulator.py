@@ -21,15 +21,13 @@ from repository import ROOT
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.android_bridge.devices.emulator import (
-    Backoff,
-    EmulatedDevice,
-    devices_running,
-    run_emulated_fleet,
-)
+from mjfl.android_bridge.devices.emulator.backoff import Backoff
+from mjfl.android_bridge.devices.emulator.device import EmulatedDevice, devices_running
+from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
 from mjfl.android_bridge.protocol import Shard
 from mjfl.bench.echo import EchoTrainer, echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
+from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -307,26 +305,52 @@ async def _outcome(coro):
         return failure
 
 
+@contextlib.asynccontextmanager
+async def emulate_command(url, count, id_prefix):
+    """`mjfl devices emulate` for ``url`` in a process of its own (killed if still running after the block)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mjfl.cli", "devices", "emulate", "--url", url, "--count", str(count),
+        "--runtime", "torch", "--workers", "1", "--id-prefix", id_prefix,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
 @pytest.mark.timeout(120)
 async def test_the_device_emulate_command_runs_devices_until_ctrl_c():
-    async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
-        command = [
-            sys.executable, "-m", "mjfl.cli", "devices", "emulate", "--url", server.url, "--count", "3",
-            "--runtime", "torch", "--workers", "1", "--id-prefix", "cli",
-        ]
-        process = await asyncio.create_subprocess_exec(
-            *command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=os.environ | {"PYTHONUNBUFFERED": "1"}
-        )
-        try:
-            await server.registry.wait_for_devices(3, timeout=60)
-            assert sorted(server.registry.connected()) == ["cli-0", "cli-1", "cli-2"]
-            process.send_signal(signal.SIGINT)
-            async with asyncio.timeout(20):
-                output = (await process.communicate())[0].decode()
-        finally:
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+    async with (
+        CoordinatorServer("127.0.0.1", 0, settings=FAST) as server,
+        emulate_command(server.url, 3, "cli") as process,
+    ):
+        await server.registry.wait_for_devices(3, timeout=60)
+        assert sorted(server.registry.connected()) == ["cli-0", "cli-1", "cli-2"]
+        process.send_signal(signal.SIGINT)
+        async with asyncio.timeout(20):
+            output = (await process.communicate())[0].decode()
         assert process.returncode == 0, output
         await until(lambda: not server.registry.connected())
-    assert "3 emulated devices" in output
+    assert "3 emulated devices in 1 process (cli-0, cli-1, cli-2)" in output
+
+
+@pytest.mark.timeout(120)
+async def test_devices_the_coordinator_refuses_end_the_emulate_command_with_an_error(tmp_path):
+    """Like the JVM client (exit 3, refused), the command does not exit 0 when its devices were refused."""
+    keys = KeyStore(tmp_path / "devices.db", create=True)
+    keys.enroll("lab-0")  # from now on the coordinator admits enrolled devices only
+    async with (
+        CoordinatorServer("127.0.0.1", 0, settings=dataclasses.replace(FAST, keys=keys.path)) as server,
+        emulate_command(server.url, 1, "stranger") as process,
+    ):
+        async with asyncio.timeout(60):
+            output = (await process.communicate())[0].decode()
+        assert not server.registry.connected()
+    assert "1 emulated device in 1 process (stranger-0)" in output
+    assert "stranger-0: coordinator said bye unauthorized (credentials refused)" in output
+    last = output.strip().splitlines()[-1]
+    assert process.returncode == 1, output
+    assert last.startswith(f"error: {server.url} refused the emulated devices") and "--key-file" in last, output

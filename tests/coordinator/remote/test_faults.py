@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from loopback import FAST, SPEC, WEIGHTS, artifacts, device, fleet_of
 
-from mjfl.android_bridge.devices.emulator import Backoff, devices_running
+from mjfl.android_bridge.devices.emulator.backoff import Backoff
+from mjfl.android_bridge.devices.emulator.device import devices_running
 from mjfl.bench.echo import echo_trainer
 from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig

@@ -32,7 +32,7 @@ from loopback import (
 )
 from websockets.asyncio.client import connect
 
-from mjfl.android_bridge.devices.emulator import devices_running
+from mjfl.android_bridge.devices.emulator.device import devices_running
 from mjfl.android_bridge.protocol import Result, Timing, encode, split_message
 from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig

@@ -18,9 +18,7 @@ from loopback import (
     task,
 )
 
-from mjfl.android_bridge.devices.emulator import (
-    devices_running,
-)
+from mjfl.android_bridge.devices.emulator.device import devices_running
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.errors import DeviceFailure, RunError

@@ -18,7 +18,7 @@ from loopback import fleet_of
 from processes import mjfl_args, query
 from websockets.asyncio.client import connect
 
-from mjfl.android_bridge.devices.emulator import EmulatedDevice, devices_running
+from mjfl.android_bridge.devices.emulator.device import EmulatedDevice, devices_running
 from mjfl.android_bridge.protocol import decode_text
 from mjfl.android_bridge.protocol.credentials import NONCE_HEADER, hello_proof, proof_message
 from mjfl.bench.echo import echo_trainer

@@ -374,7 +374,7 @@ def run_faults_bench(
 
     def scenario(name: str, run: Callable[[], Figures]) -> None:
         nonlocal unhandled
-        with console.status(f"fault scenario {name} ..."):
+        with output.step(console, f"fault scenario {name} ..."):
             try:
                 scenarios[name] = run()
             except Exception as exc:  # noqa: BLE001 - a scenario that crashed is a finding, counted

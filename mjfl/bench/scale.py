@@ -77,7 +77,7 @@ def run_scale_bench(
             else:
                 workers = os.cpu_count() or 1
             for n in fleet_sizes:
-                with console.status(f"{backend}: {n} emulated devices, {rounds} rounds ..."):
+                with output.step(console, f"{backend}: {n} emulated devices, {rounds} rounds ..."):
                     context = RayContext() if backend == "ray" else None
                     figures = asyncio.run(_measure(n, rounds, workers, context))
                 rows.append({"backend": backend, "devices": n, "workers": min(n, workers), **figures})

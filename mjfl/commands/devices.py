@@ -119,8 +119,8 @@ def _what_enrolment_does(store: KeyStore) -> str:
     else:
         runs = f"a run whose testbed.keys (or --keys) is {store.path} uses this key store"
     return (
-        f"[yellow]note:[/] {runs} and admits only its {store.enrolled()} enrolled devices (and the devices the run"
-        " starts itself, --emulate and --phones); admit another device by enrolling it too, by the lab's shared"
+        f"[yellow]note:[/] {runs} and admits only the devices enrolled in it ({store.enrolled()} now) and those the"
+        " run starts itself (--emulate, --phones); admit another device by enrolling it too, by the lab's shared"
         f" token (testbed.token), or every device again by removing {store.path} (docs/security.md)"
     )
 

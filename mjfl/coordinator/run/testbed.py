@@ -279,7 +279,7 @@ def admission(server: CoordinatorServer) -> str:
     """Whom a coordinator that checks credentials admits: the enrolled devices (how many, where), the token."""
     admitted = []
     if server.keys is not None:
-        admitted.append(f"the {server.keys.enrolled()} devices enrolled in {server.keys.path} (mjfl devices keys)")
+        admitted.append(f"the devices enrolled in {server.keys.path} ({server.keys.enrolled()}; mjfl devices keys)")
     if server.settings.token is not None:
         admitted.append("devices with the shared token (testbed.token)")
     return (

@@ -474,7 +474,7 @@ def export_program(
     export(model, out, input_shape=shape, classes=classes, max_batch=max_batch, console=console)
 
 
-RayOption = Annotated[bool, typer.Option("--ray", help="Train on a Ray cluster (docs/scale.md); needs pip install 'mjfl[ray]'.")]
+RayOption = Annotated[bool, typer.Option("--ray", help="Train on a Ray cluster (docs/scale.md); needs pip install 'mjfl\\[ray]'.")]
 AddressOption = Annotated[str | None, typer.Option(help="With --ray: the cluster's address, HOST:PORT (default: a local Ray).")]
 
 

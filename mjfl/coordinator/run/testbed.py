@@ -272,7 +272,7 @@ class Arrivals:
         if self.console.is_terminal or not 0 < connected < needed or now - self._said_at < self.every_s:
             return
         self._said_at = now
-        self.console.print(f"{connected}/{needed} devices connected", highlight=False)
+        self.console.print(f"connected so far: {connected} of {needed} devices", highlight=False)
 
 
 def admission(server: CoordinatorServer) -> str:

@@ -289,22 +289,26 @@ def _coordinator_kills(folder: Path, kills: int, rounds: int, seed: int, timeout
     started, done, unhandled, restarts = time.monotonic(), 0, 0, 0
     outputs: list[str] = []
     proc = _start(config)
-    while True:
-        if done < kills:
-            # A random moment: after a random number of newly finished rounds, plus a random delay.
-            wanted = len(_rounds(db)) + int(rng.integers(1, 4))
-            while len(_rounds(db)) < wanted and proc.poll() is None and time.monotonic() - started < timeout_s:
-                time.sleep(0.2)
-            time.sleep(float(rng.uniform(0.0, 1.5)))
-            if proc.poll() is None:
-                _kill_group(proc)
-                outputs.append(proc.output.read_text())
-                done += 1
-                restarts += 1
-                proc = _start(config, "--resume")
-                continue
-        outputs.append(proc.finish(max(1.0, timeout_s - (time.monotonic() - started))))
-        break
+    try:
+        while True:
+            if done < kills:
+                # A random moment: after a random number of newly finished rounds, plus a random delay.
+                wanted = len(_rounds(db)) + int(rng.integers(1, 4))
+                while len(_rounds(db)) < wanted and proc.poll() is None and time.monotonic() - started < timeout_s:
+                    time.sleep(0.2)
+                time.sleep(float(rng.uniform(0.0, 1.5)))
+                if proc.poll() is None:
+                    _kill_group(proc)
+                    outputs.append(proc.output.read_text())
+                    done += 1
+                    restarts += 1
+                    proc = _start(config, "--resume")
+                    continue
+            outputs.append(proc.finish(max(1.0, timeout_s - (time.monotonic() - started))))
+            break
+    finally:  # interrupted (Ctrl-C, SIGTERM): the coordinator in its own session is not left running
+        if proc.poll() is None:
+            _kill_group(proc)
     unhandled = sum("Traceback" in text for text in outputs)
     figures = {
         "coordinator_kills": done,
@@ -324,12 +328,14 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
     if mounted.returncode != 0:
         return {"skipped": "cannot mount a tmpfs here (needs root)"}
     started = time.monotonic()
+    commands: list[_Command] = []
     try:
         out = disk / "run"
         config = folder / "full.toml"
         config.write_text(_CONFIG.format(out=out, rounds=rounds, seed=seed))
         db = database_path(out)
         proc = _start(config)
+        commands.append(proc)
         while len(_rounds(db)) < 2 and proc.poll() is None and time.monotonic() - started < timeout_s:
             time.sleep(0.2)
         before = _rounds(db)
@@ -342,6 +348,7 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
         kept = set(before) <= set(_rounds(db))
         (disk / "filler").unlink()
         resumed = _start(config, "--resume")
+        commands.append(resumed)
         text2 = resumed.finish(timeout_s)
         return {
             "exit_code": proc.returncode,
@@ -355,6 +362,9 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
             "seconds": round(time.monotonic() - started, 1),
         }
     finally:
+        for command in commands:  # interrupted: no coordinator left running in its own session
+            if command.poll() is None:
+                _kill_group(command)
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 

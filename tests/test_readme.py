@@ -104,9 +104,11 @@ def words(line: str) -> list[str]:
 
 
 def way(line: str) -> Way:
+    """How ``line`` runs here (the module docstring says why)."""
     argv = words(line)
     command = " ".join(argv[:2])
     if argv[:1] == ["bench"] and command not in PARSES:
+        assert argv[1] in SMALLER, f"a README benchmark this test does not size (SMALLER): {line}"
         return Way(smaller(line, SMALLER[argv[1]]), note="smaller sizes (SMALLER)")
     if command in PARSES:
         return Way(line, parse=PARSES[command])
@@ -118,6 +120,7 @@ def way(line: str) -> Way:
 
 
 def smaller(line: str, sizes: dict[str, str]) -> str:
+    """``line`` with each flag of ``sizes`` given its value: the README's replaced, or added."""
     argv = shlex.split(line)
     for flag, value in sizes.items():
         if flag in argv:

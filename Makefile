@@ -71,7 +71,7 @@ demo: $(STAMP)
 
 bench: $(STAMP) browser-setup
 	mkdir -p runs/bench
-	$(BIN)/mjfl bench schedulers --devices 100 1000 --jobs 3 --rounds 30 --json runs/bench/schedulers.json
+	$(BIN)/mjfl bench schedulers --fleet-sizes 100,1000 --jobs 3 --rounds 30 --json runs/bench/schedulers.json
 	$(BIN)/mjfl bench trainers --json runs/bench/trainers.json
 	$(BIN)/mjfl bench coordinator --json runs/bench/coordinator.json
 	$(BIN)/mjfl bench dashboard --json runs/bench/dashboard.json

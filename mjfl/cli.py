@@ -1,13 +1,20 @@
 """The `mjfl` command line: parses, calls a command (``mjfl.commands``), prints.
 
 Heavy imports (torch, executorch) happen inside the commands, so `mjfl --help`
-stays fast.
+stays fast. How options are spelled (one comma-separated value for a list,
+earlier spellings refused with the new one) is ``mjfl.cli_syntax``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import multiprocessing
+import os
+import signal
 import sys
+import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,6 +22,7 @@ import typer
 from rich.console import Console
 
 from mjfl import logs
+from mjfl.cli_syntax import DefaultRun, Typer, comma_list
 from mjfl.errors import MjflError, UserError
 
 if TYPE_CHECKING:
@@ -23,21 +31,19 @@ if TYPE_CHECKING:
     from mjfl.coordinator.config import RunConfig
     from mjfl.coordinator.run.driver import Output
 
-app = typer.Typer(
-    name="mjfl",
-    help="A testbed for multi-job federated learning on real and emulated phones.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-)
-bench_app = typer.Typer(
-    help="Benchmarks that print a table and write JSON figures (the code: mjfl/bench).", no_args_is_help=True
-)
+app = Typer(name="mjfl", no_args_is_help=True, pretty_exceptions_enable=False)
+bench_app = Typer(help="Benchmarks that print a table and write JSON figures (the code: mjfl/bench).", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
-device_app = typer.Typer(help="Devices: attached phones (over adb) and emulated ones.", no_args_is_help=True)
+device_app = Typer(help="Devices: attached phones (over adb) and emulated ones.", no_args_is_help=True)
 app.add_typer(device_app, name="devices")
 app.add_typer(device_app, name="device", hidden=True)  # its old name
-certs_app = typer.Typer(help="TLS certificates for the coordinator's wss://.", no_args_is_help=True)
+certs_app = Typer(help="TLS certificates for the coordinator's wss://.", no_args_is_help=True)
 app.add_typer(certs_app, name="certs")
+profile_app = Typer(cls=DefaultRun, help="""Profile devices: fit each one's round-time model, show a profile file.
+
+`mjfl profile [CONFIG] [OPTIONS]` is short for `mjfl profile run [CONFIG] [OPTIONS]`.
+""")
+app.add_typer(profile_app, name="profile")
 
 # Logs and CI are not terminals: rich would squeeze tables into 80 columns.
 console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
@@ -48,7 +54,11 @@ _verbose = False
 def _options(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Show every log line (third-party ones too) on the terminal.")] = False,
 ) -> None:
-    """A testbed for multi-job federated learning on real and emulated phones."""
+    """A testbed for multi-job federated learning on real and emulated phones.
+
+    An option that takes several values takes them as one comma-separated
+    list: --fleet-sizes 100,1000, --models lenet5,vgg6.
+    """
     global _verbose
     _verbose = verbose
     logs.setup(verbose=verbose)
@@ -84,7 +94,7 @@ DashboardHostOption = Annotated[
 @app.command()
 def simulate(
     config: Annotated[Path, typer.Argument(help="Run configuration (TOML).", exists=False)],
-    methods: Annotated[str, typer.Option(help="Comma-separated scheduling methods to compare.")] = "meta-greedy,random",
+    methods: Annotated[str, typer.Option(metavar="METHOD,...", help="Scheduling methods to compare.")] = "meta-greedy,random",
     out: Annotated[Path | None, typer.Option(help="Output directory (default: the config's out_dir).")] = None,
     seed: Annotated[int | None, typer.Option(help="Override the config's seed.")] = None,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
@@ -95,7 +105,7 @@ def simulate(
     from mjfl.commands.simulate import simulate as run_simulation
 
     run_config = _config(config, out=out, seed=seed)
-    method_list = [m.strip() for m in methods.split(",") if m.strip()]
+    method_list = comma_list("--methods", methods)
     run_simulation(run_config, method_list, _output(run_config.out_dir, live), ray=_ray(ray, address))
 
 
@@ -133,15 +143,16 @@ def study(
     out: Annotated[Path, typer.Option(help="Where the runs go: OUT/<variant>/seed-<s>.")] = Path("runs/study"),
     seeds: Annotated[int | None, typer.Option(help="Run N seeds (default: the study file's count).")] = None,
     first_seed: Annotated[int, typer.Option(help="The first seed: seeds S..S+N-1 (held-out seeds for settings chosen on 0..N-1).")] = 0,
-    methods: Annotated[str | None, typer.Option(help="Only these of the study's methods, comma-separated (the ratio keeps those run).")] = None,
+    methods: Annotated[str | None, typer.Option(metavar="METHOD,...", help="Only these of the study's methods (the ratio keeps those run).")] = None,
 ) -> None:
     """A grid of simulations (variants x seeds x methods) that ends with the report of each variant."""
     from mjfl.commands.study import study as run_study
 
-    run_study(study_file, out, seeds=seeds, first_seed=first_seed, methods=methods, console=console)
+    only = None if methods is None else comma_list("--methods", methods)
+    run_study(study_file, out, seeds=seeds, first_seed=first_seed, methods=only, console=console)
 
 
-testbed_app = typer.Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)
+testbed_app = Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)
 app.add_typer(testbed_app, name="testbed")
 
 
@@ -183,14 +194,14 @@ def testbed_run(
         raise SystemExit(130) from None
 
 
-@app.command("profile")
-def profile(
+@profile_app.command("run")
+def profile_run(
     config: Annotated[Path | None, typer.Argument(help="Run configuration whose jobs calibrate the devices (default: LeNet-5 on digits).")] = None,
     emulate: Annotated[int, typer.Option(help="Profile N local emulated devices (impersonating the config's fleet).")] = 0,
     phones: Annotated[bool, typer.Option("--phones", help="Profile the phones attached over adb (the app started on each).")] = False,
     adb: AdbOption = None,
     apk: Annotated[Path | None, typer.Option(help="With --phones: install this app on them first.")] = None,
-    devices: Annotated[list[str] | None, typer.Option(help="Only these device ids (space-separated; put CONFIG first).")] = None,
+    device_ids: Annotated[str | None, typer.Option(metavar="ID,...", help="Only these devices, by id.")] = None,
     rounds: Annotated[int, typer.Option(help="Calibration tasks per device and job.")] = 10,
     out: Annotated[Path | None, typer.Option(help="Output directory (default: <out_dir>/profile).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port (default: the config's testbed.port).")] = None,
@@ -198,11 +209,9 @@ def profile(
     dashboard_port: DashboardPortOption = 8780,
     dashboard_host: DashboardHostOption = "127.0.0.1",
 ) -> None:
-    """Run a profiling session: fit each device's Formula 4 round-time model (a, mu).
-
-    `mjfl profile show [FILE]` prints a profile file and plots its CDFs.
-    """
-    from mjfl.commands.profile import default_config, profile_run
+    """Run a profiling session: fit each device's Formula 4 round-time model (a, mu)."""
+    from mjfl.commands.profile import default_config
+    from mjfl.commands.profile import profile_run as run_profile
 
     if emulate < 0:
         raise UserError("--emulate must be >= 0")
@@ -211,10 +220,11 @@ def profile(
     run_config = _config(config, out=out, port=port) if config is not None else _config(None, out=out, port=port, default=default_config(emulate))
     out_dir = out or run_config.out_dir / "profile"
     output = _output(out_dir, dashboard_port=dashboard_port if dashboard else None, dashboard_host=dashboard_host)
-    profile_run(run_config, output, emulate=emulate, devices=devices or [], rounds=rounds, phones=phone_options)
+    only = comma_list("--device-ids", device_ids or "")
+    run_profile(run_config, output, emulate=emulate, devices=only, rounds=rounds, phones=phone_options)
 
 
-@app.command("profile-show", hidden=True)
+@profile_app.command("show")
 def profile_show(
     file: Annotated[Path, typer.Argument(help="A profile file (profiles.json).")] = Path("runs/profile/profiles.json"),
     out: Annotated[Path | None, typer.Option(help="Where to write the CDF plots (default: next to FILE, in plots/).")] = None,
@@ -224,6 +234,12 @@ def profile_show(
 
     written = show(file, console=console, out_dir=out)
     console.print(f"wrote {len(written)} CDF plots to {written[0].parent if written else out}")
+
+
+@app.command("profile-show", hidden=True, context_settings={"ignore_unknown_options": True})
+def _profile_show_renamed(args: Annotated[list[str] | None, typer.Argument(hidden=True)] = None) -> None:
+    """`mjfl profile-show` of earlier versions."""
+    raise UserError("mjfl profile-show: now mjfl profile show [FILE]")
 
 
 def _config(
@@ -271,11 +287,11 @@ def _bench_log(json_path: Path | None) -> None:
 
 @bench_app.command("schedulers")
 def bench_schedulers(
-    devices: Annotated[list[int], typer.Option(help="Fleet sizes to measure (repeatable or space-separated).")] = [100, 1000],  # noqa: B006 - typer reads the default, never mutates it
+    fleet_sizes: Annotated[str, typer.Option(metavar="N,...", help="Fleet sizes to measure.")] = "100,1000",
     jobs: Annotated[int, typer.Option(help="Jobs planned concurrently.")] = 3,
     rounds: Annotated[int, typer.Option(help="Plan calls per job and method.")] = 30,
     fraction: Annotated[float, typer.Option(help="C_m: fraction of the fleet per plan.")] = 0.1,
-    methods: Annotated[str | None, typer.Option(help="Comma-separated methods (default: all).")] = None,
+    methods: Annotated[str | None, typer.Option(metavar="METHOD,...", help="Only these methods (default: all).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic fleet and schedulers.")] = 0,
     json_path: JsonOption = None,
 ) -> None:
@@ -283,9 +299,9 @@ def bench_schedulers(
     from mjfl.bench.schedulers import run_schedulers_bench
 
     _bench_log(json_path)
-    method_list = methods.split(",") if methods else None
+    method_list = comma_list("--methods", methods) if methods else None
     run_schedulers_bench(
-        devices=devices, jobs=jobs, rounds=rounds, fraction=fraction,
+        devices=comma_list("--fleet-sizes", fleet_sizes, int), jobs=jobs, rounds=rounds, fraction=fraction,
         methods=method_list, seed=seed, json_path=json_path, console=console,
     )
 
@@ -317,16 +333,18 @@ def bench_coordinator(
 @bench_app.command("scale")
 def bench_scale(
     json_path: JsonOption = None,
-    devices: Annotated[list[int], typer.Option(help="Emulated fleet sizes (repeatable or space-separated).")] = [20, 100, 500],  # noqa: B006 - typer reads the default, never mutates it
+    fleet_sizes: Annotated[str, typer.Option(metavar="N,...", help="Emulated fleet sizes.")] = "20,100,500",
     rounds: Annotated[int, typer.Option(help="Measured rounds per size (after a warm-up).")] = 3,
-    backends: Annotated[str, typer.Option(help="Comma-separated: local (processes), ray (a local Ray).")] = "local,ray",
+    backends: Annotated[str, typer.Option(metavar="NAME,...", help="local (processes), ray (a local Ray).")] = "local,ray",
 ) -> None:
     """Device-trainings per second and coordinator CPU per training, local pool vs Ray, 20-500 devices."""
     from mjfl.bench.scale import run_scale_bench
 
     _bench_log(json_path)
-    backend_list = [b.strip() for b in backends.split(",") if b.strip()]
-    run_scale_bench(devices=devices, rounds=rounds, backends=backend_list, json_path=json_path, console=console)
+    run_scale_bench(
+        fleet_sizes=comma_list("--fleet-sizes", fleet_sizes, int), rounds=rounds,
+        backends=comma_list("--backends", backends), json_path=json_path, console=console,
+    )
 
 
 @bench_app.command("fuzz")
@@ -368,43 +386,31 @@ def bench_faults(
 @bench_app.command("trainers")
 def bench_trainers(
     json_path: JsonOption = None,
-    models: Annotated[str | None, typer.Option(help="Comma-separated zoo models (default: all).")] = None,
+    models: Annotated[str | None, typer.Option(metavar="MODEL,...", help="Only these zoo models (default: all).")] = None,
     steps: Annotated[int, typer.Option(help="Measured steps per model and runtime (after a warm-up).")] = 100,
     batch: Annotated[int, typer.Option(help="Batch size of a step.")] = 32,
-    devices: Annotated[str, typer.Option(help="Devices per batched step, comma-separated ('' skips device trainings).")] = "1,8,32,128",
+    devices_per_step: Annotated[str, typer.Option(metavar="K,...", help="Devices per batched step ('' skips device trainings).")] = "1,8,32,128",
 ) -> None:
     """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per zoo model; device trainings per second."""
     from mjfl.bench.trainers import run_trainers_bench
 
     _bench_log(json_path)
-    model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
     run_trainers_bench(
-        models=model_list, steps=steps, batch=batch, json_path=json_path, console=console,
-        devices=_devices_per_step(devices, empty=True),
+        models=comma_list("--models", models) if models else None, steps=steps, batch=batch, json_path=json_path,
+        console=console, devices_per_step=comma_list("--devices-per-step", devices_per_step, int),
     )
-
-
-def _devices_per_step(text: str, *, empty: bool) -> tuple[int, ...]:
-    """A batched bench's ``--devices``: comma-separated whole numbers >= 1 (none at all only where ``empty``)."""
-    try:
-        counts = tuple(int(k) for k in text.split(",") if k.strip())
-    except ValueError:
-        raise UserError(f"--devices {text!r}: give whole numbers, e.g. 1,8,32,128") from None
-    if (not counts and not empty) or any(k < 1 for k in counts):
-        raise UserError(f"--devices {text!r}: {'' if empty else 'one or more, '}each >= 1")
-    return counts
 
 
 @bench_app.command("programs")
 def bench_programs(
     json_path: JsonOption = None,
-    models: Annotated[str | None, typer.Option(help="Comma-separated zoo models (default: all).")] = None,
+    models: Annotated[str | None, typer.Option(metavar="MODEL,...", help="Only these zoo models (default: all).")] = None,
 ) -> None:
     """Program size and planned memory of each zoo model at the paper's jobs (exports on first use)."""
     from mjfl.bench.programs import run_programs_bench
 
     _bench_log(json_path)
-    model_list = [m.strip() for m in models.split(",") if m.strip()] if models else None
+    model_list = comma_list("--models", models) if models else None
     run_programs_bench(models=model_list, json_path=json_path, console=console)
 
 
@@ -432,21 +438,24 @@ def bench_gpu(
     out: Annotated[Path, typer.Option(help="Where its data and simulation go.")] = Path("runs/bench/gpu"),
     scale: Annotated[float, typer.Option(help="The data sets' size, as a fraction of the paper's (1: full size).")] = 1.0,
     rounds: Annotated[int, typer.Option(help="Rounds per job of the simulation.")] = 20,
-    devices: Annotated[str, typer.Option(help="Devices per batched step, comma-separated.")] = "1,8,32,128",
+    devices_per_step: Annotated[str, typer.Option(metavar="K,...", help="Devices per batched step.")] = "1,8,32,128",
+    cpu: Annotated[bool, typer.Option("--cpu", help="Without a GPU, run on this CPU anyway (hours at --scale 1).")] = False,
 ) -> None:
     """On a GPU machine: the batched runtime's device trainings per second and a paper-sized simulation (JSON)."""
     from mjfl.bench.gpu import run_gpu_bench
 
     _bench_log(json_path)
-    devices_per_step = _devices_per_step(devices, empty=False)
-    run_gpu_bench(out, scale=scale, rounds=rounds, devices=devices_per_step, json_path=json_path, console=console)
+    run_gpu_bench(
+        out, scale=scale, rounds=rounds, devices_per_step=comma_list("--devices-per-step", devices_per_step, int),
+        cpu=cpu, json_path=json_path, console=console,
+    )
 
 
 @app.command("export")
 def export_program(
     model: Annotated[str, typer.Argument(help="Zoo model: lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet.")],
     out: Annotated[Path, typer.Option(help="Where to write the .pte.")],
-    input_shape: Annotated[str, typer.Option(help="C,H,W of one input, e.g. 1,28,28.")] = "1,28,28",
+    input_shape: Annotated[str, typer.Option(metavar="C,H,W", help="The shape of one input.")] = "1,28,28",
     classes: Annotated[int, typer.Option(help="Number of classes.")] = 10,
     max_batch: Annotated[int, typer.Option(
         help="Largest batch the program accepts (its batch is dynamic): give the job's batch_size. The runtime"
@@ -461,10 +470,11 @@ def export_program(
     """
     from mjfl.commands.export import export_program as export
 
-    export(model, out, input_shape=input_shape, classes=classes, max_batch=max_batch, console=console)
+    shape = tuple(comma_list("--input-shape", input_shape, int))
+    export(model, out, input_shape=shape, classes=classes, max_batch=max_batch, console=console)
 
 
-RayOption = Annotated[bool, typer.Option("--ray", help="Train on a Ray cluster (docs/scale.md); needs pip install 'mjfl[ray]'.")]
+RayOption = Annotated[bool, typer.Option("--ray", help="Train on a Ray cluster (docs/scale.md); needs pip install 'mjfl\\[ray]'.")]
 AddressOption = Annotated[str | None, typer.Option(help="With --ray: the cluster's address, HOST:PORT (default: a local Ray).")]
 
 
@@ -512,7 +522,7 @@ def devices_prepare(
 def devices_check(
     apk: Annotated[Path | None, typer.Option(help="Install this app where it is missing or another build (default: the local build, when there is one).")] = None,
     adb: AdbOption = None,
-    models: Annotated[list[str] | None, typer.Option(help="Only these zoo models (space-separated; default: all seven).")] = None,
+    models: Annotated[str | None, typer.Option(metavar="MODEL,...", help="Only these zoo models (default: all seven).")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds a phone's self-test may say nothing before the phone is given up.")] = 300.0,
 ) -> None:
     """The first-day check: each phone trains every zoo model on golden data, compared with the Python runtime."""
@@ -522,18 +532,19 @@ def devices_check(
 
     if not timeout > 0:
         raise UserError(f"--timeout {timeout}: must be > 0 seconds")
-    check_phones(PhoneOptions(adb=adb, apk=apk), models=models, waits=Waits(quiet_s=timeout), console=console)
+    only = comma_list("--models", models) if models else None
+    check_phones(PhoneOptions(adb=adb, apk=apk), models=only, waits=Waits(quiet_s=timeout), console=console)
 
 
 @device_app.command("golden")
 def devices_golden(
     out: Annotated[Path, typer.Argument(help="Folder to write the set to (replaced), e.g. android/app/src/androidTest/assets/golden.")],
-    models: Annotated[list[str] | None, typer.Option(help="Only these zoo models (space-separated; default: all seven).")] = None,
+    models: Annotated[str | None, typer.Option(metavar="MODEL,...", help="Only these zoo models (default: all seven).")] = None,
 ) -> None:
     """Write the first-day check's golden set (what the app's instrumented test trains)."""
     from mjfl.commands.device_check import write_golden
 
-    write_golden(out, models=models, console=console)
+    write_golden(out, models=comma_list("--models", models) if models else None, console=console)
 
 
 @device_app.command("emulate")
@@ -598,55 +609,64 @@ def devices_keys(keys: KeysOption = None) -> None:
 @certs_app.command("create")
 def certs_create(
     out_dir: Annotated[Path, typer.Argument(help="Folder for ca.pem, ca.key, server.pem, server.key (files must not exist).")],
-    host: Annotated[list[str], typer.Option(help="A DNS name of the coordinator (repeatable).")] = [],  # noqa: B006 - typer reads the default, never mutates it
-    ip: Annotated[list[str], typer.Option(help="An IP address of the coordinator (repeatable).")] = [],  # noqa: B006
+    dns_names: Annotated[str, typer.Option(metavar="NAME,...", help="The coordinator's DNS names.")] = "",
+    ip_addresses: Annotated[str, typer.Option(metavar="ADDR,...", help="The coordinator's IP addresses.")] = "",
     days: Annotated[int, typer.Option(help="Validity of both certificates.")] = 825,
 ) -> None:
-    """A local CA and a server certificate for HOSTs/IPs (always also localhost, 127.0.0.1, ::1)."""
+    """A local CA and a server certificate for these names and addresses (always also localhost, 127.0.0.1, ::1)."""
     from mjfl.commands.certs import create
 
-    create(out_dir, host, ip, days=days, console=console)
-
-
-# Options that take several values after one flag (`--devices 100 1000`, `--models lenet5 vgg6`);
-# click wants the flag repeated, so main() spells it out.
-MULTI_VALUE_OPTIONS = frozenset({"--devices", "--models"})
-
-
-def expand_multi_value_options(argv: list[str]) -> list[str]:
-    """Rewrite ``--devices 100 1000`` as ``--devices 100 --devices 1000``."""
-    out: list[str] = []
-    current: str | None = None
-    for token in argv:
-        if token in MULTI_VALUE_OPTIONS:
-            current = token
-            out.append(token)
-            continue
-        if token.startswith("-"):
-            current = None
-        elif current is not None and out[-1] != current:
-            out.append(current)
-        out.append(token)
-    return out
-
-
-def normalise_argv(argv: list[str]) -> list[str]:
-    """``profile show`` is the hidden command ``profile-show`` (``profile`` takes an optional CONFIG)."""
-    if len(argv) >= 2 and argv[0] == "profile" and argv[1] == "show":
-        argv = ["profile-show", *argv[2:]]
-    return expand_multi_value_options(argv)
+    names, addresses = comma_list("--dns-names", dns_names), comma_list("--ip-addresses", ip_addresses)
+    create(out_dir, names, addresses, days=days, console=console)
 
 
 def main() -> None:
-    """Console-script entry point: the user's errors (exit 2) and a run's end (exit 1) print one line."""
+    """Console-script entry point: the user's errors (exit 2) and a run's end (exit 1) print one line.
+
+    SIGTERM stops a command as Ctrl-C does, and no worker process outlives it.
+    """
+    earlier = signal.signal(signal.SIGTERM, _as_ctrl_c)
+    children = set(multiprocessing.active_children())
     try:
-        app(args=normalise_argv(sys.argv[1:]))
+        app(args=sys.argv[1:])
     except (MjflError, ExceptionGroup) as exc:
         error = _ours(exc)
         if error is None:
             raise
         console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
         raise SystemExit(2 if isinstance(error, UserError) else 1) from None
+    finally:
+        _end_children(set(multiprocessing.active_children()) - children)
+        signal.signal(signal.SIGTERM, earlier)
+
+
+def _as_ctrl_c(signum: int, frame: object) -> None:
+    """SIGTERM: what Ctrl-C does, which reaches this process and its worker processes (its process group).
+
+    The workers hear SIGINT (emulator workers ignore it and stop when told,
+    pool workers abandon their task); this process gets SIGINT where it has
+    a handler (asyncio's cancels the run, which then cleans up), else a
+    KeyboardInterrupt.
+    """
+    for child in multiprocessing.active_children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGINT)  # type: ignore[arg-type]
+    if signal.getsignal(signal.SIGINT) in (signal.SIG_IGN, signal.SIG_DFL, None):
+        raise KeyboardInterrupt
+    signal.raise_signal(signal.SIGINT)
+
+
+def _end_children(children: Collection[multiprocessing.process.BaseProcess], grace_s: float = 5.0) -> None:
+    """Terminate ``children``, worker processes still running when a command ends (their owner did not stop
+    them), then kill those that are still there after ``grace_s``."""
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + grace_s
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()
+            child.join(1.0)
 
 
 def _ours(exc: BaseException) -> MjflError | None:

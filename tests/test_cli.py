@@ -1,5 +1,6 @@
 """The set-up path as a new user walks it: a real `mjfl` process, one clear line per mistake."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -72,3 +73,121 @@ def test_no_device_in_time_ends_the_run_with_one_line(config: Path, tmp_path: Pa
     assert "Traceback" not in result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert "only 0 of 2 devices connected within 5 s" in line and "--emulate N" in line
+
+
+def test_a_waiting_coordinator_says_where_devices_connect_and_how_many_it_waits_for(config: Path, tmp_path: Path) -> None:
+    result = mjfl("testbed", "run", str(config), "--host", "0.0.0.0", "--no-live", "--no-dashboard", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("waiting")]
+    port = line.split("ws://127.0.0.1:")[1].split(",")[0]
+    # Listening on every address, it names this machine's address for devices elsewhere too.
+    assert line.startswith("waiting up to 5 s for 2 devices: devices on this machine connect to ws://127.0.0.1:")
+    assert f":{port} (this machine's address on its network" in line and line.count("ws://") == 2, line
+
+
+def test_enrolment_says_that_runs_now_admit_only_enrolled_devices_and_the_run_says_so(
+    config: Path, tmp_path: Path
+) -> None:
+    enrolled = mjfl("devices", "enroll", "pixel-7", cwd=tmp_path)  # the user's key store (conftest: a fresh one)
+    assert enrolled.returncode == 0, enrolled.stderr
+    assert (
+        "from now on, every mjfl testbed run and mjfl profile of this user uses this key store and admits only"
+        " the devices enrolled in it (1 now)" in " ".join(enrolled.stderr.split())
+    ), enrolled.stderr
+    result = mjfl("testbed", "run", str(config), "--no-live", "--no-dashboard", cwd=tmp_path)
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("admitting only")]
+    store = Path(os.environ["XDG_CONFIG_HOME"]) / "mjfl" / "devices.db"
+    assert line.startswith(f"admitting only the devices enrolled in {store} (1; mjfl devices keys)"), line
+    # A store of its own (--keys) decides only for the runs that name it.
+    other = mjfl("devices", "enroll", "pixel-8", "--keys", str(tmp_path / "lab.db"), cwd=tmp_path)
+    assert f"a run whose testbed.keys (or --keys) is {tmp_path / 'lab.db'} uses this key store" in other.stderr
+
+
+# -- the command line's syntax: one meaning and one spelling per flag ------------------------
+
+
+def parse_error(*args: str) -> str:
+    """The one-line error of a command line that mjfl refuses before running anything."""
+    from typer.testing import CliRunner
+
+    from mjfl.cli import app
+    from mjfl.errors import UserError
+
+    result = CliRunner().invoke(app, list(args))
+    assert isinstance(result.exception, UserError), (args, result.output)
+    return str(result.exception)
+
+
+@pytest.mark.parametrize(("args", "new"), [
+    (["bench", "schedulers", "--devices", "100", "1000"], "--fleet-sizes 100,1000"),
+    (["bench", "scale", "--devices=20"], "--fleet-sizes 20,100,500"),
+    (["bench", "trainers", "--devices", "1,8"], "--devices-per-step"),
+    (["bench", "gpu", "--devices", "8"], "--devices-per-step"),
+    (["profile", "--devices", "a", "b", "run.toml"], "--device-ids"),
+    (["profile", "run.toml", "--devices", "a"], "--device-ids"),
+    (["certs", "create", "out", "--host", "lab.example"], "--dns-names"),
+    (["certs", "create", "out", "--ip", "10.0.0.5", "--ip", "10.0.0.6"], "--ip-addresses"),
+    (["profile-show", "runs/profile/profiles.json"], "mjfl profile show"),
+])
+def test_an_old_spelling_is_refused_with_the_new_one(args: list[str], new: str) -> None:
+    assert f" now {new}" in parse_error(*args)
+
+
+@pytest.mark.parametrize("args", [
+    ["devices", "check", "--models", "lenet5", "vgg6"],
+    ["devices", "golden", "out", "--models", "lenet5", "vgg6"],
+    ["bench", "schedulers", "--fleet-sizes", "100", "1000"],
+    ["simulate", "run.toml", "--methods", "random", "fedcs"],
+])
+def test_a_list_given_with_spaces_names_the_option_and_its_comma_list(args: list[str]) -> None:
+    flag = args[args.index("--models" if "--models" in args else "--fleet-sizes" if "--fleet-sizes" in args else "--methods")]
+    error = parse_error(*args)
+    assert error.startswith(f"{flag} takes one comma-separated list, e.g. {flag} ") and "left over" in error
+
+
+def test_a_list_given_twice_or_not_a_list_of_numbers_is_an_error_naming_it() -> None:
+    twice = parse_error("devices", "check", "--models", "lenet5", "--models", "vgg6")
+    assert twice.startswith("--models is given 2 times: give one comma-separated list")
+    assert parse_error("bench", "schedulers", "--fleet-sizes", "100;1000").startswith("--fleet-sizes '100;1000'")
+    assert parse_error("export", "lenet5", "--out", "x.pte", "--input-shape", "1,x,8").startswith("--input-shape")
+    # A count is still a count where --devices remains (one value, never a list).
+    assert parse_error("bench", "coordinator", "--devices", "10", "20") == "unexpected argument(s): 20"
+
+
+def test_comma_lists_parse_alike_in_every_command() -> None:
+    from mjfl.cli_syntax import comma_list
+
+    assert comma_list("--fleet-sizes", "100, 1000", int) == [100, 1000]
+    assert comma_list("--models", "lenet5,vgg6,") == ["lenet5", "vgg6"]
+    assert comma_list("--devices-per-step", "", int) == []
+
+
+def test_profile_runs_a_session_by_default_and_shows_a_file_as_its_sub_command(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from mjfl.cli import app
+    from mjfl.commands import profile
+
+    calls: list[tuple[str, object]] = []
+    monkeypatch.setattr(profile, "profile_run", lambda run_config, output, **kw: calls.append(("run", kw)))
+    monkeypatch.setattr(profile, "show", lambda path, **kw: calls.append(("show", path)) or [])
+    lines = {
+        ("profile", str(config), "--emulate", "2", "--no-dashboard"): ("run", {"emulate": 2, "devices": []}),
+        ("profile", "--emulate", "2", str(config), "--no-dashboard"): ("run", {"emulate": 2, "devices": []}),
+        ("profile", "--device-ids", "a,b", str(config), "--no-dashboard"): ("run", {"emulate": 0, "devices": ["a", "b"]}),
+        ("profile", "run", str(config), "--no-dashboard"): ("run", {"emulate": 0, "devices": []}),
+        ("profile", "show", "p.json"): ("show", Path("p.json")),
+    }
+    for args, (command, seen) in lines.items():
+        calls.clear()
+        result = CliRunner().invoke(app, list(args))
+        assert result.exit_code == 0, (args, result.output, result.exception)
+        ((called, given),) = calls
+        assert called == command, args
+        if command == "run":
+            given = {k: given[k] for k in seen}  # type: ignore[index]
+        assert given == seen, args
+    text = " ".join(CliRunner().invoke(app, ["profile", "--help"]).output.split())
+    assert "`mjfl profile [CONFIG] [OPTIONS]` is short for `mjfl profile run [CONFIG] [OPTIONS]`" in text

@@ -140,18 +140,18 @@ def run_coordinator_bench(
     _raise_open_files_limit()
     figures: dict[str, float] = {}
     details: dict[str, str] = {}
-    with console.status(f"round overhead with {devices} devices ..."):
+    with output.step(console, f"round overhead with {devices} devices ..."):
         plain = asyncio.run(_engine_run(devices, rounds, round_s, workers))
         figures["overhead_fraction"], details["overhead_fraction"] = _overhead(plain, devices)
-    with console.status("the same run with the live dashboard open ..."):
+    with output.step(console, "the same run with the live dashboard open ..."):
         watched = asyncio.run(_engine_run(devices, rounds, round_s, workers, dashboard=True))
         shares, details["dashboard_cpu_fraction"] = _dashboard_share(plain, watched)
         figures.update(shares)
-    with console.status(f"broadcast of {broadcast_mb:g} MiB to {broadcast_devices} devices ..."):
+    with output.step(console, f"broadcast of {broadcast_mb:g} MiB to {broadcast_devices} devices ..."):
         figures["broadcast_mb_s"], details["broadcast_mb_s"] = asyncio.run(
             _broadcast(broadcast_mb, broadcast_devices, workers)
         )
-    with console.status(f"{connections} idle connections for {hold_s:g} s ..."):
+    with output.step(console, f"{connections} idle connections for {hold_s:g} s ..."):
         held, p99, details["connections"] = asyncio.run(_connections(connections, heartbeat_s, hold_s, workers))
     figures["connections"] = held
     figures["heartbeat_p99_ms"] = p99

@@ -101,7 +101,7 @@ def run_dashboard_bench(
     with tempfile.TemporaryDirectory(prefix="mjfl-bench-dashboard-") as tmp:
         folder = Path(tmp) / "out"
         write_run_database(folder, devices=devices, jobs=jobs, rounds=rounds, per_round=per_round)
-        with console.status(f"{loads} loads of a run of {devices} devices in headless Chromium ..."):
+        with output.step(console, f"{loads} loads of a run of {devices} devices in headless Chromium ..."):
             samples = asyncio.run(_measure(folder, Path(tmp) / "profile", devices, loads))
     figures = {
         "devices": devices, "device_rounds": jobs * rounds * per_round, "loads": loads,

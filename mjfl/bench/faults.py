@@ -290,22 +290,26 @@ def _coordinator_kills(folder: Path, kills: int, rounds: int, seed: int, timeout
     started, done, unhandled, restarts = time.monotonic(), 0, 0, 0
     outputs: list[str] = []
     proc = _start(config)
-    while True:
-        if done < kills:
-            # A random moment: after a random number of newly finished rounds, plus a random delay.
-            wanted = len(_rounds(db)) + int(rng.integers(1, 4))
-            while len(_rounds(db)) < wanted and proc.poll() is None and time.monotonic() - started < timeout_s:
-                time.sleep(0.2)
-            time.sleep(float(rng.uniform(0.0, 1.5)))
-            if proc.poll() is None:
-                _kill_group(proc)
-                outputs.append(proc.output.read_text())
-                done += 1
-                restarts += 1
-                proc = _start(config, "--resume")
-                continue
-        outputs.append(proc.finish(max(1.0, timeout_s - (time.monotonic() - started))))
-        break
+    try:
+        while True:
+            if done < kills:
+                # A random moment: after a random number of newly finished rounds, plus a random delay.
+                wanted = len(_rounds(db)) + int(rng.integers(1, 4))
+                while len(_rounds(db)) < wanted and proc.poll() is None and time.monotonic() - started < timeout_s:
+                    time.sleep(0.2)
+                time.sleep(float(rng.uniform(0.0, 1.5)))
+                if proc.poll() is None:
+                    _kill_group(proc)
+                    outputs.append(proc.output.read_text())
+                    done += 1
+                    restarts += 1
+                    proc = _start(config, "--resume")
+                    continue
+            outputs.append(proc.finish(max(1.0, timeout_s - (time.monotonic() - started))))
+            break
+    finally:  # interrupted (Ctrl-C, SIGTERM): the coordinator in its own session is not left running
+        if proc.poll() is None:
+            _kill_group(proc)
     unhandled = sum("Traceback" in text for text in outputs)
     figures = {
         "coordinator_kills": done,
@@ -325,12 +329,14 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
     if mounted.returncode != 0:
         return {"skipped": "cannot mount a tmpfs here (needs root)"}
     started = time.monotonic()
+    commands: list[_Command] = []
     try:
         out = disk / "run"
         config = folder / "full.toml"
         config.write_text(_CONFIG.format(out=out, rounds=rounds, seed=seed))
         db = database_path(out)
         proc = _start(config)
+        commands.append(proc)
         while len(_rounds(db)) < 2 and proc.poll() is None and time.monotonic() - started < timeout_s:
             time.sleep(0.2)
         before = _rounds(db)
@@ -343,6 +349,7 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
         kept = set(before) <= set(_rounds(db))
         (disk / "filler").unlink()
         resumed = _start(config, "--resume")
+        commands.append(resumed)
         text2 = resumed.finish(timeout_s)
         return {
             "exit_code": proc.returncode,
@@ -356,6 +363,9 @@ def _output_full(folder: Path, rounds: int, seed: int, timeout_s: float) -> Figu
             "seconds": round(time.monotonic() - started, 1),
         }
     finally:
+        for command in commands:  # interrupted: no coordinator left running in its own session
+            if command.poll() is None:
+                _kill_group(command)
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
@@ -375,7 +385,7 @@ def run_faults_bench(
 
     def scenario(name: str, run: Callable[[], Figures]) -> None:
         nonlocal unhandled
-        with console.status(f"fault scenario {name} ..."):
+        with output.step(console, f"fault scenario {name} ..."):
             try:
                 scenarios[name] = run()
             except Exception as exc:  # noqa: BLE001 - a scenario that crashed is a finding, counted

@@ -30,8 +30,8 @@ def run_fuzz_bench(
     console = console or Console(stderr=True)
     fuzzer = Fuzzer(np.random.default_rng(seed))
     started = time.perf_counter()
-    with console.status(f"fuzzing {inputs} inputs ...") as status:
-        fuzzer.run(inputs, progress=lambda done: status.update(f"fuzzing: {done} of {inputs} inputs ..."))
+    with output.step(console, f"fuzzing {inputs} inputs ...") as update:
+        fuzzer.run(inputs, progress=lambda done: update(f"fuzzing: {done} of {inputs} inputs ..."))
     seconds = time.perf_counter() - started
     report = {
         **fuzzer.figures.as_dict(),

@@ -1,7 +1,11 @@
 """`mjfl bench gpu`: the batched runtime where it is meant to run, on a GPU machine; JSON figures.
 
-Two parts, for the machines that have a GPU (it runs without one too, on the
-CPU, then say so in its figures; the project builds and tests without one):
+Two parts, for the machines that have a GPU. Without one it refuses unless
+told ``cpu``: at full size the simulation takes hours on a CPU, and the
+per-device figures on a CPU are what `mjfl bench trainers` measures. Told,
+it runs on the CPU and says so in its figures (the project builds and tests
+without a GPU). Each part says when it starts; the simulation shows every
+job's round and accuracy as it goes:
 
 1. Device trainings per second of the per-device paths and of the batched
    trainer at each K (``mjfl.bench.trainers.device_trainings``), the eager
@@ -46,47 +50,64 @@ def write_paper_data(folder: Path, *, scale: float, seed: int = 0) -> dict[str, 
     devices' shards need), learnable.
 
     Each class is a random prototype image; a sample is its class's prototype
-    plus Gaussian noise of the same size, as uint8.
+    plus Gaussian noise of the same size, as uint8. Drawn in chunks, so the
+    memory it takes is about the uint8 sets' own.
     """
     rng = np.random.default_rng(seed)
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
     for name, (channels, size, classes, train, test) in PAPER_SETS.items():
-        prototypes = rng.uniform(0, 255, size=(classes, size, size, channels))
+        prototypes = rng.uniform(0, 255, size=(classes, size, size, channels)).astype(np.float32)
         arrays = {}
         # At least what 100 devices' non-IID shards need (2 classes a device: 20 shards of each class).
         for split, count, least in (("train", train, classes * 60), ("test", test, classes * 2)):
             n = max(least, round(count * scale))
             y = rng.integers(0, classes, n)
-            x = prototypes[y] + rng.normal(0, 60, size=(n, size, size, channels))
-            arrays[f"x_{split}"] = np.clip(x, 0, 255).astype(np.uint8)
-            arrays[f"y_{split}"] = y.astype(np.int64)
+            x = np.empty((n, size, size, channels), dtype=np.uint8)
+            for start in range(0, n, _CHUNK):
+                part = y[start : start + _CHUNK]
+                noise = rng.standard_normal((len(part), size, size, channels), dtype=np.float32) * 60
+                x[start : start + _CHUNK] = np.clip(prototypes[part] + noise, 0, 255)
+            arrays[f"x_{split}"], arrays[f"y_{split}"] = x, y.astype(np.int64)
         path = written[name] = folder / f"{name}.npz"
         np.savez(path, **arrays)
     return written
 
 
+_CHUNK = 10_000  # samples drawn at once by write_paper_data
+
+
 def run_gpu_bench(
-    out_dir: Path, *, scale: float = 1.0, rounds: int = 20, devices: tuple[int, ...] = (1, 8, 32, 128),
-    tasks: int = 32, json_path: Path | None = None, console: Console | None = None,
+    out_dir: Path, *, scale: float = 1.0, rounds: int = 20, devices_per_step: tuple[int, ...] = (1, 8, 32, 128),
+    tasks: int = 32, cpu: bool = False, json_path: Path | None = None, console: Console | None = None,
 ) -> dict[str, Any]:
-    """Both parts (module docstring) into ``out_dir``; prints tables, writes ``json_path``, returns the figures."""
+    """Both parts (module docstring) into ``out_dir``; prints tables, writes ``json_path``, returns the figures.
+
+    Without a GPU: UserError, unless ``cpu`` (then the figures are this CPU's).
+    """
+    from mjfl.bench.trainers import check_devices_per_step, device_trainings
+
     if not 0 < scale <= 1:
         raise UserError(f"--scale {scale}: must be in (0, 1] (a fraction of the real data sets' sizes)")
     if rounds < 1:
         raise UserError(f"--rounds {rounds}: must be >= 1")
+    check_devices_per_step(devices_per_step, empty=False)
     console = console or Console(stderr=True)
     import torch
 
-    from mjfl.bench.trainers import device_trainings
-
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gpu = torch.cuda.get_device_name(0) if device == "cuda" else None
-    if device == "cpu":
-        console.print("[yellow]warning:[/] no CUDA device here: the figures are this CPU's")
-    trainings = device_trainings(devices, cache_dir=Path(".mjfl-cache") / "programs", console=console, tasks=tasks,
-                                 device=device)
-    console.print(f"[dim]writing data of the paper's shapes ({scale:g} x their sizes) ...[/]")
+    if device == "cpu" and not cpu:
+        raise UserError(
+            "no CUDA device here: mjfl bench gpu measures a GPU; give --cpu to run it on this CPU anyway"
+            " (hours at --scale 1; e.g. --scale 0.01 --rounds 2 takes minutes)"
+        )
+    where = gpu or "this CPU (--cpu: no CUDA device here)"
+    console.print(f"part 1 of 2: device trainings per second on {where} ...", highlight=False)
+    trainings = device_trainings(devices_per_step, cache_dir=Path(".mjfl-cache") / "programs", console=console,
+                                 tasks=tasks, device=device)
+    console.print(f"part 2 of 2: writing data of the paper's shapes ({scale:g} x their sizes) to {out_dir / 'data'}"
+                  f" and simulating group A, at most {rounds} rounds a job ...", highlight=False, soft_wrap=True)
     data = write_paper_data(out_dir / "data", scale=scale)
     simulation = _simulate(out_dir / "run", data, rounds, console)
     report = {"device": device, "gpu": gpu, "scale": scale, "device_trainings": trainings, "simulation": simulation}
@@ -111,7 +132,7 @@ def _simulate(out: Path, data: dict[str, Path], rounds: int, console: Console) -
         ],
     })
     started = time.perf_counter()
-    output = Output(out, console, live=False)
+    output = Output(out, console)  # the live view: every job's round and accuracy as it goes
     with SimulatedDevices(config, output) as fleet:  # what `mjfl simulate` runs
         summary = Driver(config, output).train(["meta-greedy"], fleet)
     wall = time.perf_counter() - started

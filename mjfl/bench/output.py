@@ -1,9 +1,10 @@
-"""What every bench does with its figures: a table on the console, a JSON file, a log beside it."""
+"""What every bench does with its figures: a table on the console, a JSON file, a log beside it; and its steps."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,19 @@ from rich.table import Table
 
 from mjfl.coordinator.results.files import write_json
 
-__all__ = ["log_path", "machine", "table", "write"]
+__all__ = ["log_path", "machine", "step", "table", "write"]
+
+
+@contextlib.contextmanager
+def step(console: Console, what: str) -> Iterator[Callable[[str], None]]:
+    """A bench's step while it runs: a spinner on a terminal, updated by the function it yields; elsewhere
+    (a log, a pipe) one line as it starts, so a long bench is never silent."""
+    if console.is_terminal:
+        with console.status(what) as status:
+            yield status.update
+    else:
+        console.print(what, highlight=False, soft_wrap=True)
+        yield lambda _: None
 
 
 def table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, left: Collection[str] = ()) -> Table:

@@ -47,7 +47,7 @@ FIGURES = ("trainings_per_s", "coordinator_ms_per_training", "coordinator_cpu_sh
 
 def run_scale_bench(
     *,
-    devices: Sequence[int] = (20, 100, 500),
+    fleet_sizes: Sequence[int] = (20, 100, 500),
     rounds: int = 3,
     backends: Sequence[str] = BACKENDS,
     json_path: Path | None = None,
@@ -66,8 +66,8 @@ def run_scale_bench(
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown or not backends:
         raise UserError(f"--backends: unknown {unknown}; choose from {', '.join(BACKENDS)}")
-    if rounds < 1 or any(n < 1 for n in devices):
-        raise UserError("--rounds and every --devices must be >= 1")
+    if rounds < 1 or not fleet_sizes or any(n < 1 for n in fleet_sizes):
+        raise UserError("--rounds and every one of --fleet-sizes must be >= 1")
     rows: list[dict[str, Any]] = []
     for backend in backends:
         with contextlib.ExitStack() as stack:
@@ -76,8 +76,8 @@ def run_scale_bench(
                 workers = cluster_cpus()
             else:
                 workers = os.cpu_count() or 1
-            for n in devices:
-                with console.status(f"{backend}: {n} emulated devices, {rounds} rounds ..."):
+            for n in fleet_sizes:
+                with output.step(console, f"{backend}: {n} emulated devices, {rounds} rounds ..."):
                     context = RayContext() if backend == "ray" else None
                     figures = asyncio.run(_measure(n, rounds, workers, context))
                 rows.append({"backend": backend, "devices": n, "workers": min(n, workers), **figures})

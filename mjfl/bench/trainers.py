@@ -11,7 +11,7 @@ Then device trainings per second on the quickstart's digits jobs
 (`FLEET_JOBS`: a device's task is 60 samples, 2 epochs, batch 8): one
 process and one thread each, the per-device ExecuTorch and eager trainers
 one task after another, and the batched trainer (`mjfl.jobs.batched`) K
-tasks at once for each K of `devices` (1, 8, 32, 128). Each figure is
+tasks at once for each K of `devices_per_step` (1, 8, 32, 128). Each figure is
 tasks / wall seconds over `FLEET_TASKS` tasks (at least K) after a warm-up
 task. The goal: batched at K = 32 >= 3x ExecuTorch on LeNet-5 and CNN-A.
 """
@@ -109,7 +109,7 @@ def run_trainers_bench(
     seed: int = 0,
     json_path: Path | None = None,
     console: Console | None = None,
-    devices: Sequence[int] = DEVICES,
+    devices_per_step: Sequence[int] = DEVICES,
 ) -> dict[str, Any]:
     """Measure every model in both runtimes, then device trainings per second (module docstring); print, write ``json_path``.
 
@@ -125,6 +125,7 @@ def run_trainers_bench(
         raise UserError(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODEL_NAMES)}")
     if steps < 1 or batch < 1:
         raise UserError("--steps and --batch must be >= 1")
+    check_devices_per_step(devices_per_step, empty=True)
     console = console or Console(stderr=True)
     with logs.native_output():  # importing torch and ExecuTorch's exporter may print too
         import torch
@@ -186,10 +187,17 @@ def run_trainers_bench(
         ("model", "input", "params", "executorch ms", "torch ms", "ratio", "goal"),
         (_row(name, params[name], ratios[name], {r.runtime: r for r in rows if r.model == name}) for name in names),
     ))
-    if devices:
-        report["device_trainings"] = device_trainings(devices, cache_dir=cache_dir, seed=seed, console=console)
+    if devices_per_step:
+        report["device_trainings"] = device_trainings(devices_per_step, cache_dir=cache_dir, seed=seed, console=console)
     output.write(report, json_path, console)
     return report
+
+
+def check_devices_per_step(devices_per_step: Sequence[int], *, empty: bool) -> None:
+    """UserError unless every K of ``--devices-per-step`` is >= 1 (and there is one, unless ``empty``)."""
+    if (not devices_per_step and not empty) or any(k < 1 for k in devices_per_step):
+        raise UserError(f"--devices-per-step {','.join(map(str, devices_per_step))!r}:"
+                        f" {'' if empty else 'one or more, '}each >= 1")
 
 
 def device_trainings(

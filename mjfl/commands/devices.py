@@ -93,7 +93,11 @@ def prepare_phones(options: PhoneOptions, *, console: Console) -> dict[str, Phon
 
 
 def enroll_device(name: str, keys: Path | None, *, save: Path | None, console: Console) -> str:
-    """Issue ``name`` a secret in the key store and print it once (also appended to ``save``)."""
+    """Issue ``name`` a secret in the key store and print it once (also appended to ``save``).
+
+    Then says what enrolment does to later runs: a coordinator that uses
+    this store admits only its enrolled devices (docs/security.md).
+    """
     store = KeyStore(keys or default_key_store(), create=True)
     secret = store.enroll(name)
     if save is not None:
@@ -102,9 +106,23 @@ def enroll_device(name: str, keys: Path | None, *, save: Path | None, console: C
     console.print(
         f"enrolled {name} in {store.path}; the secret above is shown only this once"
         + (f" (also written to {save})" if save is not None else ""),
-        highlight=False,
+        highlight=False, soft_wrap=True,
     )
+    console.print(_what_enrolment_does(store), highlight=False, soft_wrap=True)
     return secret
+
+
+def _what_enrolment_does(store: KeyStore) -> str:
+    """Which runs now refuse devices that are not enrolled, and how to admit them."""
+    if store.path == default_key_store():
+        runs = "from now on, every mjfl testbed run and mjfl profile of this user uses this key store"
+    else:
+        runs = f"a run whose testbed.keys (or --keys) is {store.path} uses this key store"
+    return (
+        f"[yellow]note:[/] {runs} and admits only the devices enrolled in it ({store.enrolled()} now) and those the"
+        " run starts itself (--emulate, --phones); admit another device by enrolling it too, by the lab's shared"
+        f" token (testbed.token), or every device again by removing {store.path} (docs/security.md)"
+    )
 
 
 def revoke_device(name: str, keys: Path | None, *, console: Console) -> None:

@@ -11,18 +11,17 @@ from mjfl import logs
 from mjfl.errors import ConfigError, UserError
 
 
-def export_program(model: str, out: Path, *, input_shape: str, classes: int, max_batch: int, console: Console) -> Path:
+def export_program(
+    model: str, out: Path, *, input_shape: tuple[int, ...], classes: int, max_batch: int, console: Console
+) -> Path:
     """Check the arguments (naming the bad one), export, write ``out``; returns it."""
     from mjfl.jobs.base import ModelSpec
     from mjfl.jobs.export import export_training_program, planned_memory
     from mjfl.jobs.models import build_model
 
-    try:
-        shape = tuple(int(v) for v in input_shape.split(","))
-    except ValueError:
-        raise UserError(f"--input-shape must be C,H,W integers, got {input_shape!r}") from None
+    shape = tuple(input_shape)
     if len(shape) != 3:
-        raise UserError(f"--input-shape must be C,H,W, got {input_shape!r}")
+        raise UserError(f"--input-shape must be C,H,W, got {','.join(map(str, shape))!r}")
     if not 1 <= max_batch <= 65536:
         raise UserError("--max-batch must be in [1, 65536]")
     if out.is_dir():

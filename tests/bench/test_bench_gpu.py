@@ -1,4 +1,4 @@
-"""`mjfl bench gpu` (mjfl.bench.gpu) at a tiny size on this CPU: the data it writes and the figures it reports."""
+"""`mjfl bench gpu` (mjfl.bench.gpu) at a tiny size on this CPU (--cpu): the data it writes and the figures it reports."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from rich.console import Console
 from mjfl.bench.gpu import PAPER_SETS, run_gpu_bench
 from mjfl.errors import UserError
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_it_writes_paper_shaped_data_and_reports_both_parts(tmp_path):
     import torch
 
-    figures = run_gpu_bench(tmp_path / "gpu", scale=0.001, rounds=1, devices=(2,), tasks=2,
+    figures = run_gpu_bench(tmp_path / "gpu", scale=0.001, rounds=1, devices_per_step=(2,), tasks=2, cpu=True,
                             json_path=tmp_path / "gpu.json", console=Console(quiet=True))
     assert figures["device"] == ("cuda" if torch.cuda.is_available() else "cpu")
     written = json.loads((tmp_path / "gpu.json").read_text())
@@ -38,3 +38,14 @@ def test_bad_sizes_name_the_option(tmp_path):
         run_gpu_bench(tmp_path, scale=2, console=Console(quiet=True))
     with pytest.raises(UserError, match="--rounds 0"):
         run_gpu_bench(tmp_path, rounds=0, console=Console(quiet=True))
+    with pytest.raises(UserError, match="--devices-per-step ''"):
+        run_gpu_bench(tmp_path, devices_per_step=(), console=Console(quiet=True))
+
+
+def test_without_a_gpu_it_refuses_unless_told_to_run_on_the_cpu(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(UserError, match="no CUDA device here: .* give --cpu"):
+        run_gpu_bench(tmp_path, console=Console(quiet=True))
+    assert not (tmp_path / "data").exists()

@@ -12,7 +12,7 @@ from mjfl.errors import UserError
 
 def test_the_scale_bench_measures_both_backends(tmp_path, cluster):
     out = tmp_path / "scale.json"
-    run_scale_bench(devices=[3], rounds=1, json_path=out, console=Console(quiet=True))
+    run_scale_bench(fleet_sizes=[3], rounds=1, json_path=out, console=Console(quiet=True))
     rows = json.loads(out.read_text())["results"]
     assert [(r["backend"], r["devices"], r["workers"]) for r in rows] == [
         ("local", 3, min(3, os.cpu_count())), ("ray", 3, 2),  # the fixture's Ray has 2 CPUs
@@ -24,6 +24,6 @@ def test_the_scale_bench_measures_both_backends(tmp_path, cluster):
 
 def test_unknown_backends_and_empty_fleets_name_the_option():
     with pytest.raises(UserError, match="--backends: unknown"):
-        run_scale_bench(devices=[3], backends=["slurm"], console=Console(quiet=True))
-    with pytest.raises(UserError, match="--devices"):
-        run_scale_bench(devices=[0], backends=["local"], console=Console(quiet=True))
+        run_scale_bench(fleet_sizes=[3], backends=["slurm"], console=Console(quiet=True))
+    with pytest.raises(UserError, match="--fleet-sizes"):
+        run_scale_bench(fleet_sizes=[0], backends=["local"], console=Console(quiet=True))

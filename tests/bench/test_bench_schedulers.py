@@ -15,7 +15,7 @@ def test_bench_schedulers_cli_writes_the_documented_shape(tmp_path):
 
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(
-        app, ["bench", "schedulers", "--devices", "30", "--devices", "40", "--jobs", "2", "--rounds", "3",
+        app, ["bench", "schedulers", "--fleet-sizes", "30,40", "--jobs", "2", "--rounds", "3",
               "--methods", "random,greedy,meta-greedy", "--json", str(out)],
     )
     assert result.exit_code == 0, result.output

@@ -17,7 +17,7 @@ from mjfl.errors import UserError
 def test_the_command_prints_only_its_own_lines_and_logs_the_rest_beside_the_json(tmp_path):
     out = tmp_path / "bench" / "trainers.json"
     done = subprocess.run(
-        mjfl_args("bench", "trainers", "--models", "lenet5", "--steps", "2", "--batch", "4", "--devices", "2",
+        mjfl_args("bench", "trainers", "--models", "lenet5", "--steps", "2", "--batch", "4", "--devices-per-step", "2",
                   "--json", str(out)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, timeout=300, check=False,
     )
@@ -56,3 +56,5 @@ def test_unknown_models_and_empty_runs_name_the_option():
         run_trainers_bench(models=["lenet5", "vgg19"], console=Console(quiet=True))
     with pytest.raises(UserError, match="--steps and --batch"):
         run_trainers_bench(models=["lenet5"], steps=0, console=Console(quiet=True))
+    with pytest.raises(UserError, match="--devices-per-step '8,0'"):
+        run_trainers_bench(models=["lenet5"], devices_per_step=[8, 0], console=Console(quiet=True))

@@ -60,7 +60,7 @@ def create_certificates(
         hosts = list(dict.fromkeys([*hosts, *DEFAULT_HOSTS]))
         ips = list(dict.fromkeys([*ips, *DEFAULT_IPS]))
     if not hosts and not ips:
-        raise UserError("certs create: name the coordinator with --host and/or --ip")
+        raise UserError("certs create: name the coordinator with --dns-names and/or --ip-addresses")
     try:
         addresses = list(dict.fromkeys(ipaddress.ip_address(ip) for ip in ips))
     except ValueError as exc:

@@ -147,6 +147,12 @@ class KeyStore:
             rows = db.execute("SELECT name, enrolled_at, revoked_at, last_seen FROM devices ORDER BY name").fetchall()
         return [EnrolledDevice(*row) for row in rows]
 
+    def enrolled(self) -> int:
+        """How many devices hold a secret now (enrolled and not revoked): those a coordinator may admit."""
+        with self._db() as db:
+            (count,) = db.execute("SELECT COUNT(*) FROM devices WHERE secret IS NOT NULL").fetchone()
+        return int(count)
+
     def verify(self, name: str, nonce: str, proof: str) -> bool:
         """Whether ``proof`` proves ``name``'s secret for ``nonce``; a success updates "last seen"."""
         with self._db() as db:
@@ -161,8 +167,6 @@ class KeyStore:
         with self._db() as db:
             row = db.execute("SELECT secret FROM devices WHERE name = ?", (name,)).fetchone()
         return None if row is None else row[0]
-
-
 
 
 def append_key_file(path: Path, name: str, secret: str) -> None:

@@ -212,7 +212,12 @@ class SimulatedDevices:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is not None and isinstance(self._pool, ProcessPoolExecutor):
+            # Interrupted (Ctrl-C, SIGTERM) or failed: what the workers still train is no one's any more,
+            # and a batched round of a paper-sized job takes minutes; end them rather than wait.
+            for process in list(self._pool._processes.values()):
+                process.terminate()
         self._stack.close()
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:

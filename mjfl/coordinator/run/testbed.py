@@ -19,6 +19,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
+import socket
+import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -136,9 +139,7 @@ class RemoteDevices:
             tb.host, tb.port, registry=registry, settings=settings, run_secrets=own
         ) as server:
             if checked:
-                admitted = [f"enrolled devices of {settings.keys}"] if settings.keys else []
-                admitted += ["devices with the shared token"] if settings.token is not None else []
-                console.print(f"admitting only {' or '.join(admitted)} (docs/security.md)", highlight=False)
+                console.print(admission(server), highlight=False, soft_wrap=True)
             impersonated: dict[str, DeviceProfile] = {}
             emulated = None
             try:
@@ -204,10 +205,16 @@ class RemoteDevices:
 
     async def _wait(self, server: CoordinatorServer, console: Console) -> None:
         timeout = self.config.testbed.wait_timeout_s
+        wanted = ", ".join(self.only) if self.only else f"{self.wanted} devices"
+        console.print(
+            f"waiting up to {timeout:g} s for {wanted}: {where_to_connect(server)}", highlight=False, soft_wrap=True
+        )
+        arrivals = Arrivals(console)
         with console.status(f"waiting for {self.wanted} devices on {server.url} ...") as status:
 
             def progress(connected: int, needed: int) -> None:
                 status.update(f"waiting for devices on {server.url}: {connected}/{needed} connected")
+                arrivals.say(connected, needed)
 
             if not self.only:
                 try:
@@ -232,7 +239,61 @@ class RemoteDevices:
                 )
             except RunError:
                 missing = [d for d in self.only if d not in server.registry.connected()]
-                raise UserError(f"--devices: {', '.join(missing)} did not connect within {timeout:g} s") from None
+                raise UserError(f"--device-ids: {', '.join(missing)} did not connect within {timeout:g} s") from None
+
+
+def where_to_connect(server: CoordinatorServer) -> str:
+    """The address devices connect to; listening on every address, this machine's as others reach it."""
+    if server.host not in ("", "0.0.0.0", "::"):
+        return f"devices connect to {server.url}"
+    scheme = server.url.split("://")[0]
+    return (
+        f"devices on this machine connect to {server.url}, others to {scheme}://{_lan_address()}:{server.port}"
+        " (this machine's address on its network; listening on every address)"
+    )
+
+
+def _lan_address() -> str:
+    """This machine's address on the network of its default route (the hostname where there is none).
+
+    Connecting a UDP socket sends nothing: it only picks the route, and with it the local address.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1 (RFC 5737): never a real peer
+            return str(probe.getsockname()[0])
+        except OSError:
+            return socket.gethostname()
+
+
+class Arrivals:
+    """Lines that say how many devices have connected so far, where the console is no terminal (a terminal
+    shows a status line instead): one when the count changes, at most one every ``every_s`` seconds."""
+
+    def __init__(self, console: Console, every_s: float = 5.0) -> None:
+        self.console = console
+        self.every_s = every_s
+        self._said_at = -math.inf
+
+    def say(self, connected: int, needed: int) -> None:
+        now = time.monotonic()
+        if self.console.is_terminal or not 0 < connected < needed or now - self._said_at < self.every_s:
+            return
+        self._said_at = now
+        self.console.print(f"connected so far: {connected} of {needed} devices", highlight=False)
+
+
+def admission(server: CoordinatorServer) -> str:
+    """Whom a coordinator that checks credentials admits: the enrolled devices (how many, where), the token."""
+    admitted = []
+    if server.keys is not None:
+        admitted.append(f"the devices enrolled in {server.keys.path} ({server.keys.enrolled()}; mjfl devices keys)")
+    if server.settings.token is not None:
+        admitted.append("devices with the shared token (testbed.token)")
+    return (
+        f"admitting only {' or '.join(admitted)}, besides the devices this run starts itself; enroll another"
+        " with mjfl devices enroll NAME (docs/security.md)"
+    )
 
 
 def key_store(tb: TestbedConfig) -> Path | None:

@@ -315,7 +315,7 @@ def bench_coordinator(
     broadcast_mb: Annotated[float, typer.Option(help="Model size of the broadcast figure, MiB.")] = 10.0,
     broadcast_devices: Annotated[int, typer.Option(help="Devices receiving the broadcast.")] = 20,
     connections: Annotated[int, typer.Option(help="Idle device connections to hold.")] = 1000,
-    heartbeat_s: Annotated[float, typer.Option(help="Heartbeat interval while holding them (the server's default).")] = 10.0,
+    heartbeat_s: Annotated[float | None, typer.Option(help="Heartbeat interval while holding them (default: the one every run uses, 5 s).")] = None,
     hold_s: Annotated[float, typer.Option(help="How long to hold them, seconds.")] = 30.0,
     workers: Annotated[int | None, typer.Option(help="Emulator processes (default: min(2, CPUs)).")] = None,
 ) -> None:

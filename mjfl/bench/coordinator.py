@@ -61,9 +61,9 @@ broadcast_mb_s
     uploads do not share the link with the broadcast. Median of 3 rounds.
 heartbeat_p99_ms / connections
     ``connections`` idle devices in two worker processes hold a session
-    each; both sides heartbeat every ``heartbeat_s`` (default: the server's
-    default, 10 s; ``--heartbeat-s 1`` is a stress test at ten times the
-    rate), and the coordinator records the round trip of every heartbeat it
+    each; both sides heartbeat every ``heartbeat_s`` (default: the interval
+    every run uses, the protocol's default, 5 s; ``--heartbeat-s 0.5`` is a
+    stress test at ten times the rate), and the coordinator records the round trip of every heartbeat it
     sends (its send to the ack's arrival, on its own clock) over ``hold_s``
     seconds; p99 of those. ``connections`` is how many sessions were still
     open at the end.
@@ -89,6 +89,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from rich.console import Console
 
+from mjfl.android_bridge.protocol.codec import (
+    DEFAULT_HEARTBEAT_INTERVAL_S,
+    DEFAULT_HEARTBEAT_TIMEOUT_S,
+)
 from mjfl.bench import output
 from mjfl.errors import UserError
 
@@ -121,13 +125,14 @@ def run_coordinator_bench(
     broadcast_mb: float = 10.0,
     broadcast_devices: int = 20,
     connections: int = 1000,
-    heartbeat_s: float = 10.0,
+    heartbeat_s: float | None = None,
     hold_s: float = 30.0,
     workers: int | None = None,
     json_path: Path | None = None,
     console: Console | None = None,
 ) -> dict[str, float]:
     """Measure the four figures (module docstring); print a table, write ``json_path``."""
+    heartbeat_s = DEFAULT_HEARTBEAT_INTERVAL_S if heartbeat_s is None else heartbeat_s
     if min(devices, rounds, broadcast_devices, connections) < 1 or min(round_s, broadcast_mb, heartbeat_s) <= 0:
         raise UserError(
             "--devices, --rounds, --broadcast-devices and --connections must be >= 1;"
@@ -522,7 +527,8 @@ async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: i
     from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 
-    settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=max(60.0, 6 * heartbeat_s))
+    timeout = max(DEFAULT_HEARTBEAT_TIMEOUT_S, 6 * heartbeat_s)
+    settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=timeout)
     async with (
         CoordinatorServer("127.0.0.1", 0, settings=settings) as server,
         run_emulated_fleet(

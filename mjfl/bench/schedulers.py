@@ -89,7 +89,7 @@ def run_schedulers_bench(
     if unknown:
         raise UserError(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
     if jobs < 1 or rounds < 1 or any(d < 2 for d in devices):
-        raise UserError("--jobs and --rounds must be >= 1 and every --devices >= 2")
+        raise UserError("--jobs and --rounds must be >= 1 and every --fleet-sizes >= 2")
     console = console or Console(stderr=True)
     results = []
     with console.status("") as status:

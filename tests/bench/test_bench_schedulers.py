@@ -41,5 +41,5 @@ def test_unknown_methods_and_impossible_sizes_name_the_option():
 
     with pytest.raises(UserError, match="--methods: unknown"):
         run_schedulers_bench(devices=[10], jobs=1, rounds=1, methods=["oracle"])
-    with pytest.raises(UserError, match="--devices"):
+    with pytest.raises(UserError, match="--fleet-sizes"):
         run_schedulers_bench(devices=[1], jobs=1, rounds=1)

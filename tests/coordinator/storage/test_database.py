@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from repository import ROOT
+from storage_records import A, B, device, job_infos, round_record, run_info
 
 from mjfl.coordinator.storage.database import SCHEMA_VERSION, Storage
 from mjfl.coordinator.storage.records import (
     DeviceRound,
     FleetEvent,
-    JobInfo,
     ProfileRefit,
     RoundRecord,
     RunInfo,
@@ -32,63 +32,6 @@ from mjfl.errors import (
 )
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import DeviceProfile, TimingModel
-
-A, B = JobId("cnn"), JobId("lenet")
-
-
-def run_info(run_id: str = "r1", method: str = "meta-greedy") -> RunInfo:
-    return RunInfo(
-        run_id=run_id,
-        method=method,
-        mode="virtual",
-        seed=7,
-        config_json='{"jobs": 2}',
-        started_at="2025-03-01T12:00:00+00:00",
-    )
-
-
-def job_infos(run_id: str = "r1") -> list[JobInfo]:
-    return [
-        JobInfo(run_id, B, "lenet5", "emnist-digits", 0.95, None, 40, "lenet5/emnist-digits"),
-        JobInfo(run_id, A, "cnn", "emnist-letters", None, 0.4, 60, "cnn/emnist-letters"),
-    ]
-
-
-def device(name: str, status: str = "ok", **fields: object) -> DeviceRound:
-    values: dict[str, object] = {
-        "device": DeviceId(name),
-        "status": status,
-        "samples": 120,
-        "mean_loss": 0.75,
-        "duration_s": 3.5,
-    }
-    values.update(fields)
-    return DeviceRound(**values)  # type: ignore[arg-type]
-
-
-def round_record(
-    job: JobId = A,
-    number: int = 1,
-    *,
-    run_id: str = "r1",
-    devices: tuple[DeviceRound, ...] = (),
-    loss: float = 1.0,
-    winner: str | None = None,
-) -> RoundRecord:
-    return RoundRecord(
-        run_id=run_id,
-        job=job,
-        round=number,
-        started_s=10.0 * (number - 1),
-        ended_s=10.0 * number,
-        devices=devices or (device("d3"), device("d1", "failed", mean_loss=None, error="gone")),
-        accuracy=0.1 * number,
-        loss=loss,
-        aggregated=True,
-        expected_time_s=9.5,
-        cost=12.25,
-        winner=winner,
-    )
 
 
 @pytest.fixture
@@ -538,9 +481,9 @@ def test_any_round_round_trips(
 
 CRASH_MID_ROUND = """
 import os, sys
-sys.path[:0] = sys.argv[2:]  # this test file's folder and tests/, as pytest has them
+sys.path[:0] = sys.argv[2:]  # tests/, as pytest has it
 from mjfl.coordinator.storage.database import Storage
-from test_database import round_record, A
+from storage_records import round_record, A
 
 
 class DiesBeforeDeviceRows:
@@ -578,7 +521,7 @@ def test_a_crash_mid_round_leaves_no_half_round(tmp_path: Path) -> None:
         db.start_run(run_info(), job_infos())
         db.record_round(round_record(A, 1))
     died = subprocess.run(
-        [sys.executable, "-c", CRASH_MID_ROUND, str(path), str(Path(__file__).parent), str(ROOT / "tests")],
+        [sys.executable, "-c", CRASH_MID_ROUND, str(path), str(ROOT / "tests")],
         cwd=ROOT, timeout=60, check=False,
     )
     assert died.returncode == 3  # it really died inside record_round

@@ -523,17 +523,17 @@ def devices_check(
     apk: Annotated[Path | None, typer.Option(help="Install this app where it is missing or another build (default: the local build, when there is one).")] = None,
     adb: AdbOption = None,
     models: Annotated[str | None, typer.Option(metavar="MODEL,...", help="Only these zoo models (default: all seven).")] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds a phone's self-test may say nothing before the phone is given up.")] = 300.0,
+    timeout_s: Annotated[float, typer.Option(help="Seconds a phone's self-test may say nothing before the phone is given up.")] = 300.0,
 ) -> None:
     """The first-day check: each phone trains every zoo model on golden data, compared with the Python runtime."""
     from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.android_bridge.phones.selftest import Waits
     from mjfl.commands.device_check import check_phones
 
-    if not timeout > 0:
-        raise UserError(f"--timeout {timeout}: must be > 0 seconds")
+    if not timeout_s > 0:
+        raise UserError(f"--timeout-s {timeout_s}: must be > 0 seconds")
     only = comma_list("--models", models) if models else None
-    check_phones(PhoneOptions(adb=adb, apk=apk), models=only, waits=Waits(quiet_s=timeout), console=console)
+    check_phones(PhoneOptions(adb=adb, apk=apk), models=only, waits=Waits(quiet_s=timeout_s), console=console)
 
 
 @device_app.command("golden")

@@ -47,6 +47,7 @@ RENAMED: dict[str, dict[str, str]] = {
     "bench scale": {"--devices": "--fleet-sizes 20,100,500 (fleet sizes, one comma-separated list)"},
     "bench trainers": {"--devices": "--devices-per-step 1,8,32,128"},
     "bench gpu": {"--devices": "--devices-per-step 1,8,32,128"},
+    "devices check": {"--timeout": "--timeout-s SECONDS (seconds are -s everywhere, as bench faults' --timeout-s)"},
     "certs create": {
         "--host": "--dns-names NAME,NAME (--host is an address to listen on elsewhere)",
         "--ip": "--ip-addresses ADDR,ADDR",

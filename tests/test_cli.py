@@ -128,6 +128,7 @@ def parse_error(*args: str) -> str:
     (["certs", "create", "out", "--host", "lab.example"], "--dns-names"),
     (["certs", "create", "out", "--ip", "10.0.0.5", "--ip", "10.0.0.6"], "--ip-addresses"),
     (["profile-show", "runs/profile/profiles.json"], "mjfl profile show"),
+    (["devices", "check", "--timeout", "600"], "--timeout-s"),
 ])
 def test_an_old_spelling_is_refused_with_the_new_one(args: list[str], new: str) -> None:
     assert f" now {new}" in parse_error(*args)

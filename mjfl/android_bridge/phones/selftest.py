@@ -367,5 +367,5 @@ def _silent(adb: Adb, serial: str, lines: SelfTestLines, waited: float) -> str:
         )
     return (
         f"phone {serial}: the self-test said nothing for {waited:.0f} s{where} ({done});"
-        f" see adb -s {serial} logcat -s MJFL {SELFTEST_TAG}, or wait longer with --timeout"
+        f" see adb -s {serial} logcat -s MJFL {SELFTEST_TAG}, or wait longer with --timeout-s"
     )

@@ -293,7 +293,7 @@ def test_a_self_test_that_goes_quiet_says_where_it_stopped(zoo_set: Path) -> Non
     case = '{"event":"case","run":"RUN","case":"lenet5","pass":true,"max_rel_diff":0,"loss_rel_diff":0,"steps":6}'
     _, text = run_check(zoo_set, FakePhone.recorded("pixel7", PIXEL, installed=True), silent([start, case]))
     assert f"phone {PIXEL}: the self-test said nothing for 0 s while training cnn-b (1 of 3 cases done)" in text
-    assert "--timeout" in text
+    assert "--timeout-s" in text
 
 
 def test_an_app_that_dies_in_the_self_test_is_told_apart(zoo_set: Path) -> None:

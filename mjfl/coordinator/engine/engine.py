@@ -63,6 +63,7 @@ from mjfl.coordinator.engine.fedavg import (
     update_sizes,
 )
 from mjfl.coordinator.engine.fleet import Fleet, Task, TaskResult, Weights
+from mjfl.coordinator.engine.occupancy import Occupancy
 from mjfl.coordinator.storage.records import DeviceRound, ProfileRefit, RoundRecord
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
@@ -165,6 +166,7 @@ class Engine:
         observers: Sequence[Observer] = (),
         frequencies: Mapping[JobId, Mapping[DeviceId, int]] | None = None,
         losses: Mapping[JobId, Mapping[DeviceId, float]] | None = None,
+        occupancy: Occupancy | None = None,
     ) -> None:
         if len({job.name for job in jobs}) != len(jobs):
             raise AssertionError("job names must be unique (the config checks it)")
@@ -175,10 +177,9 @@ class Engine:
         self.run_id = run_id
         self.settings = settings or EngineSettings()
         self.observers = list(observers)
-        self.busy: dict[DeviceId, JobId] = {}
-        # Devices planned while another job held them: they start this job's task when released.
-        self.claimed: dict[DeviceId, JobId] = {}
-        self._task_started: dict[DeviceId, float] = {}  # clock time each busy device's task began
+        # Which job holds each device, shared with the engines of other runs over the same fleet (the lab
+        # service's); devices planned while another job held them are claimed, and start when released.
+        self.occupancy = occupancy or Occupancy()
         self._in_flight: dict[JobId, set[DeviceId]] = {job.name: set() for job in self.jobs}
         # s_{k,m} of Formula 6, counting every plan issued (in flight included).
         self.frequencies: dict[JobId, dict[DeviceId, int]] = {
@@ -187,7 +188,6 @@ class Engine:
         # Each device's mean training loss with its last accepted update of each job (its statistical
         # utility's source); a resumed run starts from the recorded ones.
         self.losses: dict[JobId, dict[DeviceId, float]] = {job.name: dict((losses or {}).get(job.name, {})) for job in self.jobs}
-        self._released = asyncio.Condition()
         self._start: float | None = None  # the clock's time when run() started
         self._refiner = None
         if self.settings.profile_window > 0:
@@ -251,8 +251,9 @@ class Engine:
                 self._stop(job, "no devices")
                 break
             await self._run_round(job, ctx)
-        async with self._released:
-            self._released.notify_all()
+        async with self.occupancy.released:
+            self.occupancy.planned((self.run_id, job.name), 0)
+            self.occupancy.released.notify_all()
 
     def _stop(self, job: EngineJob, reason: StopReason) -> None:
         job.stopped = reason
@@ -279,20 +280,21 @@ class Engine:
         so while nothing is busy the fleet is polled for ``device_wait_s``.
         """
         idle_since: float | None = None
-        async with self._released:
+        occupancy = self.occupancy
+        async with occupancy.released:
             while True:
                 planned = self._plan(job)
                 if planned is not None:
                     return planned
-                if self.busy:
+                if occupancy.busy:
                     idle_since = None
-                    await self._released.wait()
+                    await occupancy.released.wait()
                     continue
                 idle_since = self.clock.now() if idle_since is None else idle_since
                 if self.clock.now() - idle_since >= self.settings.device_wait_s:
                     return None  # nothing busy, nobody coming: this job cannot run
                 try:
-                    await asyncio.wait_for(self._released.wait(), timeout=1.0)
+                    await asyncio.wait_for(occupancy.released.wait(), timeout=1.0)
                 except TimeoutError:
                     pass
 
@@ -304,13 +306,20 @@ class Engine:
         a = np.array([self._refined.get(p.device, (p.a, p.mu))[0] for p in profiles])
         mu = np.array([self._refined.get(p.device, (p.a, p.mu))[1] for p in profiles])
         fleet = FleetModel(tuple(devices), np.maximum(a, 1e-12), np.maximum(mu, 1e-12))
-        free = np.array([d not in self.busy and d not in self.claimed for d in devices])
+        occupancy = self.occupancy
+        free = np.array([d not in occupancy.busy and d not in occupancy.claimed for d in devices])
         wait = None
         if self.settings.plan_busy:
             wait = self._expected_waits(fleet)
             free = np.isfinite(wait)
             wait = np.where(free, wait, 0.0)
-        size = plan_size(job.config.fraction, len(devices), int(free.sum()), self.settings.min_plan)
+        offered = int(free.sum())
+        allowance = occupancy.allowance(self.run_id)  # the run's share, when another run is short of devices
+        if allowance is not None:
+            offered = min(offered, allowance)
+        size = plan_size(job.config.fraction, len(devices), offered, self.settings.min_plan)
+        wanted = plan_size(job.config.fraction, len(devices), len(devices), self.settings.min_plan)
+        occupancy.planned((self.run_id, job.name), wanted - size)
         if size == 0:
             return None
         index = {d: k for k, d in enumerate(devices)}
@@ -340,11 +349,11 @@ class Engine:
         if len(chosen) != size or any(not free[k] for k in decision.plan):
             raise AssertionError(f"{job.scheduler.name} planned unavailable or too many devices: {chosen}")
         for device in chosen:
-            if device in self.busy:
-                self.claimed[device] = job.name  # its task starts when the other job releases it
+            if device in occupancy.busy:
+                occupancy.claimed[device] = (self.run_id, job.name)  # its task starts when the other job releases it
             else:
-                self.busy[device] = job.name
-                self._task_started[device] = self.clock.now()
+                occupancy.busy[device] = (self.run_id, job.name)
+                occupancy.task_started[device] = self.clock.now()
             self.frequencies[job.name][device] = self.frequencies[job.name].get(device, 0) + 1
         self._in_flight[job.name] = set(chosen)
         return ctx, decision, chosen
@@ -439,13 +448,14 @@ class Engine:
 
         A device claimed while another job held it starts when that job releases it.
         """
-        if self.claimed.get(device) == job.name:
-            async with self._released:
-                await self._released.wait_for(lambda: device not in self.busy)
-                del self.claimed[device]
-                self.busy[device] = job.name
+        occupancy, holder = self.occupancy, (self.run_id, job.name)
+        if occupancy.claimed.get(device) == holder:
+            async with occupancy.released:
+                await occupancy.released.wait_for(lambda: device not in occupancy.busy)
+                del occupancy.claimed[device]
+                occupancy.busy[device] = holder
         started = self.now()
-        self._task_started[device] = self.clock.now()
+        occupancy.task_started[device] = self.clock.now()
         self._emit(TaskSent(job.name, task.round, device, started))
         outcome: TaskResult | DeviceFailure
         try:
@@ -459,11 +469,11 @@ class Engine:
             failure.after_s = failure.after_s or self.now() - started
             outcome = failure
         finally:
-            async with self._released:
-                self.busy.pop(device, None)
-                self._task_started.pop(device, None)
+            async with occupancy.released:
+                occupancy.busy.pop(device, None)
+                occupancy.task_started.pop(device, None)
                 self._in_flight[job.name].discard(device)
-                self._released.notify_all()
+                occupancy.released.notify_all()
         self._emit(DeviceResult(job.name, task.round, _device_round(device, outcome, started - round_started), self.now()))
         return outcome, started
 
@@ -474,21 +484,23 @@ class Engine:
         by nobody) waits for what remains of that task: under Formula 4, a task
         that has run e seconds has ``max(shift - e, 0) + 1/rate`` left in
         expectation (the exponential part is memoryless). Devices already
-        claimed by a job are not offered.
+        claimed by a job are not offered, nor are those another run's job
+        holds (whose task this engine does not know).
         """
         wait = np.zeros(fleet.size)
         names = {job.name: job for job in self.jobs}
         now = self.clock.now()
+        occupancy = self.occupancy
         for k, device in enumerate(fleet.ids):
-            holder = self.busy.get(device)
-            if device in self.claimed:
+            holder = occupancy.busy.get(device)
+            if device in occupancy.claimed or (holder is not None and holder[0] != self.run_id):
                 wait[k] = np.inf
             elif holder is not None:
-                other = names[holder]
+                other = names[holder[1]]
                 shift, rate = round_time.shift_and_rate(
                     fleet.a[k], fleet.mu[k], other.config.training.epochs, other.samples.get(device, 1)
                 )
-                elapsed = now - self._task_started.get(device, now)
+                elapsed = now - occupancy.task_started.get(device, now)
                 wait[k] = max(float(shift) - elapsed, 0.0) + 1.0 / float(rate)
         return wait
 

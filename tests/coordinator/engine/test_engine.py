@@ -5,6 +5,7 @@ time drawn from its Formula 4 profile and returns the global model plus one,
 so a job's model after r aggregated rounds is r and "accuracy" is r / 10.
 """
 
+import asyncio
 import dataclasses
 import itertools
 from collections import defaultdict
@@ -27,6 +28,7 @@ from mjfl.coordinator.engine.events import (
     TaskSent,
 )
 from mjfl.coordinator.engine.fleet import DeviceProfileView, TaskResult
+from mjfl.coordinator.engine.occupancy import FairShare, Occupancy
 from mjfl.coordinator.results.outcomes import job_outcomes
 from mjfl.coordinator.storage.records import JobInfo
 from mjfl.errors import DeviceFailure
@@ -420,3 +422,67 @@ def test_the_engine_records_the_energy_each_device_told_and_none_for_the_rest():
 )
 def test_a_devices_energy_is_read_from_its_device_state_or_not_known(state, expected):
     assert energy_j(state) == expected
+
+
+def two_runs(share: bool, late_s: float = 5.0):
+    """Two runs' engines over one fleet of 10 and one occupancy, as the lab service runs them: run "a" with two
+    jobs that each want every device, run "b" (one such job) starting ``late_s`` later."""
+    def jobs(run, count):
+        made = make_jobs(count, "random", target=0.8, fraction=1.0)
+        for m, job in enumerate(made):
+            job.config = dataclasses.replace(job.config, name=JobId(f"{run}{m}"))
+        return made
+
+    async def main():
+        clock, running = VirtualClock(), [2]
+        fleet = StepFleet(10, clock, 0)
+        occupancy = Occupancy(FairShare(devices=lambda: 10, runs=lambda: running[0]) if share else None)
+        events = {"a": Events(), "b": Events()}
+
+        def engine(run, count):
+            return Engine(jobs(run, count), fleet, clock, evaluate, run_id=run, settings=EngineSettings(seed=1),
+                          observers=[events[run]], occupancy=occupancy)
+
+        async def later():
+            await clock.sleep(late_s)
+            await engine("b", 1).run()
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(engine("a", 2).run())
+            group.create_task(later())
+        return fleet, events["a"].records, events["b"].records
+
+    return run_virtual(main())
+
+
+def test_the_runs_of_a_lab_share_one_fleet_device_by_device_and_none_starves():
+    fleet, a, b = two_runs(share=True)
+    assert fleet.overlaps == []  # across runs too, a device serves one job at a time
+    assert {r.job for r in a} == {"a0", "a1"} and {r.job for r in b} == {"b0"}
+    assert max(r.accuracy for r in b) >= 0.8 and max(r.accuracy for r in a) >= 0.8
+    # Round by round: b's first round starts within a second of its arrival (run clocks: b's starts at 5 s),
+    # its rounds run while a's do, and from its second round on b holds its share, ceil(10 / 2) devices.
+    a_ends = max(r.ended_s for r in a)
+    assert min(r.started_s for r in b) < 1.0 and sum(r.started_s + 5.0 < a_ends for r in b) >= 3
+    assert all(len(r.plan) >= 5 for r in b[1:]), [len(r.plan) for r in b]
+    # Without a share between runs, b gets what a's jobs leave between their plans.
+    fleet, a, b = two_runs(share=False)
+    assert fleet.overlaps == []
+    assert any(len(r.plan) < 5 for r in b[1:])
+
+
+def test_a_run_holds_at_most_its_share_while_another_run_is_short():
+    occupancy = Occupancy(FairShare(devices=lambda: 10, runs=lambda: 3))
+    for k in range(6):
+        occupancy.busy[DeviceId(f"d{k}")] = ("a", JobId("a0"))
+    occupancy.claimed[DeviceId("d0")] = ("a", JobId("a1"))  # a device counts once however a run holds it
+    assert occupancy.held_by("a") == 6 and occupancy.held_by("b") == 0
+    assert occupancy.allowance("a") is None  # nobody else is short: a may take every free device
+    occupancy.planned(("a", JobId("a1")), 3)
+    assert occupancy.allowance("a") is None  # its own short jobs do not limit it
+    occupancy.planned(("b", JobId("b0")), 2)
+    assert occupancy.allowance("a") == 0  # ceil(10 / 3) = 4 <= the 6 it holds
+    assert occupancy.allowance("b") == 4
+    occupancy.planned(("b", JobId("b0")), 0)  # b got what it wanted
+    assert occupancy.allowance("a") is None
+    assert Occupancy().allowance("a") is None  # one run alone: no share at all

@@ -8,8 +8,10 @@
     │   ├── FitError           too few or invalid observations to fit a profile
     │   ├── ProfileError       a profile record is invalid
     │   ├── UnknownRunError    no such run in the database
-    │   └── PhoneError         an attached phone cannot be used: no adb server, no phone,
-    │                          unauthorized, an install that failed (names the phone)
+    │   ├── PhoneError         an attached phone cannot be used: no adb server, no phone,
+    │   │                      unauthorized, an install that failed (names the phone)
+    │   └── Refusal            the lab service refuses a request: a code a script reads,
+    │                          the field at fault, the HTTP status (docs/lab-api.yaml)
     ├── PeerError              a device's fault: close that device's session, keep running
     │   ├── ProtocolError      a malformed, oversized, out-of-order or unknown message
     │   ├── SessionClosed      sending on a session that has ended
@@ -81,6 +83,32 @@ class UnknownRunError(UserError, LookupError):
 
 class PhoneError(UserError):
     """An attached phone cannot be used over adb; the message names the phone and what to do."""
+
+
+class Refusal(UserError):
+    """The lab service refuses a request (docs/lab-api.yaml).
+
+    ``code`` is what a script reads (``config_invalid``, ``fleet_too_small``,
+    ``unauthorized`` ...), ``field`` the config field or request part at
+    fault if any, ``status`` the HTTP status the API answers with.
+    """
+
+    def __init__(self, code: str, message: str, *, status: int = 400, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+        self.field = field
+
+    def __str__(self) -> str:
+        return f"{self.message} ({self.code})"
+
+    def document(self) -> dict[str, object]:
+        """The refusal as the API sends it: ``{"error": {"code", "message", "field"?}}``."""
+        error: dict[str, object] = {"code": self.code, "message": self.message}
+        if self.field is not None:
+            error["field"] = self.field
+        return {"error": error}
 
 
 # -- the device's fault ---------------------------------------------------------

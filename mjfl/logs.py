@@ -36,7 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["LOG_FILE", "PHONE_LOGS", "native_output", "phone_log_name", "setup", "setup_worker"]
+__all__ = ["LOG_FILE", "PHONE_LOGS", "add_handler", "native_output", "phone_log_name", "setup", "setup_worker"]
 
 LOG_FILE = "mjfl.log"
 PHONE_LOGS = "phones"  # the output folder's subfolder where each attached phone's app log is copied
@@ -195,6 +195,11 @@ def setup_worker(log_file: Path | None, *, verbose: bool = False, level: int = l
         console.addFilter(_OwnRecords())
         handlers.append(console)
     _install(handlers, level=logging.DEBUG if verbose else level)
+
+
+def add_handler(handler: logging.Handler) -> None:
+    """Also give every record of this process to ``handler``, which later ``setup`` calls keep."""
+    logging.getLogger().addHandler(handler)
 
 
 def _install(handlers: list[logging.Handler], *, level: int) -> None:

@@ -6,7 +6,7 @@ typo never silently falls back to a default. See docs/config.md.
 
 TOML has no null, so a limit or check that can be turned off is written 0
 there (``heartbeat_interval_s = 0``); loading maps that 0 to ``None`` here,
-once (``_Fields.take_limit``), and everything past the config sees ``None``
+once (``Fields.take_limit``), and everything past the config sees ``None``
 for off, as the settings of the server, the remote fleet and the engine do.
 Defaults are written once: the dataclasses' fields below, or the protocol's
 constants they read.
@@ -161,7 +161,7 @@ def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | 
     config file's folder); relative output paths (out_dir, database) from the
     working directory.
     """
-    top = _Fields(raw, "")
+    top = Fields(raw, "")
     jobs_raw = top.take("jobs", list, required=True)
     if not jobs_raw:
         raise ConfigError("jobs", "at least one [[jobs]] table is needed")
@@ -169,10 +169,10 @@ def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | 
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise ConfigError("jobs", f"job names must be unique, got {names}")
-    fleet = _fleet(top.take("fleet", dict, default={}), base)
+    fleet = parse_fleet(top.take("fleet", dict, default={}), base)
     scheduler = _scheduler(top.take("scheduler", dict, default={}))
-    testbed = _testbed(top.take("testbed", dict, default={}), base)
-    d = _defaults(RunConfig)
+    testbed = parse_testbed(top.take("testbed", dict, default={}), base)
+    d = defaults_of(RunConfig)
     seed = top.take("seed", int, default=d["seed"])
     # Inputs are found next to the config file; outputs land where mjfl runs.
     out_dir = _path(top.take("out_dir", str, default=str(d["out_dir"])), Path("."))
@@ -189,14 +189,14 @@ def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | 
 def _job(raw: Any, where: str, base: Path) -> JobConfig:
     if not isinstance(raw, dict):
         raise ConfigError(where, "must be a table")
-    f = _Fields(raw, where)
+    f = Fields(raw, where)
     name = f.take("name", str, required=True)
     model = f.take("model", str, required=True)
     if model not in MODEL_NAMES:
         raise ConfigError(f"{where}.model", f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)}")
     data_dir = f.take("data_dir", str, default=None)
-    d = _defaults(JobConfig)
-    t = _defaults(LocalTraining)
+    d = defaults_of(JobConfig)
+    t = defaults_of(LocalTraining)
     job = JobConfig(
         name=JobId(name),
         model=model,
@@ -224,10 +224,11 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
     return job
 
 
-def _fleet(raw: dict[str, Any], base: Path) -> FleetConfig:
-    f = _Fields(raw, "fleet")
+def parse_fleet(raw: dict[str, Any], base: Path, where: str = "fleet") -> FleetConfig:
+    """A ``[fleet]`` table (``where`` names it in errors)."""
+    f = Fields(raw, where)
     profiles = f.take("profiles", str, default=None)
-    d = _defaults(FleetConfig)
+    d = defaults_of(FleetConfig)
     fleet = FleetConfig(
         size=f.take("size", int, default=d["size"], check=lambda v: v >= 1, need=">= 1"),
         profiles=_path(profiles, base) if profiles else None,
@@ -246,8 +247,8 @@ def _fleet(raw: dict[str, Any], base: Path) -> FleetConfig:
 def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
     from mjfl.schedulers.registry import METHODS, SINGLE, make_scheduler
 
-    f = _Fields(raw, "scheduler")
-    d = _defaults(SchedulerConfig)
+    f = Fields(raw, "scheduler")
+    d = defaults_of(SchedulerConfig)
     members = f.take("members", list, default=list(d["members"]))
     for member in members:
         if member not in SINGLE:
@@ -279,9 +280,10 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
     return config
 
 
-def _testbed(raw: dict[str, Any], base: Path) -> TestbedConfig:
-    f = _Fields(raw, "testbed")
-    d = _defaults(TestbedConfig)
+def parse_testbed(raw: dict[str, Any], base: Path, where: str = "testbed") -> TestbedConfig:
+    """A ``[testbed]`` table: where the coordinator listens and whom it admits (``where`` names it in errors)."""
+    f = Fields(raw, where)
+    d = defaults_of(TestbedConfig)
     config = TestbedConfig(
         host=f.take("host", str, default=d["host"]),
         port=f.take("port", int, default=d["port"], check=lambda v: 0 <= v < 65536, need="a TCP port"),
@@ -301,14 +303,14 @@ def _testbed(raw: dict[str, Any], base: Path) -> TestbedConfig:
     )
     f.done()
     if (config.tls_cert is None) != (config.tls_key is None):
-        raise ConfigError("testbed.tls_cert", "testbed.tls_cert and testbed.tls_key go together")
+        raise ConfigError(f"{where}.tls_cert", f"{where}.tls_cert and {where}.tls_key go together")
     interval, timeout = config.heartbeat_interval_s, config.heartbeat_timeout_s
     if interval is not None and timeout is not None and timeout <= interval:
-        raise ConfigError("testbed.heartbeat_timeout_s", "must be longer than testbed.heartbeat_interval_s")
+        raise ConfigError(f"{where}.heartbeat_timeout_s", f"must be longer than {where}.heartbeat_interval_s")
     return config
 
 
-def _range(f: _Fields, key: str, default: tuple[float, float], *, low: float) -> tuple[float, float]:
+def _range(f: Fields, key: str, default: tuple[float, float], *, low: float) -> tuple[float, float]:
     """A ``[from, to]`` pair of numbers, ``low <= from <= to`` (one number: that value alone)."""
     value = f.take(key, object, default=list(default))
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -332,7 +334,7 @@ def _path(value: str | None, base: Path) -> Path | None:
 _MISSING = object()
 
 
-def _defaults(cls: type) -> dict[str, Any]:
+def defaults_of(cls: type) -> dict[str, Any]:
     """The defaults of a config dataclass's fields: the one place they are written."""
     out = {}
     for f in fields(cls):
@@ -343,7 +345,7 @@ def _defaults(cls: type) -> dict[str, Any]:
     return out
 
 
-class _Fields:
+class Fields:
     """Takes typed fields out of one TOML table, naming each in errors."""
 
     def __init__(self, raw: dict[str, Any], where: str) -> None:

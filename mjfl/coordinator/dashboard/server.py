@@ -261,7 +261,7 @@ async def serve(
     """
     if needs_token(host) and token is None:
         raise UserError(f"--host {host}: reachable from other machines; give --token (docs/dashboard.md)")
-    async with _listening(make_app(catalog, token=token), host, port, token) as url:
+    async with listening(make_app(catalog, token=token), host, port, token) as url:
         if isinstance(url, OSError):
             raise UserError(f"cannot listen on {host} port {port}: {url.strerror or url}") from None
         ready(url)
@@ -289,7 +289,7 @@ async def live_dashboard(
     if needs_token(host) and token is None:
         raise UserError(f"--dashboard-host {host}: reachable from other machines; give a token (docs/dashboard.md)")
     app = make_app(catalog, live=live, live_folder=folder, token=token, middlewares=middlewares)
-    async with _listening(app, host, port, token, shutdown_timeout=1.0) as url:
+    async with listening(app, host, port, token, shutdown_timeout=1.0) as url:
         if isinstance(url, OSError):
             warn(f"dashboard: cannot listen on {host} port {port} ({url.strerror or url}); the run goes on without it")
             yield None
@@ -305,7 +305,7 @@ async def live_dashboard(
 
 
 @asynccontextmanager
-async def _listening(
+async def listening(
     app: web.Application, host: str, port: int, token: str | None, **options: Any
 ) -> AsyncIterator[str | OSError]:
     """``app`` listening on ``host:port`` while the block runs: yields its URL, or why it cannot listen.

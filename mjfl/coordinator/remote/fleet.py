@@ -113,6 +113,13 @@ class RemoteFleet:
             )
             self._jobs[job.job] = _Job(wire, program, dict(job.shards))
 
+    def forget(self, jobs: Sequence[JobId]) -> None:
+        """Let go of these jobs' programs, shards and last weights (their run is over; the lab service's runs
+        come and go on one fleet). A job prepared again later is provisioned afresh."""
+        for job in jobs:
+            self._jobs.pop(job, None)
+            self._packs.pop(job, None)
+
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
         """Provision (once per session and job), send the task, wait for a valid update.
 

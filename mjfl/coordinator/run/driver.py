@@ -25,12 +25,13 @@ its data, and the engine an explicit ``Engine.join``; one that leaves, an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.engine.events import DeviceJoined, Observer, TaskSent
 from mjfl.coordinator.engine.fleet import Fleet
+from mjfl.coordinator.engine.occupancy import Occupancy
 from mjfl.coordinator.results.live import LiveView
 from mjfl.coordinator.results.report import report_run
 from mjfl.coordinator.run.calibration import calibration_jobs, run_session
@@ -99,6 +101,9 @@ class Output:
     dashboard_port: int | None = None
     dashboard_host: str = "127.0.0.1"
     dashboard_token: str | None = None
+    # Send this process's log to the output folder's mjfl.log; False where the process logs elsewhere (the lab
+    # service: its own log, and each run's lines in its folder).
+    log_here: bool = True
 
     @property
     def log_file(self) -> Path:
@@ -117,6 +122,9 @@ class ReadyFleet:
     impersonated: Mapping[str, DeviceProfile] = field(default_factory=dict)  # emulated devices' own profiles
     # Fleets that devices can join and leave while a run goes (the registry of a testbed).
     members: Membership | None = None
+    # Which job holds each device, shared with the other runs on the same fleet (the lab service's); None: this
+    # run's alone.
+    occupancy: Occupancy | None = None
 
 
 class Devices(Protocol):
@@ -148,7 +156,8 @@ class Driver:
             output.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UserError(f"--out {output.out_dir}: cannot create the folder: {exc.strerror or exc}") from None
-        logs.setup(output.log_file, verbose=output.verbose, stream=None)
+        if output.log_here:
+            logs.setup(output.log_file, verbose=output.verbose, stream=None)
         self.config = config
         self.output = output
         self._prepared: dict[int, list[PreparedJob]] = {}
@@ -188,17 +197,42 @@ class Driver:
         console = self.output.console
         if run.resumed:
             console.print(f"resuming run {run.info.run_id} after {run.progress(storage)}")
-        status = "failed"
         try:
-            devices.run(self._train(storage, run, devices, view, force=force))
-            status = "finished"
+            with self._ending(storage, run):
+                devices.run(self._train(storage, run, devices, view, force=force))
         except KeyboardInterrupt:
-            status = "interrupted"
             if run.checkpoints is not None and run.recorded:
                 console.print(
                     f"[yellow]interrupted[/]: every finished round is saved;"
                     f" continue with --resume (run {run.info.run_id})"
                 )
+            raise
+
+    async def train_one(self, method: str, devices: Devices, *, run_id: str, resume: bool = False) -> dict[str, Any]:
+        """One run of ``method`` as ``run_id``, on the event loop already going (the lab service's), reported.
+
+        ``resume`` continues the run recorded in the output folder. A
+        cancelled run is recorded as interrupted, and can be resumed.
+        """
+        with Storage(self.config.database_path) as storage:
+            run = _Run.begin(storage, self.config, self.output.out_dir, method, devices, resume, run_id=run_id)
+            if run.resumed:
+                self.output.console.print(f"resuming run {run.info.run_id} after {run.progress(storage)}")
+            with self._ending(storage, run):
+                view = LiveView(enabled=False, console=self.output.console, clock="wall")
+                await self._train(storage, run, devices, view, force=False)
+            rid = run.info.run_id
+            return self._report({method: (storage.jobs(rid), storage.rounds(rid))}, storage.choices(rid))
+
+    @contextlib.contextmanager
+    def _ending(self, storage: Storage, run: _Run) -> Iterator[None]:
+        """Mark the run's end in its database whatever happens: finished, interrupted (Ctrl-C, cancelled) or failed."""
+        status = "failed"
+        try:
+            yield
+            status = "finished"
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            status = "interrupted"
             raise
         finally:
             if run.recorded:
@@ -233,7 +267,7 @@ class Driver:
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, observers=observers,
                 settings=self._settings(ready.device_wait_s, time_offset=resumed.time_offset),
-                frequencies=resumed.frequencies, losses=resumed.losses,
+                frequencies=resumed.frequencies, losses=resumed.losses, occupancy=ready.occupancy,
             )
             if ready.members is not None:
                 joined = lambda d: run.joined(engine, ready.fleet, prepared, assignment, d)
@@ -500,14 +534,16 @@ class _Run:
 
     @classmethod
     def begin(
-        cls, storage: Storage, config: RunConfig, out_dir: Path, method: str, devices: Devices, resume: bool
+        cls, storage: Storage, config: RunConfig, out_dir: Path, method: str, devices: Devices, resume: bool,
+        *, run_id: str | None = None,
     ) -> _Run:
+        """A new run (named ``run_id``, else by its start, kind and method), or the one to resume."""
         if resume:
             run_id = _resumable_run(storage, out_dir, devices.mode, method)
             info = storage.resume_run(run_id)
         else:
             stamp = dt.datetime.now(dt.UTC)
-            run_id = f"{stamp:%Y%m%dT%H%M%S}-{devices.kind}-{method}"
+            run_id = run_id or f"{stamp:%Y%m%dT%H%M%S}-{devices.kind}-{method}"
             info = RunInfo(run_id, method, devices.mode, config.seed, "{}", stamp.isoformat())
         checkpoints = Checkpoints(checkpoints_path(out_dir, run_id)) if devices.mode == "real" else None
         return cls(info, resume, resume, checkpoints)

@@ -1,0 +1,128 @@
+"""A lab's configuration (LAB.toml): its devices, where it serves them and the researchers, its limits and policy.
+
+::
+
+    out_dir = "lab"            # LAB_DIR: the lab's database and every run's folder (--out overrides)
+    seed = 0                   # emulated devices' profiles and round times (--emulate)
+
+    [fleet]                    # the lab's devices, as a run's [fleet] (docs/config.md)
+    size = 8                   # how many the lab has: a run made for more can never run here
+
+    [server]                   # where devices connect, whom it admits: a run's [testbed] keys
+    port = 8765
+
+    [api]                      # the researchers' HTTP API (docs/lab-api.yaml)
+    host = "127.0.0.1"
+    port = 8790
+
+    [limits]
+    max_request_kb = 256       # the largest request (a submitted config) the API reads
+    max_queued_per_researcher = 20
+    max_running = 4            # runs running at once
+
+Every key is checked as a run's are (``coordinator/config.py``): a bad one
+is named in the error. docs/lab.md explains each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mjfl.coordinator.config import (
+    Fields,
+    FleetConfig,
+    TestbedConfig,
+    defaults_of,
+    parse_fleet,
+    parse_testbed,
+    read_toml,
+)
+from mjfl.errors import ConfigError
+
+SHARES = ("equal",)  # the policy between running runs (docs/lab.md, "The policy between runs")
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """Where the researchers' HTTP API (and the lab's dashboard) listens."""
+
+    host: str = "127.0.0.1"
+    port: int = 8790
+
+
+@dataclass(frozen=True)
+class LabLimits:
+    """What the lab accepts and runs at once."""
+
+    max_request_kb: int = 256
+    max_queued_per_researcher: int = 20
+    max_running: int = 4
+    share: str = "equal"
+
+
+@dataclass(frozen=True)
+class LabConfig:
+    """A whole lab."""
+
+    fleet: FleetConfig
+    server: TestbedConfig = field(default_factory=TestbedConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    limits: LabLimits = field(default_factory=LabLimits)
+    out_dir: Path = Path("lab")
+    seed: int = 0
+    source: Path | None = None
+
+    @property
+    def size(self) -> int:
+        """How many devices the lab has (its fleet's size)."""
+        assert self.fleet.size is not None
+        return self.fleet.size
+
+
+def load_lab_config(path: Path | str) -> LabConfig:
+    """Read and check a lab's configuration file."""
+    path = Path(path)
+    return parse_lab_config(read_toml(path), base=path.parent, source=path)
+
+
+def parse_lab_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | None = None) -> LabConfig:
+    top = Fields(raw, "")
+    fleet = parse_fleet(top.take("fleet", dict, required=True), base)
+    if fleet.size is None:
+        raise ConfigError("fleet.size", "give the number of devices the lab has")
+    server = parse_testbed(top.take("server", dict, default={}), base, where="server")
+    api = _api(top.take("api", dict, default={}))
+    limits = _limits(top.take("limits", dict, default={}))
+    d = defaults_of(LabConfig)
+    out_dir = Path(top.take("out_dir", str, default=str(d["out_dir"]))).expanduser()
+    seed = top.take("seed", int, default=d["seed"])
+    top.done()
+    return LabConfig(fleet, server, api, limits, out_dir, seed, source)
+
+
+def _api(raw: dict[str, Any]) -> ApiConfig:
+    f = Fields(raw, "api")
+    d = defaults_of(ApiConfig)
+    api = ApiConfig(
+        host=f.take("host", str, default=d["host"]),
+        port=f.take("port", int, default=d["port"], check=lambda v: 0 <= v < 65536, need="a TCP port"),
+    )
+    f.done()
+    return api
+
+
+def _limits(raw: dict[str, Any]) -> LabLimits:
+    f = Fields(raw, "limits")
+    d = defaults_of(LabLimits)
+    limits = LabLimits(
+        max_request_kb=f.take("max_request_kb", int, default=d["max_request_kb"], check=lambda v: 1 <= v <= 65536, need="1 to 65536"),
+        max_queued_per_researcher=f.take(
+            "max_queued_per_researcher", int, default=d["max_queued_per_researcher"], check=lambda v: v >= 1, need=">= 1"
+        ),
+        max_running=f.take("max_running", int, default=d["max_running"], check=lambda v: v >= 1, need=">= 1"),
+        share=f.take("share", str, default=d["share"], check=lambda v: v in SHARES, need=f"one of {SHARES}"),
+    )
+    f.done()
+    return limits

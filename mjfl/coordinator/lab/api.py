@@ -60,12 +60,12 @@ class LabApi:
     """The API's handlers over the lab's store and runs (``lab_app`` routes them)."""
 
     def __init__(
-        self, store: LabStore, runs: LabRuns, devices: Callable[[], int], tasks: Callable[[], Iterable[TaskSpan]], *,
-        max_request_kb: int,
+        self, store: LabStore, runs: LabRuns, devices: Callable[[], list[dict[str, Any]]],
+        tasks: Callable[[], Iterable[TaskSpan]], *, max_request_kb: int,
     ) -> None:
         self.store = store
         self.runs = runs
-        self.devices = devices
+        self.devices = devices  # the lobby: each connected device and what it serves (``LabFleet.devices``)
         self.tasks = tasks  # the fleet's latest tasks: (device, wire job, round, sent, ended, outcome), loop time
         self.max_request_kb = max_request_kb
 
@@ -136,7 +136,11 @@ class LabApi:
     async def health(self, request: web.Request) -> web.Response:
         counts = {state: len(self.store.runs(state)) for state in ("queued", "running")}  # type: ignore[arg-type]
         status = "draining" if self.runs.draining else "up"
-        return _json({"status": status, "version": __version__, "devices": self.devices(), "runs": counts})
+        return _json({"status": status, "version": __version__, "devices": len(self.devices()), "runs": counts})
+
+    async def lobby(self, request: web.Request) -> web.Response:
+        """Every connected device: since when (wall clock), from where, and the run's job it serves now, if any."""
+        return _json({"devices": self.devices()})
 
     async def task_spans(self, request: web.Request) -> web.Response:
         """The fleet's latest tasks, every run's, on the wall clock: which device trained which run's job when."""
@@ -190,6 +194,7 @@ def lab_app(api: LabApi) -> web.Application:
     add("GET", "/api/lab/runs/{id}", api.get_run)
     add("POST", "/api/lab/runs/{id}/cancel", api.cancel)
     add("GET", "/api/lab/tasks", api.task_spans)
+    add("GET", "/api/lab/devices", api.lobby)
     add("GET", "/api/lab/runs/{id}/log", api.log_lines)
     add("GET", "/api/lab/runs/{id}/archive", api.archive)
     add("POST", "/api/lab/researchers", api.add_researcher)

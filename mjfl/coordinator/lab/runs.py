@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,18 @@ class LabFleet:
 
     def connected(self) -> int:
         return len(self.lobby.registry.connected())
+
+    def devices(self) -> list[dict[str, Any]]:
+        """The lobby as the API shows it: each connected device, since when (wall clock), and what it serves."""
+        to_wall = time.time() - asyncio.get_running_loop().time()
+        rows = []
+        for device, info in self.lobby.registry.connected().items():
+            holder = self.occupancy.busy.get(device)
+            rows.append({
+                "device": device, "connected_at": info.connected_at + to_wall, "address": info.address,
+                "serving": None if holder is None else {"run": holder[0], "job": holder[1]},
+            })
+        return rows
 
 
 class LabDevices:

@@ -91,7 +91,7 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
                 if settings.keys is not None or settings.token is not None:
                     console.print(admission(server), highlight=False, soft_wrap=True)
                 api = LabApi(
-                    store, runs, runs.fleet.connected, lambda: list(remote.task_log), max_request_kb=lab.limits.max_request_kb
+                    store, runs, runs.fleet.devices, lambda: list(remote.task_log), max_request_kb=lab.limits.max_request_kb
                 )
                 async with _api(api, lab, console), _emulated(lab, out_dir, server, own, options, console):
                     keeper = group.create_task(runs.keep(), name="lab admission")

@@ -1,0 +1,157 @@
+"""A real `mjfl serve` for the tests: its own process, emulated devices, the researchers' API over HTTP.
+
+``Lab.start(processes, folder)`` writes a LAB.toml (ports 0), starts the
+service and reads its API address and admin token from what it prints and
+writes. ``call`` is one API request as any client sends it (urllib, JSON),
+answering ``(status, document)``. Importable as ``lab_service`` (pytest puts
+tests/ on the path for its conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processes import Process, mjfl_args
+
+LAB = """
+[fleet]
+size = {size}
+workers = 2
+[server]
+port = 0
+wait_timeout_s = 120
+[api]
+port = 0
+[limits]
+max_running = {max_running}
+max_queued_per_researcher = {max_queued}
+"""
+
+# A run of two small jobs on the lab's devices (a few seconds a run once their programs are exported).
+RUN = """
+seed = {seed}
+[fleet]
+size = {size}
+shards = "present"
+[scheduler]
+method = "{method}"
+min_plan = 2
+[[jobs]]
+name = "lenet"
+model = "lenet5"
+image_size = 12
+partition = "iid"
+epochs = 1
+batch_size = 8
+fraction = 0.5
+target_accuracy = {target}
+max_rounds = {rounds}
+[[jobs]]
+name = "cnn"
+model = "cnn-a-noniid"
+image_size = 8
+partition = "iid"
+epochs = 1
+batch_size = 8
+fraction = 0.5
+target_accuracy = {target}
+max_rounds = {rounds}
+"""
+
+
+def run_config(*, method: str = "random", seed: int = 1, size: int = 4, target: float = 0.8, rounds: int = 40) -> str:
+    return RUN.format(method=method, seed=seed, size=size, target=target, rounds=rounds)
+
+
+@dataclass
+class Lab:
+    """A started lab service."""
+
+    process: Process
+    folder: Path
+    url: str
+    admin: str
+
+    @classmethod
+    def start(
+        cls, processes: Callable[..., Process], folder: Path, *, devices: int = 8, max_running: int = 4,
+        max_queued: int = 20, lab_file: Path | None = None,
+    ) -> Lab:
+        if lab_file is None:
+            lab_file = folder / "lab.toml"
+            lab_file.write_text(LAB.format(size=devices, max_running=max_running, max_queued=max_queued))
+        out = folder / "out"
+        process = processes(mjfl_args("serve", str(lab_file), "--emulate", str(devices), "--out", str(out)), read=True)
+        line = process.line_with("researchers' API: ", 300)
+        url = line.split("researchers' API: ")[1].split("/api/lab")[0]
+        lab = cls(process, out, url, (out / "admin.token").read_text().strip())
+        lab.until(lambda: lab.call("GET", "/api/lab/health")[1]["devices"] == devices, 300)
+        return lab
+
+    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None, raw: bytes | None = None,
+             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+        """One request; (status, its JSON document, or its bytes when not JSON)."""
+        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
+        if token or (token is None and self.admin):
+            request.add_header("Authorization", f"Bearer {token or self.admin}")
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return response.status, _decoded(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, _decoded(exc.read())
+
+    def researcher(self, name: str, *, admin: bool = False) -> str:
+        status, made = self.call("POST", "/api/lab/researchers", {"name": name, "admin": admin})
+        assert status == 201, made
+        return str(made["token"])
+
+    def submit(self, config: str, token: str, key: str | None = None) -> dict[str, Any]:
+        status, answer = self.call("POST", "/api/lab/runs", {"config": config, **({"key": key} if key else {})}, token=token)
+        assert status in (200, 201), answer
+        return dict(answer["run"])
+
+    def run(self, run_id: str) -> dict[str, Any]:
+        status, answer = self.call("GET", f"/api/lab/runs/{run_id}")
+        assert status == 200, answer
+        return dict(answer["run"])
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return list(self.call("GET", "/api/lab/tasks")[1]["tasks"])
+
+    def devices(self) -> list[dict[str, Any]]:
+        return list(self.call("GET", "/api/lab/devices")[1]["devices"])
+
+    def ended(self, run_id: str, timeout: float = 300) -> dict[str, Any]:
+        """The run once it has ended (its state final)."""
+        self.until(lambda: self.run(run_id)["state"] in ("completed", "failed", "cancelled", "abandoned"), timeout)
+        return self.run(run_id)
+
+    def until(self, holds: Callable[[], bool], timeout: float) -> None:
+        """Poll ``holds`` until it does; fail at once if the service exits."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.process.proc.poll() is not None:
+                raise AssertionError(f"mjfl serve exited ({self.process.proc.returncode}):\n{''.join(self.process.output)}")
+            try:
+                if holds():
+                    return
+            except (urllib.error.URLError, ConnectionError):
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out:\n{''.join(self.process.output)[-3000:]}")
+            time.sleep(0.2)
+
+
+def _decoded(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return data

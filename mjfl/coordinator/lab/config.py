@@ -41,7 +41,10 @@ from mjfl.coordinator.config import (
 )
 from mjfl.errors import ConfigError
 
-SHARES = ("equal",)  # the policy between running runs (docs/lab.md, "The policy between runs")
+# The policy between running runs (docs/lab.md, "The policy between runs"): "equal", every device shared round by
+# round, each running run's equal part while others are short; "reserved", each run holds its own devices (its
+# fleet's size) for its life, as the reservations of other FL systems do (the baseline of `mjfl bench serve`).
+SHARES = ("equal", "reserved")
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ own views, which close when the run ends:
 * ``RunFleet``: the engine's ``Fleet`` over the lab's ``RemoteFleet``. A
   run's jobs travel under ids that carry the run's (``0003-alice/lenet``),
   so two runs that both have a job ``lenet`` never share its program or
-  shards; when the run ends its jobs' artifacts are dropped.
+  shards; when the run ends its jobs' artifacts are dropped. Under the
+  ``reserved`` policy it offers the run's own devices only.
 * ``RunMembers``: the registry's comings and goings (``Membership``), told
   to the run while it goes; the ``Lobby`` listens to the registry once for
   every run.
@@ -19,7 +20,7 @@ shares the lab's ``Occupancy`` (``engine/occupancy.py``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from mjfl.coordinator.engine.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult
 from mjfl.coordinator.remote.fleet import RemoteFleet
@@ -30,9 +31,10 @@ from mjfl.ids import DeviceId, JobId
 class RunFleet:
     """One run's view of the lab's fleet (see the module docstring)."""
 
-    def __init__(self, fleet: RemoteFleet, run_id: str) -> None:
+    def __init__(self, fleet: RemoteFleet, run_id: str, devices: Collection[DeviceId] | None = None) -> None:
         self.fleet = fleet
         self.run_id = run_id
+        self.devices = None if devices is None else frozenset(devices)  # a reservation: only these are offered
         self._jobs: set[JobId] = set()
 
     def wire_id(self, job: JobId) -> JobId:
@@ -40,7 +42,8 @@ class RunFleet:
         return JobId(f"{self.run_id}/{job}")
 
     def profiles(self) -> list[DeviceProfileView]:
-        return self.fleet.profiles()
+        offered = self.fleet.profiles()
+        return offered if self.devices is None else [p for p in offered if p.device in self.devices]
 
     def prepare(self, jobs: Sequence[JobArtifacts]) -> None:
         renamed = [dataclasses.replace(job, job=self.wire_id(job.job)) for job in jobs]

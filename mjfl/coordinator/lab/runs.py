@@ -32,7 +32,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,23 +49,49 @@ from mjfl.coordinator.run.driver import Driver, Output, ReadyFleet
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.records import RunMode
 from mjfl.errors import MjflError, Refusal
+from mjfl.ids import DeviceId
 
 log = logging.getLogger(__name__)
 
 RUNS = "runs"  # LAB_DIR's folder of run folders
 
 
-@dataclass(frozen=True)
+@dataclass
 class LabFleet:
-    """The lab's devices, as every run shares them: the registry's lobby, the remote fleet, the occupancy."""
+    """The lab's devices, as every run shares them: the registry's lobby, the remote fleet, the occupancy.
+
+    Under the ``reserved`` policy (``limits.share``) a run holds its own
+    devices, as many as it needs, for its life (``reserve``/``release``);
+    under ``equal`` every run plans over every device.
+    """
 
     lobby: Lobby
     remote: RemoteFleet
     occupancy: Occupancy
     device_wait_s: float
+    policy: str = "equal"
+    reserved: dict[str, list[DeviceId]] = field(default_factory=dict)
 
     def connected(self) -> int:
         return len(self.lobby.registry.connected())
+
+    def unreserved(self) -> list[DeviceId]:
+        """Connected devices no run holds, in a stable order."""
+        held = {d for devices in self.reserved.values() for d in devices}
+        return sorted(d for d in self.lobby.registry.connected() if d not in held)
+
+    def reserve(self, run_id: str, needs: int) -> list[DeviceId] | None:
+        """``needs`` devices of its own for ``run_id`` (None: not enough are free); only under ``reserved``."""
+        if self.policy != "reserved":
+            return None
+        free = self.unreserved()
+        if len(free) < needs:
+            return None
+        self.reserved[run_id] = free[:needs]
+        return self.reserved[run_id]
+
+    def release(self, run_id: str) -> None:
+        self.reserved.pop(run_id, None)
 
     def devices(self) -> list[dict[str, Any]]:
         """The lobby as the API shows it: each connected device, since when (wall clock), and what it serves."""
@@ -98,11 +124,15 @@ class LabDevices:
     async def fleet(self) -> AsyncIterator[ReadyFleet]:
         registry = self.lab.lobby.registry
         await registry.wait_until(lambda connected: len(connected) >= self.needs, None, needed=self.needs)
-        members, view = self.lab.lobby.members(), RunFleet(self.lab.remote, self.run_id)
+        if self.lab.policy == "reserved" and self.run_id not in self.lab.reserved:  # resumed after a restart
+            await registry.wait_until(lambda _: self.lab.reserve(self.run_id, self.needs) is not None, None)
+        reserved = self.lab.reserved.get(self.run_id) if self.lab.policy == "reserved" else None
+        members, view = self.lab.lobby.members(), RunFleet(self.lab.remote, self.run_id, reserved)
         try:
             connected = registry.connected()
+            present = sorted(connected) if reserved is None else sorted(d for d in reserved if d in connected)
             yield ReadyFleet(
-                view, RealClock(), sorted(connected), device_wait_s=self.lab.device_wait_s,
+                view, RealClock(), present, device_wait_s=self.lab.device_wait_s,
                 hardware={d: dict(c.hello.hardware) for d, c in connected.items()},
                 members=members, occupancy=self.lab.occupancy,
             )
@@ -236,10 +266,15 @@ class LabRuns:
         connected = self.fleet.connected()
         if connected < run.needs:
             return f"waiting for devices: needs {run.needs} connected, {connected} are"
+        if self.fleet.policy == "reserved" and self.fleet.reserve(run.run_id, run.needs) is None:
+            return f"waiting for devices: needs {run.needs} of its own (limits.share = \"reserved\"), {len(self.fleet.unreserved())} are free"
         return None
 
     def reconcile(self) -> list[LabRun]:
-        """After a restart, before any device is answered: runs admitted or running resume (returned)."""
+        """After a restart, before any device is answered: runs admitted or running resume (returned).
+
+        Under ``reserved``, a resumed run takes its devices once they connect (``LabDevices``).
+        """
         resumed = self.store.runs("admitted", "running")
         for run in resumed:
             self._start(run, resume=self._recorded(run.run_id))
@@ -254,6 +289,7 @@ class LabRuns:
 
     def _ended(self, run_id: str) -> None:
         self._tasks.pop(run_id, None)
+        self.fleet.release(run_id)
         self._cancelled.discard(run_id)
         self._idle.set()
         self.changed()

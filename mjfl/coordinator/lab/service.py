@@ -108,7 +108,8 @@ def _runs(
     lobby = Lobby(registry)
     holder: list[LabRuns] = []
     share = FairShare(devices=lambda: len(registry.connected()), runs=lambda: holder[0].running())
-    fleet = LabFleet(lobby, remote, Occupancy(share), device_wait_s=lab.server.wait_timeout_s)
+    occupancy = Occupancy(share if lab.limits.share == "equal" else None)  # reserved devices are never shared
+    fleet = LabFleet(lobby, remote, occupancy, device_wait_s=lab.server.wait_timeout_s, policy=lab.limits.share)
     runs = LabRuns(store, lab, out_dir, fleet, run_logs, spawn=group.create_task, said=lambda run: _say(console, run))
     holder.append(runs)
     registry.on_join(lambda device: runs.changed())

@@ -277,6 +277,8 @@ def test_every_answer_of_a_real_lab_is_the_one_the_spec_describes(tmp_path: Path
     call("POST", "/api/lab/runs", {"config": run_config(size=3)}, token=alice, expect="fleet_too_small")
     stand_ins = run_config(size=2).replace('shards = "present"', 'shards = "present"\nstand_ins = 0.5')
     call("POST", "/api/lab/runs", {"config": stand_ins}, token=alice, expect="unsupported")
+    no_data = run_config(size=2).replace('name = "cnn"', f'name = "cnn"\ndataset = "mnist"\ndata_dir = "{tmp_path}"')
+    call("POST", "/api/lab/runs", {"config": no_data}, token=alice, expect="data_missing")
     call("POST", "/api/lab/runs", raw=b"#" * (300 * 1024), token=alice, expect="request_too_large")
     assert call("GET", "/api/lab/runs", expect=200)["runs"] == []  # nothing refused was queued
 

@@ -28,6 +28,10 @@ Each command must exit 0 and write what the README says it writes
   a GPU: both are checked to parse (the README's flags and ``--help``), as
   are ``mjfl devices list/prepare/check``, which need phones over adb.
   tests/bench and tests/coordinator/remote/test_faults.py run each bench.
+- The lab service (``mjfl serve``) runs until drained, and the researchers'
+  commands (``submit``, ``runs``, ``log``, ``cancel``, ``pull``, ``lab``)
+  need it running: checked to parse. tests/coordinator/lab run them against
+  a real ``mjfl serve``.
 - ``make demo`` and ``make test`` are not mjfl commands (``make test`` runs
   this test; ``make demo`` is the README's testbed run with ``--out``).
 """
@@ -74,6 +78,15 @@ PARSES: dict[str, str] = {
     "devices check": "needs phones attached over adb",
     "bench gpu": "needs a GPU (without one it refuses, unless --cpu: hours at full size)",
     "bench faults": "SIGKILLs coordinators for minutes; tests/coordinator/remote/test_faults.py runs its scenarios",
+    # The lab service runs until drained; the researchers' commands need it running. tests/coordinator/lab run both
+    # against a real `mjfl serve` (docs/lab.md's commands included).
+    "serve": "runs until drained or stopped",
+    "submit": "needs a running lab",
+    "runs": "needs a running lab",
+    "log": "needs a running lab",
+    "cancel": "needs a running lab",
+    "pull": "needs a running lab",
+    "lab": "needs a running lab",
 }
 
 
@@ -111,8 +124,9 @@ def way(line: str) -> Way:
     if argv[:1] == ["bench"] and command not in PARSES:
         assert argv[1] in SMALLER, f"a README benchmark this test does not size (SMALLER): {line}"
         return Way(smaller(line, SMALLER[argv[1]]), note="smaller sizes (SMALLER)")
-    if command in PARSES:
-        return Way(line, parse=PARSES[command])
+    for words_of in (command, " ".join(argv[:1])):  # two words (devices list) or one (serve)
+        if words_of in PARSES:
+            return Way(line, parse=PARSES[words_of])
     if "--phones" in argv and argv[0] == "profile":
         return Way(line, parse="phones; the README's profile with --emulate runs a session")
     if argv[:1] == ["profile"] and argv[1:2] != ["show"]:

@@ -36,6 +36,7 @@ import json
 import os
 import struct
 import tempfile
+import threading
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,12 @@ __all__ = [
 ]
 
 DEFAULT_MAX_BATCH = MAX_BATCH
+
+# torch.export keeps its tracing state in globals: two threads exporting at once
+# fail (the lab service prepares runs side by side), so a process exports one
+# program at a time. Re-entrant: cached_program holds it around its export.
+_EXPORTING = threading.RLock()
+
 # The exported wrapper holds the zoo model as `model`; the runtime names
 # parameters "model.<state_dict key>".
 PARAM_PREFIX = "model."
@@ -146,7 +153,7 @@ def export_training_program(
         dynamic = ({0: batch}, {0: batch})
         if sites:  # the varargs are one more (nested) argument
             dynamic += (tuple({len(shape): batch} for shape in sites),)
-    with warnings.catch_warnings():
+    with _EXPORTING, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ep = export(wrapper, (x, y, *noise), dynamic_shapes=dynamic, strict=False)
         ep = _export_forward_backward(ep, joint_loss_index=0)
@@ -219,17 +226,22 @@ def cached_program(
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{spec.name}-{program_key(spec, max_batch=max_batch)}.pte"
     if not path.exists():
-        data = export_training_program(spec, max_batch=max_batch)
-        fd, tmp = tempfile.mkstemp(dir=cache, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with _EXPORTING:  # a second thread wanting the same program waits for it, not exports it again
+            if not path.exists():
+                _write_atomically(cache, path, export_training_program(spec, max_batch=max_batch))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return path, digest
+
+
+def _write_atomically(cache: Path, path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=cache, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _cached_program_job(

@@ -215,6 +215,18 @@ def test_cached_program_exports_once(tmp_path: Path, lenet_program: tuple[Path, 
     assert len(calls) == 2
 
 
+def test_two_threads_export_at_once_each_its_own_program(tmp_path: Path) -> None:
+    """Runs a lab prepares side by side export in threads of one process (torch.export alone fails so)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    specs = [ModelSpec("lenet5", (1, 12, 12), 4), ModelSpec("cnn-b", (1, 8, 8), 4)]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        programs = list(pool.map(lambda spec: cached_program(spec, tmp_path, max_batch=8), specs))
+    assert len({path for path, _ in programs}) == 2
+    for path, _ in programs:
+        validate_program(path.read_bytes())
+
+
 def test_export_rejects_bad_max_batch() -> None:
     with pytest.raises(ValueError):
         export_mod.export_training_program(LENET, max_batch=0)

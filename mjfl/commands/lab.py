@@ -106,7 +106,7 @@ def submit(lab: LabClient, config: Path, *, key: str | None, wait: bool, as_json
 def runs(lab: LabClient, *, as_json: bool, console: Console) -> None:
     listed = lab.call("GET", "/api/lab/runs")["runs"]
     if as_json:
-        console.print_json(json.dumps({"runs": listed}))
+        print(json.dumps({"runs": listed}))  # stdout, as submit --json: for scripts and jq
         return
     table = Table("run", "owner", "state", "method", "queued at", "why / how it ended", title=f"runs of {lab.url}")
     for run in listed:

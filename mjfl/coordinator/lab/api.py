@@ -18,6 +18,7 @@ config_invalid         400     the config is not TOML or a field is bad (``field
 fleet_too_small        400     the run is made for more devices than the lab has
 unsupported            400     something no lab run does
 data_missing           400     a job's data set cannot be read in the lab (``field``)
+last_admin             409     the change would leave the lab with no admin
 too_many_queued        429     the researcher's queued runs are at the limit
 draining               503     the lab admits no new run
 internal               500     our bug (logged in lab.log, never detailed here)
@@ -81,7 +82,8 @@ class LabApi:
         return _json({"run": self.view(run)}, status=201 if new else 200)
 
     async def list_runs(self, request: web.Request) -> web.Response:
-        return _json({"runs": [self.view(run) for run in self.store.runs()]})
+        queued = self._queue()
+        return _json({"runs": [self.view(run, queued) for run in self.store.runs()]})
 
     async def get_run(self, request: web.Request) -> web.Response:
         return _json({"run": self.view(self._run(request))})
@@ -116,15 +118,19 @@ class LabApi:
             headers={"Content-Disposition": f'attachment; filename="{run.run_id}.tar.gz"'},
         )
 
-    def view(self, run: LabRun) -> dict[str, Any]:
-        """A run as the API shows it (docs/lab-api.yaml, ``Run``)."""
-        queued = [r.run_id for r in self.store.runs("queued")]
+    def view(self, run: LabRun, queued: dict[str, int] | None = None) -> dict[str, Any]:
+        """A run as the API shows it (docs/lab-api.yaml, ``Run``); ``queued``: the queue's positions, if known."""
+        positions = self._queue() if queued is None else queued
         return {
             "id": run.run_id, "owner": run.owner, "state": run.state, "method": run.method, "needs": run.needs,
-            "position": queued.index(run.run_id) + 1 if run.run_id in queued else None, "reason": run.reason,
+            "position": positions.get(run.run_id), "reason": run.reason,
             "submitted_at": run.submitted_at, "admitted_at": run.admitted_at, "started_at": run.started_at,
             "ended_at": run.ended_at, "targets_reached": run.targets_reached,
         }
+
+    def _queue(self) -> dict[str, int]:
+        """Each queued run's position in the queue, from 1."""
+        return {run.run_id: at for at, run in enumerate(self.store.runs("queued"), start=1)}
 
     def _run(self, request: web.Request) -> LabRun:
         run = self.store.run(request.match_info["id"])
@@ -162,6 +168,8 @@ class LabApi:
             raise Refusal("request_invalid", f"name {name!r}: 1 to 32 of a-z, 0-9, _ and -, a letter first", field="name")
         if not isinstance(admin, bool):
             raise Refusal("request_invalid", "admin must be true or false", field="admin")
+        if not admin:
+            self._keep_an_admin(name)
         token = self.store.add_researcher(name, admin=admin)
         return _json({"name": name, "admin": admin, "token": token}, status=201)
 
@@ -174,9 +182,19 @@ class LabApi:
     async def revoke(self, request: web.Request) -> web.Response:
         _admin(request)
         name = request.match_info["name"]
+        self._keep_an_admin(name)
         if not self.store.revoke(name):
             raise Refusal("not_found", f"no researcher {name} in this lab", status=404)
         return _json({"name": name, "revoked": True})
+
+    def _keep_an_admin(self, name: str) -> None:
+        """Refuse a change that takes ``name``'s admin away when no other admin is left: no one could mend it."""
+        admins = {r.name for r in self.store.researchers() if r.admin and r.revoked_at is None}
+        if admins == {name}:
+            raise Refusal(
+                "last_admin", f"{name} is the lab's last admin: make another admin first (mjfl lab researcher add NAME --admin)",
+                status=409, field="name",
+            )
 
     async def drain(self, request: web.Request) -> web.Response:
         _admin(request)
@@ -233,7 +251,8 @@ async def _tokens(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.path == "/api/lab/health":
         return await handler(request)
     header = request.headers.get("Authorization", "")
-    token = header.removeprefix("Bearer ").strip() if header.startswith("Bearer ") else ""
+    scheme, _, credentials = header.partition(" ")
+    token = credentials.strip() if scheme.lower() == "bearer" else ""  # the scheme's name is case-insensitive (RFC 9110)
     who = request.app[_LAB].store.holder_of(token) if token else None
     if who is None:
         said = "no token was given" if not token else "the token is unknown or revoked"

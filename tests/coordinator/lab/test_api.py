@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 CODES = {
     "unauthorized", "forbidden", "not_found", "method_not_allowed", "request_invalid", "request_too_large",
-    "config_invalid", "fleet_too_small", "unsupported", "data_missing", "too_many_queued", "draining",
+    "config_invalid", "fleet_too_small", "unsupported", "data_missing", "last_admin", "too_many_queued", "draining",
 }
 
 
@@ -43,6 +43,14 @@ def test_refusals_name_their_reason_and_queue_nothing(tmp_path: Path, processes)
         assert (status, answer["error"]["code"]) == (401, code)
     status, answer = lab.call("POST", "/api/lab/researchers", {"name": "mallory"}, token=alice)
     assert (status, answer["error"]["code"]) == (403, "forbidden")
+    status, _ = lab.call("GET", "/api/lab/runs", token="", headers={"Authorization": f"bearer {alice}"})
+    assert status == 200  # the scheme's name in any case
+    # The lab's only admin can be neither revoked nor made a researcher: no one could mend that.
+    for method, path, body in (("DELETE", "/api/lab/researchers/admin", None),
+                               ("POST", "/api/lab/researchers", {"name": "admin", "admin": False})):
+        status, answer = lab.call(method, path, body)
+        assert (status, answer["error"]["code"], answer["error"]["field"]) == (409, "last_admin", "name"), answer
+    assert lab.call("GET", "/api/lab/researchers")[0] == 200  # the admin's token still works
     big = {"config": "#" * (300 * 1024)}
     status, answer = lab.call("POST", "/api/lab/runs", big, token=alice)
     assert (status, answer["error"]["code"]) == (413, "request_too_large")

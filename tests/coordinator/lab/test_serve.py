@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -67,6 +68,8 @@ def test_two_researchers_runs_share_the_fleet_round_by_round_and_are_pulled(tmp_
         report = mjfl(lab, token, "report", str(pulled))
         assert report.returncode == 0, report.stderr
         assert "lenet" in report.stderr and "cnn" in report.stderr and run["method"] in report.stderr
+    listed = json.loads(mjfl(lab, alice, "runs", "--json").stdout)["runs"]  # on stdout, for scripts
+    assert {(r["id"], r["owner"], r["state"]) for r in listed} == {(a["id"], "alice", "completed"), (b["id"], "bob", "completed")}
 
 
 def test_back_to_back_runs_keep_their_devices_and_start_at_once_then_the_lab_drains(tmp_path: Path, processes) -> None:

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from mjfl.android_bridge.phones.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
+from mjfl.android_bridge.phones.logcat import PhoneLogs
 from mjfl.errors import PhoneError
-from mjfl.logs import phone_log_name
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +117,8 @@ class Phones:
         self.options = options
         self.adb = Adb(options.adb)
         self.log_dir = log_dir
+        self.logs = PhoneLogs(log_dir)
+        """Each phone's log, in ``log_dir``; ``logs.cut(folder)`` copies it to another folder too, for a while."""
         self.say = say
         self.serials: list[str] = []
         self._states: dict[str, str] = {}
@@ -230,13 +232,13 @@ class Phones:
         self.say(f"phone {serial} is back: adb reverse tcp:{port} restored" + ("" if running else ", app started"))
 
     def _capture(self, serial: str) -> None:
-        """Copy the phone's app log to <out>/phones/<serial>.logcat (appending across reconnects)."""
+        """Copy the phone's app log to <out>/phones/<serial>.logcat (appending across reconnects) and any cut of it."""
         old = self._threads.get(serial)
         if old is not None and old.is_alive():
             return
 
         def copy() -> None:
-            with open(self.log_dir / phone_log_name(serial), "ab") as sink, contextlib.suppress(PhoneError):
+            with self.logs.stream(serial) as sink, contextlib.suppress(PhoneError):
                 self.adb.logcat(serial, sink, self._stop)
 
         thread = threading.Thread(target=copy, name=f"logcat-{serial}", daemon=True)

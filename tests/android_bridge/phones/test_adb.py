@@ -191,7 +191,7 @@ def test_launch_passes_the_extras_through_the_phones_shell(server: FakeAdbServer
 
 def test_logcat_is_copied_until_the_phone_is_unplugged(server: FakeAdbServer) -> None:
     adb, sink, stop = Adb(server.address), io.BytesIO(), threading.Event()
-    copier = threading.Thread(target=adb.logcat, args=(PIXEL, sink, stop))
+    copier = threading.Thread(target=adb.logcat, args=(PIXEL, sink.write, stop))
     copier.start()
     server.wait_for(lambda: any(c.startswith("shell:logcat") for c in server.commands(PIXEL)))
     server.unplug(PIXEL)

@@ -1,5 +1,7 @@
 """A stand-in adb server on loopback, for testing the adb bridge without phones.
 
+Importable as ``fake_adb`` (pytest puts tests/ on the path for its conftest.py).
+
 There is no phone (and no adb server with one) on a test machine, so this
 plays both: it speaks the adb server's real host protocol over TCP (a
 command is 4 hex digits of length then the text; the answer OKAY or FAIL
@@ -7,7 +9,9 @@ plus a 4-hex-digit length block; ``host:track-devices`` a block per change;
 ``host:tport:serial:`` switching the connection to a phone's services;
 ``shell:``, ``reverse:`` and the ``sync:`` file protocol), and each phone
 answers its shell commands with the outputs in ``outputs/<name>/`` (in the
-formats real phones print; see that folder's README). The app's self-test
+formats real phones print; see that folder's README); ``log`` plays the app
+logging a line (kept in the phone's buffer, which every new ``logcat``
+stream starts with, as adb's does). The app's self-test
 (``am start`` of its SelfTestActivity) is played by a test's ``on_selftest``,
 which writes the lines the app would log under MJFL-CHECK into
 ``check_log``; ``logcat -d`` dumps them.
@@ -31,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-PHONES = Path(__file__).parent / "outputs"
+PHONES = Path(__file__).parent / "android_bridge" / "phones" / "outputs"
 APP = "org.mjfl.app"
 # Files the recorded outputs come from, by the shell command that prints them.
 RECORDED = {
@@ -121,6 +125,18 @@ class FakeAdbServer:
         if stopped and self.on_stop is not None:
             self.on_stop(phone)
         return phone
+
+    def log(self, serial: str, line: str) -> None:
+        """The app on ``serial`` logs ``line``: into the phone's buffer and onto every open ``logcat`` stream."""
+        data = (line + "\n").encode()
+        with self._changed:
+            phone = self.phones[serial]
+            phone.logcat += data
+            for s in self._streams.get(serial, []):
+                try:
+                    s.sendall(data)
+                except OSError:
+                    pass  # a stream the bridge has just closed
 
     def set_state(self, serial: str, state: str) -> None:
         with self._changed:
@@ -257,9 +273,9 @@ class FakeAdbServer:
 
     def _logcat(self, conn: socket.socket, phone: FakePhone, command: str) -> None:
         """The phone's log lines, then an open stream until the bridge or an unplug ends it."""
-        with self._changed:  # an unplug from now on ends it
+        with self._changed:  # an unplug from now on ends it; a line logged from now on follows the buffer
             self._streams.setdefault(phone.serial, []).append(conn)
-        conn.sendall(b"OKAY" + phone.logcat)
+            conn.sendall(b"OKAY" + phone.logcat)
         self._record(phone.serial, command)  # once seen, its lines are on their way
         while conn.recv(4096):
             pass

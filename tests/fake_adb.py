@@ -88,7 +88,7 @@ class FakeAdbServer:
     ) -> None:
         """``on_launch(phone)`` runs when ``am start`` starts the app or gives the running app new
         extras (the app then points its session anew; the same extras again change nothing),
-        ``on_stop(phone)`` when a reboot or ``am force-stop`` ends it: a test plays the app's process
+        ``on_stop(phone)`` when a reboot, ``am force-stop`` or ``crash`` ends it: a test plays the app's process
         with them; ``on_selftest(phone, extras)`` when ``am start`` starts the app's self-test."""
         self.phones: dict[str, FakePhone] = {p.serial: p for p in phones}
         self.on_launch, self.on_stop, self.on_selftest = on_launch, on_stop, on_selftest
@@ -125,6 +125,16 @@ class FakeAdbServer:
         if stopped and self.on_stop is not None:
             self.on_stop(phone)
         return phone
+
+    def crash(self, serial: str) -> None:
+        """The app on ``serial`` dies (a crash, or Android kills it); the phone stays attached."""
+        with self._changed:
+            phone = self.phones[serial]
+            stopped = phone.app_pid is not None
+            phone.app_pid = None
+            self._bump()
+        if stopped and self.on_stop is not None:
+            self.on_stop(phone)
 
     def log(self, serial: str, line: str) -> None:
         """The app on ``serial`` logs ``line``: into the phone's buffer and onto every open ``logcat`` stream."""

@@ -27,6 +27,9 @@ def serve(
     """
     if emulate < 0:
         raise UserError("--emulate must be >= 0")
+    if emulate and phones is not None:
+        # The emulated devices impersonate the lab's fleet ([fleet]); phones are that fleet.
+        raise UserError("--phones and --emulate go one at a time: a lab serves its attached phones or emulated devices, not both")
     lab = load_lab_config(lab_file)
     out_dir = out or lab.out_dir
     if out_dir.exists() and not out_dir.is_dir():

@@ -107,8 +107,7 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
                 if settings.keys is not None or settings.token is not None:
                     console.print(admission(server), highlight=False, soft_wrap=True)
                 if options.phones is not None:  # left after the server's bye, so that the apps hear it first
-                    hand_credentials(options.phones, server, lab.server.tls_cert)
-                    await phones_served.enter_async_context(options.phones.serving(server.port))
+                    await _serve_phones(options.phones, server, registry, lab, phones_served)
                 api = LabApi(
                     store, runs, runs.fleet.devices, lambda: list(remote.task_log), max_request_kb=lab.limits.max_request_kb
                 )
@@ -138,6 +137,19 @@ def _runs(
     registry.on_join(lambda device: runs.changed())
     registry.on_leave(lambda device, reason: runs.changed())
     return runs
+
+
+async def _serve_phones(
+    phones: Phones, server: CoordinatorServer, registry: DeviceRegistry, lab: LabConfig, served: contextlib.AsyncExitStack
+) -> None:
+    """The attached phones pointed at ``server`` until ``served`` closes; an app whose connection was lost
+    (not ended by a bye from either side) is started again if it no longer runs (``Phones.lost``)."""
+    hand_credentials(phones, server, lab.server.tls_cert)
+    await served.enter_async_context(phones.serving(server.port))
+    # A phone's device id is its serial (Phones._launch). A crash or a kill ends the connection
+    # with no bye: the server says "connection lost"; a bye (the app's, or the server's at its
+    # shutdown) is meant and is not undone.
+    registry.on_leave(lambda device, reason: phones.lost(device) if reason.startswith("connection lost") else None)
 
 
 def _phone_lines(phones: Phones | None) -> Callable[[Path], contextlib.AbstractContextManager[object]]:

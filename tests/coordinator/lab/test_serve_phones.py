@@ -78,6 +78,8 @@ def test_serve_phones_with_no_adb_server_or_no_phone_is_one_line_before_anything
         assert line.startswith(f"error: no phone to use on the adb server at {empty.address}")
         assert empty.commands(None) == ["host:devices"]  # one listing, nothing else
     assert one_error_line("serve", str(lab_file), "--adb", closed) == "error: --adb and --apk go with --phones"
+    both = one_error_line(*serve, "--emulate", "2")
+    assert both.startswith("error: --phones and --emulate go one at a time"), both
     assert not out.exists()  # nothing was started or written
 
 
@@ -95,7 +97,7 @@ def text(path: Path) -> str:
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK: make setup installs one")
 def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path: Path, processes) -> None:
-    """About 40 s: two JVM phones, one rebooted mid-run, two runs cancelled once they trained, a drain."""
+    """About 15 s: two JVM phones, one rebooted and one's app crashing mid-run, two runs cancelled once they trained, a drain."""
     apps: dict[str, Process] = {}
 
     def app_started(phone: FakePhone) -> None:  # the app's process, played by the JVM client
@@ -152,6 +154,11 @@ def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path
         adb.plug(pixel)
         assert "is back" in lab.process.line_with(f"phone {PIXEL}")
         lab.until(lambda: trained(first, PIXEL, after=away), 120)
+        # The galaxy's app crashes, the phone staying attached: the app is started again.
+        away = max(r[0] for r in query(lab.folder / "runs" / first / "mjfl.db", "SELECT round FROM device_rounds"))
+        adb.crash(GALAXY)
+        assert "started again" in lab.process.line_with(f"phone {GALAXY}")
+        lab.until(lambda: trained(first, GALAXY, after=away), 120)
         cancelled(first)
 
         adb.log(PIXEL, between := app_line("between the runs"))
@@ -162,10 +169,13 @@ def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path
 
         assert lab.call("POST", "/api/lab/drain")[0] == 200
         assert lab.process.wait(60) == 0, "".join(lab.process.output)
+        # A quiet terminal: the lab, its phones and its runs, one line each; nothing else (no warning, no trace).
+        said = ("a new lab", "lab ", "phone ", "researchers' API", "run ", "app stopped on", "drained")
+        assert all(line.startswith(said) for line in "".join(lab.process.output).splitlines()), lab.process.output
         # The service's end leaves the phones as found: the app stopped, no forward left.
         assert pixel.app_pid is None and galaxy.app_pid is None and not apps
         assert pixel.reverses == galaxy.reverses == set()
-        assert (starts(PIXEL), starts(GALAXY)) == (2, 1)  # the pixel again after its reboot only
+        assert (starts(PIXEL), starts(GALAXY)) == (2, 2)  # again after the pixel's reboot and the galaxy's crash only
 
     # Each run's folder has each phone's lines of that run, and no other: not the ones
     # before, between or during the other run, nor the pixel's buffer that adb replayed

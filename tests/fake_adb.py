@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any, Self
 
 PHONES = Path(__file__).parent / "android_bridge" / "phones" / "outputs"
+# The JVM launcher of the phone client's core (`mjfl-device`), which plays a phone's app.
+LAUNCHER = Path(__file__).resolve().parents[1] / "android" / "client-core" / "bin" / "mjfl-device"
 APP = "org.mjfl.app"
 # Files the recorded outputs come from, by the shell command that prints them.
 RECORDED = {
@@ -73,6 +75,27 @@ class FakePhone:
         outputs = {cmd: (folder / file).read_text() for cmd, file in RECORDED.items() if (folder / file).exists()}
         log = folder / "logcat.txt"
         return cls(serial, outputs, logcat=log.read_bytes() if log.exists() else b"", **kwargs)
+
+
+class JvmApps:
+    """Each phone's app, played by the JVM launcher (`mjfl-device --id SERIAL`): give a FakeAdbServer
+    ``on_launch=apps.started, on_stop=apps.stopped``; the app's process starts when the bridge's ``am
+    start`` reaches the stand-in, and is killed when the app stops (a reboot, ``am force-stop``, a crash)."""
+
+    def __init__(self, processes: Callable[[list[str]], Any], cache: Path, *, round_s: float) -> None:
+        self.processes, self.cache, self.round_s = processes, cache, round_s  # processes: the tests' fixture
+        self.running: dict[str, Any] = {}  # the app's process, by serial
+
+    def started(self, phone: FakePhone) -> None:
+        if phone.serial in self.running:
+            self.running.pop(phone.serial).kill()
+        self.running[phone.serial] = self.processes([
+            str(LAUNCHER), "--url", phone.extras["url"], "--id", phone.extras["device_id"],
+            "--cache", str(self.cache / phone.serial), "--round-s", str(self.round_s),
+        ])
+
+    def stopped(self, phone: FakePhone) -> None:
+        self.running.pop(phone.serial).kill()
 
 
 class FakeAdbServer:

@@ -6,6 +6,7 @@ The streams are driven by hand, chunk by chunk, as adb's logcat copy delivers th
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from hypothesis import given, settings
@@ -52,11 +53,10 @@ def test_a_reconnects_replay_is_left_out_of_the_cuts_and_the_first_new_line_ends
     logs = PhoneLogs(tmp_path / "lab")
     with logs.stream(PIXEL) as copy:
         copy(b"a\nb\ncut off by the unplug")
-    with logs.cut(tmp_path / "run"):
-        # Back after a cable pull: adb's logcat starts with the phone's whole buffer again.
-        with logs.stream(PIXEL) as copy:
-            copy(b"a\nb")
-            copy(b"\nc\na\n")  # "c" is new: from there every line is the run's, "a" again too
+    # Back after a cable pull: adb's logcat starts with the phone's whole buffer again.
+    with logs.cut(tmp_path / "run"), logs.stream(PIXEL) as copy:
+        copy(b"a\nb")
+        copy(b"\nc\na\n")  # "c" is new: from there every line is the run's, "a" again too
     assert read(tmp_path / "run", PIXEL) == b"c\na\n"
     # The line cut off by the unplug is not glued to the new stream's first line.
     assert read(tmp_path / "lab", PIXEL) == b"a\nb\ncut off by the unpluga\nb\nc\na\n"
@@ -81,7 +81,7 @@ def test_however_adb_chunks_the_stream_a_cut_is_its_whole_lines(tmp_path_factory
     logs = PhoneLogs(folder / "lab")
     bounds = [0, *sorted(c % (len(data) + 1) for c in cuts), len(data)]
     with logs.cut(folder / "run"), logs.stream(PIXEL) as copy:
-        for start, end in zip(bounds, bounds[1:]):
+        for start, end in itertools.pairwise(bounds):
             copy(data[start:end])
     whole = data[: data.rfind(b"\n") + 1]
     assert read(folder / "run", PIXEL) == whole

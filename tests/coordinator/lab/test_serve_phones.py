@@ -17,14 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from fake_adb import FakeAdbServer, FakePhone
+from fake_adb import FakeAdbServer, FakePhone, JvmApps
 from lab_service import Lab
-from processes import Process, mjfl_args, query
-from repository import ROOT
+from processes import mjfl_args, query
 
 from mjfl.logs import phone_log_name
 
-LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
 PIXEL, GALAXY = "28041FDH2004TQ", "R58R41ABCDE"
 
 LAB = """
@@ -98,22 +96,10 @@ def text(path: Path) -> str:
 @pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK: make setup installs one")
 def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path: Path, processes) -> None:
     """About 15 s: two JVM phones, one rebooted and one's app crashing mid-run, two runs cancelled once they trained, a drain."""
-    apps: dict[str, Process] = {}
-
-    def app_started(phone: FakePhone) -> None:  # the app's process, played by the JVM client
-        if phone.serial in apps:
-            apps.pop(phone.serial).kill()
-        apps[phone.serial] = processes([
-            str(LAUNCHER), "--url", phone.extras["url"], "--id", phone.extras["device_id"],
-            "--cache", str(tmp_path / "cache" / phone.serial), "--round-s", "0.2",
-        ])
-
-    def app_stopped(phone: FakePhone) -> None:
-        apps.pop(phone.serial).kill()
-
+    apps = JvmApps(processes, tmp_path / "cache", round_s=0.2)
     pixel, galaxy = FakePhone.recorded("pixel7", PIXEL, installed=True), FakePhone.recorded("galaxy-a52", GALAXY, installed=True)
     (tmp_path / "lab.toml").write_text(LAB)
-    with FakeAdbServer([pixel, galaxy], on_launch=app_started, on_stop=app_stopped) as adb:
+    with FakeAdbServer([pixel, galaxy], on_launch=apps.started, on_stop=apps.stopped) as adb:
         lab = Lab.start(processes, tmp_path, devices=2, lab_file=tmp_path / "lab.toml", options=("--phones", "--adb", adb.address))
         own = {serial: lab.folder / "phones" / phone_log_name(serial) for serial in (PIXEL, GALAXY)}
 
@@ -173,7 +159,7 @@ def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path
         said = ("a new lab", "lab ", "phone ", "researchers' API", "run ", "app stopped on", "drained")
         assert all(line.startswith(said) for line in "".join(lab.process.output).splitlines()), lab.process.output
         # The service's end leaves the phones as found: the app stopped, no forward left.
-        assert pixel.app_pid is None and galaxy.app_pid is None and not apps
+        assert pixel.app_pid is None and galaxy.app_pid is None and not apps.running
         assert pixel.reverses == galaxy.reverses == set()
         assert (starts(PIXEL), starts(GALAXY)) == (2, 2)  # again after the pixel's reboot and the galaxy's crash only
 

@@ -332,18 +332,7 @@ class FakeAdbServer:
         if args[:2] == ["am", "start"] and args[3].endswith(".SelfTestActivity"):
             return self._selftest(phone, args)
         if args[:2] == ["am", "start"]:
-            if not phone.installed:
-                return f"Error: Activity class {{{APP}/{APP}.StartActivity}} does not exist.\n"
-            with self._changed:
-                extras = _extras(args[4:])
-                # Like the app: a new start, or new extras, (re)starts its session.
-                started = phone.app_pid is None or extras != phone.extras
-                phone.extras = extras
-                phone.app_pid = phone.app_pid or 4242
-                self._bump()
-            if started and self.on_launch is not None:
-                self.on_launch(phone)
-            return f"Starting: Intent {{ cmp={APP}/.StartActivity (has extras) }}\n"
+            return self._start(phone, args)
         if args[:2] == ["am", "force-stop"]:
             with self._changed:  # prints nothing, whether the app ran or not (or is installed)
                 stopped = args[2] == APP and phone.app_pid is not None
@@ -379,6 +368,21 @@ class FakeAdbServer:
         if args[:1] == ["dumpsys"]:
             return f"Can't find service: {args[1]}\n"
         return f"/system/bin/sh: {args[0]}: inaccessible or not found\n"
+
+    def _start(self, phone: FakePhone, args: list[str]) -> str:
+        """``am start -n org.mjfl.app/.StartActivity --es ...``: the app starts, or takes new extras."""
+        if not phone.installed:
+            return f"Error: Activity class {{{APP}/{APP}.StartActivity}} does not exist.\n"
+        with self._changed:
+            extras = _extras(args[4:])
+            # Like the app: a new start, or new extras, (re)starts its session.
+            started = phone.app_pid is None or extras != phone.extras
+            phone.extras = extras
+            phone.app_pid = phone.app_pid or 4242
+            self._bump()
+        if started and self.on_launch is not None:
+            self.on_launch(phone)
+        return f"Starting: Intent {{ cmp={APP}/.StartActivity (has extras) }}\n"
 
     def _selftest(self, phone: FakePhone, args: list[str]) -> str:
         """``am start -n org.mjfl.app/.SelfTestActivity --es run R --es dir D``: the app's process runs it."""

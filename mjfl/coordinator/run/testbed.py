@@ -164,10 +164,7 @@ class RemoteDevices:
                         id_prefix=prefix, secrets=own, ca=tb.tls_cert,  # our own certificate, pinned
                         context=context,
                     )
-                    impersonated = {
-                        d: dataclasses.replace(p, device_id=d)  # type: ignore[type-var]
-                        for d, p in emulated.impersonated.items()
-                    }
+                    impersonated = {d: dataclasses.replace(p, device_id=d) for d, p in emulated.impersonated.items()}  # type: ignore[type-var]
                     workers_are = ("Ray actor", "Ray actors") if self.ray is not None else ("process", "processes")
                     console.print(f"started {emulated.describe(*workers_are)} ({config.fleet.runtime}) for {server.url}")
                 await self._wait(server, console)

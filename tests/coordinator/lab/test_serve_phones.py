@@ -5,7 +5,9 @@ the adb server is ``fake_adb.py`` (adb's host protocol on loopback, the
 phones answering with recorded outputs), and each phone's app is played by
 the JVM launcher of the phone client's core (`mjfl-device --id SERIAL`),
 started when the bridge's ``am start`` reaches the stand-in and killed when
-the phone reboots. What the app logs is played by ``FakeAdbServer.log``.
+the phone reboots or its app crashes. What the app logs is played by
+``FakeAdbServer.log``. Cost: about 20 s on two cores (four refused starts
+of mjfl, then one lab with two JVM phones for two runs).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -91,67 +95,84 @@ def text(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
+@dataclass
+class PhonesLab:
+    """A lab service on the stand-in's two phones, and what the test reads of it."""
+
+    lab: Lab
+    adb: FakeAdbServer
+
+    def starts(self, serial: str) -> int:
+        return sum(c.startswith("shell:am start -n org.mjfl.app/.StartActivity") for c in self.adb.commands(serial))
+
+    def own(self, serial: str) -> Path:
+        return self.lab.folder / "phones" / phone_log_name(serial)
+
+    def cut(self, run: str, serial: str) -> Path:
+        return self.lab.folder / "runs" / run / "phones" / phone_log_name(serial)
+
+    def rounds(self, run: str) -> list[tuple[int, str, str]]:
+        return query(self.lab.folder / "runs" / run / "mjfl.db", "SELECT round, device, status FROM device_rounds")
+
+    def trained(self, run: str, serial: str, after: int = 0) -> bool:
+        return any(r[1] == serial and r[2] == "ok" and r[0] > after for r in self.rounds(run))
+
+    def logged(self, run: str) -> dict[str, str]:
+        """A line from each phone's app while ``run`` trains on both, once in the run's folder."""
+        self.lab.until(lambda: self.trained(run, PIXEL) and self.trained(run, GALAXY), 120)
+        lines = {serial: app_line(f"{serial} during {run}") for serial in (PIXEL, GALAXY)}
+        for serial, line in lines.items():
+            self.adb.log(serial, line)
+        self.lab.until(lambda: all(line in text(self.cut(run, s)) for s, line in lines.items()), 30)
+        return lines
+
+    def logged_by_the_lab(self, what: str) -> str:
+        """A line from the pixel's app while no run runs, once in the lab's copy."""
+        self.adb.log(PIXEL, line := app_line(what))
+        self.lab.until(lambda: line in text(self.own(PIXEL)), 30)
+        return line
+
+    def trains_again(self, run: str, serial: str, away: Callable[[], object], back_line: str) -> None:
+        """``away()`` takes the phone's app from ``run``; the service says ``back_line`` of it, and it trains again."""
+        last = max(r[0] for r in self.rounds(run))
+        away()
+        assert back_line in self.lab.process.line_with(f"phone {serial}")
+        self.lab.until(lambda: self.trained(run, serial, after=last), 120)
+
+    def cancelled(self, run: str) -> None:
+        assert self.lab.call("POST", f"/api/lab/runs/{run}/cancel")[0] == 200
+        assert self.lab.ended(run, 60)["state"] == "cancelled"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK: make setup installs one")
 def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path: Path, processes) -> None:
-    """About 15 s: two JVM phones, one rebooted and one's app crashing mid-run, two runs cancelled once they trained, a drain."""
+    """About 10 s: two JVM phones, one rebooted and one's app crashing mid-run, two runs cancelled once they trained, a drain."""
     apps = JvmApps(processes, tmp_path / "cache", round_s=0.2)
     pixel, galaxy = FakePhone.recorded("pixel7", PIXEL, installed=True), FakePhone.recorded("galaxy-a52", GALAXY, installed=True)
     (tmp_path / "lab.toml").write_text(LAB)
     with FakeAdbServer([pixel, galaxy], on_launch=apps.started, on_stop=apps.stopped) as adb:
         lab = Lab.start(processes, tmp_path, devices=2, lab_file=tmp_path / "lab.toml", options=("--phones", "--adb", adb.address))
-        own = {serial: lab.folder / "phones" / phone_log_name(serial) for serial in (PIXEL, GALAXY)}
-
-        def starts(serial: str) -> int:
-            return sum(c.startswith("shell:am start -n org.mjfl.app/.StartActivity") for c in adb.commands(serial))
-
-        def cut(run: str, serial: str) -> Path:
-            return lab.folder / "runs" / run / "phones" / phone_log_name(serial)
-
-        def trained(run: str, serial: str, after: int = 0) -> bool:
-            rows = query(lab.folder / "runs" / run / "mjfl.db", "SELECT round, device, status FROM device_rounds")
-            return any(r[1] == serial and r[2] == "ok" and r[0] > after for r in rows)
-
-        def logged(run: str) -> dict[str, str]:
-            """A line from each phone's app while ``run`` trains on both, once in the run's folder."""
-            lab.until(lambda: trained(run, PIXEL) and trained(run, GALAXY), 120)
-            lines = {serial: app_line(f"{serial} during {run}") for serial in (PIXEL, GALAXY)}
-            for serial, line in lines.items():
-                adb.log(serial, line)
-            lab.until(lambda: all(line in text(cut(run, s)) for s, line in lines.items()), 30)
-            return lines
-
-        def cancelled(run: str) -> None:
-            assert lab.call("POST", f"/api/lab/runs/{run}/cancel")[0] == 200
-            assert lab.ended(run, 60)["state"] == "cancelled"
-
-        assert starts(PIXEL) == starts(GALAXY) == 1  # launched once, at the start
-        adb.log(PIXEL, before := app_line("before any run"))
-        lab.until(lambda: before in text(own[PIXEL]), 30)
+        phones = PhonesLab(lab, adb)
+        assert phones.starts(PIXEL) == phones.starts(GALAXY) == 1  # launched once, at the start
+        before = phones.logged_by_the_lab("before any run")
 
         first = lab.submit(RUN, lab.admin)["id"]
-        during_first = logged(first)
-        # The pixel reboots mid-run: its app and forward are gone; back, it is pointed
-        # again, its app relaunched, and it trains again for the run.
-        away = max(r[0] for r in query(lab.folder / "runs" / first / "mjfl.db", "SELECT round FROM device_rounds"))
+        during_first = phones.logged(first)
+        # The pixel reboots mid-run: its app and forward are gone; back, it is pointed again,
+        # its app relaunched, and it trains again for the run.
         adb.unplug(PIXEL, reboot=True)
         assert "left" in lab.process.line_with(f"phone {PIXEL}")
-        adb.plug(pixel)
-        assert "is back" in lab.process.line_with(f"phone {PIXEL}")
-        lab.until(lambda: trained(first, PIXEL, after=away), 120)
+        phones.trains_again(first, PIXEL, lambda: adb.plug(pixel), "is back")
         # The galaxy's app crashes, the phone staying attached: the app is started again.
-        away = max(r[0] for r in query(lab.folder / "runs" / first / "mjfl.db", "SELECT round FROM device_rounds"))
-        adb.crash(GALAXY)
-        assert "started again" in lab.process.line_with(f"phone {GALAXY}")
-        lab.until(lambda: trained(first, GALAXY, after=away), 120)
-        cancelled(first)
+        phones.trains_again(first, GALAXY, lambda: adb.crash(GALAXY), "started again")
+        phones.cancelled(first)
 
-        adb.log(PIXEL, between := app_line("between the runs"))
-        lab.until(lambda: between in text(own[PIXEL]), 30)
+        between = phones.logged_by_the_lab("between the runs")
         second = lab.submit(RUN, lab.admin)["id"]
-        during_second = logged(second)
-        cancelled(second)
+        during_second = phones.logged(second)
+        phones.cancelled(second)
 
         assert lab.call("POST", "/api/lab/drain")[0] == 200
         assert lab.process.wait(60) == 0, "".join(lab.process.output)
@@ -161,13 +182,14 @@ def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path
         # The service's end leaves the phones as found: the app stopped, no forward left.
         assert pixel.app_pid is None and galaxy.app_pid is None and not apps.running
         assert pixel.reverses == galaxy.reverses == set()
-        assert (starts(PIXEL), starts(GALAXY)) == (2, 2)  # again after the pixel's reboot and the galaxy's crash only
+        # Started again only after the pixel's reboot and the galaxy's crash, not for a run.
+        assert (phones.starts(PIXEL), phones.starts(GALAXY)) == (2, 2)
 
     # Each run's folder has each phone's lines of that run, and no other: not the ones
     # before, between or during the other run, nor the pixel's buffer that adb replayed
     # after its reboot. The lab keeps every line.
     for run, lines in ((first, during_first), (second, during_second)):
         for serial, line in lines.items():
-            assert text(cut(run, serial)) == line + "\n", (run, serial)
+            assert text(phones.cut(run, serial)) == line + "\n", (run, serial)
     for line in (before, during_first[PIXEL], between, during_second[PIXEL]):
-        assert line in text(own[PIXEL])
+        assert line in text(phones.own(PIXEL))

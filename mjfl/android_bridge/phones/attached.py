@@ -1,21 +1,20 @@
-"""The attached phones of one run: prepared, pointed at the coordinator, and kept pointed as they come and go.
+"""The attached phones of a run (or of a lab service's life): prepared, pointed at the coordinator, and kept pointed as they come and go.
 
-`mjfl testbed run --phones` and `mjfl profile --phones` use ``Phones``:
+`mjfl testbed run --phones`, `mjfl profile --phones` and `mjfl serve --phones` use ``Phones``:
 before anything else, ``attached()`` says which phones can be used (or one
 line saying why none can); once the coordinator listens, ``serving(port)``
 prepares each phone (install when asked, ``adb reverse`` of the port, the
 app started with its extras), copies each phone's log into
 ``<out>/phones/<serial>.logcat``, and follows hot-plug: a phone plugged in
 later, or back after a cable pull, gets its reverse forward again (adb drops
-it with the connection) and the app started if it is not running. A
-caller that learns the app's device was lost while its phone stayed (the lab
-service does) calls ``lost(serial)``: the app is started again if it no
-longer runs (it crashed, or Android killed it), once per
-``CRASH_BACKOFF_S``; one that stops again sooner waits for a replug, so
-that a phone on which the app always crashes does not fail task after task.
-The
+it with the connection) and the app started if it is not running. The
 phones then connect like any device; the coordinator schedules them once
-they are welcomed. However the run ends (done, an error, Ctrl-C, or a
+they are welcomed. A caller that learns an app's connection was lost while
+its phone stayed (the lab service does) calls ``lost(serial)``: the app is
+started again if it no longer runs (it crashed, or Android killed it), at
+most once per ``CRASH_BACKOFF_S``; one that stops again sooner waits for a
+replug, so that a phone on which the app always crashes does not fail task
+after task. However the run ends (done, an error, Ctrl-C, or a
 failure while preparing), the app is force-stopped on every phone it was
 started on, so no phone stays awake for a run that is over, and the
 forwards are taken back.

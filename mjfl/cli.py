@@ -637,14 +637,18 @@ RunArgument = Annotated[str, typer.Argument(help="The run's id, as mjfl submit p
 def serve(
     lab_file: Annotated[Path, typer.Argument(help="The lab's configuration (LAB.toml; docs/lab.md).")],
     emulate: Annotated[int, typer.Option(help="Also start N emulated devices on this machine, for the service's life.")] = 0,
+    phones: Annotated[bool, typer.Option("--phones", help="Also serve the phones attached over adb, for the service's life (the app started on each, again after a replug).")] = False,
+    adb: AdbOption = None,
+    apk: Annotated[Path | None, typer.Option(help="With --phones: install this app on them first.")] = None,
     out: Annotated[Path | None, typer.Option(help="LAB_DIR: the lab's database and run folders (default: the lab's out_dir).")] = None,
     drain: Annotated[bool, typer.Option("--drain", help="Admit no new run; exit once the runs admitted or running have ended.")] = False,
 ) -> None:
     """The lab's service: devices stay connected, researchers submit runs that share the fleet round by round."""
     from mjfl.commands.serve import serve as run_service
 
+    phone_options = _phones(phones, adb, apk)
     try:
-        run_service(lab_file, out=out, emulate=emulate, drain=drain, verbose=_verbose, console=console)
+        run_service(lab_file, out=out, emulate=emulate, drain=drain, verbose=_verbose, console=console, phones=phone_options)
     except KeyboardInterrupt:
         console.print("stopped: running runs resume at the next mjfl serve", highlight=False)
         raise SystemExit(130) from None

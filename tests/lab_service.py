@@ -13,7 +13,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,13 +82,15 @@ class Lab:
     @classmethod
     def start(
         cls, processes: Callable[..., Process], folder: Path, *, devices: int = 8, max_running: int = 4,
-        max_queued: int = 20, lab_file: Path | None = None,
+        max_queued: int = 20, lab_file: Path | None = None, options: Sequence[str] | None = None,
     ) -> Lab:
+        """The service with ``devices`` connected; ``options``, its devices' options (default: ``--emulate DEVICES``)."""
         if lab_file is None:
             lab_file = folder / "lab.toml"
             lab_file.write_text(LAB.format(size=devices, max_running=max_running, max_queued=max_queued))
         out = folder / "out"
-        process = processes(mjfl_args("serve", str(lab_file), "--emulate", str(devices), "--out", str(out)), read=True)
+        options = ("--emulate", str(devices)) if options is None else options
+        process = processes(mjfl_args("serve", str(lab_file), *options, "--out", str(out)), read=True)
         line = process.line_with("researchers' API: ", 300)
         url = line.split("researchers' API: ")[1].split("/api/lab")[0]
         lab = cls(process, out, url, (out / "admin.token").read_text().strip())

@@ -7,6 +7,8 @@ flushed (docs/testbed.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mjfl import logs
@@ -44,12 +46,25 @@ def attached_phones(config: RunConfig, options: PhoneOptions | None, output: Out
     """The usable phones attached over adb (PhoneError when none), their logs going to <out>/phones/."""
     if options is None:
         return None
-    if config.testbed.host not in REACHED_BY_REVERSE:
+    return phones_for(
+        config.testbed.host, "testbed.host", options, output.out_dir / logs.PHONE_LOGS,
+        say=lambda line: output.console.print(line, highlight=False),
+    )
+
+
+def phones_for(host: str, field: str, options: PhoneOptions, log_dir: Path, *, say: Callable[[str], None]) -> Phones:
+    """The usable phones attached over adb for a coordinator listening on ``host`` (the config's ``field``).
+
+    Checked before anything is started or written: a ``host`` that ``adb
+    reverse`` does not reach is a ConfigError; no adb server or no usable
+    phone, a PhoneError (one line each).
+    """
+    if host not in REACHED_BY_REVERSE:
         raise ConfigError(
-            "testbed.host",
-            f"{config.testbed.host!r} is not reachable through adb reverse, which connects the phones to"
+            field,
+            f"{host!r} is not reachable through adb reverse, which connects the phones to"
             " 127.0.0.1: listen on 127.0.0.1 (the default) or 0.0.0.0 to train on attached phones",
         )
-    phones = Phones(options, log_dir=output.out_dir / logs.PHONE_LOGS, say=lambda line: output.console.print(line, highlight=False))
+    phones = Phones(options, log_dir=log_dir, say=say)
     phones.attached()
     return phones

@@ -32,7 +32,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from mjfl.errors import PhoneError
 
@@ -379,8 +379,8 @@ class Adb:
     def app_running(self, serial: str) -> bool:
         return bool(self.shell(serial, ["pidof", APP_PACKAGE]).strip())
 
-    def logcat(self, serial: str, sink: IO[bytes], stop: threading.Event) -> None:
-        """Copy the app's log lines to ``sink`` until ``stop`` or the phone goes (blocking: run it in a thread)."""
+    def logcat(self, serial: str, copy: Callable[[bytes], object], stop: threading.Event) -> None:
+        """Hand the app's log to ``copy``, chunk by chunk, until ``stop`` or the phone goes (blocking: run it in a thread)."""
         with self._errors(f"phone {serial}: logcat"):
             connection = self._client.device(serial).shell(" ".join(shlex.quote(a) for a in LOGCAT), stream=True)
         connection.conn.settimeout(None)  # an idle app logs nothing for long
@@ -391,8 +391,7 @@ class Adb:
                 chunk = connection.conn.recv(65536)
                 if not chunk:
                     return
-                sink.write(chunk)
-                sink.flush()
+                copy(chunk)
         except OSError:
             return  # closed under us (stop) or the phone went
         finally:

@@ -1,6 +1,6 @@
-"""The attached phones of one run: prepared, pointed at the coordinator, and kept pointed as they come and go.
+"""The attached phones of a run (or of a lab service's life): prepared, pointed at the coordinator, and kept pointed as they come and go.
 
-`mjfl testbed run --phones` and `mjfl profile --phones` use ``Phones``:
+`mjfl testbed run --phones`, `mjfl profile --phones` and `mjfl serve --phones` use ``Phones``:
 before anything else, ``attached()`` says which phones can be used (or one
 line saying why none can); once the coordinator listens, ``serving(port)``
 prepares each phone (install when asked, ``adb reverse`` of the port, the
@@ -9,7 +9,12 @@ app started with its extras), copies each phone's log into
 later, or back after a cable pull, gets its reverse forward again (adb drops
 it with the connection) and the app started if it is not running. The
 phones then connect like any device; the coordinator schedules them once
-they are welcomed. However the run ends (done, an error, Ctrl-C, or a
+they are welcomed. A caller that learns an app's connection was lost while
+its phone stayed (the lab service does) calls ``lost(serial)``: the app is
+started again if it no longer runs (it crashed, or Android killed it), at
+most once per ``CRASH_BACKOFF_S``; one that stops again sooner waits for a
+replug, so that a phone on which the app always crashes does not fail task
+after task. However the run ends (done, an error, Ctrl-C, or a
 failure while preparing), the app is force-stopped on every phone it was
 started on, so no phone stays awake for a run that is over, and the
 forwards are taken back.
@@ -24,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,10 +37,14 @@ from pathlib import Path
 from typing import TypeVar
 
 from mjfl.android_bridge.phones.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
+from mjfl.android_bridge.phones.logcat import PhoneLogs
 from mjfl.errors import PhoneError
 from mjfl.logs import phone_log_name
 
 log = logging.getLogger(__name__)
+
+# An app that stops again this soon after being started again after a stop is left stopped until a replug.
+CRASH_BACKOFF_S = 300.0
 
 # Where `./gradlew :app:assembleDebug` puts the APK (docs/phones.md, section 1).
 BUILT_APK = Path("android/app/build/outputs/apk/debug/app-debug.apk")
@@ -117,6 +127,8 @@ class Phones:
         self.options = options
         self.adb = Adb(options.adb)
         self.log_dir = log_dir
+        self.logs = PhoneLogs(log_dir)
+        """Each phone's log, in ``log_dir``; ``logs.cut(folder)`` copies it to another folder too, for a while."""
         self.say = say
         self.serials: list[str] = []
         self._states: dict[str, str] = {}
@@ -131,6 +143,8 @@ class Phones:
         """The secret each phone proves in its hello (by serial), handed over in the launch extras."""
         self.pin: str | None = None
         """With wss://: the sha256 (hex) of the coordinator's certificate, which the app pins."""
+        self._lost: Callable[[str], None] = lambda serial: None  # set while serving
+        self._restarted: dict[str, float] = {}  # when the app was last started again after it stopped, by serial
 
     def attached(self) -> list[str]:
         """The usable phones' serials; PhoneError (one line) when there is none.
@@ -177,7 +191,8 @@ class Phones:
             if not ready:
                 raise PhoneError(f"none of the {len(self.serials)} attached phones could be prepared (see above)")
             loop = asyncio.get_running_loop()
-            changes: asyncio.Queue[list[AttachedPhone]] = asyncio.Queue()
+            changes: asyncio.Queue[list[AttachedPhone] | str] = asyncio.Queue()
+            self._lost = lambda serial: loop.call_soon_threadsafe(changes.put_nowait, serial)
             tracker = threading.Thread(
                 target=self._track, args=(lambda phones: loop.call_soon_threadsafe(changes.put_nowait, phones),),
                 name="adb-track", daemon=True,
@@ -187,11 +202,20 @@ class Phones:
             try:
                 yield ready
             finally:
+                self._lost = lambda serial: None
                 follower.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await follower
         finally:
             await asyncio.to_thread(self._close, tracker, port)
+
+    def lost(self, serial: str) -> None:
+        """The coordinator lost the connection of the app on ``serial``: start it again if it no longer runs.
+
+        Only while serving, and only for a phone still attached that the app
+        was started on (a phone that left is seen to when it returns).
+        """
+        self._lost(serial)
 
     # -- on a phone (worker threads) ------------------------------------------------
 
@@ -223,20 +247,42 @@ class Phones:
     def _repoint(self, serial: str, port: int, url: str) -> None:
         """A phone back after a cable pull (or a reboot): forward the port again; start the app if it is not running."""
         self.adb.reverse(serial, port)
+        self._restarted.pop(serial, None)  # replugged: a stopped app gets its chance again
         running = self.adb.app_running(serial)
         if not running:
             self._launch(serial, url)
         self._capture(serial)
         self.say(f"phone {serial} is back: adb reverse tcp:{port} restored" + ("" if running else ", app started"))
 
+    def _restart(self, serial: str, url: str) -> None:
+        """The app's device was lost while its phone stayed: start the app again unless it still runs
+        (then it reconnects by itself) or it stopped again within ``CRASH_BACKOFF_S`` of the last such start."""
+        try:
+            if self.adb.app_running(serial):
+                return
+        except PhoneError as exc:  # the phone is leaving: its leaving is said, its return seen to
+            log.info("%s", exc)
+            return
+        now, last = time.monotonic(), self._restarted.get(serial)
+        if last is not None and now - last < CRASH_BACKOFF_S:
+            self.say(
+                f"phone {serial}: the app stopped again within {CRASH_BACKOFF_S:g} s of being started again;"
+                f" it is started again when the phone is replugged (why it stopped: {self.log_dir / phone_log_name(serial)})"
+            )
+            return
+        self._restarted[serial] = now
+        self._launch(serial, url)
+        self._capture(serial)
+        self.say(f"phone {serial}: the app stopped (crashed or killed: its logcat says which); started again")
+
     def _capture(self, serial: str) -> None:
-        """Copy the phone's app log to <out>/phones/<serial>.logcat (appending across reconnects)."""
+        """Copy the phone's app log to <out>/phones/<serial>.logcat (appending across reconnects) and any cut of it."""
         old = self._threads.get(serial)
         if old is not None and old.is_alive():
             return
 
         def copy() -> None:
-            with open(self.log_dir / phone_log_name(serial), "ab") as sink, contextlib.suppress(PhoneError):
+            with self.logs.stream(serial) as sink, contextlib.suppress(PhoneError):
                 self.adb.logcat(serial, sink, self._stop)
 
         thread = threading.Thread(target=copy, name=f"logcat-{serial}", daemon=True)
@@ -249,8 +295,9 @@ class Phones:
         except PhoneError as exc:
             self.say(f"{exc}; phones that leave now are not followed")
 
-    async def _follow(self, changes: asyncio.Queue[list[AttachedPhone]], ready: set[str], port: int, url: str) -> None:
-        """React to hot-plug: new usable phones are pointed, returning ones re-pointed.
+    async def _follow(self, changes: asyncio.Queue[list[AttachedPhone] | str], ready: set[str], port: int, url: str) -> None:
+        """React to hot-plug: new usable phones are pointed, returning ones re-pointed; and to a lost app
+        (a serial: ``lost``) on a phone still here, started again if it stopped.
 
         A phone that could not be prepared at the start is tried again only
         after it left and came back (e.g. replugged once the app is installed).
@@ -259,24 +306,33 @@ class Phones:
         present = set(self.serials)  # usable phones, as last reported
         states = dict(self._states)  # problems already said stay unsaid until the state changes
         while True:
-            phones = await changes.get()
-            for phone in phones:
+            change = await changes.get()
+            if isinstance(change, str):
+                if change in present and change in pointed:
+                    await self._on_phone(self._restart, change, url)
+                continue
+            for phone in change:
                 if states.get(phone.serial) != phone.state and not phone.usable:
                     self.say(phone.problem())
-            states = {p.serial: p.state for p in phones}
-            usable = {p.serial for p in phones if p.usable}
+            states = {p.serial: p.state for p in change}
+            usable = {p.serial for p in change if p.usable}
             for serial in sorted(present - usable):
                 self.say(f"phone {serial} left (unplugged or offline); its port forward is restored when it returns")
             for serial in sorted(usable - present):
-                try:
-                    if serial in pointed:
-                        await asyncio.to_thread(self._repoint, serial, port, url)
-                    else:
-                        await asyncio.to_thread(self._point, serial, port, url, self.options.apk)
-                        pointed.add(serial)
-                except PhoneError as exc:
-                    self.say(str(exc))
+                if serial in pointed:
+                    await self._on_phone(self._repoint, serial, port, url)
+                elif await self._on_phone(self._point, serial, port, url, self.options.apk):
+                    pointed.add(serial)
             present = usable
+
+    async def _on_phone(self, work: Callable[..., object], *args: object) -> bool:
+        """``work(*args)`` in a thread; False when it failed with a PhoneError, which is said."""
+        try:
+            await asyncio.to_thread(work, *args)
+        except PhoneError as exc:
+            self.say(str(exc))
+            return False
+        return True
 
     def _close(self, tracker: threading.Thread | None, port: int) -> None:
         """End the run on the phones: stop the app wherever it was started, end tracking and log copies,

@@ -147,6 +147,7 @@ class LabRuns:
     def __init__(
         self, store: LabStore, lab: LabConfig, out_dir: Path, fleet: LabFleet, logs: RunLogs,
         spawn: Callable[..., asyncio.Task[None]], said: Callable[[LabRun], None] = lambda run: None,
+        keeps: Callable[[Path], contextlib.AbstractContextManager[object]] = lambda folder: contextlib.nullcontext(),
     ) -> None:
         self.store = store
         self.lab = lab
@@ -155,6 +156,7 @@ class LabRuns:
         self.logs = logs
         self.spawn = spawn  # starts a task in the service's task group
         self.said = said  # told of every run's change of state
+        self.keeps = keeps  # what else a run's folder gets while the run runs (its phones' log lines)
         self.draining = False
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancelled: set[str] = set()
@@ -317,7 +319,8 @@ class LabRuns:
                     self._move(run.run_id, "running")
                 driver = Driver(placed(submission, folder), Output(folder, console, live=False, log_here=False))
                 devices = LabDevices(self.fleet, run.run_id, submission.needs)
-                await driver.train_one(submission.method, devices, run_id=run.run_id, resume=resume)
+                with self.keeps(folder):  # ended before the run's final state is said
+                    await driver.train_one(submission.method, devices, run_id=run.run_id, resume=resume)
                 reached = self._targets_reached(folder, run.run_id)
                 why = "every job reached its target" if reached else "a job stopped short of its target"
                 self._move(run.run_id, "completed", why, reached=reached)

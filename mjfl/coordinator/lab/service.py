@@ -10,6 +10,15 @@ The service, in the order it starts (docs/lab.md):
 3. The device server (the lab's ``[server]``, a run's ``[testbed]`` keys)
    and its registry, the lobby where devices wait between runs; emulated
    devices (``--emulate N``) and attached phones (``--phones``) join it.
+   The phones are prepared once (``android_bridge/phones/attached.py``:
+   the app installed with ``--apk``, pointed at the server over ``adb
+   reverse``, given its secret and the certificate's pin) and followed for
+   the service's whole life: one unplugged and back, or rebooted, is
+   pointed again and its app relaunched; one plugged in later is prepared
+   and joins. Each phone's log is copied to ``LAB_DIR/phones/`` all along,
+   and to ``runs/<run>/phones/`` while that run runs (``android_bridge/
+   phones/logcat.py``). When the service ends, after the server's bye, the
+   app is force-stopped on every phone and the port forwards are taken back.
 4. The researchers' API (``api.py``, docs/lab-api.yaml) on ``[api]``.
 5. Runs are admitted, run side by side, end; until the service is stopped
    (Ctrl-C or SIGTERM: running runs stay ``running`` and resume at the next
@@ -23,7 +32,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -34,6 +43,7 @@ from mjfl.android_bridge.devices.emulator.fleet import (
     default_id_prefix,
     run_emulated_fleet,
 )
+from mjfl.android_bridge.phones.attached import Phones
 from mjfl.android_bridge.protocol.credentials import new_secret
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.dashboard.server import listening
@@ -48,7 +58,12 @@ from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.coordinator.run.preparation import fleet_profiles
-from mjfl.coordinator.run.testbed import RemoteDevices, admission, where_to_connect
+from mjfl.coordinator.run.testbed import (
+    RemoteDevices,
+    admission,
+    hand_credentials,
+    where_to_connect,
+)
 from mjfl.errors import UserError
 from mjfl.profiling.planning import PlanningProfiles
 from mjfl.profiling.profiles import load_profiles
@@ -62,6 +77,7 @@ class ServeOptions:
     """What `mjfl serve` starts beside the lab's server."""
 
     emulate: int = 0  # emulated devices on this machine
+    phones: Phones | None = None  # the phones attached over adb (checked: Phones.attached), for the service's life
     drain: bool = False  # finish the runs admitted or running, admit none, exit
     verbose: bool = False
 
@@ -77,9 +93,9 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
         profiles = load_profiles(lab.fleet.profiles) if lab.fleet.profiles is not None else []
         registry = DeviceRegistry(PlanningProfiles(profiles))
         settings, limits = RemoteDevices.limits(lab.server)
-        async with asyncio.TaskGroup() as group:
+        async with asyncio.TaskGroup() as group, contextlib.AsyncExitStack() as phones_served:
             remote = RemoteFleet(registry, **limits)
-            runs = _runs(lab, out_dir, store, registry, remote, run_logs, group, console)
+            runs = _runs(lab, out_dir, store, registry, remote, run_logs, group, console, options.phones)
             resumed = runs.reconcile()  # before any device is answered
             if resumed:
                 console.print(f"resuming {', '.join(r.run_id for r in resumed)}", highlight=False)
@@ -90,6 +106,8 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
                 console.print(f"lab {out_dir}: {where_to_connect(server)}", highlight=False, soft_wrap=True)
                 if settings.keys is not None or settings.token is not None:
                     console.print(admission(server), highlight=False, soft_wrap=True)
+                if options.phones is not None:  # left after the server's bye, so that the apps hear it first
+                    await _serve_phones(options.phones, server, registry, lab, phones_served)
                 api = LabApi(
                     store, runs, runs.fleet.devices, lambda: list(remote.task_log), max_request_kb=lab.limits.max_request_kb
                 )
@@ -102,19 +120,43 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
 
 def _runs(
     lab: LabConfig, out_dir: Path, store: LabStore, registry: DeviceRegistry, remote: RemoteFleet, run_logs: RunLogs,
-    group: asyncio.TaskGroup, console: Console,
+    group: asyncio.TaskGroup, console: Console, phones: Phones | None,
 ) -> LabRuns:
-    """The lab's runs over its one fleet, sharing it by ``limits.share``, saying each change of state."""
+    """The lab's runs over its one fleet, sharing it by ``limits.share``, saying each change of state;
+    with ``phones``, each run's folder gets their log lines while it runs."""
     lobby = Lobby(registry)
     holder: list[LabRuns] = []
     share = FairShare(devices=lambda: len(registry.connected()), runs=lambda: holder[0].running())
     occupancy = Occupancy(share if lab.limits.share == "equal" else None)  # reserved devices are never shared
     fleet = LabFleet(lobby, remote, occupancy, device_wait_s=lab.server.wait_timeout_s, policy=lab.limits.share)
-    runs = LabRuns(store, lab, out_dir, fleet, run_logs, spawn=group.create_task, said=lambda run: _say(console, run))
+    runs = LabRuns(
+        store, lab, out_dir, fleet, run_logs, spawn=group.create_task, said=lambda run: _say(console, run),
+        keeps=_phone_lines(phones),
+    )
     holder.append(runs)
     registry.on_join(lambda device: runs.changed())
     registry.on_leave(lambda device, reason: runs.changed())
     return runs
+
+
+async def _serve_phones(
+    phones: Phones, server: CoordinatorServer, registry: DeviceRegistry, lab: LabConfig, served: contextlib.AsyncExitStack
+) -> None:
+    """The attached phones pointed at ``server`` until ``served`` closes; an app whose connection was lost
+    (not ended by a bye from either side) is started again if it no longer runs (``Phones.lost``)."""
+    hand_credentials(phones, server, lab.server.tls_cert)
+    await served.enter_async_context(phones.serving(server.port))
+    # A phone's device id is its serial (Phones._launch). A crash or a kill ends the connection
+    # with no bye: the server says "connection lost"; a bye (the app's, or the server's at its
+    # shutdown) is meant and is not undone.
+    registry.on_leave(lambda device, reason: phones.lost(device) if reason.startswith("connection lost") else None)
+
+
+def _phone_lines(phones: Phones | None) -> Callable[[Path], contextlib.AbstractContextManager[object]]:
+    """What a run's folder gets while the run runs: each phone's log lines, in its ``phones/``."""
+    if phones is None:
+        return lambda folder: contextlib.nullcontext()
+    return lambda folder: phones.logs.cut(folder / logs.PHONE_LOGS)
 
 
 def _say(console: Console, run: LabRun) -> None:

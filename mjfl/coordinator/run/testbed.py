@@ -144,12 +144,7 @@ class RemoteDevices:
             emulated = None
             try:
                 if self.phones is not None:
-                    if checked:
-                        keys = server.keys
-                        self.phones.secret_for = lambda serial: (keys.secret(serial) if keys else None) or (
-                            server.run_secrets.setdefault(serial, new_secret())  # over USB only: adb is trusted
-                        )
-                    self.phones.pin = certificate_sha256(tb.tls_cert) if tb.tls_cert is not None else None
+                    hand_credentials(self.phones, server, tb.tls_cert)
                     self._phones_ready = await stack.enter_async_context(self.phones.serving(server.port))
                     self.wanted = self._count(len(self._phones_ready))
                 if self.emulate:
@@ -169,10 +164,7 @@ class RemoteDevices:
                         id_prefix=prefix, secrets=own, ca=tb.tls_cert,  # our own certificate, pinned
                         context=context,
                     )
-                    impersonated = {
-                        d: dataclasses.replace(p, device_id=d)  # type: ignore[type-var]
-                        for d, p in emulated.impersonated.items()
-                    }
+                    impersonated = {d: dataclasses.replace(p, device_id=d) for d, p in emulated.impersonated.items()}  # type: ignore[type-var]
                     workers_are = ("Ray actor", "Ray actors") if self.ray is not None else ("process", "processes")
                     console.print(f"started {emulated.describe(*workers_are)} ({config.fleet.runtime}) for {server.url}")
                 await self._wait(server, console)
@@ -240,6 +232,17 @@ class RemoteDevices:
             except RunError:
                 missing = [d for d in self.only if d not in server.registry.connected()]
                 raise UserError(f"--device-ids: {', '.join(missing)} did not connect within {timeout:g} s") from None
+
+
+def hand_credentials(phones: Phones, server: CoordinatorServer, tls_cert: Path | None) -> None:
+    """What the app on each phone is given at its launch: where the server checks credentials, the
+    secret it proves (the enrolled one, else one drawn for this server); with ``tls_cert``, its pin."""
+    if server.settings.keys is not None or server.settings.token is not None:
+        keys = server.keys
+        phones.secret_for = lambda serial: (keys.secret(serial) if keys else None) or (
+            server.run_secrets.setdefault(serial, new_secret())  # over USB only: adb is trusted
+        )
+    phones.pin = certificate_sha256(tls_cert) if tls_cert is not None else None
 
 
 def where_to_connect(server: CoordinatorServer) -> str:

@@ -191,7 +191,7 @@ def test_launch_passes_the_extras_through_the_phones_shell(server: FakeAdbServer
 
 def test_logcat_is_copied_until_the_phone_is_unplugged(server: FakeAdbServer) -> None:
     adb, sink, stop = Adb(server.address), io.BytesIO(), threading.Event()
-    copier = threading.Thread(target=adb.logcat, args=(PIXEL, sink, stop))
+    copier = threading.Thread(target=adb.logcat, args=(PIXEL, sink.write, stop))
     copier.start()
     server.wait_for(lambda: any(c.startswith("shell:logcat") for c in server.commands(PIXEL)))
     server.unplug(PIXEL)
@@ -315,6 +315,37 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             assert server.phones[serial].app_pid is None
         assert not any("force-stop" in c for c in server.commands(MOTO)), "never started there"
         assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
+    finally:
+        server.close()
+
+
+async def test_an_app_lost_while_its_phone_stays_is_started_again_but_not_in_a_loop(tmp_path: Path) -> None:
+    server = FakeAdbServer([FakePhone.recorded("pixel7", PIXEL, installed=True)])
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address), log_dir=tmp_path, say=said)
+
+    def count(command: str) -> int:
+        return sum(c.startswith(command) for c in server.commands(PIXEL))
+
+    try:
+        run.attached()
+        async with run.serving(8765):
+            run.lost(PIXEL)  # a lost connection, the app still running: it reconnects by itself
+            await wait(lambda: count("shell:pidof") == 1)
+            assert count("shell:am start") == 1
+            server.crash(PIXEL)  # the app dies, the phone stays: started again
+            run.lost(PIXEL)
+            await wait(lambda: any("started again" in line for line in said))
+            assert count("shell:am start") == 2 and server.phones[PIXEL].app_pid is not None
+            server.crash(PIXEL)  # again, within CRASH_BACKOFF_S: left stopped until a replug, and said so
+            run.lost(PIXEL)
+            await wait(lambda: any("stopped again" in line for line in said))
+            assert count("shell:am start") == 2 and server.phones[PIXEL].app_pid is None
+            server.plug(server.unplug(PIXEL))  # replugged: started again
+            await wait(lambda: count("shell:am start") == 3)
+        pidofs = count("shell:pidof")
+        run.lost(PIXEL)  # the run is over: nothing is queued, nothing asked
+        assert count("shell:pidof") == pidofs
     finally:
         server.close()
 

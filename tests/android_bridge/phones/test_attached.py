@@ -16,13 +16,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from fake_adb import PHONES, FakeAdbServer, FakePhone
-from processes import Process, mjfl_args, query, wait_for
-from repository import ROOT
+from fake_adb import PHONES, FakeAdbServer, FakePhone, JvmApps
+from processes import mjfl_args, query, wait_for
 
 from mjfl.coordinator.storage.layout import database_path
 
-LAUNCHER = ROOT / "android" / "client-core" / "bin" / "mjfl-device"
 PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"
 
 
@@ -127,19 +125,7 @@ DEVICE_ROUNDS = "SELECT round, device, status FROM device_rounds ORDER BY round"
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK: make setup installs one")
 def test_a_testbed_run_on_phones_survives_a_reboot_and_cleans_up(tmp_path: Path, processes) -> None:
-    apps: dict[str, Process] = {}
-
-    def app_started(phone: FakePhone) -> None:  # the app's process, played by the JVM client
-        if phone.serial in apps:
-            apps.pop(phone.serial).kill()
-        apps[phone.serial] = processes([
-            str(LAUNCHER), "--url", phone.extras["url"], "--id", phone.extras["device_id"],
-            "--cache", str(tmp_path / "cache" / phone.serial), "--round-s", "0.5",
-        ])
-
-    def app_stopped(phone: FakePhone) -> None:
-        apps.pop(phone.serial).kill()
-
+    apps = JvmApps(processes, tmp_path / "cache", round_s=0.5)
     pixel = FakePhone.recorded("pixel7", PIXEL, installed=True)
     galaxy = FakePhone.recorded("galaxy-a52", GALAXY, installed=True)
     moto = FakePhone.recorded("moto-g7", MOTO, state="unauthorized")
@@ -147,7 +133,7 @@ def test_a_testbed_run_on_phones_survives_a_reboot_and_cleans_up(tmp_path: Path,
     config = tmp_path / "phones.toml"
     config.write_text(CONFIG.format(out=out))
     db = database_path(out)
-    with FakeAdbServer([pixel, galaxy, moto], on_launch=app_started, on_stop=app_stopped) as server:
+    with FakeAdbServer([pixel, galaxy, moto], on_launch=apps.started, on_stop=apps.stopped) as server:
         coordinator = processes(
             mjfl_args("testbed", "run", str(config), "--phones", "--adb", server.address, "--emulate", "2", "--no-live"),
             read=True,
@@ -175,7 +161,7 @@ def test_a_testbed_run_on_phones_survives_a_reboot_and_cleans_up(tmp_path: Path,
         assert coordinator.wait(120) == 130, "".join(coordinator.output)
         assert "interrupted" in "".join(coordinator.output)
         assert pixel.reverses == set() and galaxy.reverses == set()
-        assert pixel.app_pid is None and galaxy.app_pid is None and not apps
+        assert pixel.app_pid is None and galaxy.app_pid is None and not apps.running
         said = " ".join("".join(coordinator.output).split())  # as one line: the console wraps long ones
         assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
         started = [c for c in server.commands(PIXEL) if c.startswith("shell:am start")]

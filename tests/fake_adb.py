@@ -1,5 +1,7 @@
 """A stand-in adb server on loopback, for testing the adb bridge without phones.
 
+Importable as ``fake_adb`` (pytest puts tests/ on the path for its conftest.py).
+
 There is no phone (and no adb server with one) on a test machine, so this
 plays both: it speaks the adb server's real host protocol over TCP (a
 command is 4 hex digits of length then the text; the answer OKAY or FAIL
@@ -7,7 +9,9 @@ plus a 4-hex-digit length block; ``host:track-devices`` a block per change;
 ``host:tport:serial:`` switching the connection to a phone's services;
 ``shell:``, ``reverse:`` and the ``sync:`` file protocol), and each phone
 answers its shell commands with the outputs in ``outputs/<name>/`` (in the
-formats real phones print; see that folder's README). The app's self-test
+formats real phones print; see that folder's README); ``log`` plays the app
+logging a line (kept in the phone's buffer, which every new ``logcat``
+stream starts with, as adb's does). The app's self-test
 (``am start`` of its SelfTestActivity) is played by a test's ``on_selftest``,
 which writes the lines the app would log under MJFL-CHECK into
 ``check_log``; ``logcat -d`` dumps them.
@@ -31,7 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-PHONES = Path(__file__).parent / "outputs"
+PHONES = Path(__file__).parent / "android_bridge" / "phones" / "outputs"
+# The JVM launcher of the phone client's core (`mjfl-device`), which plays a phone's app.
+LAUNCHER = Path(__file__).resolve().parents[1] / "android" / "client-core" / "bin" / "mjfl-device"
 APP = "org.mjfl.app"
 # Files the recorded outputs come from, by the shell command that prints them.
 RECORDED = {
@@ -71,6 +77,27 @@ class FakePhone:
         return cls(serial, outputs, logcat=log.read_bytes() if log.exists() else b"", **kwargs)
 
 
+class JvmApps:
+    """Each phone's app, played by the JVM launcher (`mjfl-device --id SERIAL`): give a FakeAdbServer
+    ``on_launch=apps.started, on_stop=apps.stopped``; the app's process starts when the bridge's ``am
+    start`` reaches the stand-in, and is killed when the app stops (a reboot, ``am force-stop``, a crash)."""
+
+    def __init__(self, processes: Callable[[list[str]], Any], cache: Path, *, round_s: float) -> None:
+        self.processes, self.cache, self.round_s = processes, cache, round_s  # processes: the tests' fixture
+        self.running: dict[str, Any] = {}  # the app's process, by serial
+
+    def started(self, phone: FakePhone) -> None:
+        if phone.serial in self.running:
+            self.running.pop(phone.serial).kill()
+        self.running[phone.serial] = self.processes([
+            str(LAUNCHER), "--url", phone.extras["url"], "--id", phone.extras["device_id"],
+            "--cache", str(self.cache / phone.serial), "--round-s", str(self.round_s),
+        ])
+
+    def stopped(self, phone: FakePhone) -> None:
+        self.running.pop(phone.serial).kill()
+
+
 class FakeAdbServer:
     """The adb server's host protocol on 127.0.0.1 (a free port), with ``phones`` attached."""
 
@@ -84,7 +111,7 @@ class FakeAdbServer:
     ) -> None:
         """``on_launch(phone)`` runs when ``am start`` starts the app or gives the running app new
         extras (the app then points its session anew; the same extras again change nothing),
-        ``on_stop(phone)`` when a reboot or ``am force-stop`` ends it: a test plays the app's process
+        ``on_stop(phone)`` when a reboot, ``am force-stop`` or ``crash`` ends it: a test plays the app's process
         with them; ``on_selftest(phone, extras)`` when ``am start`` starts the app's self-test."""
         self.phones: dict[str, FakePhone] = {p.serial: p for p in phones}
         self.on_launch, self.on_stop, self.on_selftest = on_launch, on_stop, on_selftest
@@ -121,6 +148,28 @@ class FakeAdbServer:
         if stopped and self.on_stop is not None:
             self.on_stop(phone)
         return phone
+
+    def crash(self, serial: str) -> None:
+        """The app on ``serial`` dies (a crash, or Android kills it); the phone stays attached."""
+        with self._changed:
+            phone = self.phones[serial]
+            stopped = phone.app_pid is not None
+            phone.app_pid = None
+            self._bump()
+        if stopped and self.on_stop is not None:
+            self.on_stop(phone)
+
+    def log(self, serial: str, line: str) -> None:
+        """The app on ``serial`` logs ``line``: into the phone's buffer and onto every open ``logcat`` stream."""
+        data = (line + "\n").encode()
+        with self._changed:
+            phone = self.phones[serial]
+            phone.logcat += data
+            for s in self._streams.get(serial, []):
+                try:
+                    s.sendall(data)
+                except OSError:
+                    pass  # a stream the bridge has just closed
 
     def set_state(self, serial: str, state: str) -> None:
         with self._changed:
@@ -257,9 +306,9 @@ class FakeAdbServer:
 
     def _logcat(self, conn: socket.socket, phone: FakePhone, command: str) -> None:
         """The phone's log lines, then an open stream until the bridge or an unplug ends it."""
-        with self._changed:  # an unplug from now on ends it
+        with self._changed:  # an unplug from now on ends it; a line logged from now on follows the buffer
             self._streams.setdefault(phone.serial, []).append(conn)
-        conn.sendall(b"OKAY" + phone.logcat)
+            conn.sendall(b"OKAY" + phone.logcat)
         self._record(phone.serial, command)  # once seen, its lines are on their way
         while conn.recv(4096):
             pass
@@ -283,18 +332,7 @@ class FakeAdbServer:
         if args[:2] == ["am", "start"] and args[3].endswith(".SelfTestActivity"):
             return self._selftest(phone, args)
         if args[:2] == ["am", "start"]:
-            if not phone.installed:
-                return f"Error: Activity class {{{APP}/{APP}.StartActivity}} does not exist.\n"
-            with self._changed:
-                extras = _extras(args[4:])
-                # Like the app: a new start, or new extras, (re)starts its session.
-                started = phone.app_pid is None or extras != phone.extras
-                phone.extras = extras
-                phone.app_pid = phone.app_pid or 4242
-                self._bump()
-            if started and self.on_launch is not None:
-                self.on_launch(phone)
-            return f"Starting: Intent {{ cmp={APP}/.StartActivity (has extras) }}\n"
+            return self._start(phone, args)
         if args[:2] == ["am", "force-stop"]:
             with self._changed:  # prints nothing, whether the app ran or not (or is installed)
                 stopped = args[2] == APP and phone.app_pid is not None
@@ -330,6 +368,21 @@ class FakeAdbServer:
         if args[:1] == ["dumpsys"]:
             return f"Can't find service: {args[1]}\n"
         return f"/system/bin/sh: {args[0]}: inaccessible or not found\n"
+
+    def _start(self, phone: FakePhone, args: list[str]) -> str:
+        """``am start -n org.mjfl.app/.StartActivity --es ...``: the app starts, or takes new extras."""
+        if not phone.installed:
+            return f"Error: Activity class {{{APP}/{APP}.StartActivity}} does not exist.\n"
+        with self._changed:
+            extras = _extras(args[4:])
+            # Like the app: a new start, or new extras, (re)starts its session.
+            started = phone.app_pid is None or extras != phone.extras
+            phone.extras = extras
+            phone.app_pid = phone.app_pid or 4242
+            self._bump()
+        if started and self.on_launch is not None:
+            self.on_launch(phone)
+        return f"Starting: Intent {{ cmp={APP}/.StartActivity (has extras) }}\n"
 
     def _selftest(self, phone: FakePhone, args: list[str]) -> str:
         """``am start -n org.mjfl.app/.SelfTestActivity --es run R --es dir D``: the app's process runs it."""

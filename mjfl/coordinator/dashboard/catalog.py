@@ -16,7 +16,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mjfl.coordinator.dashboard.state import RunView, epochs_of, round_devices, run_entry, run_view
+from mjfl.coordinator.dashboard.state import (
+    RunView,
+    epochs_of,
+    round_devices,
+    run_entry,
+    run_view,
+    timeline,
+)
 from mjfl.coordinator.results.runs import run_label
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
@@ -80,6 +87,22 @@ class Catalog:
                 return None
             rounds = [r for r in storage.rounds(run_id, job) if r.round == number]
         return round_devices(rounds[0]) if rounds else None
+
+    def timeline(self, key: str, since: int = 0) -> dict[str, Any] | None:
+        """The device timeline of the finished run ``key`` (``state.timeline``), its bars from the ``since``-th on; None if no such run.
+
+        Its rows: the devices of its rounds and those that joined and were never planned.
+        """
+        found = self._locate(key)
+        if found is None:
+            return None
+        _, folder, run_id = found
+        with self._open(folder) as storage:
+            if _finished(storage, run_id) is None:
+                return None
+            jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
+            joined = [str(e.device) for e in storage.fleet_events(run_id) if e.kind == "joined" and e.device is not None]
+        return timeline([str(j.job) for j in jobs], rounds, list(dict.fromkeys(joined)), since=since)
 
     def folder(self, key: str) -> Path | None:
         """The output folder of the run named ``key`` (where its logs are); None for a key naming no folder."""

@@ -75,6 +75,7 @@ class LiveRun:
         self._rows: dict[str, dict[str, Any]] = {}  # state.devices_table's rows, plus "state"
         self._tasks: dict[str, str] = {}  # device -> the job it has a task of
         self._choices: list[dict[str, Any]] = []
+        self._bars: list[dict[str, Any]] = []  # the timeline's bars (state.timeline_bars), a round's added as it ends
         self._events: deque[dict[str, Any]] = deque(maxlen=state.EVENTS_SHOWN)
         self._stopped: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -184,7 +185,7 @@ class LiveRun:
             self._changed()
 
     def snapshot(self) -> state.RunView:
-        """``{"run", "jobs", "devices", "choices"}`` as ``/api/runs/{id}`` sends it, with the device states."""
+        """``{"run", "jobs", "devices", "choices"}`` as ``/api/runs/{id}`` sends it, with the device states, and how many timeline bars there are."""
         for job in self._stale:
             info = next(j for j in self.jobs if str(j.job) == job)
             (self._job_views[job],) = state.jobs_view([info], self._rounds[job])
@@ -199,12 +200,22 @@ class LiveRun:
         return {
             "run": run, "jobs": jobs, "devices": [dict(row) for row in self._rows.values()],
             "choices": list(self._choices), "events": sorted(self._events, key=_when), "version": self.version,
+            "timeline_bars": len(self._bars),  # the bars a page has to fetch (/api/live/timeline?since=N)
         }
 
     def round_devices(self, job: str, number: int) -> dict[str, Any] | None:
         """``state.round_devices`` of a finished round of this run; None if there is none such."""
         found = next((r for r in reversed(self._rounds.get(job, [])) if r.round == number), None)
         return None if found is None else state.round_devices(found)
+
+    def timeline(self, since: int = 0) -> dict[str, Any]:
+        """The run's device timeline so far (``state.timeline``), its bars from the ``since``-th on.
+
+        The bars are kept as rounds end; the busy fractions are counted afresh
+        (a page asks once per push at most, and only when bars were added).
+        """
+        rounds = [record for own in self._rounds.values() for record in own]
+        return state.timeline([str(j.job) for j in self.jobs], rounds, list(self._rows), bars=self._bars, since=since)
 
     def recorded(
         self, rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice], events: Sequence[FleetEvent] = ()
@@ -232,6 +243,7 @@ class LiveRun:
             self._row(str(part.device))  # a row with its state before state.add_round counts the round
             self._done(str(part.device), job)  # its round is over, whatever came of its task
         state.add_round(self._rows, record, self._profiles, self._epochs)
+        self._bars.extend(state.timeline_bars(record))
         self._events.extend(state.round_events(record))
         members = [
             {"member": name, "cost": cost if math.isfinite(cost) else None, "won": name == record.winner}

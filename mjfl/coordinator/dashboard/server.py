@@ -1,8 +1,11 @@
 """The dashboard's web server (aiohttp): the page, its JSON endpoints, and the token rule.
 
 ``/`` is the page (``static/index.html``), ``/static/...`` its script and
-style, ``/api/runs`` the runs list and ``/api/runs/{id}`` one run
-(``state.py``'s shapes). With a live run (``live.py``, during ``mjfl testbed
+style, ``/api/runs`` the runs list, ``/api/runs/{id}`` one run and
+``/api/runs/{id}/timeline?since=N`` its device timeline, its bars from the
+N-th on (``state.py``'s shapes; the timeline is apart from the run's view
+so that a live run's pushes stay small: a page fetches only the bars it
+lacks). With a live run (``live.py``, during ``mjfl testbed
 run``), ``/api/live`` is its snapshot (the same shapes, each device with its
 ``state``) and ``/api/live/events`` a Server-Sent-Events stream that pushes
 the snapshot after each change, at most every ``PUSH_INTERVAL_S`` (a burst of
@@ -45,7 +48,7 @@ DEFAULT_HOST = "127.0.0.1"
 PUSH_INTERVAL_S = 0.25  # the live stream's shortest gap between two pushes
 KEEPALIVE_S = 15.0  # an SSE comment when nothing changed, so idle proxies keep the stream
 _STATIC = resources.files("mjfl.coordinator.dashboard") / "static"
-_ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+_ASSETS = {"app.js": "text/javascript", "timeline.js": "text/javascript", "style.css": "text/css"}
 _HEADERS = {
     # The page loads nothing from elsewhere and runs no inline script.
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:",
@@ -96,6 +99,7 @@ def make_app(
         app.router.add_get(run, _answer(_view))
         app.router.add_get(run + "/devices/{device}/log", _answer(_log))
         app.router.add_get(run + "/rounds/{job}/{round}", _answer(_round))
+        app.router.add_get(run + "/timeline", _answer(_timeline))
     return app
 
 
@@ -142,6 +146,11 @@ async def _round(source: RunSource, request: web.Request) -> dict[str, Any]:
     if found is None:
         raise NotHere(f"no round {number} of job {job!r} in {source.name}")
     return found
+
+
+async def _timeline(source: RunSource, request: web.Request) -> dict[str, Any]:
+    since = request.query.get("since", "0")
+    return await source.timeline(int(since) if since.isdigit() else 0)
 
 
 class _LiveStream:

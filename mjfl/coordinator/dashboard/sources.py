@@ -44,6 +44,10 @@ class RunSource(Protocol):
         """``state.round_devices`` of round ``number`` of ``job``; None if the run has no such round."""
         ...
 
+    async def timeline(self, since: int) -> dict[str, Any]:
+        """The run's device timeline (``state.timeline``), its bars from the ``since``-th on; ``NotHere`` if there is no such run."""
+        ...
+
     def folder(self) -> Path:
         """The run's output folder (its devices' logs); ``NotHere`` if there is none."""
         ...
@@ -67,6 +71,11 @@ class LiveSource:
 
     async def round_devices(self, job: str, number: int) -> dict[str, Any] | None:
         return None if self.live is None else self.live.round_devices(job, number)
+
+    async def timeline(self, since: int) -> dict[str, Any]:
+        if self.live is None:
+            raise NotHere(NO_LIVE_RUN)
+        return self.live.timeline(since)
 
     def folder(self) -> Path:
         if self.live is None or self.out is None:
@@ -95,6 +104,12 @@ class FinishedSource:
         if self.catalog is None:
             return None
         return await asyncio.to_thread(self.catalog.round_devices, self.key, job, number)
+
+    async def timeline(self, since: int) -> dict[str, Any]:
+        found = None if self.catalog is None else await asyncio.to_thread(self.catalog.timeline, self.key, since)
+        if found is None:
+            raise NotHere(f"no finished run {self.key!r}")
+        return found
 
     def folder(self) -> Path:
         found = None if self.catalog is None else self.catalog.folder(self.key)

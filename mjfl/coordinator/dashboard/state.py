@@ -12,6 +12,20 @@ Time to target comes from ``results.outcomes``, a group's from
 emulated, JVM) and its model and OS come from its hello's ``hardware``
 (``identity``); the events list merges a real-time run's fleet events with
 the failures and refused updates of its rounds (``events_table``).
+
+The device timeline (``timeline``) is its own shape, served by its own route
+(``/api/runs/{id}/timeline``), not a part of the run view: it is the run's
+whole history, a bar per device round (100,000 at 1,000 devices x 100
+rounds), while the view is pushed whole after every change of a live run.
+Its shape, which ``static/timeline.js`` draws::
+
+    {"devices": [id, ...],            # one row each, in this order
+     "jobs": [name, ...],             # the colour of a bar: its job's index here
+     "bars": [{"device", "job", "round", "start_s", "end_s", "status",   # ok | failed | rejected
+               "samples", "wait_s", "duration_s", "download_s", "compute_s", "upload_s",
+               "loss", "error"}, ...],   # times on the run's clock (s); details None when not told
+     "utilisation": {"span_s", "fleet", "devices": {id: fraction}},   # results.utilisation
+     "total": n}                      # bars in the run (``bars`` may be those from ``since`` on)
 """
 
 from __future__ import annotations
@@ -23,6 +37,7 @@ from typing import Any, Protocol
 from mjfl.coordinator.results.energy import job_energy
 from mjfl.coordinator.results.outcomes import run_summary
 from mjfl.coordinator.results.targets import group_time
+from mjfl.coordinator.results.utilisation import busy_interval, utilisation
 from mjfl.coordinator.storage.records import (
     FleetEvent,
     JobInfo,
@@ -34,7 +49,7 @@ from mjfl.coordinator.storage.records import (
 __all__ = [
     "EVENTS_SHOWN", "RunView", "add_round", "choice_row", "choices_table", "device_row", "devices_table", "epochs_of",
     "event_row", "events_table", "identity", "jobs_view", "round_devices", "round_events", "run_entry", "run_line",
-    "run_view", "told_state",
+    "run_view", "timeline", "timeline_bars", "told_state",
 ]
 
 RunView = dict[str, Any]
@@ -315,6 +330,45 @@ def run_view(
         "choices": choices_table(rounds, choices),
         "events": events_table(events, rounds),
     }
+
+
+def timeline(
+    jobs: Sequence[str], rounds: Sequence[RoundRecord], devices: Sequence[str] = (), *,
+    bars: Sequence[Mapping[str, Any]] | None = None, since: int = 0,
+) -> dict[str, Any]:
+    """The device timeline of a run (the module docstring's shape): its bars from the ``since``-th on.
+
+    ``jobs``: the run's jobs in order (their colours); ``devices``: devices
+    to show besides those of the rounds (connected, never planned), rows
+    sorted by id. ``bars``: ``timeline_bars`` of ``rounds`` when the caller
+    keeps them (the live run adds a round's at a time); built here otherwise.
+    """
+    bars = [bar for record in rounds for bar in timeline_bars(record)] if bars is None else bars
+    busy = utilisation(rounds, devices)
+    names = list(jobs) + sorted({str(r.job) for r in rounds} - set(jobs))
+    return {
+        "devices": sorted(busy.devices),
+        "jobs": names,
+        "bars": list(bars[max(since, 0):]),
+        "utilisation": {"span_s": _number(busy.span_s), "fleet": _number(busy.fleet),
+                        "devices": {device: _number(f) for device, f in busy.devices.items()}},
+        "total": len(bars),
+    }
+
+
+def timeline_bars(record: RoundRecord) -> list[dict[str, Any]]:
+    """A round's bars of the timeline, one per device in plan order, when each held its task (``busy_interval``)."""
+    bars = []
+    for part in record.devices:
+        start, end = busy_interval(record, part)
+        bars.append({
+            "device": str(part.device), "job": str(record.job), "round": record.round,
+            "start_s": _number(start), "end_s": _number(end), "status": part.status, "samples": part.samples,
+            "wait_s": _number(part.wait_s), "duration_s": _number(part.duration_s),
+            "download_s": _number(part.download_s), "compute_s": _number(part.compute_s),
+            "upload_s": _number(part.upload_s), "loss": _number(part.mean_loss), "error": part.error,
+        })
+    return bars
 
 
 def epochs_of(config: Mapping[str, Any]) -> dict[str, int]:

@@ -52,7 +52,8 @@ function table(id, keys) {
   add(t, "tbody");
 }
 for (const id of ["status", "compare", "run-section", "run-title", "jobs", "device-filter", "device-count", "device-log", "device-log-title",
-  "device-log-source", "device-log-lines", "device-log-close", "event-kind", "event-count", "round-detail", "round-title", "round-close"]) add(body, "div", id);
+  "device-log-source", "device-log-lines", "device-log-close", "event-kind", "event-count", "round-detail", "round-title", "round-close",
+  "timeline"]) add(body, "div", id);
 table("runs", []);
 table("events", []);
 table("round-devices", []);
@@ -82,7 +83,10 @@ class EventSource {
   addEventListener(type, fn) { (this.listeners[type] ||= []).push(fn); }
   push(view) { for (const fn of this.listeners.run || []) fn({ data: JSON.stringify(view) }); }
 }
-const context = vm.createContext({ EventSource, document, fetch, location: { search: "?token=t0k" }, URLSearchParams, performance, console, Promise, Map, Set, Math, Number, String, Object, Error });
+// The timeline component (timeline.js draws on a canvas, which this DOM has not): what the page gave it to draw.
+const timelines = [];
+const MjflTimeline = { COLOURS: ["#1f77b4", "#ff7f0e"], mount: () => ({ update: (data) => timelines.push({ bars: data.bars.length, jobs: data.jobs }) }) };
+const context = vm.createContext({ window: { MjflTimeline }, EventSource, document, fetch, location: { search: "?token=t0k" }, URLSearchParams, performance, console, Promise, Map, Set, Math, Number, String, Object, Error });
 vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
 
 (async () => {
@@ -140,6 +144,8 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
     report.pushed_states = states();
     report.pushed_paths = paths("accuracy");
     report.live_row_text = body.querySelectorAll("#runs tbody tr")[0].textContent;
+    await new Promise((r) => setTimeout(r, 10));
   }
+  report.timelines = timelines;
   console.log(JSON.stringify(report));
 })().catch((error) => { console.error(error.stack); process.exit(1); });

@@ -49,6 +49,7 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     api: dict[str, object] = {"api/runs": catalog.runs()}
     for run in catalog.runs():
         api[f"api/runs/{run['id']}"] = catalog.run(run["id"])
+        api[f"api/runs/{run['id']}/timeline?since=0"] = catalog.timeline(run["id"])
     (other / "mjfl.log").write_text("INFO device d1 connected\nWARNING closed device d1: heartbeat_timeout\n")
     api["api/runs/0:mg-0/devices/d1/log"] = device_log(other, "d1")
     api["api/runs/0:mg-0/rounds/cnn/2"] = catalog.round_devices("0:mg-0", "cnn", 2)
@@ -78,6 +79,8 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     assert page["log_lines"] == "INFO device d1 connected\nWARNING closed device d1: heartbeat_timeout"
     assert page["compared_paths"] == 4  # two runs x two jobs
     assert "1000 devices drawn" in page["status"]
+    # The opened run's timeline, fetched once apart from its view: every device round of it (two jobs x 3 rounds x 1000).
+    assert page["timelines"][0] == {"bars": 6000, "jobs": ["cnn", "lenet"]}
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
@@ -96,6 +99,7 @@ def test_the_live_run_is_listed_first_and_redrawn_from_each_push(tmp_path: Path,
     live(DeviceLeft(DeviceId("d3"), "closed", 40.0))
     pushes.append(live.snapshot())
     api["live pushes"] = pushes
+    api["api/live/timeline?since=0"] = live.timeline()
     page = draw(tmp_path, api)
     assert page["runs"] == 1 and page["live_row"] == "live"
     assert page["live_source"] == "api/live/events?token=t0k"  # EventSource sends no header: the token rides in the query
@@ -104,3 +108,6 @@ def test_the_live_run_is_listed_first_and_redrawn_from_each_push(tmp_path: Path,
     assert page["pushed_states"] == {"d0": "idle", "d1": "idle", "d2": "idle", "d3": "offline"}
     assert len(page["pushed_paths"]) == 2  # both jobs' accuracy lines, drawn from the pushed series
     assert "4 devices, 1 offline" in page["live_row_text"]
+    # The live run's timeline: fetched when opened (its bars so far); a push with no new bar fetches nothing more.
+    assert page["timelines"][-1] == {"bars": 24, "jobs": ["cnn", "lenet"]}
+    assert sum(path.startswith("api/live/timeline") for path in page["fetched"]) == 2  # opened at start, opened again

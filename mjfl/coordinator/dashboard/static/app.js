@@ -4,7 +4,7 @@
 "use strict";
 
 const TOKEN = new URLSearchParams(location.search).get("token");
-const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const COLOURS = window.MjflTimeline.COLOURS; // the job colours, the timeline's own (timeline.js loads first)
 const SVG = "http://www.w3.org/2000/svg";
 const runCache = new Map();
 
@@ -120,6 +120,30 @@ function drawRun(view) {
   drawEvents();
   drawChoices(view.choices);
   document.getElementById("run-section").hidden = false;
+  drawTimeline(view);
+}
+
+// --- the device timeline (timeline.js): fetched apart from the run's view, whose live pushes carry only its bar count ---
+
+const timeline = { chart: null, run: null, data: null, fetching: false };
+
+// Fetch the bars the opened run's timeline lacks (all of a finished run's, once; a live run's new ones) and draw them.
+function drawTimeline(view) {
+  const id = view.run.id;
+  if (timeline.run !== id) Object.assign(timeline, { run: id, data: null });
+  const have = timeline.data ? timeline.data.bars.length : 0;
+  if (timeline.fetching || (timeline.data && (view.timeline_bars ?? have) <= have)) return;
+  timeline.fetching = true;
+  api(runPath() + "/timeline?since=" + have).then((part) => {
+    if (timeline.run !== id) return;
+    const bars = timeline.data ? timeline.data.bars : [];
+    for (const bar of part.bars) bars.push(bar);
+    timeline.data = { ...part, bars };
+    timeline.chart.update(timeline.data);
+  }).catch((error) => status(String(error))).finally(() => {
+    timeline.fetching = false;
+    if (timeline.run === id && id === "live" && live.view.timeline_bars > timeline.data.bars.length) drawTimeline(live.view);
+  });
 }
 
 // --- the live run -------------------------------------------------------------
@@ -338,6 +362,7 @@ function legend(lines) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  timeline.chart = window.MjflTimeline.mount(document.getElementById("timeline"));
   document.querySelectorAll("#devices th").forEach((th) => th.addEventListener("click", () => {
     devices.ascending = devices.key === th.dataset.key ? !devices.ascending : true;
     devices.key = th.dataset.key;

@@ -421,14 +421,16 @@ def bench_dashboard(
     jobs: Annotated[int, typer.Option(help="Its jobs.")] = 2,
     rounds: Annotated[int, typer.Option(help="Rounds per job.")] = 30,
     per_round: Annotated[int, typer.Option(help="Devices per round.")] = 60,
+    timeline_rounds: Annotated[int, typer.Option(help="Device rounds of each device in the timeline's run.")] = 100,
     loads: Annotated[int, typer.Option(help="Page loads measured (the figure is their median).")] = 5,
 ) -> None:
-    """The dashboard page's load of a finished run of 1,000 devices, in headless Debian Chromium."""
+    """The dashboard page's load of a finished run of 1,000 devices, and its timeline's render, in headless Debian Chromium."""
     from mjfl.bench.dashboard import run_dashboard_bench
 
     _bench_log(json_path)
     run_dashboard_bench(
-        devices=devices, jobs=jobs, rounds=rounds, per_round=per_round, loads=loads, json_path=json_path, console=console,
+        devices=devices, jobs=jobs, rounds=rounds, per_round=per_round, timeline_rounds=timeline_rounds, loads=loads,
+        json_path=json_path, console=console,
     )
 
 

@@ -39,6 +39,7 @@ from mjfl.coordinator.results.tables import (
     gathered_table,
     results_table,
 )
+from mjfl.coordinator.results.utilisation import busy_line, utilisation
 from mjfl.coordinator.storage.records import JobInfo, SchedulerChoice
 from mjfl.errors import UserError
 
@@ -92,6 +93,8 @@ def report_runs(
     console.print(gathered_table(figures, jobs, title))
     console.print(figures["paper"]["note"], highlight=False)
     _print_energy(console, figures["methods"], jobs, devices="each device's energy: mjfl report --json FILE")
+    for busy in figures["utilisation"]:
+        console.print(f"busy {busy['label']} · {busy['run_id']}: {busy_line(busy)}", highlight=False)
     if found.unfinished:
         console.print(f"left out {found.unfinished} unfinished run(s)", highlight=False)
     # soft_wrap: a long path stays on one line, whole, for a person to copy.
@@ -106,9 +109,12 @@ def report_runs(
 
 
 def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
-    """``{"methods": {label: outcomes.gather(...)}, "paper": paper.figures_for(...)}`` (`mjfl report --json`).
+    """``{"methods": {label: outcomes.gather(...)}, "paper": paper.figures_for(...), "utilisation": [...]}`` (`mjfl report --json`).
 
-    Methods (run labels) and jobs come in order of first appearance.
+    Methods (run labels) and jobs come in order of first appearance;
+    ``utilisation`` has a row per run, in ``runs``' order: its ``run_id``,
+    ``label`` and ``seed`` with ``Utilisation.figures`` (each device's and
+    the fleet's busy fraction).
     """
     partitions: dict[str, str] = {}
     for run in runs:
@@ -120,6 +126,10 @@ def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
             for label, group in _by_label(runs).items()
         },
         "paper": paper.figures_for(_jobs(runs), partitions),
+        "utilisation": [
+            {"run_id": run.info.run_id, "label": run.label, "seed": run.info.seed, **utilisation(run.rounds).figures()}
+            for run in runs
+        ],
     }
 
 

@@ -22,12 +22,13 @@ Pure: records in, numbers out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
 
-__all__ = ["Utilisation", "busy_interval", "utilisation"]
+__all__ = ["Utilisation", "busy_interval", "busy_line", "utilisation"]
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,24 @@ class Utilisation:
     def most(self) -> tuple[str, float] | None:
         """The busiest device and its fraction (the first one seen among equals); None without devices."""
         return max(self.devices.items(), key=lambda item: item[1]) if self.devices else None
+
+    def figures(self) -> dict[str, Any]:
+        """As JSON: ``{"span_s", "fleet", "devices": {id: fraction}, "least", "most"}`` (each ``{"device", "busy"}`` or None)."""
+        least, most = self.least(), self.most()
+        return {
+            "span_s": self.span_s, "fleet": self.fleet, "devices": dict(self.devices),
+            "least": None if least is None else {"device": least[0], "busy": least[1]},
+            "most": None if most is None else {"device": most[0], "busy": most[1]},
+        }
+
+
+def busy_line(figures: Mapping[str, Any]) -> str:
+    """``Utilisation.figures`` as one line for a person: the fleet's fraction over the span, the least and most busy devices."""
+    if figures["fleet"] is None:
+        return "no device round"
+    least, most = figures["least"], figures["most"]
+    return (f"the fleet busy {figures['fleet']:.0%} of {figures['span_s']:.1f} s ({len(figures['devices'])} devices);"
+            f" least busy {least['device']} {least['busy']:.0%}, most busy {most['device']} {most['busy']:.0%}")
 
 
 def busy_interval(record: RoundRecord, part: DeviceRound) -> tuple[float, float]:

@@ -57,6 +57,12 @@ async def test_the_page_its_assets_and_the_endpoints(folder: Path) -> None:
         assert len(view["devices"]) == 4 and len(view["choices"]) == 6
         status, body, _ = await get(url + "api/runs/0%3Amg-1")  # interrupted
         assert status == 404 and "mg-1" in json.loads(body)["error"]
+        status, body, _ = await get(url + "api/runs/0%3Amg-0/timeline?since=20")
+        assert status == 200 and len(json.loads(body)["bars"]) == 4 and json.loads(body)["total"] == 24
+        assert (await get(url + "api/runs/0%3Amg-1/timeline"))[0] == 404
+        assert (await get(url + "api/live/timeline"))[0] == 404  # no live run here
+        status, script, _ = await get(url + "static/timeline.js")
+        assert status == 200 and "window.MjflTimeline" in script
 
 
 async def test_with_a_token_every_request_must_carry_it(folder: Path) -> None:

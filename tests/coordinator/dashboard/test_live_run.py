@@ -24,6 +24,7 @@ from mjfl.coordinator.dashboard.state import (
     events_table,
     jobs_view,
     round_devices,
+    timeline,
 )
 from mjfl.coordinator.engine.events import (
     DeviceJoined,
@@ -55,6 +56,9 @@ def test_the_live_shapes_are_state_pys_shapes_of_the_same_rounds() -> None:
         rounds, {}, epochs_of(CONFIG))
     assert view["choices"] == choices_table(rounds, choices)
     assert view["events"] == events_table([], rounds)
+    # The timeline's bars are counted in every push and served apart, the finished run's shape.
+    assert view["timeline_bars"] == 24 and live.timeline() == timeline(["cnn", "lenet"], rounds, ["d0", "d1", "d2", "d3"])
+    assert live.timeline(since=20)["bars"] == live.timeline()["bars"][20:]
     assert live.round_devices(str(CNN), 2) == round_devices(rounds[1])
     assert live.round_devices(str(CNN), 4) is None and live.round_devices("nojob", 1) is None
     assert view["run"]["status"] == "running" and view["run"]["id"] == "live"

@@ -111,3 +111,25 @@ def test_reading_writes_nothing(folder: Path) -> None:
     catalog.runs()
     catalog.run("0:mg-0")
     assert hashlib.sha256(database.read_bytes()).hexdigest() == before
+
+
+def test_the_timeline_has_a_bar_per_device_round_and_each_devices_busy_fraction(folder: Path) -> None:
+    timeline = Catalog([folder]).timeline("0:mg-0")
+    assert timeline is not None
+    assert (timeline["devices"], timeline["jobs"], timeline["total"]) == (["d0", "d1", "d2", "d3"], ["cnn", "lenet"], 24)
+    bars = {(b["job"], b["round"], b["device"]): b for b in timeline["bars"]}
+    assert len(bars) == 24  # 2 jobs x 3 rounds x 4 devices
+    # lenet's round 2 runs from 12 s to 24 s: d0 used for 2 + 2 s, d1 failed after 9 s, d2's update refused after 4 s.
+    assert bars[("lenet", 2, "d0")] == {"device": "d0", "job": "lenet", "round": 2, "start_s": 12.0, "end_s": 16.0,
+                                        "status": "ok", "samples": 100, "duration_s": 4.0, "loss": 0.5}
+    assert (bars[("lenet", 2, "d1")]["end_s"], bars[("lenet", 2, "d1")]["error"]) == (21.0, "timeout in round 2")
+    assert bars[("lenet", 2, "d2")]["status"] == "rejected" and "download_s" not in bars[("lenet", 2, "d2")]  # not told
+    busy = timeline["utilisation"]
+    # d0: [0,3] in both jobs' round 1 (once), [10,14] u [12,16], [20,25] u [24,29]: 18 s of the 36 s run.
+    assert busy["span_s"] == 36.0 and busy["devices"]["d0"] == 0.5
+    assert busy["most"] == {"device": "d1", "busy": 32 / 36}  # failing after 9 s each round is busy too
+    json.dumps(timeline, allow_nan=False)
+    # From the 20th bar on (a live page asks for what it lacks), and none of a run that did not finish.
+    tail = Catalog([folder]).timeline("0:mg-0", since=20)
+    assert tail is not None and tail["bars"] == timeline["bars"][20:] and tail["total"] == 24
+    assert Catalog([folder]).timeline("0:mg-1") is None and Catalog([folder]).timeline("7:mg-0") is None

@@ -52,12 +52,15 @@ def test_the_report_of_folders_prints_and_writes_the_gathered_figures(tmp_path: 
     figures = report_runs(folders, console=out, json_path=tmp_path / "r.json", plots=tmp_path / "plots", title="t: ")
     assert figures == gathered_figures(finished_runs(folders).finished)
     assert json.loads((tmp_path / "r.json").read_text()) == figures
-    assert list(figures) == ["methods", "paper"] and list(figures["methods"]) == ["random", "meta-greedy"]
+    assert list(figures) == ["methods", "paper", "utilisation"] and list(figures["methods"]) == ["random", "meta-greedy"]
     assert figures["methods"]["random"]["group_time_s"] == {"mean": 3.5, "sd": 0.7071067811865476, "reached": 2, "runs": 2}
     assert figures["methods"]["meta-greedy"]["wins"] == {"genetic": 0.5, "rlds": 0.5}
     text = out.file.getvalue()
     assert "t: Time to target accuracy" in text and "left out 1 unfinished run(s)" in text
     assert figures["paper"]["note"] in text
+    # A line per finished run of its busy fractions (results.utilisation), and a row of the JSON.
+    assert [(u["label"], u["seed"]) for u in figures["utilisation"]] == [("random", 0), ("random", 1), ("meta-greedy", 1)]
+    assert text.count("busy random · ") == 2 and text.count("busy meta-greedy · ") == 1
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["accuracy-lenet.png", "member-wins.png"]
 
 

@@ -15,7 +15,8 @@
 //
 // Wheel zooms in time around the pointer, a drag pans, a double-click shows the whole run again; hovering a bar
 // shows its round's details. A live page calls update() with more bars: an unzoomed view follows them.
-// Test hooks: container.dataset.bars (bars drawn from), .jobs (JSON: bars per key), .renderMs (the last draw);
+// Test hooks: container.dataset.bars (bars drawn from), .jobs (JSON: bars per key), .renderMs (the last update's or
+// redraw's time, indexing included);
 // container.mjflTimeline.centre(i): the viewport coordinates of bar i's middle, to hover it (scrolled into view first).
 "use strict";
 
@@ -97,13 +98,14 @@
     listen(canvas, tip, state, redraw);
     const handle = {
       update(data) {
+        const started = performance.now();
         state.data = index(data);
         if (!state.zoomed || state.view === null) state.view = state.data.full.slice();
         drawLegend(legend, state.data);
         drawSummary(summary, state.data);
         container.dataset.bars = String(state.data.bars.length);
         container.dataset.jobs = JSON.stringify(state.data.counts);
-        draw(canvas, state, container);
+        draw(canvas, state, container, started);
       },
       centre(i) { return centre(canvas, state, state.data.bars[i]); },
     };
@@ -149,8 +151,8 @@
     return { width, height: n * row + AXIS, row, plot, t0, t1, scale, x: (t) => plot[0] + (t - t0) * scale };
   }
 
-  function draw(canvas, state, container) {
-    const started = performance.now();
+  // Paint the canvas; container.dataset.renderMs: the time since `started` (an update's: indexing the data too).
+  function draw(canvas, state, container, started = performance.now()) {
     const box = state.layout = layout(canvas, state);
     const ratio = window.devicePixelRatio || 1;
     canvas.width = Math.round(box.width * ratio);
@@ -242,10 +244,10 @@
       const y = i * box.row;
       ctx.fillStyle = "#d9dee4";
       ctx.fillRect(x, y + (box.row >= 4 ? 1 : 0), w, Math.max(box.row - 2, 0.6));
-      ctx.fillStyle = "#24364b";
+      ctx.fillStyle = "#8fa6bf";
       ctx.fillRect(x, y + (box.row >= 4 ? 1 : 0), w * f, Math.max(box.row - 2, 0.6));
       if (box.row >= 10) {
-        ctx.fillStyle = f > 0.5 ? "#fff" : "#222";
+        ctx.fillStyle = "#111";
         ctx.fillText(percent(f), x + 3, y + box.row / 2);
       }
     }

@@ -19,10 +19,14 @@ def test_the_synthetic_run_lists_every_device(tmp_path):
 
 def test_the_bench_measures_a_page_load(tmp_path, needs_chromium):
     out = tmp_path / "dashboard.json"
-    figures = run_dashboard_bench(devices=50, rounds=3, per_round=10, loads=2, json_path=out, console=Console(quiet=True))
+    figures = run_dashboard_bench(devices=50, rounds=3, per_round=10, timeline_rounds=4, loads=2, json_path=out,
+                                  console=Console(quiet=True))
     assert json.loads(out.read_text()) == figures
     assert figures["devices"] == 50 and 0 < figures["api_run_s"] < figures["page_load_s"] < 30
     assert figures["json_bytes"] > 50 * 100
+    # The timeline's run: 50 devices x 4 device rounds each, every bar drawn (its data-bars), its render within its load.
+    assert figures["timeline_bars"] == 200 and 0 < figures["timeline_render_s"] < figures["timeline_load_s"] < 30
+    assert figures["timeline_json_bytes"] > 200 * 50
 
 
 def test_a_run_where_some_device_never_trains_names_the_options():

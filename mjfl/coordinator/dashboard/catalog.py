@@ -78,13 +78,10 @@ class Catalog:
 
     def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
         """Who round ``number`` of ``job`` planned in the finished run ``key``, and what each answered; None if no such round."""
-        found = self._locate(key)
-        if found is None:
-            return None
-        _, folder, run_id = found
-        with self._open(folder) as storage:
-            if _finished(storage, run_id) is None:
+        with self._finished_run(key) as found:
+            if found is None:
                 return None
+            storage, run_id = found
             rounds = [r for r in storage.rounds(run_id, job) if r.round == number]
         return round_devices(rounds[0]) if rounds else None
 
@@ -93,13 +90,10 @@ class Catalog:
 
         Its rows: the devices of its rounds and those that joined and were never planned.
         """
-        found = self._locate(key)
-        if found is None:
-            return None
-        _, folder, run_id = found
-        with self._open(folder) as storage:
-            if _finished(storage, run_id) is None:
+        with self._finished_run(key) as found:
+            if found is None:
                 return None
+            storage, run_id = found
             jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
             joined = [str(e.device) for e in storage.fleet_events(run_id) if e.kind == "joined" and e.device is not None]
         return timeline([str(j.job) for j in jobs], rounds, list(dict.fromkeys(joined)), since=since)
@@ -115,6 +109,16 @@ class Catalog:
         if not index_text.isdigit() or int(index_text) >= len(self.folders):
             return None
         return int(index_text), self.folders[int(index_text)], run_id
+
+    @contextmanager
+    def _finished_run(self, key: str) -> Iterator[tuple[Storage, str] | None]:
+        """The database holding the finished run ``key``, open, and its run id; None if there is no such finished run."""
+        found = self._locate(key)
+        if found is None:
+            yield None
+            return
+        with self._open(found[1]) as storage:
+            yield None if _finished(storage, found[2]) is None else (storage, found[2])
 
     @staticmethod
     @contextmanager

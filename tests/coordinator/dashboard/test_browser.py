@@ -1,8 +1,9 @@
 """The dashboard's page in a real browser (Debian's headless Chromium, driven by Playwright).
 
-A real `mjfl testbed run` (two emulated devices, a third that joins late
-from `mjfl devices emulate`) is followed live, then `mjfl dashboard` serves
-the finished run from its output folder. Every check waits with Playwright
+A real `mjfl testbed run` (two jobs, two emulated devices, a third that
+joins late from `mjfl devices emulate`) is followed live, its device
+timeline growing, then `mjfl dashboard` serves the finished run and its
+timeline from its output folder. Every check waits with Playwright
 (``expect``, ``wait_for_function``) up to a generous bound, for two loaded
 cores; screenshots of each moment go to ``$MJFL_SCREENSHOTS`` or a folder
 of the test's own, which the test prints.
@@ -24,6 +25,7 @@ from mjfl.bench.dashboard import launch_options
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROUNDS = 10
+OTHER_ROUNDS = 4  # the second job's: a few rounds more for the timeline to show two jobs' bars (a few seconds)
 WAIT_MS = 180_000  # the default bound of every wait: a run's start on two loaded cores
 OFFLINE_MS = 15_000  # a killed device is shown offline within this
 # The accuracy line's points: the M and L commands of its path (0 while there is none).
@@ -31,6 +33,9 @@ POINTS = """() => {
   const line = document.querySelector("#jobs svg.chart.accuracy path.line");
   return line === null ? 0 : (line.getAttribute("d").match(/[ML]/g) || []).length;
 }"""
+# The timeline's test hooks (timeline.js): how many bars it draws, and how many of each job.
+BARS = "() => Number(document.getElementById('timeline').dataset.bars || 0)"
+JOB_BARS = "() => JSON.parse(document.getElementById('timeline').dataset.jobs || '{}')"
 
 
 @pytest.fixture
@@ -58,12 +63,27 @@ def screenshots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
 
 
 def write_config(tmp_path: Path) -> Path:
-    """SMALL_TESTBED, waiting for three devices: the run starts only once the late one is there."""
+    """SMALL_TESTBED, waiting for three devices (the run starts only once the late one is there), with a second job."""
     config = tmp_path / "browser.toml"
     text = SMALL_TESTBED.format(out=tmp_path / "run", rounds=ROUNDS)
-    assert "min_devices = 2" in text
-    config.write_text(text.replace("min_devices = 2", "min_devices = 3"))
+    assert "min_devices = 2" in text and text.count("[[jobs]]") == 1
+    job = text[text.index("[[jobs]]"):]
+    other = job.replace('name = "lenet"', 'name = "lenet-b"').replace(f"max_rounds = {ROUNDS}", f"max_rounds = {OTHER_ROUNDS}")
+    config.write_text(text.replace("min_devices = 2", "min_devices = 3") + other)
     return config
+
+
+def bars_beyond(page: Any, count: int) -> int:
+    """Wait until the timeline draws more than ``count`` bars; how many it draws then."""
+    return int(page.wait_for_function(f"() => ({BARS})() > {count} && ({BARS})()").json_value())
+
+
+def hover_a_bar(page: Any) -> Any:
+    """Move the pointer onto the timeline's first bar (its position from the component's hook); the tooltip."""
+    page.locator("#timeline canvas").scroll_into_view_if_needed()
+    where = page.evaluate("() => document.getElementById('timeline').mjflTimeline.centre(0)")
+    page.mouse.move(where["x"], where["y"])
+    return page.locator("#timeline .timeline-tip")
 
 
 def points_beyond(page: Any, count: int) -> int:
@@ -96,6 +116,9 @@ def test_the_page_follows_a_live_run_and_opens_it_when_finished(tmp_path, proces
     assert [i.startswith("late-") for i in ids] == [False, False, True], ids
     points_beyond(page, points_beyond(page, 1))
     page.screenshot(path=screenshots / "live.png", full_page=True)
+    # Its timeline grows in place as rounds end, with bars of both jobs.
+    bars_beyond(page, bars_beyond(page, 0))
+    page.wait_for_function(f"() => Object.keys(({JOB_BARS})()).sort().join() === 'lenet,lenet-b'")
 
     # The late device is killed: its row says offline within seconds, the others' do not.
     state = page.locator("#devices tbody tr").filter(has_text=ids[2]).locator("td").last
@@ -123,4 +146,13 @@ def test_the_page_follows_a_live_run_and_opens_it_when_finished(tmp_path, proces
     expect(page.locator("#devices tbody tr")).to_have_count(3)
     assert device_ids(page) == ids
     assert points_beyond(page, 0) == ROUNDS
+    # Its timeline, served by `mjfl dashboard`: a bar per device round of both jobs; a bar's details on hover.
+    bars_beyond(page, 0)
+    jobs = page.evaluate(JOB_BARS)
+    assert sorted(jobs) == ["lenet", "lenet-b"] and jobs["lenet"] >= ROUNDS and jobs["lenet-b"] >= OTHER_ROUNDS, jobs
+    page.locator("#timeline").screenshot(path=screenshots / "timeline.png")
+    tip = hover_a_bar(page)
+    expect(tip).to_be_visible()
+    expect(tip).to_contain_text(re.compile(r"job lenet(-b)?, round 1"))
+    expect(tip).to_contain_text(re.compile(r"(used|no answer|update refused)"))
     page.screenshot(path=screenshots / "finished.png", full_page=True)

@@ -270,7 +270,7 @@
     const lines = [bar.device, (bar.run ? "run " + bar.run + ", " : "") + "job " + bar.job + ", round " + bar.round,
       (STATUS[bar.status] || bar.status) + (bar.error ? ": " + bar.error : ""),
       "from " + seconds(bar.start_s, 1) + " to " + seconds(bar.end_s, 1) + " (" + seconds(bar.end_s - bar.start_s) + ")"];
-    if (bar.wait_s) lines.push("waited " + seconds(bar.wait_s));
+    if (bar.wait_s >= 0.005) lines.push("waited " + seconds(bar.wait_s));
     if ([bar.download_s, bar.compute_s, bar.upload_s].some((v) => v !== undefined && v !== null)) {
       lines.push("download " + seconds(bar.download_s) + ", compute " + seconds(bar.compute_s) + ", upload " + seconds(bar.upload_s));
     }

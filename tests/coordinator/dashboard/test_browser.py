@@ -78,12 +78,21 @@ def bars_beyond(page: Any, count: int) -> int:
     return int(page.wait_for_function(f"() => ({BARS})() > {count} && ({BARS})()").json_value())
 
 
-def hover_a_bar(page: Any) -> Any:
-    """Move the pointer onto the timeline's first bar (its position from the component's hook); the tooltip."""
+def the_finished_timeline(page: Any, screenshots: Path) -> None:
+    """The opened finished run's timeline: a bar per device round of both jobs; hovering the first shows its round."""
+    from playwright.sync_api import expect
+
+    bars_beyond(page, 0)
+    jobs = page.evaluate(JOB_BARS)
+    assert sorted(jobs) == ["lenet", "lenet-b"] and jobs["lenet"] >= ROUNDS and jobs["lenet-b"] >= OTHER_ROUNDS, jobs
+    page.locator("#timeline").screenshot(path=screenshots / "timeline.png")
     page.locator("#timeline canvas").scroll_into_view_if_needed()
-    where = page.evaluate("() => document.getElementById('timeline').mjflTimeline.centre(0)")
+    where = page.evaluate("() => document.getElementById('timeline').mjflTimeline.centre(0)")  # the component's hook
     page.mouse.move(where["x"], where["y"])
-    return page.locator("#timeline .timeline-tip")
+    tip = page.locator("#timeline .timeline-tip")
+    expect(tip).to_be_visible()
+    expect(tip).to_contain_text(re.compile(r"job lenet(-b)?, round 1"))
+    expect(tip).to_contain_text(re.compile(r"(used|no answer|update refused)"))
 
 
 def points_beyond(page: Any, count: int) -> int:
@@ -146,13 +155,5 @@ def test_the_page_follows_a_live_run_and_opens_it_when_finished(tmp_path, proces
     expect(page.locator("#devices tbody tr")).to_have_count(3)
     assert device_ids(page) == ids
     assert points_beyond(page, 0) == ROUNDS
-    # Its timeline, served by `mjfl dashboard`: a bar per device round of both jobs; a bar's details on hover.
-    bars_beyond(page, 0)
-    jobs = page.evaluate(JOB_BARS)
-    assert sorted(jobs) == ["lenet", "lenet-b"] and jobs["lenet"] >= ROUNDS and jobs["lenet-b"] >= OTHER_ROUNDS, jobs
-    page.locator("#timeline").screenshot(path=screenshots / "timeline.png")
-    tip = hover_a_bar(page)
-    expect(tip).to_be_visible()
-    expect(tip).to_contain_text(re.compile(r"job lenet(-b)?, round 1"))
-    expect(tip).to_contain_text(re.compile(r"(used|no answer|update refused)"))
+    the_finished_timeline(page, screenshots)
     page.screenshot(path=screenshots / "finished.png", full_page=True)

@@ -247,8 +247,11 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_la
 
 @web.middleware
 async def _tokens(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Who is asking: the researcher whose token the request carries (the health check needs none)."""
-    if request.path == "/api/lab/health":
+    """Who is asking: the researcher whose token the request carries (the health check needs none).
+
+    Paths outside ``/api/lab/`` are the lab's pages (``pages.py``), under the dashboard's token rule.
+    """
+    if request.path == "/api/lab/health" or not request.path.startswith("/api/lab/"):
         return await handler(request)
     header = request.headers.get("Authorization", "")
     scheme, _, credentials = header.partition(" ")

@@ -347,5 +347,24 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("event-kind").addEventListener("change", drawEvents);
   document.getElementById("round-close").addEventListener("click", () => { document.getElementById("round-detail").hidden = true; });
   document.getElementById("device-log-close").addEventListener("click", () => { document.getElementById("device-log").hidden = true; });
-  loadRuns().then(startLive).catch((error) => status(String(error)));
+  loadRuns().then(startLive).then(openLinked).catch((error) => status(String(error)));
+  setInterval(() => refreshOpened().catch((error) => status(String(error))), REFRESH_MS);
 });
+
+// A run named in the address (#<run id>, as the lab's page of `mjfl serve` links its runs) opens at once.
+async function openLinked() {
+  const id = decodeURIComponent(location.hash.slice(1));
+  if (id && opened === null) await openRun(id);
+}
+
+// A run not finished but read from its database (a lab's running run) is read again every REFRESH_MS while open.
+const REFRESH_MS = 2000;
+
+async function refreshOpened() {
+  if (opened === null || opened === "live" || !runCache.has(opened)) return;
+  const id = opened;
+  if ((await runCache.get(id)).run.status === "finished") return;
+  runCache.delete(id);
+  const view = await runView(id);
+  if (opened === id) drawRun(view);
+}

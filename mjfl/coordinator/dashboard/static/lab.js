@@ -78,9 +78,10 @@ function drawQueue(queue) {
 }
 
 function progress(job) {
-  const target = job.target.accuracy !== null ? fmt(job.target.accuracy, 2) : job.target.loss !== null ? "loss ≤ " + fmt(job.target.loss, 2) : "none";
-  const reached = job.time_to_target_s === null ? "" : ", reached";
-  return job.job + ": round " + job.rounds + " of " + job.max_rounds + ", accuracy " + fmt(job.accuracy, 3) + " (target " + target + ")" + reached;
+  const target = job.target.accuracy !== null ? fmt(job.target.accuracy, 3) : job.target.loss !== null ? "loss ≤ " + fmt(job.target.loss, 3) : "none";
+  const reached = job.time_to_target_s === null ? "" : ", reached at " + fmt(job.time_to_target_s) + " s";
+  const accuracy = job.accuracy === null ? "—" : fmt(job.accuracy, 3);
+  return job.job + ": round " + job.rounds + " of " + job.max_rounds + ", accuracy " + accuracy + " (target " + target + ")" + reached;
 }
 
 function drawRunning(running) {

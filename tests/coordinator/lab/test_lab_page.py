@@ -13,38 +13,20 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lab_service import Lab, run_config
 
-from mjfl.bench.dashboard import launch_options
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-WAIT_MS = 180_000  # the default bound of every wait: a run's first round on two loaded cores
 DEVICES = 4
 # A round of Alice's run has ended: its row's progress names a round past 0 (rounds are counted when they end).
 A_ROUND = """(run) => {
   const cell = document.querySelector(`#running tbody tr[data-run="${run}"] td.jobs`);
   return cell !== null && /round [1-9]/.test(cell.textContent);
 }"""
-
-
-@pytest.fixture
-def browser(tmp_path: Path, needs_chromium: None) -> Iterator[Any]:
-    """A headless Chromium with a fresh profile; its waits are bounded by ``WAIT_MS``."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(**launch_options(tmp_path / "profile"))
-        context.set_default_timeout(WAIT_MS)
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 def rows_of(page: Any, table: str) -> Any:
@@ -81,6 +63,8 @@ def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_p
     expect(page.locator("#run-title")).to_contain_text(a)
     expect(page.locator("#jobs h3")).to_have_count(2)
     expect(page.locator("#devices tbody tr")).to_have_count(DEVICES)
+    # Still running, the run's page reads it again: its scheduler's choices gain the rounds that end.
+    page.wait_for_function(f"() => document.querySelectorAll('#choices tbody tr').length > {page.locator('#choices tbody tr').count()}")
 
     # Alice's run cancelled: Bob's is let in and trains, and the lab's timeline has both runs' device rounds.
     page.go_back()

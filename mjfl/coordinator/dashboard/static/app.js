@@ -120,6 +120,7 @@ function drawRun(view) {
   drawEvents();
   drawChoices(view.choices);
   document.getElementById("run-section").hidden = false;
+  reread(run);
 }
 
 // --- the live run -------------------------------------------------------------
@@ -348,23 +349,28 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("round-close").addEventListener("click", () => { document.getElementById("round-detail").hidden = true; });
   document.getElementById("device-log-close").addEventListener("click", () => { document.getElementById("device-log").hidden = true; });
   loadRuns().then(startLive).then(openLinked).catch((error) => status(String(error)));
-  setInterval(() => refreshOpened().catch((error) => status(String(error))), REFRESH_MS);
 });
 
 // A run named in the address (#<run id>, as the lab's page of `mjfl serve` links its runs) opens at once.
 async function openLinked() {
-  const id = decodeURIComponent(location.hash.slice(1));
+  const id = decodeURIComponent((location.hash || "").slice(1));
   if (id && opened === null) await openRun(id);
 }
 
-// A run not finished but read from its database (a lab's running run) is read again every REFRESH_MS while open.
+// A run read from its database that has not finished (a lab's running run) is read again every REFRESH_MS while open.
 const REFRESH_MS = 2000;
+let rereading = null;
 
-async function refreshOpened() {
-  if (opened === null || opened === "live" || !runCache.has(opened)) return;
-  const id = opened;
-  if ((await runCache.get(id)).run.status === "finished") return;
-  runCache.delete(id);
-  const view = await runView(id);
-  if (opened === id) drawRun(view);
+function reread(run) {
+  if (rereading !== null) clearTimeout(rereading);
+  rereading = null;
+  if (run.id === "live" || run.status === "finished") return;
+  rereading = setTimeout(async () => {
+    if (opened !== run.id) return;
+    runCache.delete(run.id);
+    try {
+      const view = await runView(run.id);
+      if (opened === run.id) drawRun(view);
+    } catch (error) { status(String(error)); }
+  }, REFRESH_MS);
 }

@@ -45,7 +45,7 @@ DEFAULT_HOST = "127.0.0.1"
 PUSH_INTERVAL_S = 0.25  # the live stream's shortest gap between two pushes
 KEEPALIVE_S = 15.0  # an SSE comment when nothing changed, so idle proxies keep the stream
 _STATIC = resources.files("mjfl.coordinator.dashboard") / "static"
-_ASSETS = {"app.js": "text/javascript", "style.css": "text/css"}
+_ASSETS = {"app.js": "text/javascript", "dom.js": "text/javascript", "style.css": "text/css"}
 _HEADERS = {
     # The page loads nothing from elsewhere and runs no inline script.
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:",

@@ -42,7 +42,10 @@ __all__ = ["LabCatalog", "add_pages", "connected", "dashboard_token"]
 
 _STATIC = resources.files("mjfl.coordinator.dashboard") / "static"
 # The lab page's files; timeline.js draws the lab's timeline where it is installed (the page works without it).
-_ASSETS = {"lab.js": "text/javascript", "lab.css": "text/css", "style.css": "text/css", "timeline.js": "text/javascript"}
+_ASSETS = {
+    "lab.js": "text/javascript", "dom.js": "text/javascript", "lab.css": "text/css", "style.css": "text/css",
+    "timeline.js": "text/javascript",
+}
 _VIEW = web.AppKey("view", LabView)
 _FLEET = web.AppKey("fleet", LabFleet)
 _PAGE = web.AppKey("page", str)

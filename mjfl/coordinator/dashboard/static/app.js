@@ -1,36 +1,15 @@
 // The mjfl dashboard's page: draws what /api/runs and /api/runs/{id} send (state.py's shapes),
 // and, during a `mjfl testbed run`, the live run that /api/live and the event stream /api/live/events push.
-// Plain DOM, no library; every string from a run goes in as text, never as HTML.
+// Plain DOM, no library; every string from a run goes in as text, never as HTML (dom.js: api, el, fmt).
 "use strict";
 
-const TOKEN = new URLSearchParams(location.search).get("token");
 const COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 const SVG = "http://www.w3.org/2000/svg";
 const runCache = new Map();
 
-async function api(path) {
-  const headers = TOKEN ? { Authorization: "Bearer " + TOKEN } : {};
-  const response = await fetch(path, { headers });
-  if (!response.ok) throw new Error(path + ": " + response.status + " " + (await response.text()));
-  return response.json();
-}
-
 async function runView(id) {
   if (!runCache.has(id)) runCache.set(id, api("api/runs/" + encodeURIComponent(id)));
   return runCache.get(id);
-}
-
-function el(tag, text, cls) {
-  const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  if (cls) node.className = cls;
-  return node;
-}
-
-function fmt(value, digits = 1) {
-  if (value === null || value === undefined) return "";
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits);
-  return String(value);
 }
 
 function status(text) { document.getElementById("status").textContent = text; }

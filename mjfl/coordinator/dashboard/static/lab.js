@@ -1,33 +1,12 @@
 // The lab's page of `mjfl serve`: draws what /lab/state sends (lab/view.py's shape) and asks again every REFRESH_MS;
 // the lab's timeline (/lab/timeline) goes to the timeline component where it is installed (timeline.js).
-// A run's row opens its page, the run dashboard's (../runs/#<run>). Plain DOM; every string from the lab goes in as text.
+// A run's row opens its page, the run dashboard's (../runs/#<run>). Plain DOM (dom.js: api, el, fmt); every string from the lab goes in as text.
 "use strict";
 
-const TOKEN = new URLSearchParams(location.search).get("token");
 const QUERY = TOKEN ? "?token=" + encodeURIComponent(TOKEN) : "";
 // Polled, not streamed: the lab's state is spread over its database and each running run's (pages.py).
 const REFRESH_MS = 1500;
 const lab = { timeline: null };
-
-async function api(path) {
-  const headers = TOKEN ? { Authorization: "Bearer " + TOKEN } : {};
-  const response = await fetch(path, { headers });
-  if (!response.ok) throw new Error(path + ": " + response.status + " " + (await response.text()));
-  return response.json();
-}
-
-function el(tag, text, cls) {
-  const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  if (cls) node.className = cls;
-  return node;
-}
-
-function fmt(value, digits = 1) {
-  if (value === null || value === undefined) return "";
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits);
-  return String(value);
-}
 
 function num(value, digits) { return el("td", fmt(value, digits), "num"); }
 

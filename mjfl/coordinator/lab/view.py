@@ -25,7 +25,8 @@ its outcome: the device was held), from the run databases, so it survives a
 restart of the service; ``fraction`` is of every researcher's.
 
 ``LabView.timeline()`` is what ``/lab/timeline`` sends, in the shape of the
-dashboard's timeline component::
+dashboard's timeline component, for the runs going and the newest that
+ended (``TIMELINE_RUNS`` in all)::
 
     {"devices": [id, ...], "jobs": ["<run>/<job>", ...],
      "bars": [{"device", "job", "run", "round", "start_s", "end_s", "status"}]}
@@ -55,6 +56,8 @@ from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
 
 __all__ = ["Connected", "LabView", "Recorded"]
+
+TIMELINE_RUNS = 8  # the runs the lab's timeline shows: every one going, then the newest that ended
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,16 @@ class LabView:
         return rows
 
     def timeline(self, connected: Sequence[Connected]) -> dict[str, Any]:
-        """Every shown run's device rounds as bars (see the module docstring); a row for each device connected too."""
-        shown = [(run, found) for run in self.store.runs() if (found := self.recorded(run)) is not None]
+        """The shown runs' device rounds as bars (see the module docstring); a row for each device connected too.
+
+        Shown: every run going and the newest that ended, ``TIMELINE_RUNS`` in
+        all (a lab's history would grow the answer without end).
+        """
+        recorded = [(run, found) for run in self.store.runs() if (found := self.recorded(run)) is not None]
+        going = [(run, found) for run, found in recorded if not run.final]
+        room = max(TIMELINE_RUNS - len(going), 0)
+        ended = [(run, found) for run, found in recorded if run.final][-room:] if room else []
+        shown = sorted([*ended, *going], key=lambda pair: pair[0].seq)
         if not shown:
             return {"devices": sorted(str(d["device"]) for d in connected), "jobs": [], "bars": []}
         origin = min(found.started for _, found in shown)

@@ -2,7 +2,8 @@
 
 A real service with four emulated devices runs one run at a time
 (``limits.max_running = 1``): Alice's run trains while Bob's waits in the
-queue, saying why; cancelled, Alice's lets Bob's in. Every check reads the
+queue, saying why; cancelled, Alice's lets Bob's in, and the lab's timeline
+(a stand-in for its component) gets both runs' device rounds. Every check reads the
 page's DOM and waits for it with Playwright (``expect``,
 ``wait_for_function``) up to a generous bound, for two loaded cores. With
 ``$MJFL_SCREENSHOTS`` naming a folder, the lab's page is saved there as
@@ -22,6 +23,12 @@ from lab_service import Lab, run_config
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 DEVICES = 4
+# A stand-in for the timeline component (static/timeline.js), served in its place: it writes what the page gives it.
+TIMELINE = """window.MjflTimeline = { mount(box) { return { update(data) {
+  box.dataset.bars = String(data.bars.length);
+  box.dataset.runs = [...new Set(data.bars.map((bar) => bar.run))].sort().join(" ");
+} }; } };"""
+BARS = "(more) => Number(document.getElementById('lab-timeline').dataset.bars || 0) > more"
 # A round of Alice's run has ended: its row's progress names a round past 0 (rounds are counted when they end).
 A_ROUND = """(run) => {
   const cell = document.querySelector(`#running tbody tr[data-run="${run}"] td.jobs`);
@@ -39,6 +46,7 @@ def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_p
     lab = Lab.start(processes, tmp_path, devices=DEVICES, max_running=1)
     alice, bob = lab.researcher("alice"), lab.researcher("bob")
     page = browser.new_page()
+    page.route("**/lab/static/timeline.js", lambda route: route.fulfill(body=TIMELINE, content_type="text/javascript"))
     page.goto(lab.url + "/")  # sent on to the lab's page
     expect(page).to_have_url(re.compile(r"/lab/$"))
     expect(rows_of(page, "lab-devices")).to_have_count(DEVICES)
@@ -52,6 +60,9 @@ def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_p
     expect(waiting.locator("td").first).to_have_text("1")  # its position
     expect(rows_of(page, "running").filter(has_text=a)).to_contain_text("alice")
     page.wait_for_function(A_ROUND, arg=a)
+    page.wait_for_function(BARS, arg=0)
+    expect(page.locator("#lab-timeline")).to_have_attribute("data-runs", a)
+    bars = int(page.locator("#lab-timeline").get_attribute("data-bars"))
     expect(page.locator("#lab-devices td.busy").first).to_be_visible()
     expect(rows_of(page, "shares").filter(has_text="alice")).to_have_count(1)
     if os.environ.get("MJFL_SCREENSHOTS"):
@@ -72,6 +83,8 @@ def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_p
     expect(rows_of(page, "finished").filter(has_text=a)).to_contain_text("cancelled")
     expect(rows_of(page, "queue")).to_have_count(0)
     page.wait_for_function(A_ROUND, arg=b)
+    page.wait_for_function(BARS, arg=bars)  # grown, by Bob's rounds at least
+    expect(page.locator("#lab-timeline")).to_have_attribute("data-runs", f"{a} {b}")
     timeline = lab.call("GET", "/lab/timeline")[1]
     assert {bar["run"] for bar in timeline["bars"]} == {a, b}
     assert {f"{run}/{job}" for run in (a, b) for job in ("lenet", "cnn")} == set(timeline["jobs"])

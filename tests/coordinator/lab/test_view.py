@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from dashboard_runs import records, write_run
 
+from mjfl.coordinator.lab import view as lab_view
 from mjfl.coordinator.lab.config import LabLimits
 from mjfl.coordinator.lab.pages import LabCatalog
 from mjfl.coordinator.lab.store import LabStore
@@ -99,6 +100,18 @@ def test_the_lab_timeline_has_a_bar_per_device_round_of_every_run(lab: tuple[Lab
     shown = [(b["device"], b["job"], b["run"], b["round"], b["start_s"], b["end_s"], b["status"]) for b in timeline["bars"]]
     assert shown == expected  # both runs started at the same moment: no offset between them
     assert {"failed", "rejected", "ok"} == {b["status"] for b in timeline["bars"]}
+
+
+
+def test_the_lab_timeline_shows_the_runs_going_before_the_runs_that_ended(
+    lab: tuple[LabStore, LabView], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, view = lab
+    monkeypatch.setattr(lab_view, "TIMELINE_RUNS", 1)
+    timeline = view.timeline(CONNECTED)
+    assert {bar["run"] for bar in timeline["bars"]} == {"0002-bob"}
+    assert timeline["jobs"] == ["0002-bob/cnn", "0002-bob/lenet"]
+    assert timeline["bars"][0]["start_s"] == 0.0  # the origin: the earliest shown run's start
 
 
 def test_the_run_pages_catalog_lists_the_lab_runs_that_recorded_any_state_and_only_those(lab: tuple[LabStore, LabView]) -> None:

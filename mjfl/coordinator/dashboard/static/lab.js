@@ -6,7 +6,7 @@
 const QUERY = TOKEN ? "?token=" + encodeURIComponent(TOKEN) : "";
 // Polled, not streamed: the lab's state is spread over its database and each running run's (pages.py).
 const REFRESH_MS = 1500;
-const lab = { timeline: null };
+const lab = { timeline: null, shown: null };
 
 function num(value, digits) { return el("td", fmt(value, digits), "num"); }
 
@@ -90,18 +90,23 @@ function drawLab(state) {
   drawFinished(state.finished);
 }
 
-// The lab's timeline, where the timeline component is installed (the page works without it).
-async function drawTimeline() {
+// The lab's timeline, where the timeline component is installed (the page works without it). Its data is asked for
+// again only when a round ended or a run did: a bar is a device round, recorded when its round ends.
+async function drawTimeline(state) {
   if (!window.MjflTimeline) return;
+  const shown = JSON.stringify([state.running.map((r) => [r.id, r.jobs.map((j) => j.rounds)]), state.finished.length]);
+  if (shown === lab.shown) return;
   const data = await api("timeline");
   lab.timeline = lab.timeline || window.MjflTimeline.mount(document.getElementById("lab-timeline"));
   lab.timeline.update(data);
+  lab.shown = shown;
 }
 
 async function refresh() {
   try {
-    const [state] = await Promise.all([api("state"), drawTimeline()]);
+    const state = await api("state");
     drawLab(state);
+    await drawTimeline(state);
     document.getElementById("status").textContent = "updated " + new Date().toLocaleTimeString();
   } catch (error) {
     document.getElementById("status").textContent = String(error);

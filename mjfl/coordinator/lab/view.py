@@ -34,9 +34,10 @@ ended (``TIMELINE_RUNS`` in all)::
 A bar is one device round: it starts at the round's start plus the
 device's wait (``DeviceRound.wait_s``) and lasts its ``duration_s``, on the
 run's clock shifted by the run's wall-clock start, in seconds from the
-earliest shown run's start. A job is named with its run (``0003-alice/
-lenet``): two runs' jobs of one name are two jobs. ``status`` is ``ok``,
-``failed`` or ``rejected`` (an update refused).
+earliest shown run's start. A bar names its run and its job; ``jobs`` lists
+each as ``<run>/<job>`` (``0003-alice/lenet``), the key the component colours
+a bar with a ``run`` by: two runs' jobs of one name are two jobs. ``status``
+is ``ok``, ``failed`` or ``rejected`` (an update refused).
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ class LabView:
                 for part in record.devices:
                     start = offset + record.started_s + part.wait_s
                     bars.append({
-                        "device": str(part.device), "job": f"{run.run_id}/{record.job}", "run": run.run_id,
+                        "device": str(part.device), "job": str(record.job), "run": run.run_id,
                         "round": record.round, "start_s": _seconds(start), "end_s": _seconds(start + part.duration_s),
                         "status": part.status,
                     })

@@ -93,7 +93,7 @@ def test_the_lab_timeline_has_a_bar_per_device_round_of_every_run(lab: tuple[Lab
     assert timeline["jobs"] == ["0001-alice/cnn", "0001-alice/lenet", "0002-bob/cnn", "0002-bob/lenet"]
     assert timeline["devices"] == ["d0", "d1", "d2", "d3", "zz"]  # every device with a round, and every connected one
     expected = [
-        (str(p.device), f"{run}/{r.job}", run, r.round, round(r.started_s + p.wait_s, 3),
+        (str(p.device), str(r.job), run, r.round, round(r.started_s + p.wait_s, 3),
          round(r.started_s + p.wait_s + p.duration_s, 3), p.status)
         for run, n in (("0001-alice", 4), ("0002-bob", 2)) for r in records(run, n) for p in r.devices
     ]

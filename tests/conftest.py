@@ -6,6 +6,8 @@ import logging
 import os
 import signal
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from processes import Process, group_alive
@@ -72,3 +74,23 @@ def needs_chromium() -> None:
     if os.environ.get("CI") == "true":
         pytest.fail(f"this test drives a real browser: {missing}", pytrace=False)
     pytest.skip(f"no browser: {missing}")
+
+
+BROWSER_WAIT_MS = 180_000  # the default bound of every wait in a browser: a run's first round on two loaded cores
+
+
+@pytest.fixture
+def browser(tmp_path: Path, needs_chromium: None) -> Iterator[Any]:
+    """A headless Chromium (Playwright's persistent context) with a fresh profile; its waits are bounded by
+    ``BROWSER_WAIT_MS``."""
+    from playwright.sync_api import sync_playwright
+
+    from mjfl.bench.dashboard import launch_options
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(**launch_options(tmp_path / "profile"))
+        context.set_default_timeout(BROWSER_WAIT_MS)
+        try:
+            yield context
+        finally:
+            context.close()

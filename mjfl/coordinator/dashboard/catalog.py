@@ -30,7 +30,7 @@ from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
 from mjfl.errors import UserError
 
-__all__ = ["Catalog"]
+__all__ = ["Catalog", "entry_of", "view_of"]
 
 
 class Catalog:
@@ -65,16 +65,12 @@ class Catalog:
         found = self._locate(key)
         if found is None:
             return None
-        index, folder, run_id = found
+        _, folder, run_id = found
         with self._open(folder) as storage:
             info = _finished(storage, run_id)
             if info is None:
                 return None
-            jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
-            profiles = {p.device_id: p for p in storage.load_profiles()}
-            entry = _entry(index, folder, info, "finished", jobs, rounds)
-            return run_view(entry, jobs, rounds, storage.choices(run_id), profiles,
-                            epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id))
+            return view_of(storage, key, folder, info, "finished")
 
     def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
         """Who round ``number`` of ``job`` planned in the finished run ``key``, and what each answered; None if no such round."""
@@ -94,9 +90,7 @@ class Catalog:
             if found is None:
                 return None
             storage, run_id = found
-            jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
-            joined = [str(e.device) for e in storage.fleet_events(run_id) if e.kind == "joined" and e.device is not None]
-        return timeline([str(j.job) for j in jobs], rounds, list(dict.fromkeys(joined)), since=since)
+            return timeline_of(storage, run_id, since)
 
     def folder(self, key: str) -> Path | None:
         """The output folder of the run named ``key`` (where its logs are); None for a key naming no folder."""
@@ -135,5 +129,32 @@ def _finished(storage: Storage, run_id: str) -> RunInfo | None:
 def _entry(
     index: int, folder: Path, info: RunInfo, status: str, jobs: Sequence[JobInfo], rounds: Sequence[RoundRecord]
 ) -> dict[str, Any]:
+    return entry_of(f"{index}:{info.run_id}", folder, info, status, jobs, rounds)
+
+
+def entry_of(
+    key: str, folder: Path, info: RunInfo, status: str, jobs: Sequence[JobInfo], rounds: Sequence[RoundRecord]
+) -> dict[str, Any]:
+    """Run ``info``'s line of the runs list (``state.run_entry``), named ``key``, labelled by its scheduler."""
     label = run_label(info.method, json.loads(info.config_json).get("scheduler", {}))
-    return run_entry(f"{index}:{info.run_id}", str(folder), label, info, status, jobs, rounds)
+    return run_entry(key, str(folder), label, info, status, jobs, rounds)
+
+
+def view_of(storage: Storage, key: str, folder: Path, info: RunInfo, status: str) -> RunView:
+    """All the page shows of run ``info`` of ``storage`` (``state.run_view``), named ``key``, in ``status``."""
+    run_id = info.run_id
+    jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
+    profiles = {p.device_id: p for p in storage.load_profiles()}
+    entry = entry_of(key, folder, info, status, jobs, rounds)
+    return run_view(entry, jobs, rounds, storage.choices(run_id), profiles,
+                    epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id))
+
+
+def timeline_of(storage: Storage, run_id: str, since: int = 0) -> dict[str, Any]:
+    """The device timeline of ``run_id`` in ``storage`` (``state.timeline``), its bars from the ``since``-th on.
+
+    Its rows: the devices of its rounds and those that joined and were never planned.
+    """
+    jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
+    joined = [str(e.device) for e in storage.fleet_events(run_id) if e.kind == "joined" and e.device is not None]
+    return timeline([str(j.job) for j in jobs], rounds, list(dict.fromkeys(joined)), since=since)

@@ -42,13 +42,14 @@ from mjfl.coordinator.dashboard.sources import NO_LIVE_RUN, LiveSource, NotHere,
 from mjfl.coordinator.dashboard.state import RunView
 from mjfl.errors import UserError
 
-__all__ = ["DEFAULT_HOST", "PUSH_INTERVAL_S", "live_dashboard", "make_app", "needs_token", "new_token", "serve"]
+__all__ = ["DEFAULT_HOST", "PUSH_INTERVAL_S", "live_dashboard", "make_app", "needs_token", "new_token", "serve", "token_guard"]
 
 DEFAULT_HOST = "127.0.0.1"
 PUSH_INTERVAL_S = 0.25  # the live stream's shortest gap between two pushes
 KEEPALIVE_S = 15.0  # an SSE comment when nothing changed, so idle proxies keep the stream
 _STATIC = resources.files("mjfl.coordinator.dashboard") / "static"
-_ASSETS = {"app.js": "text/javascript", "timeline.js": "text/javascript", "style.css": "text/css"}
+_ASSETS = {"app.js": "text/javascript", "dom.js": "text/javascript", "timeline.js": "text/javascript",
+           "style.css": "text/css"}
 _HEADERS = {
     # The page loads nothing from elsewhere and runs no inline script.
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:",
@@ -85,7 +86,7 @@ def make_app(
     ``middlewares`` wrap every request outside the token rule (``mjfl bench
     coordinator`` times the handlers with one).
     """
-    app = web.Application(middlewares=[*middlewares, _guard(token)])
+    app = web.Application(middlewares=[*middlewares, token_guard(token)])
     app[_PAGE] = (_STATIC / "index.html").read_text(encoding="utf-8").replace("{{query}}", _query(token))
     app[_RUNS] = Runs(catalog, LiveSource(live, live_folder))
     stream = _LiveStream(live)
@@ -218,7 +219,8 @@ async def _first_of(changed: asyncio.Event, ended: asyncio.Future[Any], *, timeo
         waiting.cancel()
 
 
-def _guard(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
+def token_guard(token: str | None) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """The token rule as a middleware: with ``token``, a request without it gets 401; every answer gets ``_HEADERS``."""
     expected = None if token is None else token.encode()
 
     @web.middleware

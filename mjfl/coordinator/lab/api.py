@@ -42,7 +42,7 @@ from aiohttp import web
 
 from mjfl import __version__
 from mjfl.coordinator.lab.runs import LabRuns
-from mjfl.coordinator.lab.store import LabRun, LabStore
+from mjfl.coordinator.lab.store import LabRun, LabStore, Researcher
 from mjfl.errors import Refusal, StorageError
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,7 @@ MAX_KEY = 200  # a submit key's characters
 LOG_CHUNK = 256 * 1024  # the most of a run's log one request reads
 CANCEL_WAIT_S = 30.0  # how long a cancel waits for a running run's engine to stop before answering
 
-_WHO = "mjfl.researcher"  # the request's researcher, set by _tokens
+_WHO = web.RequestKey("mjfl.researcher", Researcher)  # the request's researcher, set by _tokens
 _LAB = web.AppKey("lab", "LabApi")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 TaskSpan = tuple[str, str, int, float, float, str]  # RemoteFleet.task_log's entries
@@ -247,8 +247,11 @@ _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_la
 
 @web.middleware
 async def _tokens(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Who is asking: the researcher whose token the request carries (the health check needs none)."""
-    if request.path == "/api/lab/health":
+    """Who is asking: the researcher whose token the request carries (the health check needs none).
+
+    Paths outside ``/api/lab/`` are the lab's pages (``pages.py``), under the dashboard's token rule.
+    """
+    if request.path == "/api/lab/health" or not request.path.startswith("/api/lab/"):
         return await handler(request)
     header = request.headers.get("Authorization", "")
     scheme, _, credentials = header.partition(" ")

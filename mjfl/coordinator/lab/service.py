@@ -19,7 +19,8 @@ The service, in the order it starts (docs/lab.md):
    and to ``runs/<run>/phones/`` while that run runs (``android_bridge/
    phones/logcat.py``). When the service ends, after the server's bye, the
    app is force-stopped on every phone and the port forwards are taken back.
-4. The researchers' API (``api.py``, docs/lab-api.yaml) on ``[api]``.
+4. The researchers' API (``api.py``, docs/lab-api.yaml) on ``[api]``, and
+   beside it the lab's dashboard (``pages.py``, ``view.py``).
 5. Runs are admitted, run side by side, end; until the service is stopped
    (Ctrl-C or SIGTERM: running runs stay ``running`` and resume at the next
    start) or drained (``--drain`` or an admin's call: no run is admitted
@@ -51,9 +52,11 @@ from mjfl.coordinator.engine.occupancy import FairShare, Occupancy
 from mjfl.coordinator.lab.api import LabApi, lab_app
 from mjfl.coordinator.lab.config import LabConfig
 from mjfl.coordinator.lab.fleet import Lobby
+from mjfl.coordinator.lab.pages import add_pages, dashboard_token
 from mjfl.coordinator.lab.runlogs import RunLogs
-from mjfl.coordinator.lab.runs import LabFleet, LabRuns
+from mjfl.coordinator.lab.runs import RUNS, LabFleet, LabRuns
 from mjfl.coordinator.lab.store import LabRun, LabStore
+from mjfl.coordinator.lab.view import LabView
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
@@ -111,7 +114,8 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
                 api = LabApi(
                     store, runs, runs.fleet.devices, lambda: list(remote.task_log), max_request_kb=lab.limits.max_request_kb
                 )
-                async with _api(api, lab, console), _emulated(lab, out_dir, server, own, options, console):
+                view = LabView(store, out_dir / RUNS, lab.limits, draining=lambda: runs.draining)
+                async with _api(api, lab, console, view), _emulated(lab, out_dir, server, own, options, console):
                     keeper = group.create_task(runs.keep(), name="lab admission")
                     await runs.drained()
                     keeper.cancel()
@@ -187,11 +191,16 @@ def _own_secrets(settings: ServerSettings, options: ServeOptions) -> dict[str, s
 
 
 @contextlib.asynccontextmanager
-async def _api(api: LabApi, lab: LabConfig, console: Console) -> AsyncIterator[None]:
-    async with listening(lab_app(api), lab.api.host, lab.api.port, None) as url:
+async def _api(api: LabApi, lab: LabConfig, console: Console, view: LabView) -> AsyncIterator[None]:
+    """The researchers' API and, beside it, the lab's dashboard (``pages.py``), on ``[api]``'s host and port."""
+    app = lab_app(api)
+    page = add_pages(app, view, api.runs.fleet, dashboard_token(lab.api.host))
+    async with listening(app, lab.api.host, lab.api.port, None) as url:
         if isinstance(url, OSError):
             raise UserError(f"api.port: cannot listen on {lab.api.host} port {lab.api.port}: {url.strerror or url}")
         console.print(f"researchers' API: {url}api/lab (mjfl submit --lab {url.rstrip('/')})", highlight=False, soft_wrap=True)
+        # On the terminal only: the address carries the pages' token off a loopback address.
+        console.print(f"lab's dashboard: {url.rstrip('/')}{page}", highlight=False, soft_wrap=True)
         yield
 
 

@@ -2,6 +2,7 @@
 // Usage: node page_harness.js APP_JS INDEX_HTML API_JSON; prints a JSON report of what the page drew.
 "use strict";
 const fs = require("fs");
+const path = require("path");
 const vm = require("vm");
 const [appPath, indexPath, apiPath] = process.argv.slice(2);
 const api = JSON.parse(fs.readFileSync(apiPath, "utf8"));
@@ -87,6 +88,8 @@ class EventSource {
 const timelines = [];
 const MjflTimeline = { COLOURS: ["#1f77b4", "#ff7f0e"], mount: () => ({ update: (data) => timelines.push({ bars: data.bars.length, jobs: data.jobs }) }) };
 const context = vm.createContext({ window: { MjflTimeline }, EventSource, document, fetch, location: { search: "?token=t0k" }, URLSearchParams, performance, console, Promise, Map, Set, Math, Number, String, Object, Error });
+// dom.js (what the page shares with the lab's page) loads first, beside app.js, as index.html loads it.
+vm.runInContext(fs.readFileSync(path.join(path.dirname(appPath), "dom.js"), "utf8"), context);
 vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
 
 (async () => {

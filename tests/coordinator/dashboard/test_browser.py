@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from processes import SMALL_TESTBED, Process, mjfl_args
 
-from mjfl.bench.dashboard import launch_options
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROUNDS = 10
 OTHER_ROUNDS = 4  # the second job's: a few rounds more for the timeline to show two jobs' bars (a few seconds)
-WAIT_MS = 180_000  # the default bound of every wait: a run's start on two loaded cores
 OFFLINE_MS = 15_000  # a killed device is shown offline within this
 # The accuracy line's points: the M and L commands of its path (0 while there is none).
 POINTS = """() => {
@@ -36,20 +32,6 @@ POINTS = """() => {
 # The timeline's test hooks (timeline.js): how many bars it draws, and how many of each job.
 BARS = "() => Number(document.getElementById('timeline').dataset.bars || 0)"
 JOB_BARS = "() => JSON.parse(document.getElementById('timeline').dataset.jobs || '{}')"
-
-
-@pytest.fixture
-def browser(tmp_path: Path, needs_chromium: None) -> Iterator[Any]:
-    """A headless Chromium with a fresh profile; its waits are bounded by ``WAIT_MS``."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(**launch_options(tmp_path / "profile"))
-        context.set_default_timeout(WAIT_MS)
-        try:
-            yield context
-        finally:
-            context.close()
 
 
 @pytest.fixture

@@ -1,36 +1,15 @@
 // The mjfl dashboard's page: draws what /api/runs and /api/runs/{id} send (state.py's shapes),
 // and, during a `mjfl testbed run`, the live run that /api/live and the event stream /api/live/events push.
-// Plain DOM, no library; every string from a run goes in as text, never as HTML.
+// Plain DOM, no library; every string from a run goes in as text, never as HTML (dom.js: api, el, fmt).
 "use strict";
 
-const TOKEN = new URLSearchParams(location.search).get("token");
 const COLOURS = window.MjflTimeline.COLOURS; // the job colours, the timeline's own (timeline.js loads first)
 const SVG = "http://www.w3.org/2000/svg";
 const runCache = new Map();
 
-async function api(path) {
-  const headers = TOKEN ? { Authorization: "Bearer " + TOKEN } : {};
-  const response = await fetch(path, { headers });
-  if (!response.ok) throw new Error(path + ": " + response.status + " " + (await response.text()));
-  return response.json();
-}
-
 async function runView(id) {
   if (!runCache.has(id)) runCache.set(id, api("api/runs/" + encodeURIComponent(id)));
   return runCache.get(id);
-}
-
-function el(tag, text, cls) {
-  const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
-  if (cls) node.className = cls;
-  return node;
-}
-
-function fmt(value, digits = 1) {
-  if (value === null || value === undefined) return "";
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(digits);
-  return String(value);
 }
 
 function status(text) { document.getElementById("status").textContent = text; }
@@ -121,6 +100,7 @@ function drawRun(view) {
   drawChoices(view.choices);
   document.getElementById("run-section").hidden = false;
   drawTimeline(view);
+  reread(run);
 }
 
 // --- the device timeline (timeline.js): fetched apart from the run's view, whose live pushes carry only its bar count ---
@@ -132,7 +112,9 @@ function drawTimeline(view) {
   const id = view.run.id;
   if (timeline.run !== id) Object.assign(timeline, { run: id, data: null });
   const have = timeline.data ? timeline.data.bars.length : 0;
-  if (timeline.fetching || (timeline.data && (view.timeline_bars ?? have) <= have)) return;
+  // A live push says how many bars there are; a run read again while it runs (a lab's) may have more at any read.
+  const bars = view.timeline_bars ?? (view.run.status === "finished" ? have : Infinity);
+  if (timeline.fetching || (timeline.data && bars <= have)) return;
   timeline.fetching = true;
   api(runPath() + "/timeline?since=" + have).then((part) => {
     if (timeline.run !== id) return;
@@ -372,5 +354,29 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("event-kind").addEventListener("change", drawEvents);
   document.getElementById("round-close").addEventListener("click", () => { document.getElementById("round-detail").hidden = true; });
   document.getElementById("device-log-close").addEventListener("click", () => { document.getElementById("device-log").hidden = true; });
-  loadRuns().then(startLive).catch((error) => status(String(error)));
+  loadRuns().then(startLive).then(openLinked).catch((error) => status(String(error)));
 });
+
+// A run named in the address (#<run id>, as the lab's page of `mjfl serve` links its runs) opens at once.
+async function openLinked() {
+  const id = decodeURIComponent((location.hash || "").slice(1));
+  if (id && opened === null) await openRun(id);
+}
+
+// A run read from its database that has not finished (a lab's running run) is read again every REFRESH_MS while open.
+const REFRESH_MS = 2000;
+let rereading = null;
+
+function reread(run) {
+  if (rereading !== null) clearTimeout(rereading);
+  rereading = null;
+  if (run.id === "live" || run.status === "finished") return;
+  rereading = setTimeout(async () => {
+    if (opened !== run.id) return;
+    runCache.delete(run.id);
+    try {
+      const view = await runView(run.id);
+      if (opened === run.id) drawRun(view);
+    } catch (error) { status(String(error)); }
+  }, REFRESH_MS);
+}

@@ -1,0 +1,93 @@
+"""The lab's page of `mjfl serve` in a real browser (Debian's headless Chromium, driven by Playwright).
+
+A real service with four emulated devices runs one run at a time
+(``limits.max_running = 1``): Alice's run trains while Bob's waits in the
+queue, saying why; cancelled, Alice's lets Bob's in, and the lab's timeline
+(static/timeline.js, read through its test hooks) gets both runs' device rounds. Every check reads the
+page's DOM and waits for it with Playwright (``expect``,
+``wait_for_function``) up to a generous bound, for two loaded cores. With
+``$MJFL_SCREENSHOTS`` naming a folder, the lab's page is saved there as
+``lab.png`` (docs/dashboard.md's screenshot).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lab_service import Lab, run_config
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+DEVICES = 4
+BARS = "(more) => Number(document.getElementById('lab-timeline').dataset.bars || 0) > more"
+HAS_RUN = "(run) => (document.getElementById('lab-timeline').dataset.jobs || '').includes(`\"${run}/`)"
+# A round of Alice's run has ended: its row's progress names a round past 0 (rounds are counted when they end).
+A_ROUND = """(run) => {
+  const cell = document.querySelector(`#running tbody tr[data-run="${run}"] td.jobs`);
+  return cell !== null && /round [1-9]/.test(cell.textContent);
+}"""
+
+
+def timeline_jobs(page: Any) -> dict[str, int]:
+    """The lab timeline's bars per ``<run>/<job>``, as the component counts them (its data-jobs hook)."""
+    return dict(json.loads(page.locator("#lab-timeline").get_attribute("data-jobs")))
+
+
+def rows_of(page: Any, table: str) -> Any:
+    return page.locator(f"#{table} tbody tr")
+
+
+def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_path: Path, processes, browser) -> None:
+    from playwright.sync_api import expect
+
+    lab = Lab.start(processes, tmp_path, devices=DEVICES, max_running=1)
+    alice, bob = lab.researcher("alice"), lab.researcher("bob")
+    page = browser.new_page()
+    page.goto(lab.url + "/")  # sent on to the lab's page
+    expect(page).to_have_url(re.compile(r"/lab/$"))
+    expect(rows_of(page, "lab-devices")).to_have_count(DEVICES)
+    expect(page.locator("#lab-devices td.lobby")).to_have_count(DEVICES)
+
+    # Unreachable targets: Alice's run trains until it is cancelled; Bob's waits for the one place.
+    a = lab.submit(run_config(size=DEVICES, target=0.999, rounds=200), alice)["id"]
+    b = lab.submit(run_config(size=DEVICES, target=0.999, rounds=200, seed=2), bob)["id"]
+    waiting = rows_of(page, "queue").filter(has_text=b)
+    expect(waiting).to_contain_text("limits.max_running")
+    expect(waiting.locator("td").first).to_have_text("1")  # its position
+    expect(rows_of(page, "running").filter(has_text=a)).to_contain_text("alice")
+    page.wait_for_function(A_ROUND, arg=a)
+    page.wait_for_function(BARS, arg=0)
+    assert {key.split("/")[0] for key in timeline_jobs(page)} == {a}
+    bars = int(page.locator("#lab-timeline").get_attribute("data-bars"))
+    expect(page.locator("#lab-devices td.busy").first).to_be_visible()
+    expect(rows_of(page, "shares").filter(has_text="alice")).to_have_count(1)
+    if os.environ.get("MJFL_SCREENSHOTS"):
+        page.screenshot(path=Path(os.environ["MJFL_SCREENSHOTS"]) / "lab.png", full_page=True)
+
+    # A click opens the run's page, as the run dashboard draws it: its jobs and its devices.
+    rows_of(page, "running").filter(has_text=a).locator("td").nth(1).click()
+    expect(page).to_have_url(re.compile(rf"/runs/#{a}$"))
+    expect(page.locator("#run-title")).to_contain_text(a)
+    expect(page.locator("#jobs h3")).to_have_count(2)
+    expect(page.locator("#devices tbody tr")).to_have_count(DEVICES)
+    # Still running, the run's page reads it again: its scheduler's choices gain the rounds that end.
+    page.wait_for_function(f"() => document.querySelectorAll('#choices tbody tr').length > {page.locator('#choices tbody tr').count()}")
+
+    # Alice's run cancelled: Bob's is let in and trains, and the lab's timeline has both runs' device rounds.
+    page.go_back()
+    assert lab.call("POST", f"/api/lab/runs/{a}/cancel", token=alice)[0] == 200
+    expect(rows_of(page, "finished").filter(has_text=a)).to_contain_text("cancelled")
+    expect(rows_of(page, "queue")).to_have_count(0)
+    page.wait_for_function(A_ROUND, arg=b)
+    page.wait_for_function(HAS_RUN, arg=b)
+    assert {key.split("/")[0] for key in timeline_jobs(page)} == {a, b}  # both runs' bars, each run's jobs apart
+    assert int(page.locator("#lab-timeline").get_attribute("data-bars")) > bars  # grown in place
+    timeline = lab.call("GET", "/lab/timeline")[1]
+    assert {bar["run"] for bar in timeline["bars"]} == {a, b}
+    assert {f"{run}/{job}" for run in (a, b) for job in ("lenet", "cnn")} == set(timeline["jobs"])
+    assert lab.call("POST", f"/api/lab/runs/{b}/cancel", token=bob)[0] == 200

@@ -309,7 +309,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
     conn.commit()
     conn.close()
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 6
+        assert db.schema_version == SCHEMA_VERSION == 7
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
         assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none

@@ -48,7 +48,7 @@ def run_provenance(
     programs = tuple(
         ProgramBuild(
             JobId(job.config.name), hashlib.sha256(job.program).hexdigest(), len(job.program),
-            None if job.program_file is None else str(job.program_file),
+            None if job.program_file is None else str(Path(job.program_file).absolute()),
             tuple(len(y) for _, y in job.parts),
         )
         for job in prepared

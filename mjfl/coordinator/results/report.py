@@ -9,7 +9,8 @@ Two reports, one path each, both built from the records alone:
   target;
 - ``report_runs``: `mjfl report` and the end of `mjfl study`, every finished
   run of some output folders gathered per method (``outcomes.gather``), the
-  paper's own figures beside them (``paper.figures_for``): the tables, and
+  paper's own figures beside them (``paper.figures_for``): the tables, each
+  run's provenance (``provenance.py``: a row each, in full in the JSON), and
   optionally the JSON, ``accuracy-<job>.png`` and ``member-wins.png``.
 
 The terminal gets what a person reads at a glance, a row per method; each
@@ -32,6 +33,7 @@ from mjfl.coordinator.results import paper
 from mjfl.coordinator.results.files import write_energy_csv, write_json, write_rounds_csv
 from mjfl.coordinator.results.outcomes import Results, Runs, gather, summary
 from mjfl.coordinator.results.plots import plot_accuracy, plot_member_wins, plot_meta_greedy_wins
+from mjfl.coordinator.results.provenance import provenance_table
 from mjfl.coordinator.results.runs import FinishedRun, finished_runs
 from mjfl.coordinator.results.tables import (
     energy_known,
@@ -92,6 +94,8 @@ def report_runs(
     console.print(gathered_table(figures, jobs, title))
     console.print(figures["paper"]["note"], highlight=False)
     _print_energy(console, figures["methods"], jobs, devices="each device's energy: mjfl report --json FILE")
+    figures["provenance"] = {run.info.run_id: run.provenance for run in found.finished}
+    console.print(provenance_table(figures["provenance"]))
     if found.unfinished:
         console.print(f"left out {found.unfinished} unfinished run(s)", highlight=False)
     # soft_wrap: a long path stays on one line, whole, for a person to copy.

@@ -166,21 +166,22 @@ class Admissions:
         return DeviceAdmission(self.run_id, device, _now(), shard, told, profile, self._app(device, told["hardware"]))
 
     def _app(self, device: DeviceId, hardware: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The device's app build: ``sha256`` and its ``source``, or why it is ``missing``."""
+        """The device's app build: ``sha256`` and its ``source``; else what it is instead of an app (``absent``),
+        or why its build is not known (``missing``)."""
         if device in self.apps:
             sha = self.apps[device]
             if sha is not None:
                 return {"sha256": sha, "source": "adb"}
             return {"sha256": None, "missing": "the adb bridge could not read the installed app's sha256"}
         if hardware is None:
-            return {"sha256": None, "missing": "a simulated device: no app"}
+            return {"sha256": None, "absent": "a simulated device"}
         told = hardware.get("app_sha256")
         if isinstance(told, str) and told:
             return {"sha256": told, "source": "hello"}
         if hardware.get("emulated"):
-            return {"sha256": None, "missing": "an emulated device: no app (mjfl's emulator)"}
+            return {"sha256": None, "absent": "an emulated device (mjfl's emulator)"}
         if "java" in hardware:
-            return {"sha256": None, "missing": "the JVM client: no app, and its hello tells no build"}
+            return {"sha256": None, "absent": "the JVM client"}
         return {"sha256": None, "missing": "not attached over adb to this coordinator, and its hello tells no build"}
 
 

@@ -228,8 +228,9 @@ class DeviceAdmission:
     hello (no credential, no battery state), None for a simulated device;
     ``profile``: ``a``, ``mu`` and where they came from; ``shard``: the shard
     of every job's data it holds, None when none was left; ``app``: the
-    installed app's sha256 and where it was read (``sha256``, ``source``), or
-    why it is not known (``missing``).
+    installed app's sha256 and where it was read (``sha256``, ``source``),
+    what runs instead of an app (``absent``: simulated, emulated, the JVM
+    client), or why the build is not known (``missing``).
     """
 
     run_id: str

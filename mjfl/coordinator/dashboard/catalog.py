@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mjfl.coordinator.dashboard.state import RunView, epochs_of, round_devices, run_entry, run_view
+from mjfl.coordinator.results.provenance import provenance_document
 from mjfl.coordinator.results.runs import run_label
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
@@ -67,7 +68,8 @@ class Catalog:
             profiles = {p.device_id: p for p in storage.load_profiles()}
             entry = _entry(index, folder, info, "finished", jobs, rounds)
             return run_view(entry, jobs, rounds, storage.choices(run_id), profiles,
-                            epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id))
+                            epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id),
+                            provenance_document(*storage.provenance(run_id)))
 
     def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
         """Who round ``number`` of ``job`` planned in the finished run ``key``, and what each answered; None if no such round."""

@@ -794,7 +794,7 @@ class Storage:
     def record_provenance(self, provenance: RunProvenance) -> None:
         """Keep what a run ran on and its programs, in one transaction; a run that has it keeps the first."""
         p = provenance
-        with self._transaction() as conn:
+        with self._transaction() as conn, _refused(f"provenance of run {p.run_id!r} not recorded"):
             conn.execute(
                 "INSERT OR IGNORE INTO provenance (run_id, recorded_at, config_text, config_file, config_sha256,"
                 " redacted_json, versions_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -818,7 +818,7 @@ class Storage:
             )
             digest = hashlib.sha256(json.dumps([a.shard, *told]).encode()).hexdigest()
             rows.append((a.run_id, a.device, a.admitted_at, a.shard, *told, digest))
-        with self._transaction() as conn:
+        with self._transaction() as conn, _refused("admissions not recorded"):
             before = conn.total_changes
             conn.executemany(
                 "INSERT OR IGNORE INTO provenance_devices (run_id, device, admitted_at, shard, hello_json,"
@@ -992,6 +992,15 @@ class Storage:
             ).rowcount
             if changed == 0:
                 raise UnknownRunError(f"no run {run_id!r} in {self._origin}")
+
+
+@contextmanager
+def _refused(what: str) -> Iterator[None]:
+    """An insert the schema refuses (an unknown run or job) as a StorageError saying ``what`` was not kept."""
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        raise StorageError(f"{what}: {exc}") from exc
 
 
 def _schema_ready(conn: sqlite3.Connection, origin: str) -> bool:

@@ -332,22 +332,6 @@ class Adb:
             c.check_okay()
             c.check_okay()
 
-    def installed_app(self, serial: str) -> str | None:
-        """The sha256 of the app's installed base.apk on the phone; None when it is not installed or cannot be read.
-
-        The app's versionCode says nothing of its build (every build is 1), its bytes do.
-        """
-        paths = [
-            line.removeprefix("package:").strip()
-            for line in self.shell(serial, ["pm", "path", APP_PACKAGE]).splitlines()
-            if line.startswith("package:")
-        ]
-        if not paths:
-            return None
-        base = next((p for p in paths if p.endswith("/base.apk")), paths[0])
-        m = re.match(r"\s*([0-9a-f]{64})\b", self.shell(serial, ["sha256sum", base]))
-        return None if m is None else m[1]
-
     def install(self, serial: str, apk: Path) -> None:
         """Push ``apk`` and install it, replacing an installed copy and keeping its data (its artifact cache)."""
         if not apk.is_file():
@@ -444,3 +428,20 @@ def _close(connection: Any) -> None:
         connection.conn.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError, Exception):
         connection.conn.close()
+
+
+def installed_app(adb: Adb, serial: str) -> str | None:
+    """The sha256 of the app's installed base.apk on the phone; None when it is not installed or cannot be read.
+
+    The app's versionCode says nothing of its build (every build is 1), its bytes do.
+    """
+    paths = [
+        line.removeprefix("package:").strip()
+        for line in adb.shell(serial, ["pm", "path", APP_PACKAGE]).splitlines()
+        if line.startswith("package:")
+    ]
+    if not paths:
+        return None
+    base = next((p for p in paths if p.endswith("/base.apk")), paths[0])
+    m = re.match(r"\s*([0-9a-f]{64})\b", adb.shell(serial, ["sha256sum", base]))
+    return None if m is None else m[1]

@@ -36,7 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from mjfl.android_bridge.phones.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
+from mjfl.android_bridge.phones.adb import (
+    APP_PACKAGE,
+    Adb,
+    AttachedPhone,
+    PhoneFacts,
+    installed_app,
+)
 from mjfl.android_bridge.phones.logcat import PhoneLogs
 from mjfl.errors import PhoneError
 from mjfl.logs import phone_log_name
@@ -235,7 +241,7 @@ class Phones:
     def _read_app(self, serial: str) -> None:
         """Which app build the phone has (``apps``); a phone whose hash cannot be read still trains."""
         try:
-            self.apps[serial] = self.adb.installed_app(serial)
+            self.apps[serial] = installed_app(self.adb, serial)
         except PhoneError as exc:
             log.info("phone %s: the installed app's sha256 is not known: %s", serial, exc)
             self.apps[serial] = None
@@ -259,7 +265,6 @@ class Phones:
     def _repoint(self, serial: str, port: int, url: str) -> None:
         """A phone back after a cable pull (or a reboot): forward the port again; start the app if it is not running."""
         self.adb.reverse(serial, port)
-        self._read_app(serial)  # it may have been installed again while it was away
         self._restarted.pop(serial, None)  # replugged: a stopped app gets its chance again
         running = self.adb.app_running(serial)
         if not running:

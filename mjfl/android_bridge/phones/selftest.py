@@ -40,7 +40,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mjfl.android_bridge.phones.adb import APP_PACKAGE, THERMAL_STATUS, Adb, PhoneFacts
+from mjfl.android_bridge.phones.adb import (
+    APP_PACKAGE,
+    THERMAL_STATUS,
+    Adb,
+    PhoneFacts,
+    installed_app,
+)
 from mjfl.android_bridge.phones.attached import prepare
 from mjfl.errors import PhoneError
 
@@ -231,7 +237,7 @@ def installed_is(adb: Adb, serial: str, apk: Path) -> bool | None:
     """Whether the app on the phone is ``apk`` (its base.apk has the same sha256); None when it cannot tell."""
     if not adb.shell(serial, ["pm", "path", APP_PACKAGE]).strip().startswith("package:"):
         return False
-    installed = adb.installed_app(serial)
+    installed = installed_app(adb, serial)
     return None if installed is None else installed == _sha256(apk)
 
 

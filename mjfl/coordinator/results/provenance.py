@@ -66,7 +66,7 @@ def provenance_summary(document: Mapping[str, Any]) -> dict[str, str]:
     return {
         "versions": versions,
         "config": "not from a file" if config["sha256"] is None else f"sha256 {config['sha256'][:SHORT]}",
-        "devices": f"{len(last)}: " + ", ".join(f"{model} x{n}" for model, n in models.most_common()),
+        "devices": f"{len(last)}: " + ", ".join(f"{model} x{n}" for model, n in models.most_common()) + _shardless(last),
         "programs": ", ".join(f"{p['job']} {p['sha256'][:SHORT]}" for p in document["programs"]),
         "apps": ", ".join(f"{sha} x{n}" for sha, n in apps.most_common()) if last else "",
     }
@@ -92,6 +92,12 @@ def _last_admissions(devices: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[
     for admission in devices:
         last[admission["device"]] = admission
     return last
+
+
+def _shardless(last: Mapping[str, Mapping[str, Any]]) -> str:
+    """How many devices the run admitted hold no shard (all were taken), when some do not."""
+    none = sum(a["shard"] is None for a in last.values())
+    return f" ({none} without a shard)" if none else ""
 
 
 def _app(app: Mapping[str, Any]) -> str:

@@ -77,6 +77,7 @@ def report_runs(
     json_path: Path | None = None,
     plots: Path | None = None,
     title: str = "",
+    provenance: bool = True,
 ) -> dict[str, Any]:
     """Gather the finished runs of ``folders`` per method; print the table, optionally write JSON and plots.
 
@@ -84,18 +85,19 @@ def report_runs(
     holds). ``plots``: a folder for ``accuracy-<job>.png`` (every run a line,
     a colour per method) and ``member-wins.png`` (the share of rounds each
     Meta-Greedy member's plan won, cumulated over the rounds: the paper's
-    appendix figure). ``title`` prefixes the table's title.
+    appendix figure). ``title`` prefixes the table's title. ``provenance``: a row per run of what it ran on
+    (``provenance.provenance_table``), in full in the figures.
     """
     found = finished_runs(folders)
     if not found.finished:
         raise UserError(f"no finished run in {', '.join(map(str, folders))}")
-    figures = gathered_figures(found.finished)
+    figures = gathered_figures(found.finished, provenance=provenance)
     jobs = list(_jobs(found.finished).values())
     console.print(gathered_table(figures, jobs, title))
     console.print(figures["paper"]["note"], highlight=False)
     _print_energy(console, figures["methods"], jobs, devices="each device's energy: mjfl report --json FILE")
-    figures["provenance"] = {run.info.run_id: run.provenance for run in found.finished}
-    console.print(provenance_table(figures["provenance"]))
+    if provenance:
+        console.print(provenance_table(figures["provenance"]))
     if found.unfinished:
         console.print(f"left out {found.unfinished} unfinished run(s)", highlight=False)
     # soft_wrap: a long path stays on one line, whole, for a person to copy.
@@ -109,8 +111,9 @@ def report_runs(
     return figures
 
 
-def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
-    """``{"methods": {label: outcomes.gather(...)}, "paper": paper.figures_for(...)}`` (`mjfl report --json`).
+def gathered_figures(runs: Sequence[FinishedRun], *, provenance: bool = True) -> dict[str, Any]:
+    """``{"methods": {label: outcomes.gather(...)}, "paper": paper.figures_for(...), "provenance": {run id:
+    provenance.provenance_document(...)}}`` (`mjfl report --json`; ``provenance`` False leaves that out).
 
     Methods (run labels) and jobs come in order of first appearance.
     """
@@ -118,13 +121,16 @@ def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
     for run in runs:
         for name, partition in run.partitions.items():
             partitions.setdefault(name, partition)
-    return {
+    figures: dict[str, Any] = {
         "methods": {
             label: gather([run.records for run in group], [run.info.seed for run in group])
             for label, group in _by_label(runs).items()
         },
         "paper": paper.figures_for(_jobs(runs), partitions),
     }
+    if provenance:
+        figures["provenance"] = {run.info.run_id: run.provenance for run in runs}
+    return figures
 
 
 def _print_energy(console: Console, methods: dict[str, Any], jobs: Sequence[JobInfo], *, devices: str) -> None:

@@ -10,6 +10,7 @@ What mjfl does on a phone, command by command (docs/phones.md lists them too):
 
     getprop; cat /proc/meminfo; cat /sys/devices/system/cpu/possible;
     dumpsys battery; dumpsys thermalservice; pm path org.mjfl.app   facts
+    pm path org.mjfl.app; sha256sum BASE.apk                        the app's build (installed_app)
     reverse:forward:tcp:P;tcp:P                                     the coordinator's port
     sync SEND /data/local/tmp/mjfl-app.apk; pm install -r -t ...    install
     am start -n org.mjfl.app/.StartActivity --es url ... (+ device_id, token)

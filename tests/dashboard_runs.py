@@ -21,7 +21,14 @@ from mjfl.coordinator.dashboard.state import epochs_of
 from mjfl.coordinator.engine.events import RoundAggregated
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import database_path
-from mjfl.coordinator.storage.records import DeviceRound, RoundRecord, RunInfo
+from mjfl.coordinator.storage.records import (
+    DeviceAdmission,
+    DeviceRound,
+    ProgramBuild,
+    RoundRecord,
+    RunInfo,
+    RunProvenance,
+)
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import DeviceProfile
 
@@ -78,6 +85,20 @@ def write_run(folder: Path, run_id: str = "mg-0", *, devices: int = 4, finished:
         storage.save_profiles([DeviceProfile(DeviceId("d0"), a=0.01, mu=50.0)])
         if finished:
             storage.finish_run(run_id, "finished", "2026-11-27T01:05:00")
+
+
+def write_provenance(folder: Path, run_id: str = "mg-0") -> None:
+    """What run ``run_id`` of ``folder`` ran on: a configuration, versions, both jobs' programs, d0 (a phone) admitted."""
+    programs = (ProgramBuild(CNN, "c" * 64, 1000, None, (6, 5)), ProgramBuild(LENET, "e" * 64, 2000, None, (6, 5)))
+    hello = {"device_id": "d0", "runtime": "executorch", "versions": [1], "hardware": {"model": "Pixel 7", "os": "Android 14"}}
+    with Storage(database_path(folder)) as storage:
+        storage.record_provenance(RunProvenance(
+            run_id, "2026-11-27T01:00:00+00:00", "seed = 0\n", "run.toml", "a" * 64, (), {"mjfl": "0.1.0"}, programs,
+        ))
+        storage.record_admissions([DeviceAdmission(
+            run_id, DeviceId("d0"), "2026-11-27T01:00:01+00:00", 0, hello, {"a": 0.01, "mu": 50.0, "source": "profiles"},
+            {"sha256": "f" * 64, "source": "adb"},
+        )])
 
 
 def aggregated(record: RoundRecord) -> RoundAggregated:

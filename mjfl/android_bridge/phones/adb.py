@@ -10,6 +10,7 @@ What mjfl does on a phone, command by command (docs/phones.md lists them too):
 
     getprop; cat /proc/meminfo; cat /sys/devices/system/cpu/possible;
     dumpsys battery; dumpsys thermalservice; pm path org.mjfl.app   facts
+    pm path org.mjfl.app; sha256sum BASE.apk                        the app's build (installed_app)
     reverse:forward:tcp:P;tcp:P                                     the coordinator's port
     sync SEND /data/local/tmp/mjfl-app.apk; pm install -r -t ...    install
     am start -n org.mjfl.app/.StartActivity --es url ... (+ device_id, token)
@@ -428,3 +429,20 @@ def _close(connection: Any) -> None:
         connection.conn.shutdown(socket.SHUT_RDWR)
     with contextlib.suppress(OSError, Exception):
         connection.conn.close()
+
+
+def installed_app(adb: Adb, serial: str) -> str | None:
+    """The sha256 of the app's installed base.apk on the phone; None when it is not installed or cannot be read.
+
+    The app's versionCode says nothing of its build (every build is 1), its bytes do.
+    """
+    paths = [
+        line.removeprefix("package:").strip()
+        for line in adb.shell(serial, ["pm", "path", APP_PACKAGE]).splitlines()
+        if line.startswith("package:")
+    ]
+    if not paths:
+        return None
+    base = next((p for p in paths if p.endswith("/base.apk")), paths[0])
+    m = re.match(r"\s*([0-9a-f]{64})\b", adb.shell(serial, ["sha256sum", base]))
+    return None if m is None else m[1]

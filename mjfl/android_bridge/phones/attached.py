@@ -36,7 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from mjfl.android_bridge.phones.adb import APP_PACKAGE, Adb, AttachedPhone, PhoneFacts
+from mjfl.android_bridge.phones.adb import (
+    APP_PACKAGE,
+    Adb,
+    AttachedPhone,
+    PhoneFacts,
+    installed_app,
+)
 from mjfl.android_bridge.phones.logcat import PhoneLogs
 from mjfl.errors import PhoneError
 from mjfl.logs import phone_log_name
@@ -145,6 +151,9 @@ class Phones:
         """With wss://: the sha256 (hex) of the coordinator's certificate, which the app pins."""
         self._lost: Callable[[str], None] = lambda serial: None  # set while serving
         self._restarted: dict[str, float] = {}  # when the app was last started again after it stopped, by serial
+        self.apps: dict[str, str | None] = {}
+        """Each prepared phone's installed app: the sha256 of its base.apk as read on the phone (None: unreadable),
+        by serial (its device id), read when the app is started for the coordinator (a run's provenance)."""
 
     def attached(self) -> list[str]:
         """The usable phones' serials; PhoneError (one line) when there is none.
@@ -222,11 +231,20 @@ class Phones:
     def _point(self, serial: str, port: int, url: str, apk: Path | None) -> PhoneFacts:
         """Prepare a phone, forward the port to it, start the app, and copy its log."""
         facts = prepare(self.adb, serial, apk=apk)
+        self._read_app(serial)
         self.adb.reverse(serial, port)
         self._launch(serial, url)
         self._capture(serial)
         self.say(f"phone {serial}: {describe(facts)}; app started for {url} (adb reverse tcp:{port})")
         return facts
+
+    def _read_app(self, serial: str) -> None:
+        """Which app build the phone has (``apps``); a phone whose hash cannot be read still trains."""
+        try:
+            self.apps[serial] = installed_app(self.adb, serial)
+        except PhoneError as exc:
+            log.info("phone %s: the installed app's sha256 is not known: %s", serial, exc)
+            self.apps[serial] = None
 
     def _launch(self, serial: str, url: str) -> None:
         """Start the app with its extras; refused once the run is ending, so none outlives ``_close``."""

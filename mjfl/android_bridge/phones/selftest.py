@@ -34,14 +34,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mjfl.android_bridge.phones.adb import APP_PACKAGE, THERMAL_STATUS, Adb, PhoneFacts
+from mjfl.android_bridge.phones.adb import (
+    APP_PACKAGE,
+    THERMAL_STATUS,
+    Adb,
+    PhoneFacts,
+    installed_app,
+)
 from mjfl.android_bridge.phones.attached import prepare
 from mjfl.errors import PhoneError
 
@@ -229,20 +234,11 @@ def _sha256(path: Path) -> str:
 
 
 def installed_is(adb: Adb, serial: str, apk: Path) -> bool | None:
-    """Whether the app on the phone is ``apk`` (its base.apk has the same sha256); None when it cannot tell.
-
-    The app's versionCode says nothing here (every build is 1), its bytes do.
-    """
-    paths = [
-        line.removeprefix("package:").strip()
-        for line in adb.shell(serial, ["pm", "path", APP_PACKAGE]).splitlines()
-        if line.startswith("package:")
-    ]
-    if not paths:
+    """Whether the app on the phone is ``apk`` (its base.apk has the same sha256); None when it cannot tell."""
+    if not adb.shell(serial, ["pm", "path", APP_PACKAGE]).strip().startswith("package:"):
         return False
-    base = next((p for p in paths if p.endswith("/base.apk")), paths[0])
-    m = re.match(r"\s*([0-9a-f]{64})\b", adb.shell(serial, ["sha256sum", base]))
-    return None if m is None else m[1] == _sha256(apk)
+    installed = installed_app(adb, serial)
+    return None if installed is None else installed == _sha256(apk)
 
 
 def push_set(adb: Adb, serial: str, folder: Path) -> str:

@@ -24,6 +24,7 @@ from mjfl.coordinator.dashboard.state import (
     run_view,
     timeline,
 )
+from mjfl.coordinator.results.provenance import provenance_document
 from mjfl.coordinator.results.runs import run_label
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
@@ -147,7 +148,8 @@ def view_of(storage: Storage, key: str, folder: Path, info: RunInfo, status: str
     profiles = {p.device_id: p for p in storage.load_profiles()}
     entry = entry_of(key, folder, info, status, jobs, rounds)
     return run_view(entry, jobs, rounds, storage.choices(run_id), profiles,
-                    epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id))
+                    epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id),
+                    provenance_document(*storage.provenance(run_id)))
 
 
 def timeline_of(storage: Storage, run_id: str, since: int = 0) -> dict[str, Any]:

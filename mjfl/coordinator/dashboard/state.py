@@ -317,10 +317,12 @@ def run_view(
     profiles: Mapping[str, Speed],
     epochs: Mapping[str, int],
     events: Sequence[FleetEvent] = (),
+    provenance: Mapping[str, Any] | None = None,
 ) -> RunView:
-    """Everything the page shows of one run: ``{"run", "jobs", "devices", "choices", "events"}``.
+    """Everything the page shows of one run: ``{"run", "jobs", "devices", "choices", "events", "provenance"}``.
 
     A device's identity is what its last ``joined`` event said of it.
+    ``provenance``: what the run ran on (``results.provenance.provenance_document``; None: not kept).
     """
     hardware = {str(e.device): e.hardware for e in events if e.kind == "joined" and e.device is not None}
     return {
@@ -329,6 +331,7 @@ def run_view(
         "devices": devices_table(rounds, profiles, epochs, hardware),
         "choices": choices_table(rounds, choices),
         "events": events_table(events, rounds),
+        "provenance": provenance,
     }
 
 

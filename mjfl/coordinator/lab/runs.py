@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,7 @@ class LabFleet:
     device_wait_s: float
     policy: str = "equal"
     reserved: dict[str, list[DeviceId]] = field(default_factory=dict)
+    apps: Mapping[str, str | None] = field(default_factory=dict)  # the attached phones' app builds (``Phones.apps``)
 
     def connected(self) -> int:
         return len(self.lobby.registry.connected())
@@ -134,7 +135,7 @@ class LabDevices:
             yield ReadyFleet(
                 view, RealClock(), present, device_wait_s=self.lab.device_wait_s,
                 hardware={d: dict(c.hello.hardware) for d, c in connected.items()},
-                members=members, occupancy=self.lab.occupancy,
+                members=members, occupancy=self.lab.occupancy, apps=self.lab.apps,
             )
         finally:
             members.close()
@@ -317,7 +318,8 @@ class LabRuns:
                     return
                 if run.state != "running":
                     self._move(run.run_id, "running")
-                driver = Driver(placed(submission, folder), Output(folder, console, live=False, log_here=False))
+                output = Output(folder, console, live=False, log_here=False)
+                driver = Driver(placed(submission, folder), output, config_text=run.config_toml)
                 devices = LabDevices(self.fleet, run.run_id, submission.needs)
                 with self.keeps(folder):  # ended before the run's final state is said
                     await driver.train_one(submission.method, devices, run_id=run.run_id, resume=resume)

@@ -132,7 +132,10 @@ def _runs(
     holder: list[LabRuns] = []
     share = FairShare(devices=lambda: len(registry.connected()), runs=lambda: holder[0].running())
     occupancy = Occupancy(share if lab.limits.share == "equal" else None)  # reserved devices are never shared
-    fleet = LabFleet(lobby, remote, occupancy, device_wait_s=lab.server.wait_timeout_s, policy=lab.limits.share)
+    fleet = LabFleet(
+        lobby, remote, occupancy, device_wait_s=lab.server.wait_timeout_s, policy=lab.limits.share,
+        apps=phones.apps if phones is not None else {},
+    )
     runs = LabRuns(
         store, lab, out_dir, fleet, run_logs, spawn=group.create_task, said=lambda run: _say(console, run),
         keeps=_phone_lines(phones),

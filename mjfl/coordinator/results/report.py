@@ -9,7 +9,8 @@ Two reports, one path each, both built from the records alone:
   target;
 - ``report_runs``: `mjfl report` and the end of `mjfl study`, every finished
   run of some output folders gathered per method (``outcomes.gather``), the
-  paper's own figures beside them (``paper.figures_for``): the tables, and
+  paper's own figures beside them (``paper.figures_for``): the tables, each
+  run's provenance (``provenance.py``: a row each, in full in the JSON), and
   optionally the JSON, ``accuracy-<job>.png`` and ``member-wins.png``.
 
 The terminal gets what a person reads at a glance, a row per method; each
@@ -32,6 +33,7 @@ from mjfl.coordinator.results import paper
 from mjfl.coordinator.results.files import write_energy_csv, write_json, write_rounds_csv
 from mjfl.coordinator.results.outcomes import Results, Runs, gather, summary
 from mjfl.coordinator.results.plots import plot_accuracy, plot_member_wins, plot_meta_greedy_wins
+from mjfl.coordinator.results.provenance import provenance_table
 from mjfl.coordinator.results.runs import FinishedRun, finished_runs
 from mjfl.coordinator.results.tables import (
     energy_known,
@@ -76,6 +78,7 @@ def report_runs(
     json_path: Path | None = None,
     plots: Path | None = None,
     title: str = "",
+    provenance: bool = True,
 ) -> dict[str, Any]:
     """Gather the finished runs of ``folders`` per method; print the table, optionally write JSON and plots.
 
@@ -83,18 +86,21 @@ def report_runs(
     holds). ``plots``: a folder for ``accuracy-<job>.png`` (every run a line,
     a colour per method) and ``member-wins.png`` (the share of rounds each
     Meta-Greedy member's plan won, cumulated over the rounds: the paper's
-    appendix figure). ``title`` prefixes the table's title.
+    appendix figure). ``title`` prefixes the table's title. ``provenance``: a row per run of what it ran on
+    (``provenance.provenance_table``), in full in the figures.
     """
     found = finished_runs(folders)
     if not found.finished:
         raise UserError(f"no finished run in {', '.join(map(str, folders))}")
-    figures = gathered_figures(found.finished)
+    figures = gathered_figures(found.finished, provenance=provenance)
     jobs = list(_jobs(found.finished).values())
     console.print(gathered_table(figures, jobs, title))
     console.print(figures["paper"]["note"], highlight=False)
     _print_energy(console, figures["methods"], jobs, devices="each device's energy: mjfl report --json FILE")
     for busy in figures["utilisation"]:
         console.print(f"busy {busy['label']} · {busy['run_id']}: {busy_line(busy)}", highlight=False)
+    if provenance:
+        console.print(provenance_table(figures["provenance"]))
     if found.unfinished:
         console.print(f"left out {found.unfinished} unfinished run(s)", highlight=False)
     # soft_wrap: a long path stays on one line, whole, for a person to copy.
@@ -108,8 +114,10 @@ def report_runs(
     return figures
 
 
-def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
-    """``{"methods": {label: outcomes.gather(...)}, "paper": paper.figures_for(...), "utilisation": [...]}`` (`mjfl report --json`).
+def gathered_figures(runs: Sequence[FinishedRun], *, provenance: bool = True) -> dict[str, Any]:
+    """``{"methods": {label: outcomes.gather(...)}, "paper": paper.figures_for(...), "utilisation": [...],
+    "provenance": {run id: provenance.provenance_document(...)}}`` (`mjfl report --json`; ``provenance`` False
+    leaves that out).
 
     Methods (run labels) and jobs come in order of first appearance;
     ``utilisation`` has a row per run, in ``runs``' order: its ``run_id``,
@@ -120,7 +128,7 @@ def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
     for run in runs:
         for name, partition in run.partitions.items():
             partitions.setdefault(name, partition)
-    return {
+    figures: dict[str, Any] = {
         "methods": {
             label: gather([run.records for run in group], [run.info.seed for run in group])
             for label, group in _by_label(runs).items()
@@ -131,6 +139,9 @@ def gathered_figures(runs: Sequence[FinishedRun]) -> dict[str, Any]:
             for run in runs
         ],
     }
+    if provenance:
+        figures["provenance"] = {run.info.run_id: run.provenance for run in runs}
+    return figures
 
 
 def _print_energy(console: Console, methods: dict[str, Any], jobs: Sequence[JobInfo], *, devices: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from mjfl.coordinator.config import SchedulerConfig
 from mjfl.coordinator.results.outcomes import RunRecords
+from mjfl.coordinator.results.provenance import provenance_document
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
@@ -36,6 +37,7 @@ class FinishedRun:
     jobs: tuple[JobInfo, ...]
     rounds: tuple[RoundRecord, ...]
     partitions: Mapping[str, str]  # job -> ``partition_name``, where the run's configuration says
+    provenance: Mapping[str, Any] | None = None  # ``provenance_document``: what it ran on (None: not kept)
 
     @property
     def records(self) -> RunRecords:
@@ -79,6 +81,7 @@ def finished_runs(folders: Iterable[Path]) -> FoundRuns:
                             for job in config.get("jobs", [])
                             if "name" in job and "partition" in job
                         },
+                        provenance=provenance_document(*storage.provenance(info.run_id)),
                     )
                 )
     return FoundRuns(tuple(finished), unfinished)

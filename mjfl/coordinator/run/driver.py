@@ -64,6 +64,7 @@ from mjfl.coordinator.run.preparation import (
     prepare_jobs,
     shard_count,
 )
+from mjfl.coordinator.run.provenance import Admissions, run_provenance, source_text
 from mjfl.coordinator.run.recorder import FleetRecorder, Membership, Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints, JobCheckpoint, write_atomically
 from mjfl.coordinator.storage.database import Storage
@@ -125,6 +126,9 @@ class ReadyFleet:
     # Which job holds each device, shared with the other runs on the same fleet (the lab service's); None: this
     # run's alone.
     occupancy: Occupancy | None = None
+    # Each phone's installed app (sha256 of its base.apk, None: unreadable) by device id, as the adb bridge read it
+    # (``Phones.apps``); kept with the run's provenance.
+    apps: Mapping[str, str | None] = field(default_factory=dict)
 
 
 class Devices(Protocol):
@@ -149,7 +153,7 @@ class Driver:
     (``mjfl.log``, docs: ``mjfl.logs``); nothing else is written before a run.
     """
 
-    def __init__(self, config: RunConfig, output: Output) -> None:
+    def __init__(self, config: RunConfig, output: Output, *, config_text: str | None = None) -> None:
         if output.out_dir.exists() and not output.out_dir.is_dir():
             raise UserError(f"--out {output.out_dir}: a file is in the way; give a folder (it is created if missing)")
         try:
@@ -160,6 +164,8 @@ class Driver:
             logs.setup(output.log_file, verbose=output.verbose, stream=None)
         self.config = config
         self.output = output
+        # The configuration as given, kept with each run (``provenance.py``): read now, before any wait.
+        self.config_text = config_text if config_text is not None else source_text(config)
         self._prepared: dict[int, list[PreparedJob]] = {}
         self._warned: set[str] = set()  # coverage warnings already shown (once a command, not once a method)
 
@@ -256,6 +262,7 @@ class Driver:
             transfers.members = ready.members
             assignment, prepared = await self._shards_and_jobs(run, ready, real_time=devices.mode == "real", force=force)
             infos = self._record_start(storage, run, prepared, assignment)
+            admitted = self._keep_provenance(storage, run, prepared, assignment, ready)
             resumed = run.resumed_state(storage, [job.config.name for job in prepared])
             jobs = self._engine_jobs(prepared, run.info.method, assignment, self._budgets(storage, run, infos), resumed)
             view.add_jobs(run.info.method, infos)
@@ -270,7 +277,11 @@ class Driver:
                 frequencies=resumed.frequencies, losses=resumed.losses, occupancy=ready.occupancy,
             )
             if ready.members is not None:
-                joined = lambda d: run.joined(engine, ready.fleet, prepared, assignment, d)
+
+                def joined(device: DeviceId) -> None:
+                    run.joined(engine, ready.fleet, prepared, assignment, device)
+                    admitted(device)
+
                 self._follow_fleet(storage, run, engine, ready, joined, live)
             await engine.run()
         if all(job.stopped == "no devices" for job in jobs):
@@ -302,6 +313,18 @@ class Driver:
             storage.start_run(run.info, infos)
             run.recorded = True
         return infos
+
+    def _keep_provenance(
+        self, storage: Storage, run: _Run, prepared: Sequence[PreparedJob], assignment: Assignment, ready: ReadyFleet
+    ) -> Admissions:
+        """What the run runs on, kept as it starts, and the devices present admitted; returns who admits the others.
+
+        A resumed run keeps what it had; a device whose hello, profile, shard or app changed is kept again.
+        """
+        storage.record_provenance(run_provenance(run.info.run_id, self.config, self.config_text, prepared))
+        admitted = Admissions(storage, run.info.run_id, assignment, ready.fleet, members=ready.members, apps=ready.apps)
+        admitted.admit(sorted(assignment.slot_of))
+        return admitted
 
     @staticmethod
     def _budgets(storage: Storage, run: _Run, infos: Sequence[JobInfo]) -> dict[JobId, int]:

@@ -75,6 +75,7 @@ class PreparedJob:
     test_x: NDArray[np.float32]
     test_y: NDArray[np.int64]
     initial: dict[str, NDArray[np.float32]]
+    program_file: Path | None = None  # where ``program`` was read (the program cache)
 
     def artifacts(self, assignment: Assignment, devices: Iterable[DeviceId] | None = None) -> JobArtifacts:
         """What ``devices`` (default: every device holding a shard) need to train the job."""
@@ -199,7 +200,7 @@ def prepare_jobs(config: RunConfig, slots: int, *, cache_dir: Path = PROGRAM_CAC
         noise = tuple(tuple(s) for s in dropout_shapes(model, spec.input_shape))
         prepared.append(PreparedJob(
             job, spec, program, planned_memory(program), parts, pixels, noise, data.test_x, data.test_y,
-            initial_weights(spec, config.seed + m),
+            initial_weights(spec, config.seed + m), path,
         ))
     return prepared
 

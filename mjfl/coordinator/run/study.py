@@ -229,7 +229,8 @@ def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     for variant in study.variants:
         folders = [out / variant.folder / f"seed-{seed}" for seed in study.seeds]
-        figures[variant.name] = report_runs(folders, console=console, title=f"{variant.name}: ")
+        # Each run's provenance stays in its folder (`mjfl report FOLDER` shows it), not in the study's summary.
+        figures[variant.name] = report_runs(folders, console=console, title=f"{variant.name}: ", provenance=False)
     document: dict[str, Any] = {"variants": figures}
     if study.ratio is not None:
         document["ratio"] = _compare(study, out, console)

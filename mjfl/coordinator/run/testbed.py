@@ -178,6 +178,7 @@ class RemoteDevices:
                     hardware={d: dict(connected[d].hello.hardware) for d in devices if d in connected},
                     impersonated=impersonated,
                     members=registry,
+                    apps=self.phones.apps if self.phones is not None else {},
                 )
             finally:
                 if emulated is not None:

@@ -1,4 +1,4 @@
-"""The run database: runs, rounds, device-rounds, scheduler choices and profiles in SQLite.
+"""The run database: runs, rounds, device-rounds, scheduler choices, profiles and provenance in SQLite.
 
 One embedded SQLite file (WAL journal) holds everything a run leaves behind,
 so reports can be rebuilt from it and a coordinator that dies can resume
@@ -21,6 +21,7 @@ millisecond); an asyncio engine may call it directly or via
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -34,12 +35,15 @@ from types import TracebackType
 from typing import Any, Literal, Self, TypeAlias, TypeVar, get_args
 
 from mjfl.coordinator.storage.records import (
+    DeviceAdmission,
     DeviceRound,
     FleetEvent,
     JobInfo,
     ProfileRefit,
+    ProgramBuild,
     RoundRecord,
     RunInfo,
+    RunProvenance,
     SchedulerChoice,
 )
 from mjfl.errors import DataError, DuplicateRoundError, StorageError, UnknownRunError
@@ -218,10 +222,57 @@ _SCHEMA_V5 = (
 # selector), so its column is named for that.
 _SCHEMA_V6 = ("ALTER TABLE scheduler_choices RENAME COLUMN recost TO selector_cost",)
 
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6)
+# Version 7: what a run ran on (records.RunProvenance, records.DeviceAdmission): the configuration as given,
+# the versions, each job's program and shard sizes, and each device as admitted (hello, profile, shard, app).
+# A device's admissions are kept once per distinct content (``digest``), so a resume or a reconnection adds
+# a row only when something changed.
+_SCHEMA_V7 = (
+    """
+    CREATE TABLE provenance (
+        run_id        TEXT PRIMARY KEY REFERENCES runs (run_id) ON DELETE CASCADE,
+        recorded_at   TEXT NOT NULL,
+        config_text   TEXT,
+        config_file   TEXT,
+        config_sha256 TEXT,
+        redacted_json TEXT NOT NULL,
+        versions_json TEXT NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE provenance_programs (
+        run_id             TEXT NOT NULL,
+        job                TEXT NOT NULL,
+        sha256             TEXT NOT NULL,
+        size               INTEGER NOT NULL CHECK (size >= 0),
+        file               TEXT,
+        shard_samples_json TEXT NOT NULL,
+        PRIMARY KEY (run_id, job),
+        FOREIGN KEY (run_id, job) REFERENCES jobs (run_id, job) ON DELETE CASCADE
+    )
+    """,
+    """
+    CREATE TABLE provenance_devices (
+        admission_id INTEGER PRIMARY KEY,
+        run_id       TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+        device       TEXT NOT NULL,
+        admitted_at  TEXT NOT NULL,
+        shard        INTEGER,
+        hello_json   TEXT,
+        profile_json TEXT NOT NULL,
+        app_json     TEXT NOT NULL,
+        digest       TEXT NOT NULL,
+        UNIQUE (run_id, device, digest)
+    )
+    """,
+)
+
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7,
+)
 SCHEMA_VERSION = len(_MIGRATIONS)
 # The oldest schema a read-only reader reads as it is: version 6 only renamed a column, which
-# ``choices`` looks up by either name, so a finished run of version 5 needs no upgrade to be read.
+# ``choices`` looks up by either name, so a finished run of version 5 needs no upgrade to be read;
+# version 7 only added tables, which ``provenance`` reads as empty where they are missing.
 _READABLE_FROM = 5
 
 _BUSY_TIMEOUT_S = 5.0  # a reader (mjfl report) may briefly hold the WAL; wait, don't fail
@@ -738,6 +789,72 @@ class Storage:
             for r in rows
         ]
 
+    # --- provenance ------------------------------------------------------------
+
+    def record_provenance(self, provenance: RunProvenance) -> None:
+        """Keep what a run ran on and its programs, in one transaction; a run that has it keeps the first."""
+        p = provenance
+        with self._transaction() as conn, _refused(f"provenance of run {p.run_id!r} not recorded"):
+            conn.execute(
+                "INSERT OR IGNORE INTO provenance (run_id, recorded_at, config_text, config_file, config_sha256,"
+                " redacted_json, versions_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (p.run_id, p.recorded_at, p.config_text, p.config_file, p.config_sha256,
+                 json.dumps(list(p.redacted)), json.dumps(dict(p.versions), default=str)),
+            )
+            conn.executemany(
+                "INSERT OR IGNORE INTO provenance_programs (run_id, job, sha256, size, file, shard_samples_json)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(p.run_id, b.job, b.sha256, b.size, b.file, json.dumps(list(b.shard_samples))) for b in p.programs],
+            )
+
+    def record_admissions(self, admissions: Sequence[DeviceAdmission]) -> int:
+        """Keep devices' admissions, in one transaction, but those the run has of the same content; how many were new."""
+        rows = []
+        for a in admissions:
+            told = (
+                None if a.hello is None else json.dumps(dict(a.hello), sort_keys=True, default=str),
+                json.dumps(dict(a.profile), sort_keys=True, default=str),
+                json.dumps(dict(a.app), sort_keys=True, default=str),
+            )
+            digest = hashlib.sha256(json.dumps([a.shard, *told]).encode()).hexdigest()
+            rows.append((a.run_id, a.device, a.admitted_at, a.shard, *told, digest))
+        with self._transaction() as conn, _refused("admissions not recorded"):
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT OR IGNORE INTO provenance_devices (run_id, device, admitted_at, shard, hello_json,"
+                " profile_json, app_json, digest) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+            return conn.total_changes - before
+
+    def provenance(self, run_id: str) -> tuple[RunProvenance | None, list[DeviceAdmission]]:
+        """What run ``run_id`` ran on (None: not kept, an older run) and its devices' admissions, in order."""
+        with self._lock:
+            if not self._conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'provenance'").fetchone():
+                return None, []  # a read-only reader of a version 5 or 6 database
+            head = self._conn.execute(
+                "SELECT recorded_at, config_text, config_file, config_sha256, redacted_json, versions_json"
+                " FROM provenance WHERE run_id = ?", (run_id,),
+            ).fetchone()
+            programs = self._conn.execute(
+                "SELECT p.job, sha256, size, file, shard_samples_json FROM provenance_programs p JOIN jobs j"
+                " ON j.run_id = p.run_id AND j.job = p.job WHERE p.run_id = ? ORDER BY j.position", (run_id,),
+            ).fetchall()
+            devices = self._conn.execute(
+                "SELECT device, admitted_at, shard, hello_json, profile_json, app_json FROM provenance_devices"
+                " WHERE run_id = ? ORDER BY admission_id", (run_id,),
+            ).fetchall()
+        run = None if head is None else RunProvenance(
+            run_id, head[0], head[1], head[2], head[3], tuple(json.loads(head[4])), json.loads(head[5]),
+            tuple(ProgramBuild(JobId(r[0]), r[1], r[2], r[3], tuple(json.loads(r[4]))) for r in programs),
+        )
+        admissions = [
+            DeviceAdmission(run_id, DeviceId(r[0]), r[1], r[2], None if r[3] is None else json.loads(r[3]),
+                            json.loads(r[4]), json.loads(r[5]))
+            for r in devices
+        ]
+        return run, admissions
+
     def save_profiles(
         self, profiles: Sequence[DeviceProfile], *, updated_at: str | None = None
     ) -> None:
@@ -875,6 +992,15 @@ class Storage:
             ).rowcount
             if changed == 0:
                 raise UnknownRunError(f"no run {run_id!r} in {self._origin}")
+
+
+@contextmanager
+def _refused(what: str) -> Iterator[None]:
+    """An insert the schema refuses (an unknown run or job) as a StorageError saying ``what`` was not kept."""
+    try:
+        yield
+    except sqlite3.IntegrityError as exc:
+        raise StorageError(f"{what}: {exc}") from exc
 
 
 def _schema_ready(conn: sqlite3.Connection, origin: str) -> bool:

@@ -186,3 +186,57 @@ class FleetEvent:
     device: DeviceId | None
     detail: str
     hardware: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ProgramBuild:
+    """A job's training program as its devices got it, and the sizes of the shards its data was cut into."""
+
+    job: JobId
+    sha256: str  # of the .pte bytes sent to devices (protocol.md 6: a program is named by it)
+    size: int  # bytes
+    file: str | None  # where the coordinator read it (the program cache), None when not from a file
+    shard_samples: tuple[int, ...]  # samples of shard k, k = 0 .. shards - 1
+
+
+@dataclass(frozen=True)
+class RunProvenance:
+    """What a run ran on, kept once when it starts (a resumed run keeps the first): docs/storage.md, provenance.
+
+    ``config_text`` is the configuration file's text as given (a credential's
+    value replaced, see ``redacted``), ``config_sha256`` the sha256 of the
+    text as given; ``versions``: mjfl's (and its commit), Python's, torch's,
+    ExecuTorch's.
+    """
+
+    run_id: str
+    recorded_at: str  # ISO 8601, UTC
+    config_text: str | None  # None: the configuration came from no file
+    config_file: str | None
+    config_sha256: str | None
+    redacted: tuple[str, ...]  # fields whose values config_text leaves out
+    versions: Mapping[str, Any]
+    programs: tuple[ProgramBuild, ...]
+
+
+@dataclass(frozen=True)
+class DeviceAdmission:
+    """A device as a run admitted it: its hello, the profile it is planned with, its shard, its app build.
+
+    Kept at each admission that differs from the device's earlier ones in the
+    run (a phone back with another app build is kept twice). ``hello`` is its
+    hello (no credential, no battery state), None for a simulated device;
+    ``profile``: ``a``, ``mu`` and where they came from; ``shard``: the shard
+    of every job's data it holds, None when none was left; ``app``: the
+    installed app's sha256 and where it was read (``sha256``, ``source``),
+    what runs instead of an app (``absent``: simulated, emulated, the JVM
+    client), or why the build is not known (``missing``).
+    """
+
+    run_id: str
+    device: DeviceId
+    admitted_at: str  # ISO 8601, UTC
+    shard: int | None
+    hello: Mapping[str, Any] | None
+    profile: Mapping[str, Any]
+    app: Mapping[str, Any]

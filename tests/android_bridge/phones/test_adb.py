@@ -8,6 +8,7 @@ sent, as the server received them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import socket
 import threading
@@ -274,6 +275,8 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             assert server.commands(PIXEL)[6:] == [
                 "shell:pm grant org.mjfl.app android.permission.POST_NOTIFICATIONS",
                 "shell:dumpsys deviceidle whitelist +org.mjfl.app",
+                "shell:pm path org.mjfl.app",  # which build of the app it has (a run's provenance)
+                "shell:sha256sum '/data/app/~~x/org.mjfl.app-1/base.apk'",
                 "reverse:forward:tcp:8765;tcp:8765",
                 (
                     "shell:am start -n org.mjfl.app/.StartActivity --es url ws://127.0.0.1:8765"
@@ -281,6 +284,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
                 ),
                 "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
             ]
+            assert run.apps == {PIXEL: hashlib.sha256(b"installed by hand").hexdigest()}  # the moto was left out
 
             # A cable pull: the forward goes with the connection; back, it is restored,
             # and the app, still running, is not started again.

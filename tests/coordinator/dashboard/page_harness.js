@@ -55,6 +55,7 @@ function table(id, keys) {
 for (const id of ["status", "compare", "run-section", "run-title", "jobs", "device-filter", "device-count", "device-log", "device-log-title",
   "device-log-source", "device-log-lines", "device-log-close", "event-kind", "event-count", "round-detail", "round-title", "round-close",
   "timeline"]) add(body, "div", id);
+for (const id of ["provenance", "provenance-body"]) add(body, "div", id);
 table("runs", []);
 table("events", []);
 table("round-devices", []);
@@ -103,6 +104,9 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
   report.open_ms = performance.now() - started;
   report.title = body.querySelector("#run-title").textContent;
   report.devices = body.querySelectorAll("#devices tbody tr").length;
+  report.provenance_hidden = body.querySelector("#provenance").hidden;
+  report.provenance_text = body.querySelector("#provenance-body").textContent;
+  report.provenance_rows = body.querySelectorAll("#provenance-body tbody").map((t) => t.children.length);
   report.first_device = body.querySelector("#devices tbody tr").children[0].textContent;
   const paths = (measure) => [...body.querySelector("#jobs").walk()].filter((n) => n.tagName === "SVG" && n.classList.contains(measure))
     .flatMap((svg) => [...svg.walk()].filter((n) => n.tagName === "PATH").map((n) => n.attrs.d));

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_runs import aggregated, new_live, records
+from dashboard_runs import aggregated, new_live, records, write_provenance
 
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.device_logs import device_log
@@ -45,6 +45,7 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
 ) -> None:
     other = tmp_path / "big"
     run_writer(other, devices=1000)
+    write_provenance(other)
     catalog = Catalog([other, folder])
     api: dict[str, object] = {"api/runs": catalog.runs()}
     for run in catalog.runs():
@@ -57,6 +58,9 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     assert page["fetched"][0] == "api/runs" and page["runs"] == 2
     assert page["title"].startswith("meta-greedy · mg-0")
     assert page["devices"] == 1000 and page["first_device"] == "d0"
+    # What the run ran on, in its panel: the versions, both programs, the one device admitted with its app.
+    assert page["provenance_hidden"] is False and page["provenance_rows"] == [2, 1]
+    assert all(text in page["provenance_text"] for text in ("mjfl 0.1.0", "c" * 64, "Pixel 7", "f" * 64 + " (adb)"))
     # One accuracy line per job; cnn's NaN in round 3 draws nothing, so it has 2 points.
     assert len(page["paths"]) == 2
     assert page["paths"][0].count("L") == 1 and page["paths"][1].count("L") == 2

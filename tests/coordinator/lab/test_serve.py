@@ -68,6 +68,7 @@ def test_two_researchers_runs_share_the_fleet_round_by_round_and_are_pulled(tmp_
         report = mjfl(lab, token, "report", str(pulled))
         assert report.returncode == 0, report.stderr
         assert "lenet" in report.stderr and "cnn" in report.stderr and run["method"] in report.stderr
+        assert "Provenance" in report.stderr and "emulated x8" in report.stderr  # what it ran on, a row
     listed = json.loads(mjfl(lab, alice, "runs", "--json").stdout)["runs"]  # on stdout, for scripts
     assert {(r["id"], r["owner"], r["state"]) for r in listed} == {(a["id"], "alice", "completed"), (b["id"], "bob", "completed")}
 

@@ -12,6 +12,8 @@ of mjfl, then one lab with two JVM phones for two runs).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import socket
 import subprocess
@@ -193,3 +195,9 @@ def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path
             assert text(phones.cut(run, serial)) == line + "\n", (run, serial)
     for line in (before, during_first[PIXEL], between, during_second[PIXEL]):
         assert line in text(phones.own(PIXEL))
+    # Each run kept what it ran on: the submitted text, and each phone with the app build adb read on it.
+    for run in (first, second):
+        database = lab.folder / "runs" / run / "mjfl.db"
+        assert query(database, "SELECT config_text, config_file FROM provenance") == [(RUN, None)]
+        apps = {d: json.loads(app) for d, app in query(database, "SELECT device, app_json FROM provenance_devices")}
+        assert apps == {s: {"sha256": hashlib.sha256(b"installed by hand").hexdigest(), "source": "adb"} for s in (PIXEL, GALAXY)}

@@ -52,7 +52,8 @@ def test_the_report_of_folders_prints_and_writes_the_gathered_figures(tmp_path: 
     figures = report_runs(folders, console=out, json_path=tmp_path / "r.json", plots=tmp_path / "plots", title="t: ")
     assert figures == gathered_figures(finished_runs(folders).finished)
     assert json.loads((tmp_path / "r.json").read_text()) == figures
-    assert list(figures) == ["methods", "paper", "utilisation"] and list(figures["methods"]) == ["random", "meta-greedy"]
+    assert list(figures) == ["methods", "paper", "utilisation", "provenance"] and list(figures["methods"]) == ["random", "meta-greedy"]
+    assert list(figures["provenance"].values()) == [None, None, None]  # records written without it
     assert figures["methods"]["random"]["group_time_s"] == {"mean": 3.5, "sd": 0.7071067811865476, "reached": 2, "runs": 2}
     assert figures["methods"]["meta-greedy"]["wins"] == {"genetic": 0.5, "rlds": 0.5}
     text = out.file.getvalue()

@@ -56,6 +56,14 @@ def test_two_jobs_reach_their_targets_and_everything_is_written(tmp_path):
         assert answered and all(d.energy_j == pytest.approx(3.0 * d.duration_s) for d in answered)
         assert all(entry["energy"]["jobs"][job]["to_target_j"] > 0
                    for entry in summary["methods"].values() for job in entry["jobs"])
+        # What each run ran on: no file (a parsed config), both programs, the ten simulated devices with their
+        # fleet profiles and one shard each; no hello and no app.
+        for info, _ in runs:
+            kept, admissions = storage.provenance(info.run_id)
+            assert kept is not None and kept.config_text is None and [p.job for p in kept.programs] == ["lenet", "cnnb"]
+            assert all(len(p.shard_samples) == 10 for p in kept.programs)
+            assert sorted(a.shard for a in admissions) == list(range(10))
+            assert all(a.hello is None and a.profile["source"] == "fleet" and a.app["absent"] for a in admissions)
         # Exclusivity from the records: no device in two jobs' rounds at overlapping times.
         spans = {}
         for r in rounds:

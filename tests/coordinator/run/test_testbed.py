@@ -1,5 +1,7 @@
 """`mjfl testbed run` as lab staff run it: a real process, emulated devices, crashes and Ctrl-C."""
 
+import hashlib
+import io
 import json
 import os
 import signal
@@ -7,7 +9,10 @@ from pathlib import Path
 
 import pytest
 from processes import SMALL_TESTBED, group_alive, mjfl_args, query, wait_for
+from rich.console import Console
 
+import mjfl
+from mjfl.coordinator.results.report import report_runs
 from mjfl.coordinator.storage.layout import database_path
 
 pytestmark = pytest.mark.slow
@@ -46,8 +51,35 @@ max_rounds = {rounds}
 ROUNDS = "SELECT job, round, started_s, ended_s, accuracy, loss FROM rounds ORDER BY job, round"
 
 
+PROVENANCE = "SELECT config_text, config_file, config_sha256, versions_json FROM provenance"
+PROGRAMS = "SELECT job, sha256, file, shard_samples_json FROM provenance_programs ORDER BY job"
+ADMISSIONS = "SELECT device, shard, hello_json, profile_json, app_json FROM provenance_devices ORDER BY admission_id"
+
+
 def coordinator_args(config: Path, *extra: str) -> list[str]:
     return mjfl_args("testbed", "run", str(config), "--emulate", "4", "--no-live", *extra)
+
+
+def assert_provenance(db: Path, config: Path) -> None:
+    """The run kept what it ran on: the config verbatim, versions, each device admitted with its hello and
+    profile, a shard of every device that trained, each job's program as the file the devices were sent."""
+    ((text, file, sha, versions),) = query(db, PROVENANCE)
+    assert text == config.read_text() and file == str(config) and sha == hashlib.sha256(text.encode()).hexdigest()
+    assert json.loads(versions)["mjfl"] == mjfl.__version__ and json.loads(versions)["torch"]
+    admitted = {}
+    for device, shard, hello, profile, app in query(db, ADMISSIONS):
+        hello, profile, app = json.loads(hello), json.loads(profile), json.loads(app)
+        assert hello["device_id"] == device and hello["hardware"]["emulated"] is True and "token" not in hello
+        assert profile["source"] == "hello" and profile["a"] == hello["hardware"]["a"]  # the profile it impersonates
+        assert app["sha256"] is None and app["absent"]  # an emulated device has no app
+        admitted[device] = shard
+    trained = {d for (d,) in query(db, "SELECT DISTINCT device FROM device_rounds WHERE status = 'ok'")}
+    assert trained and trained <= {d for d, shard in admitted.items() if shard is not None}
+    programs = query(db, PROGRAMS)
+    assert [job for job, *_ in programs] == sorted(j for (j,) in query(db, "SELECT job FROM jobs"))
+    for job, sha, program_file, samples in programs:
+        assert sha == hashlib.sha256(Path(program_file).read_bytes()).hexdigest(), job
+        assert len(json.loads(samples)) == 4 and min(json.loads(samples)) > 0
 
 
 def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_path, processes):
@@ -64,6 +96,8 @@ def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_pa
     wait_for(lambda: not group_alive(first.pid), 20)
     before = query(db, ROUNDS)
     assert 4 <= len(before) < 16
+    kept = [query(db, sql) for sql in (PROVENANCE, PROGRAMS, ADMISSIONS)]
+    assert len(kept[2]) == 4, kept[2]  # the four devices, each admitted once
 
     second = processes(coordinator_args(config, "--resume"), read=True)
     assert second.wait(600) == 0, "".join(second.output)
@@ -77,6 +111,14 @@ def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_pa
     resumed = [r for r in after if r not in before]
     assert min(r[2] for r in resumed) >= max(r[3] for r in before) - 1e-6
     assert (out / "summary.json").exists()
+    # The resumed run kept what it ran on before the crash; its devices, back with the same hellos, once each.
+    assert [query(db, sql) for sql in (PROVENANCE, PROGRAMS, ADMISSIONS)] == kept
+    assert_provenance(db, config)
+    console = Console(file=io.StringIO(), width=400)
+    figures = report_runs([out], console=console)
+    assert "Provenance" in console.file.getvalue() and "emulated x4" in console.file.getvalue()
+    (document,) = figures["provenance"].values()
+    assert [d["device"] for d in document["devices"]] == [r[0] for r in kept[2]]
 
 
 def test_ctrl_c_stops_cleanly_and_keeps_every_round(tmp_path, processes):
@@ -122,6 +164,10 @@ def test_devices_that_join_a_running_run_take_a_shard_and_get_tasks(tmp_path, pr
     # Every round after both had joined used all four devices (fraction 1.0).
     joined = max(min(r for r, d, _ in rows if d == device) for device in ("late-0", "late-1"))
     assert all(len({d for r, d, _ in rows if r == round_}) == 4 for round_ in range(joined + 1, 15))
+    # The late devices were admitted as they joined, each with a free shard, after the two that started it.
+    admitted = [(d, shard) for d, shard, *_ in query(db, ADMISSIONS)]
+    assert len(admitted) == 4 and {d for d, _ in admitted[2:]} == {"late-0", "late-1"}, admitted
+    assert sorted(s for _, s in admitted) == [0, 1, 2, 3]
 
 
 def test_a_batched_emulated_fleet_trains_its_devices_together_to_the_targets(tmp_path, processes):

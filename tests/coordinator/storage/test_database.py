@@ -15,11 +15,14 @@ from storage_records import A, B, device, job_infos, round_record, run_info
 
 from mjfl.coordinator.storage.database import SCHEMA_VERSION, Storage
 from mjfl.coordinator.storage.records import (
+    DeviceAdmission,
     DeviceRound,
     FleetEvent,
     ProfileRefit,
+    ProgramBuild,
     RoundRecord,
     RunInfo,
+    RunProvenance,
     SchedulerChoice,
 )
 from mjfl.errors import (
@@ -309,7 +312,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
     conn.commit()
     conn.close()
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 6
+        assert db.schema_version == SCHEMA_VERSION == 7
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
         assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none
@@ -363,6 +366,7 @@ def test_a_version_5_database_is_read_as_it_is_and_its_candidates_column_renamed
         assert [(c.member, c.won) for c in choices] == [("random", False), ("bods", True)]
         assert choices[0].selector_cost == 4.5 and math.isnan(choices[1].selector_cost)
         assert reader.schema_version == 5
+        assert reader.provenance("r1") == (None, [])  # recorded before runs kept their provenance
     assert path.read_bytes() == before
     with Storage(path) as writer:
         assert writer.schema_version == SCHEMA_VERSION
@@ -596,3 +600,46 @@ def test_a_reader_reads_a_schema_still_being_created_as_empty(tmp_path: Path) ->
         assert writer.schema_version == SCHEMA_VERSION
     with Storage.read_only(path) as reader:
         assert [info.run_id for info, _ in reader.runs()] == ["r1"]
+
+
+# --- provenance ----------------------------------------------------------------------
+
+
+def provenance(run_id: str = "r1", text: str = "seed = 7\n", job: JobId = A) -> RunProvenance:
+    program = ProgramBuild(job, "9" * 64, 1234, "/cache/cnn.pte", (60, 59))
+    return RunProvenance(run_id, "2026-11-28T00:00:00+00:00", text, "run.toml", "8" * 64, (), {"mjfl": "0.1.0"}, (program,))
+
+
+def admission(name: str, shard: int | None = 0, *, model: str = "Pixel 7", app: str | None = "f" * 64) -> DeviceAdmission:
+    hello = {"device_id": name, "runtime": "executorch", "versions": [1], "hardware": {"model": model}}
+    return DeviceAdmission(
+        "r1", DeviceId(name), "2026-11-28T00:00:01+00:00", shard, hello, {"a": 0.01, "mu": 50.0, "source": "hello"},
+        {"sha256": app, "source": "adb"},
+    )
+
+
+def test_a_runs_provenance_is_kept_once_and_read_back(db: Storage) -> None:
+    db.record_provenance(provenance())
+    db.record_provenance(provenance(text="seed = 8\n"))  # a resumed run keeps what it had
+    kept, admissions = db.provenance("r1")
+    assert kept == provenance() and admissions == []
+    assert db.provenance("r2") == (None, [])
+
+
+def test_a_provenance_the_schema_refuses_leaves_nothing_half_written(db: Storage) -> None:
+    with pytest.raises(StorageError, match="provenance of run 'r1' not recorded"):
+        db.record_provenance(provenance(job=JobId("no-such-job")))
+    assert db.provenance("r1") == (None, [])  # neither the run's row nor its program: one transaction
+
+
+def test_admissions_are_appended_once_per_content(db: Storage) -> None:
+    assert db.record_admissions([admission("p1"), admission("p2", 1)]) == 2
+    assert db.record_admissions([admission("p1"), admission("p2", 1)]) == 0  # the same again: a resume, a reconnection
+    assert db.record_admissions([admission("p1", app="e" * 64), admission("p3", None)]) == 2  # another build; no shard
+    _, admissions = db.provenance("r1")
+    assert [(a.device, a.shard, a.app["sha256"][:1] if a.app["sha256"] else None) for a in admissions] == [
+        ("p1", 0, "f"), ("p2", 1, "f"), ("p1", 0, "e"), ("p3", None, "f"),
+    ]
+    assert admissions[0] == admission("p1")
+    with pytest.raises(StorageError, match="admissions not recorded"):
+        db.record_admissions([dataclasses.replace(admission("p4"), run_id="r2")])  # no such run

@@ -98,6 +98,7 @@ function drawRun(view) {
   events.rows = view.events || [];
   drawEvents();
   drawChoices(view.choices);
+  drawProvenance(view.provenance);
   document.getElementById("run-section").hidden = false;
   drawTimeline(view);
   reread(run);
@@ -379,4 +380,46 @@ function reread(run) {
       if (opened === run.id) drawRun(view);
     } catch (error) { status(String(error)); }
   }, REFRESH_MS);
+}
+
+// --- provenance: what the run ran on (versions, configuration, programs, devices as admitted) ---
+
+function drawProvenance(doc) {
+  const panel = document.getElementById("provenance");
+  panel.hidden = !doc;  // a live run, or one recorded before mjfl kept it
+  if (!doc) return;
+  const body = document.getElementById("provenance-body");
+  const v = doc.versions;
+  const config = doc.config;
+  const text = el("pre", config.text === null ? "(not from a file)" : config.text, "config");
+  body.replaceChildren(
+    el("p", Object.entries(v).map(([name, version]) => name + " " + (version ?? "none")).join(", ")),
+    el("p", "configuration " + (config.file ?? "not from a file") + (config.sha256 ? ", sha256 " + config.sha256 : "")
+      + (config.redacted.length ? " (left out: " + config.redacted.join(", ") + ")" : "")),
+    text,
+    provenanceTable(["job", "program sha256", "bytes", "shard sizes"],
+      doc.programs.map((p) => [p.job, p.sha256, p.size, p.shard_samples.join(" ")])),
+    provenanceTable(["device", "admitted", "shard", "model", "os", "runtime", "planned a (s)", "planned mu", "profile from", "app"],
+      doc.devices.map((d) => {
+        const hw = (d.hello && d.hello.hardware) || {};
+        const app = d.app.sha256 ? d.app.sha256 + " (" + d.app.source + ")" : d.app.absent ? "no app: " + d.app.absent : "unknown: " + d.app.missing;
+        return [d.device, d.admitted_at, d.shard ?? "none", hw.model ?? (d.hello ? "" : "simulated"), hw.os ?? "",
+          d.hello ? d.hello.runtime : "", fmt(d.profile.a, 4), fmt(d.profile.mu, 1), d.profile.source, app];
+      })));
+}
+
+function provenanceTable(head, rows) {
+  const top = el("tr");
+  head.forEach((h) => top.append(el("th", h)));
+  const thead = el("thead");
+  thead.append(top);
+  const tbody = el("tbody");
+  for (const cells of rows) {
+    const row = el("tr");
+    cells.forEach((c) => row.append(el("td", c)));
+    tbody.append(row);
+  }
+  const table = el("table");
+  table.append(thead, tbody);
+  return table;
 }

@@ -267,18 +267,31 @@ def with_jvm_devices(line: str, jvm_line: str, scratch: Path, jvm: dict[str, obj
 
 
 def configs() -> Iterator[Path]:
-    yield from sorted(p for p in EXAMPLES.rglob("*.toml") if "[[variants]]" not in p.read_text(encoding="utf-8"))
+    """The run configurations among the examples (studies have variants; a lab's service has [api])."""
+    for path in sorted(EXAMPLES.rglob("*.toml")):
+        text = path.read_text(encoding="utf-8")
+        if "[[variants]]" not in text and not lab_service(text):
+            yield path
+
+
+def lab_service(text: str) -> bool:
+    return "\n[api]" in text and "[[jobs]]" not in text
 
 
 def test_the_example_files_the_readme_names_are_valid() -> None:
     """The full-size examples the README's commands read (run small above): every config and study variant parses."""
     from mjfl.coordinator.config import load_config, parse_config, read_toml
+    from mjfl.coordinator.lab.config import load_lab_config
     from mjfl.coordinator.run.study import apply, load_study
 
     named = {Path(word) for line in LINES for word in words(line) if word.startswith("examples/")}
     assert named and all((ROOT / path).is_file() for path in named), named
     for path in configs():
         load_config(path)
+    services = [p for p in EXAMPLES.rglob("*.toml") if lab_service(p.read_text(encoding="utf-8"))]
+    assert services, "the lab service's example is missing"
+    for path in services:
+        load_lab_config(path)
     studies = [p for p in EXAMPLES.rglob("*.toml") if "[[variants]]" in p.read_text(encoding="utf-8")]
     for path in studies:
         study = load_study(path)

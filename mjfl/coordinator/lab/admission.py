@@ -9,7 +9,8 @@ submitted, before anything is queued:
 * ``fleet_too_small``: its data is cut for more devices (``fleet.size``,
   ``testbed.min_devices``) than the lab has, so it could never start;
 * ``unsupported``: something no lab run can do (stand-in devices exist in
-  simulations only).
+  simulations only);
+* ``data_missing``: a job's data set cannot be read here (``check_data``).
 
 What it needs of the lab is recorded with it: the devices that must be
 connected before it is admitted (``needs``). Its data is then cut for the
@@ -33,6 +34,7 @@ from pathlib import Path
 from mjfl.coordinator.config import RunConfig, parse_config
 from mjfl.coordinator.lab.config import LabConfig
 from mjfl.errors import ConfigError, Refusal, UserError
+from mjfl.jobs.datasets import load_dataset
 from mjfl.profiling.profiles import load_profiles
 
 
@@ -75,6 +77,21 @@ def check(text: str, lab: LabConfig) -> Submission:
     if config.fleet.stand_ins > 0:
         raise Refusal("unsupported", "fleet.stand_ins: stand-in devices exist in simulations only", field="fleet.stand_ins")
     return Submission(dataclasses.replace(config, source=None), needs)
+
+
+def check_data(config: RunConfig) -> None:
+    """Every job's data set can be read here: a run whose data is missing could never run (``data_missing``).
+
+    Reads each data set as the run will (the bundled digits need no reading);
+    seconds for a large one, so callers run it off the event loop.
+    """
+    for index, job in enumerate(config.jobs):
+        if job.dataset == "digits":
+            continue
+        try:
+            load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels, seed=config.seed)
+        except UserError as exc:
+            raise Refusal("data_missing", f"jobs[{index}] ({job.name}): {exc}", field=f"jobs[{index}].dataset") from None
 
 
 def placed(submission: Submission, folder: Path) -> RunConfig:

@@ -17,6 +17,7 @@ request_too_large      413     over ``limits.max_request_kb``
 config_invalid         400     the config is not TOML or a field is bad (``field``)
 fleet_too_small        400     the run is made for more devices than the lab has
 unsupported            400     something no lab run does
+data_missing           400     a job's data set cannot be read in the lab (``field``)
 too_many_queued        429     the researcher's queued runs are at the limit
 draining               503     the lab admits no new run
 internal               500     our bug (logged in lab.log, never detailed here)
@@ -76,7 +77,7 @@ class LabApi:
         config, key = _text(body, "config"), body.get("key")
         if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY):
             raise Refusal("request_invalid", f"key must be a string of 1 to {MAX_KEY} characters", field="key")
-        run, new = self.runs.submit(request[_WHO].name, config, key)
+        run, new = await self.runs.submit(request[_WHO].name, config, key)
         return _json({"run": self.view(run)}, status=201 if new else 200)
 
     async def list_runs(self, request: web.Request) -> web.Response:

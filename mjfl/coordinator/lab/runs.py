@@ -38,7 +38,7 @@ from typing import Any
 
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.occupancy import Occupancy
-from mjfl.coordinator.lab.admission import Submission, check, placed
+from mjfl.coordinator.lab.admission import Submission, check, check_data, placed
 from mjfl.coordinator.lab.config import LabConfig
 from mjfl.coordinator.lab.fleet import Lobby, RunFleet
 from mjfl.coordinator.lab.runlogs import RunLogs
@@ -170,10 +170,27 @@ class LabRuns:
 
     # -- what researchers do ----------------------------------------------------
 
-    def submit(self, owner: str, text: str, key: str | None) -> tuple[LabRun, bool]:
-        """Check and queue a run (or return the run ``key`` names already); a Refusal says why not."""
+    async def submit(self, owner: str, text: str, key: str | None) -> tuple[LabRun, bool]:
+        """Check and queue a run (or return the run ``key`` names already); a Refusal says why not.
+
+        The config is checked at once (``admission.check``), then its data
+        sets are read (``check_data``, off the event loop): a run the lab could
+        never start is refused, not queued.
+        """
         if key is not None and (known := self._keyed(owner, key)) is not None:
             return known, False
+        self._open_to(owner)
+        submission = check(text, self.lab)
+        await asyncio.to_thread(check_data, submission.config)
+        self._open_to(owner)  # again: the lab may have started draining while the data was read
+        run, new = self.store.submit(owner, method=submission.method, needs=submission.needs, config_toml=text, key=key)
+        self.folder(run.run_id).mkdir(parents=True, exist_ok=True)
+        (self.folder(run.run_id) / "config.toml").write_text(text, encoding="utf-8")
+        self.changed()
+        return run, new
+
+    def _open_to(self, owner: str) -> None:
+        """Whether ``owner`` may queue a run now: the lab not draining, the researcher under the queue's limit."""
         if self.draining:
             raise Refusal("draining", "the lab is draining: it admits no new run", status=503)
         queued = sum(1 for r in self.store.runs("queued") if r.owner == owner)
@@ -182,12 +199,6 @@ class LabRuns:
                 "too_many_queued", f"{owner} has {queued} runs queued, the lab's limit"
                 " (limits.max_queued_per_researcher); wait for one to start or cancel one", status=429,
             )
-        submission = check(text, self.lab)
-        run, new = self.store.submit(owner, method=submission.method, needs=submission.needs, config_toml=text, key=key)
-        self.folder(run.run_id).mkdir(parents=True, exist_ok=True)
-        (self.folder(run.run_id) / "config.toml").write_text(text, encoding="utf-8")
-        self.changed()
-        return run, new
 
     def cancel(self, run_id: str) -> LabRun:
         """Cancel a run in any state: queued ones at once, running ones once their engine has stopped."""

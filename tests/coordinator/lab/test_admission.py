@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from lab_service import run_config
 
-from mjfl.coordinator.lab.admission import check, placed
+from mjfl.coordinator.lab.admission import check, check_data, placed
 from mjfl.coordinator.lab.config import parse_lab_config
 from mjfl.errors import ConfigError, Refusal
 
@@ -49,3 +49,13 @@ def test_a_labs_own_file_names_its_bad_fields() -> None:
     with pytest.raises(ConfigError) as bad:
         parse_lab_config({"fleet": {"size": 8}, "limits": {"max_running": 0}})
     assert bad.value.field == "limits.max_running"
+
+
+def test_a_run_whose_data_cannot_be_read_here_is_refused_naming_the_job(tmp_path: Path) -> None:
+    missing = run_config().replace('name = "cnn"', f'name = "cnn"\ndataset = "mnist"\ndata_dir = "{tmp_path}"')
+    submission = check(missing, LAB)  # the config itself is fine
+    with pytest.raises(Refusal) as refused:
+        check_data(submission.config)
+    assert (refused.value.code, refused.value.field) == ("data_missing", "jobs[1].dataset")
+    assert "cnn" in refused.value.message and str(tmp_path) in refused.value.message
+    check_data(check(run_config(), LAB).config)  # the bundled digits are always there

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 CODES = {
     "unauthorized", "forbidden", "not_found", "method_not_allowed", "request_invalid", "request_too_large",
-    "config_invalid", "fleet_too_small", "unsupported", "too_many_queued", "draining",
+    "config_invalid", "fleet_too_small", "unsupported", "data_missing", "too_many_queued", "draining",
 }
 
 

@@ -357,7 +357,8 @@ def _lab_toml(settings: Settings, *, size: int, share: str = "equal", max_runnin
 
 def _shared(policy: str, runs: Sequence[BenchRun], settings: Settings, folder: Path, console: Console) -> Figures:
     """The runs submitted at once to a lab sharing its devices by ``policy``, until every one has ended."""
-    deadline = time.monotonic() + settings.timeout_s
+    started = time.monotonic()
+    deadline = started + settings.timeout_s
     lab_toml = _lab_toml(settings, size=settings.devices, share=policy, max_running=settings.max_running, queued=len(runs))
     with output.step(console, f"{policy}: {len(runs)} runs on a lab of {settings.devices} devices ...") as update, \
             _lab(folder, lab_toml, settings.devices, deadline) as lab:
@@ -367,7 +368,7 @@ def _shared(policy: str, runs: Sequence[BenchRun], settings: Settings, folder: P
     rows = [_lab_row(run, views[run_id]) for run, run_id in zip(runs, ids, strict=True)]
     ended = [views[i] for i in ids if views[i]["ended_at"] is not None]
     last = max((_wall(v["ended_at"]) for v in ended), default=time.time())
-    figures = _makespan(last - min(_wall(views[i]["submitted_at"]) for i in ids), rows)
+    figures = _makespan(last - min(_wall(views[i]["submitted_at"]) for i in ids), rows, time.monotonic() - started)
     console.print(f"{policy}: {_said(figures)}", highlight=False)
     return figures
 
@@ -403,7 +404,7 @@ def _sequential(runs: Sequence[BenchRun], settings: Settings, folder: Path, cons
         for n, run in enumerate(runs):
             update(f"{n}/{len(runs)} runs ended")
             rows.append(_testbed_run(run, settings.devices, folder, deadline))
-    figures = _makespan(time.monotonic() - started, rows)
+    figures = _makespan(time.monotonic() - started, rows, time.monotonic() - started)
     console.print(f"sequential: {_said(figures)}", highlight=False)
     return figures
 
@@ -433,16 +434,17 @@ def _reached(summary: Path) -> bool:
     return all(job["time_to_target_s"] is not None for method in methods.values() for job in method["jobs"].values())
 
 
-def _makespan(seconds: float, rows: list[Figures]) -> Figures:
+def _makespan(seconds: float, rows: list[Figures], part_s: float) -> Figures:
+    """A way's makespan; ``part_s``: the whole part, a lab's start and stop included."""
     return {
         "seconds": round(seconds, 1), "runs": len(rows), "ended": sum(r["state"] in FINAL for r in rows),
-        "reached": sum(r["reached"] for r in rows), "each": rows,
+        "reached": sum(r["reached"] for r in rows), "each": rows, "part_s": round(part_s, 1),
     }
 
 
 def _said(figures: Figures) -> str:
     return (f"{figures['runs']} runs in {figures['seconds']:.1f} s; {figures['ended']} ended,"
-            f" {figures['reached']} reached every target")
+            f" {figures['reached']} reached every target ({figures['part_s']:.0f} s)")
 
 
 def _wall(iso: str) -> float:
@@ -454,7 +456,8 @@ def _wall(iso: str) -> float:
 
 def _submit_latency(settings: Settings, folder: Path, console: Console) -> Figures:
     """p50/p99 of POST /api/lab/runs with ``connections`` devices connected; the runs wait for one more device."""
-    deadline = time.monotonic() + settings.timeout_s
+    started = time.monotonic()
+    deadline = started + settings.timeout_s
     size = settings.connections + 1
     count = _WARM_UP + settings.submits
     lab_toml = _lab_toml(settings, size=size, max_running=1, queued=count)
@@ -472,11 +475,17 @@ def _submit_latency(settings: Settings, folder: Path, console: Console) -> Figur
         connected = lab.call("GET", "/api/lab/health")["devices"]
         queued = sum(v["state"] == "queued" for v in lab.runs().values())
     ms = np.array(took[_WARM_UP:]) * 1000
-    return {
+    figures = {
         "connections": settings.connections, "connected": connected, "submits": settings.submits,
         "queued": queued, "p50_ms": round(float(np.percentile(ms, 50)), 2),
         "p99_ms": round(float(np.percentile(ms, 99)), 2), "max_ms": round(float(ms.max()), 2),
+        "part_s": round(time.monotonic() - started, 1),
     }
+    console.print(
+        f"submit latency: p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms over {settings.submits} submits,"
+        f" {connected} devices connected ({figures['part_s']:.0f} s)", highlight=False,
+    )
+    return figures
 
 
 # -- memory ---------------------------------------------------------------------------------------
@@ -484,7 +493,8 @@ def _submit_latency(settings: Settings, folder: Path, console: Console) -> Figur
 
 def _memory(settings: Settings, folder: Path, console: Console) -> Figures:
     """The service's RSS once each count of ``memory_runs`` tiny runs has ended."""
-    deadline = time.monotonic() + settings.timeout_s
+    started = time.monotonic()
+    deadline = started + settings.timeout_s
     last = settings.memory_runs[-1]
     lab_toml = _lab_toml(settings, size=_MEMORY_DEVICES, max_running=2, queued=last)
     tiny = _RUN.format(seed=settings.seed, size=2, method="random") + _JOB.format(
@@ -498,11 +508,13 @@ def _memory(settings: Settings, folder: Path, console: Console) -> Figures:
             ids += [lab.submit(tiny, lab.admin) for _ in range(count - len(ids))]
             views = _until_ended(lab, ids, deadline, update)
             rss[str(count)] = _rss_mb(lab.process.pid)
+            console.print(f"memory: RSS {rss[str(count)]:.0f} MiB after {count} runs ({time.monotonic() - started:.0f} s)",
+                          highlight=False)
         states = [views[i]["state"] for i in ids]
     first, final = rss[str(settings.memory_runs[0])], rss[str(last)]
     return {
         "devices": _MEMORY_DEVICES, "runs": len(ids), "completed": states.count("completed"),
-        "rss_mb": rss, "growth": round(final / first - 1, 4),
+        "rss_mb": rss, "growth": round(final / first - 1, 4), "part_s": round(time.monotonic() - started, 1),
     }
 
 
@@ -522,7 +534,8 @@ def _summary(settings: Settings, makespan: dict[str, Figures], submit: Figures, 
     return {
         "makespan_equal_s": equal, "makespan_reserved_s": reserved, "makespan_sequential_s": sequential,
         "makespan_ratio_reserved": round(equal / reserved, 3), "makespan_ratio_sequential": round(equal / sequential, 3),
-        "submit_p50_ms": submit["p50_ms"], "submit_p99_ms": submit["p99_ms"], "rss_growth": memory["growth"],
+        "submit_p50_ms": submit["p50_ms"], "submit_p99_ms": submit["p99_ms"], "submit_connections": submit["connected"],
+        "rss_mb": memory["rss_mb"], "rss_growth": memory["growth"],
         "makespan": makespan, "submit": submit, "memory": memory,
         "settings": dataclasses.asdict(settings), "machine": output.machine(),
     }

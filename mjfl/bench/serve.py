@@ -20,7 +20,12 @@ makespan
     its life, as other FL systems reserve sites. ``sequential``: the same
     runs as `mjfl testbed run --emulate DEVICES`, one after another, each
     starting its own emulated devices (no live view, no dashboard), as a
-    lab without the service works today.
+    lab without the service works today. Their devices impersonate the
+    labs' phones: a lab's ``--emulate`` devices impersonate the fleet its
+    seed draws, a testbed run's the fleet its own run's seed draws, so each
+    testbed run is given the labs' fleet as a profile file
+    (``fleet.profiles``); else run n would run on other phones than in the
+    labs, and the ways would differ by more than how they share.
 
     A run ends completed, failed or cancelled; whether every job of it
     reached its target is reported with it (the lab's ``targets_reached``,
@@ -194,6 +199,10 @@ class BenchRun:
     size: int
     method: str
     toml: str
+
+    def impersonating(self, profiles: Path) -> str:
+        """The TOML with ``profiles`` as its fleet: what a testbed run's emulated devices impersonate."""
+        return self.toml.replace("[fleet]\n", f"[fleet]\nprofiles = {json.dumps(str(profiles))}\n", 1)
 
 
 def bench_runs(settings: Settings) -> list[BenchRun]:
@@ -398,20 +407,32 @@ def _sequential(runs: Sequence[BenchRun], settings: Settings, folder: Path, cons
     """The runs as `mjfl testbed run --emulate DEVICES`, one after another."""
     deadline = time.monotonic() + settings.timeout_s
     folder.mkdir(parents=True, exist_ok=True)
+    profiles = _labs_fleet(settings, folder / "fleet.json")
     rows = []
     started = time.monotonic()
     with output.step(console, f"sequential: {len(runs)} testbed runs of {settings.devices} devices each ...") as update:
         for n, run in enumerate(runs):
             update(f"{n}/{len(runs)} runs ended")
-            rows.append(_testbed_run(run, settings.devices, folder, deadline))
+            rows.append(_testbed_run(run, profiles, settings.devices, folder, deadline))
     figures = _makespan(time.monotonic() - started, rows, time.monotonic() - started)
     console.print(f"sequential: {_said(figures)}", highlight=False)
     return figures
 
 
-def _testbed_run(run: BenchRun, devices: int, folder: Path, deadline: float) -> Figures:
+def _labs_fleet(settings: Settings, path: Path) -> Path:
+    """The phones a lab of ``settings.devices`` emulated devices impersonates, written as a profile file."""
+    from mjfl.coordinator.config import FleetConfig, RunConfig
+    from mjfl.coordinator.run.preparation import fleet_profiles
+    from mjfl.profiling.profiles import save_profiles
+
+    fleet = fleet_profiles(RunConfig(jobs=(), fleet=FleetConfig(size=settings.devices), seed=settings.seed))
+    save_profiles(path, fleet, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
+    return path
+
+
+def _testbed_run(run: BenchRun, profiles: Path, devices: int, folder: Path, deadline: float) -> Figures:
     config, out = folder / f"{run.name}.toml", folder / run.name
-    config.write_text(run.toml)
+    config.write_text(run.impersonating(profiles))
     args = ["testbed", "run", str(config), "--emulate", str(devices), "--out", str(out), "--no-live", "--no-dashboard"]
     started = time.monotonic()
     with _started(args, folder / f"{run.name}.out") as process:

@@ -45,11 +45,15 @@ makespan
     devices connected when it starts, at least its ``fleet.size``
     (``coordinator/lab/admission.py``): 20 shards under ``equal``, as in
     `testbed run` with 20 devices, and ``fleet.size`` shards under
-    ``reserved``. A round trains the same share of the data either way
-    (``fraction``), on more, smaller shards or on fewer, larger ones; an
-    emulated device takes its impersonated phone's Formula 4 time for the
-    shard it trains, so what a round costs in device time is alike, and
-    what the figure compares is how the fleet is kept busy.
+    ``reserved``. A round planned in full trains the same share of the data
+    either way (``fraction``), on more, smaller shards or on fewer, larger
+    ones; an emulated device takes its impersonated phone's Formula 4 time
+    for the shard it trains, so what a round costs in device time is alike,
+    and what the figure compares is how the fleet is kept busy. Under
+    ``equal`` a run's round is planned smaller (its share of the devices, at
+    least ``min_plan``) while the other runs are short, so it trains less of
+    the data that round: a run may then take more rounds, or miss its target
+    within ``rounds``, and that is in the figure too.
 
 submit latency
     ``connections`` emulated devices connected to a lab (the service's own

@@ -453,6 +453,36 @@ def bench_gpu(
     )
 
 
+@bench_app.command("serve")
+def bench_serve(
+    json_path: JsonOption = None,
+    devices: Annotated[int, typer.Option(help="Emulated devices of the makespan figure: each lab's, each testbed run's.")] = 20,
+    runs: Annotated[int, typer.Option(help="Runs of the makespan figure.")] = 10,
+    researchers: Annotated[int, typer.Option(help="Researchers who submit them, in turn.")] = 3,
+    sizes: Annotated[str, typer.Option(metavar="N,...", help="The runs' sizes, in turn (fleet.size: the devices each is made for).")] = "8,6,4",
+    methods: Annotated[str, typer.Option(metavar="METHOD,...", help="The runs' scheduling methods, in turn.")] = "random,meta-greedy",
+    max_running: Annotated[int, typer.Option(help="Runs running at once in both labs (limits.max_running).")] = 4,
+    rounds: Annotated[int, typer.Option(help="Each job's most rounds; a job that stops short of its target is a miss.")] = 40,
+    connections: Annotated[int, typer.Option(help="Devices connected while submits are timed.")] = 1000,
+    submits: Annotated[int, typer.Option(help="Submits timed (after a few not counted).")] = 200,
+    memory_runs: Annotated[str, typer.Option(metavar="N,...", help="Tiny runs after which the service's memory is read.")] = "10,100",
+    seed: Annotated[int, typer.Option(help="The first run's seed (run n has seed + n) and the labs'.")] = 0,
+    timeout_s: Annotated[float, typer.Option(help="Bound on each part, seconds.")] = 1800.0,
+    out: Annotated[Path | None, typer.Option(help="Keep the labs' and runs' folders here (default: a temporary folder, removed).")] = None,
+) -> None:
+    """The lab service: makespan of shared vs reserved devices vs one testbed run after another; submit latency; memory."""
+    from mjfl.bench.serve import Settings, run_serve_bench
+
+    _bench_log(json_path)
+    settings = Settings(
+        devices=devices, runs=runs, researchers=researchers, sizes=tuple(comma_list("--sizes", sizes, int)),
+        methods=tuple(comma_list("--methods", methods)), max_running=max_running, rounds=rounds,
+        connections=connections, submits=submits, memory_runs=tuple(comma_list("--memory-runs", memory_runs, int)),
+        seed=seed, timeout_s=timeout_s,
+    )
+    run_serve_bench(settings, out=out, json_path=json_path, console=console)
+
+
 @app.command("export")
 def export_program(
     model: Annotated[str, typer.Argument(help="Zoo model: lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet.")],

@@ -30,6 +30,10 @@ Benchmarks:
 - ``faults`` (`mjfl bench faults`): the fault suite: devices killed
   mid-task, a bad network, the coordinator SIGKILLed and resumed, a full
   disk; every target reached, no round lost or repeated.
+- ``serve`` (`mjfl bench serve`): the lab service's makespan of runs sharing
+  the fleet round by round against fixed device sets and against one
+  `testbed run` after another, in one run; submit latency with 1,000
+  devices connected; the service's memory after 10 and 100 runs.
 
 Tools:
 

@@ -1,8 +1,8 @@
 """A long bench stops on SIGTERM as on Ctrl-C, and leaves no process behind (checked with ps).
 
 `bench gpu` trains in a process pool (simulate's), `bench scale` in emulator
-workers, `bench faults` runs coordinators in sessions of their own; each is
-stopped while those are busy.
+workers, `bench faults` runs coordinators and `bench serve` labs in sessions of
+their own; each is stopped while those are busy.
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ def running_in(sessions: set[int]) -> list[str]:
      "part 2 of 2"),
     (["bench", "scale", "--fleet-sizes", "6", "--rounds", "500", "--backends", "local"], "local: 6 emulated devices"),
     (["bench", "faults", "--devices", "5", "--rounds", "8", "--coordinator-kills", "1"], "fault scenario coordinator"),
-], ids=["gpu", "scale", "faults"])
+    (["bench", "serve", "--devices", "4", "--runs", "2", "--sizes", "4", "--rounds", "5"], "equal: 2 runs"),
+], ids=["gpu", "scale", "faults", "serve"])
 def test_sigterm_stops_the_bench_and_every_process_it_started(
     args: list[str], busy: str, tmp_path: Path, processes
 ) -> None:

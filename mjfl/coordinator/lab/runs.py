@@ -259,8 +259,11 @@ class LabRuns:
             self._changed.clear()
 
     def _admit(self) -> None:
+        # Counted once a pass: counting a thousand connections for each of hundreds of queued runs was most of a
+        # submit's time (mjfl bench serve). A pass admits none while devices are short of every run's needs.
+        connected = self.fleet.connected()
         for position, run in enumerate(self.store.runs("queued"), start=1):
-            reason = self._wait_reason(run)
+            reason = self._wait_reason(run, connected)
             if reason is None:
                 self._move(run.run_id, "admitted")
                 self._start(run, resume=False)
@@ -268,8 +271,8 @@ class LabRuns:
                 self.store.note(run.run_id, reason)
             log.debug("run %s queued at %d: %s", run.run_id, position, reason)
 
-    def _wait_reason(self, run: LabRun) -> str | None:
-        """Why a queued run cannot start now (None: it can)."""
+    def _wait_reason(self, run: LabRun, connected: int) -> str | None:
+        """Why a queued run cannot start now, ``connected`` devices connected (None: it can)."""
         if self.draining:
             return "the lab is draining: it admits no new run"
         if self.running() >= self.lab.limits.max_running:
@@ -277,7 +280,6 @@ class LabRuns:
                 f"waiting for a place: the lab runs {self.lab.limits.max_running} runs at once"
                 f" (limits.max_running), {self.running()} are running"
             )
-        connected = self.fleet.connected()
         if connected < run.needs:
             return f"waiting for devices: needs {run.needs} connected, {connected} are"
         if self.fleet.policy == "reserved" and self.fleet.reserve(run.run_id, run.needs) is None:

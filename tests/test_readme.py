@@ -24,8 +24,10 @@ Each command must exit 0 and write what the README says it writes
   8765; without a JDK that case is skipped.
 - The benchmarks run with their README flags and smaller sizes
   (``SMALLER``): as written each takes one to several minutes.
-  ``bench faults`` SIGKILLs coordinators for minutes and ``bench gpu`` needs
-  a GPU: both are checked to parse (the README's flags and ``--help``), as
+  ``bench faults`` SIGKILLs coordinators for minutes, ``bench serve`` runs
+  labs and testbed runs for about 25 minutes (tests/bench runs it smallest),
+  and ``bench gpu`` needs a GPU: they are checked to parse (the README's
+  flags and ``--help``), as
   are ``mjfl devices list/prepare/check``, which need phones over adb.
   tests/bench and tests/coordinator/remote/test_faults.py run each bench.
 - The lab service (``mjfl serve``) runs until drained, and the researchers'
@@ -78,6 +80,7 @@ PARSES: dict[str, str] = {
     "devices check": "needs phones attached over adb",
     "bench gpu": "needs a GPU (without one it refuses, unless --cpu: hours at full size)",
     "bench faults": "SIGKILLs coordinators for minutes; tests/coordinator/remote/test_faults.py runs its scenarios",
+    "bench serve": "labs and testbed runs for about 25 minutes; tests/bench/test_bench_serve.py runs it at its smallest",
     # The lab service runs until drained; the researchers' commands need it running. tests/coordinator/lab run both
     # against a real `mjfl serve` (docs/lab.md's commands included).
     "serve": "runs until drained or stopped",

@@ -467,6 +467,9 @@ def bench_serve(
     submits: Annotated[int, typer.Option(help="Submits timed (after a few not counted).")] = 200,
     memory_runs: Annotated[str, typer.Option(metavar="N,...", help="Tiny runs after which the service's memory is read.")] = "10,100",
     seed: Annotated[int, typer.Option(help="The first run's seed (run n has seed + n) and the labs'.")] = 0,
+    profiles: Annotated[Path | None, typer.Option(help=(
+        "The phones every lab and run impersonates, drawn from this profile file (docs/profiles.md);"
+        " default: the synthetic fleet of --seed."))] = None,
     timeout_s: Annotated[float, typer.Option(help="Bound on each part, seconds.")] = 1800.0,
     out: Annotated[Path | None, typer.Option(help="Keep the labs' and runs' folders here (default: a temporary folder, removed).")] = None,
 ) -> None:
@@ -478,7 +481,7 @@ def bench_serve(
         devices=devices, runs=runs, researchers=researchers, sizes=tuple(comma_list("--sizes", sizes, int)),
         methods=tuple(comma_list("--methods", methods)), max_running=max_running, rounds=rounds,
         connections=connections, submits=submits, memory_runs=tuple(comma_list("--memory-runs", memory_runs, int)),
-        seed=seed, timeout_s=timeout_s,
+        seed=seed, profiles=None if profiles is None else str(profiles), timeout_s=timeout_s,
     )
     run_serve_bench(settings, out=out, json_path=json_path, console=console)
 

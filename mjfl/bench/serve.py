@@ -75,6 +75,11 @@ memory
     in a lab of ``_MEMORY_DEVICES`` devices running two at a time. The
     growth is the last reading over the first, minus 1.
 
+The phones every lab and testbed run impersonates are the synthetic fleet
+of ``seed``, or drawn from ``--profiles FILE`` (a profile file,
+docs/profiles.md: the bench's test gives fast phones, to run every part in
+little time).
+
 Every service and testbed run is started in a session of its own and
 stopped when its part ends, fails or the bench is stopped (Ctrl-C,
 SIGTERM): SIGTERM, then SIGKILL to its whole process group.
@@ -127,6 +132,7 @@ _LAB = """
 seed = {seed}
 [fleet]
 size = {size}
+{profiles}
 [server]
 port = 0
 wait_timeout_s = 300
@@ -178,6 +184,7 @@ class Settings:
     submits: int = 200
     memory_runs: tuple[int, ...] = (10, 100)
     seed: int = 0
+    profiles: str | None = None  # the phones impersonated, drawn from this file (None: the synthetic fleet of seed)
     timeout_s: float = 1800.0
 
     def check(self) -> None:
@@ -193,6 +200,8 @@ class Settings:
             raise UserError("--memory-runs: run counts >= 1, increasing (e.g. 10,100)")
         if self.timeout_s <= 0:
             raise UserError("--timeout-s must be > 0")
+        if self.profiles is not None and not Path(self.profiles).is_file():
+            raise UserError(f"--profiles: no file {self.profiles}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,7 +371,13 @@ def _lab(folder: Path, lab_toml: str, emulate: int, deadline: float) -> Iterator
 
 
 def _lab_toml(settings: Settings, *, size: int, share: str = "equal", max_running: int, queued: int) -> str:
-    return _LAB.format(seed=settings.seed, size=size, max_running=max_running, queued=queued, share=share)
+    return _LAB.format(seed=settings.seed, size=size, max_running=max_running, queued=queued, share=share,
+                       profiles=_profiles_key(settings))
+
+
+def _profiles_key(settings: Settings) -> str:
+    """LAB.toml's ``fleet.profiles`` line for ``--profiles``, else nothing (the synthetic fleet of the seed)."""
+    return "" if settings.profiles is None else f"profiles = {json.dumps(str(Path(settings.profiles).resolve()))}"
 
 
 # -- makespan -----------------------------------------------------------------------------------
@@ -429,7 +444,8 @@ def _labs_fleet(settings: Settings, path: Path) -> Path:
     from mjfl.coordinator.run.preparation import fleet_profiles
     from mjfl.profiling.profiles import save_profiles
 
-    fleet = fleet_profiles(RunConfig(jobs=(), fleet=FleetConfig(size=settings.devices), seed=settings.seed))
+    drawn = FleetConfig(size=settings.devices, profiles=Path(settings.profiles).resolve() if settings.profiles else None)
+    fleet = fleet_profiles(RunConfig(jobs=(), fleet=drawn, seed=settings.seed))
     save_profiles(path, fleet, created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     return path
 

@@ -382,6 +382,6 @@ def give_back_free_memory() -> None:
 def _malloc_trim() -> Callable[[int], int] | None:
     name = ctypes.util.find_library("c")
     try:
-        return ctypes.CDLL(name).malloc_trim if name is not None else None  # type: ignore[no-any-return]
+        return ctypes.CDLL(name).malloc_trim if name is not None else None
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back this way
         return None

@@ -372,8 +372,8 @@ def give_back_free_memory() -> None:
     What a run allocates for its life (its data, programs, evaluations, plots) is freed when it ends, but glibc
     keeps freed pages inside its arenas: `mjfl bench serve`'s service grew from 628 to 695 MiB between its 10th
     and 100th tiny run with no object of an ended run left (gc and tracemalloc: under 2 KiB a run). Collected
-    and trimmed after each run, it held 602 MiB after 10 runs and 605 after 20 (629 without the collection:
-    the run's cycles were freed after the trim). Once a run, a full collection (0.1-0.3 s) and a trim (ms).
+    and trimmed after each run, it held 602 MiB after 10 runs and 605 after 100 (trimmed without the collection,
+    617 and 685: the run's cycles were freed after the trim). Once a run, a full collection (0.1-0.3 s) and a trim (ms).
     """
     trim = _malloc_trim()
     if trim is not None:

@@ -407,6 +407,14 @@ class CoordinatorSession(_Session):
         """The (program, shard) sha256 ``job_id`` was provisioned with in this session; None if it was not."""
         return self._jobs.get(JobId(job_id))
 
+    def forget(self, job_id: str) -> None:
+        """Drop ``job_id``'s binding: the job is over, and a task for it would need a new provision.
+
+        A connection outlives runs (the lab service's devices stay connected
+        between them); without this it keeps a binding for every job it ever served.
+        """
+        self._jobs.pop(JobId(job_id), None)
+
     def send_welcome(self) -> None:
         """Accept the device after its hello (to refuse it, send_bye("unauthorized", ...))."""
         self._require(State.HELLO)

@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from mjfl.coordinator.dashboard.catalog import Catalog, entry_of, timeline_of, view_of
+from mjfl.coordinator.dashboard.catalog import Catalog, timeline_of, view_of
 from mjfl.coordinator.dashboard.server import make_app, needs_token, new_token, token_guard
 from mjfl.coordinator.dashboard.state import RunView, round_devices
 from mjfl.coordinator.lab.runs import LabFleet
@@ -126,13 +126,7 @@ class LabCatalog:
         self.view = view
 
     def runs(self) -> list[dict[str, Any]]:
-        entries = []
-        for run in self.view.store.runs():
-            found = self.view.recorded(run)
-            if found is not None:
-                folder = self.view.folder(run.run_id)
-                entries.append(entry_of(run.run_id, folder, found.info, found.status, found.jobs, found.rounds))
-        return entries
+        return [entry for run in self.view.store.runs() if (entry := self.view.entry(run)) is not None]
 
     def run(self, key: str) -> RunView | None:
         folder = self.folder(key)

@@ -29,6 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import functools
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -307,6 +311,7 @@ class LabRuns:
         self._tasks.pop(run_id, None)
         self.fleet.release(run_id)
         self._cancelled.discard(run_id)
+        give_back_free_memory()
         self._idle.set()
         self.changed()
 
@@ -359,3 +364,27 @@ class LabRuns:
         with Storage(folder / "mjfl.db") as storage:
             rounds = storage.rounds(run_id)
             return all(job_rounds(job, rounds).reached_at is not None for job in storage.jobs(run_id))
+
+
+def give_back_free_memory() -> None:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere it does nothing).
+
+    What a run allocates for its life (its data, programs, evaluations, plots) is freed when it ends, but glibc
+    keeps freed pages inside its arenas: `mjfl bench serve`'s service grew from 628 to 695 MiB between its 10th
+    and 100th tiny run with no object of an ended run left (gc and tracemalloc: under 2 KiB a run). Collected
+    and trimmed after each run, it held 602 MiB after 10 runs and 605 after 100 (trimmed without the collection,
+    617 and 685: the run's cycles were freed after the trim). Once a run, a full collection (0.1-0.3 s) and a trim (ms).
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        gc.collect()  # the ended run's reference cycles first, or what they hold is freed after the trim
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    name = ctypes.util.find_library("c")
+    try:
+        return ctypes.CDLL(name).malloc_trim if name is not None else None
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back this way
+        return None

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mjfl.coordinator.dashboard.catalog import entry_of
 from mjfl.coordinator.dashboard.state import add_round, device_row, jobs_view
 from mjfl.coordinator.lab.config import LabLimits
 from mjfl.coordinator.lab.store import LabRun, LabStore
@@ -82,7 +83,13 @@ with its hello's ``hardware``."""
 
 
 class LabView:
-    """The lab's page's JSON (see the module docstring), read afresh on each call but for ended runs' records.
+    """The lab's page's JSON (see the module docstring), read afresh on each call but for ended runs.
+
+    An ended run records nothing more: it is read once, and what the page
+    needs of it is kept in place of its rounds (its catalog line, its device
+    rounds counted into the devices' rows and its owner's share, and its
+    records while it is among the newest ``TIMELINE_RUNS``), so that the
+    lab's history does not grow the service's memory with every run's rounds.
 
     Safe in a worker thread: it reads the lab's database and the run
     databases only; the connected devices are given by the caller, who
@@ -96,19 +103,45 @@ class LabView:
         self.runs_dir = runs_dir
         self.limits = limits
         self.draining = draining
-        self._ended: dict[str, Recorded | None] = {}  # a run that ended records nothing more
+        self._ended: dict[str, dict[str, Any] | None] = {}  # each ended run's catalog line (None: it recorded nothing)
+        self._counted: dict[str, dict[str, Any]] = {}  # the devices' rows over every ended run's rounds
+        self._held: dict[str, tuple[float, int]] = {}  # owner -> their ended runs' device-seconds, and how many runs
+        self._newest: dict[str, Recorded] = {}  # the records of the latest ended runs seen, TIMELINE_RUNS at most
 
     def folder(self, run_id: str) -> Path:
         return self.runs_dir / run_id
 
     def recorded(self, run: LabRun) -> Recorded | None:
         """The run's records in its folder (None before it recorded anything)."""
+        if run.run_id in self._newest:
+            return self._newest[run.run_id]
+        return self._read(run.run_id)
+
+    def entry(self, run: LabRun) -> dict[str, Any] | None:
+        """The run's line of the run pages' catalog (``entry_of``; None before it recorded anything)."""
+        if run.final:
+            return self._ending(run)
+        found = self._read(run.run_id)
+        return None if found is None else self._entry(run, found)
+
+    def _entry(self, run: LabRun, found: Recorded) -> dict[str, Any]:
+        return entry_of(run.run_id, self.folder(run.run_id), found.info, found.status, found.jobs, found.rounds)
+
+    def _ending(self, run: LabRun) -> dict[str, Any] | None:
+        """An ended run's catalog line; the first time it is seen ended, it is read and counted once for good."""
         if run.run_id in self._ended:
             return self._ended[run.run_id]
         found = self._read(run.run_id)
-        if run.final:
-            self._ended[run.run_id] = found
-        return found
+        entry = self._ended[run.run_id] = None if found is None else self._entry(run, found)
+        if found is not None:
+            for record in found.rounds:
+                add_round(self._counted, record, {}, {})
+            seconds, runs = self._held.get(run.owner, (0.0, 0))
+            self._held[run.owner] = (seconds + _held(found), runs + 1)
+            self._newest[run.run_id] = found
+            while len(self._newest) > TIMELINE_RUNS:
+                del self._newest[next(iter(self._newest))]
+        return entry
 
     def _read(self, run_id: str) -> Recorded | None:
         path = database_path(self.folder(run_id))
@@ -123,9 +156,12 @@ class LabView:
     def state(self, connected: Sequence[Connected]) -> dict[str, Any]:
         """Everything the lab's page shows but its timeline, ``connected`` the devices connected now."""
         runs = self.store.runs()
-        records = {run.run_id: self.recorded(run) for run in runs if run.state not in ("queued", "admitted")}
+        for run in runs:
+            if run.final:
+                self._ending(run)
+        records = {run.run_id: self._read(run.run_id) for run in runs if run.state == "running"}
         queued = [run for run in runs if run.state == "queued"]
-        devices = self._devices(connected, (r for r in records.values() if r is not None))
+        devices = self._devices(connected, self._counted, (r for r in records.values() if r is not None))
         return {
             "lab": {
                 "devices": len(devices), "running": sum(r.state in ("admitted", "running") for r in runs),
@@ -135,14 +171,17 @@ class LabView:
             "devices": devices,
             "queue": [_queued(run, position) for position, run in enumerate(queued, start=1)],
             "running": [_running(run, records.get(run.run_id)) for run in runs if run.state in ("admitted", "running")],
-            "shares": _shares(runs, records),
+            "shares": _shares(runs, records, self._held),
             "finished": [_finished(run) for run in runs if run.final],
         }
 
     @staticmethod
-    def _devices(connected: Sequence[Connected], records: Iterable[Recorded]) -> list[dict[str, Any]]:
-        """Each connected device's row: its hello, its rounds in every run, whom it serves now."""
-        counted: dict[str, dict[str, Any]] = {}
+    def _devices(
+        connected: Sequence[Connected], ended: Mapping[str, Mapping[str, Any]], records: Iterable[Recorded],
+    ) -> list[dict[str, Any]]:
+        """Each connected device's row: its hello, its rounds in every run (``ended``: counted over the ended
+        runs' already), whom it serves now."""
+        counted = {device: dict(row) for device, row in ended.items()}
         for found in records:
             for record in found.rounds:
                 add_round(counted, record, {}, {})
@@ -167,10 +206,11 @@ class LabView:
         Shown: every run going and the newest that ended, ``TIMELINE_RUNS`` in
         all (a lab's history would grow the answer without end).
         """
-        recorded = [(run, found) for run in self.store.runs() if (found := self.recorded(run)) is not None]
-        going = [(run, found) for run, found in recorded if not run.final]
+        runs = self.store.runs()
+        going = [(run, found) for run in runs if not run.final and (found := self._read(run.run_id)) is not None]
         room = max(TIMELINE_RUNS - len(going), 0)
-        ended = [(run, found) for run, found in recorded if run.final][-room:] if room else []
+        newest = [run for run in runs if run.final and self._ending(run) is not None][-room:] if room else []
+        ended = [(run, found) for run in newest if (found := self.recorded(run)) is not None]
         shown = sorted([*ended, *going], key=lambda pair: pair[0].seq)
         if not shown:
             return {"devices": sorted(str(d["device"]) for d in connected), "jobs": [], "bars": []}
@@ -212,22 +252,29 @@ def _finished(run: LabRun) -> dict[str, Any]:
             "ended_at": run.ended_at, "targets_reached": run.targets_reached}
 
 
-def _shares(runs: Sequence[LabRun], records: Mapping[str, Recorded | None]) -> list[dict[str, Any]]:
-    """Each researcher with a run that recorded something: the device-seconds of their runs' device rounds, and its fraction."""
-    seconds: dict[str, float] = {}
-    counted: dict[str, int] = {}
+def _shares(
+    runs: Sequence[LabRun], records: Mapping[str, Recorded | None], ended: Mapping[str, tuple[float, int]],
+) -> list[dict[str, Any]]:
+    """Each researcher with a run that recorded something: the device-seconds of their runs' device rounds, and its
+    fraction; ``ended``: each researcher's ended runs' device-seconds and how many, counted already."""
+    seconds = {owner: held for owner, (held, _) in ended.items()}
+    counted = {owner: count for owner, (_, count) in ended.items()}
     for run in runs:
         found = records.get(run.run_id)
-        if found is None:  # never started, or nothing recorded yet
+        if found is None:  # never started, nothing recorded yet, or ended (counted in ``ended``)
             continue
-        held = sum(part.duration_s for r in found.rounds for part in r.devices if math.isfinite(part.duration_s))
-        seconds[run.owner] = seconds.get(run.owner, 0.0) + held
+        seconds[run.owner] = seconds.get(run.owner, 0.0) + _held(found)
         counted[run.owner] = counted.get(run.owner, 0) + 1
     total = sum(seconds.values())
     return [
         {"owner": owner, "device_s": _seconds(held), "fraction": held / total if total > 0 else None, "runs": counted[owner]}
         for owner, held in sorted(seconds.items())
     ]
+
+
+def _held(found: Recorded) -> float:
+    """The device-seconds of a run's device rounds (each one's ``duration_s``, whatever its outcome)."""
+    return sum(part.duration_s for r in found.rounds for part in r.devices if math.isfinite(part.duration_s))
 
 
 def _seconds(value: float) -> float | None:

@@ -119,6 +119,12 @@ class RemoteFleet:
         for job in jobs:
             self._jobs.pop(job, None)
             self._packs.pop(job, None)
+        # The devices stay connected: each session's binding of these jobs goes too, or it grows with every run.
+        for device in self._registry.connected():
+            conn = self._registry.connection(device)
+            if conn is not None and isinstance(conn.session, protocol.CoordinatorSession):
+                for job in jobs:
+                    conn.session.forget(job)
 
     async def run_task(self, device: DeviceId, task: Task) -> TaskResult:
         """Provision (once per session and job), send the task, wait for a valid update.

@@ -6,6 +6,8 @@ runs' folders, written as the driver writes them (``dashboard_runs``).
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,6 +114,38 @@ def test_the_lab_timeline_shows_the_runs_going_before_the_runs_that_ended(
     assert {bar["run"] for bar in timeline["bars"]} == {"0002-bob"}
     assert timeline["jobs"] == ["0002-bob/cnn", "0002-bob/lenet"]
     assert timeline["bars"][0]["start_s"] == 0.0  # the origin: the earliest shown run's start
+
+
+def test_the_page_keeps_no_ended_runs_records_but_the_newest_and_counts_each_once(
+    lab: tuple[LabStore, LabView], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lab's service lives for many runs: its page must not hold every ended run's rounds for good.
+    store, view = lab
+    carol = store.submit("alice", method="meta-greedy", needs=2, config_toml="", key=None)[0].run_id
+    store.move(carol, "admitted")
+    store.move(carol, "running")
+    store.move(carol, "completed", "a job stopped short of its target", reached=False)
+    write_run(tmp_path / "runs" / carol, carol, devices=2)
+    monkeypatch.setattr(lab_view, "TIMELINE_RUNS", 1)
+    read, reads = view._read, {}
+
+    def spied(run_id: str) -> lab_view.Recorded | None:
+        found = read(run_id)
+        if found is not None:
+            reads.setdefault(run_id, []).append(weakref.ref(found))
+        return found
+
+    monkeypatch.setattr(view, "_read", spied)
+    first = view.state(CONNECTED)
+    view.timeline(CONNECTED)
+    LabCatalog(view).runs()
+    assert view.state(CONNECTED) == first  # an ended run is counted once, however often the page asks
+    gc.collect()
+    assert len(reads["0001-alice"]) == 1 and reads["0001-alice"][0]() is None  # read once, then let go
+    assert reads[carol][0]() is not None  # the newest ended run: the timeline shows it
+    alice = held("0001-alice", 4) + held(carol, 2)
+    assert first["shares"][0] == {"owner": "alice", "device_s": round(alice, 3), "runs": 2,
+                                  "fraction": alice / (alice + held("0002-bob", 2))}
 
 
 def test_the_run_pages_catalog_lists_the_lab_runs_that_recorded_any_state_and_only_those(lab: tuple[LabStore, LabView]) -> None:

@@ -324,3 +324,15 @@ async def test_provision_is_sent_once_per_device_and_job_and_omits_cached_artifa
         assert seen[0].program is None and seen[0].shard is not None  # the device holds the program
         assert seen[3].program is None  # sent once: the same program bytes for job k
         await ws.close()
+
+
+async def test_a_forgotten_job_leaves_no_binding_on_the_connections_that_stay():
+    # The lab service's devices stay connected between runs: a connection must not keep every ended run's jobs.
+    async with coordinator_with_a_good_device() as (server, _good):
+        fleet = fleet_of(server)
+        fleet.prepare([artifacts(["good"], job="ended")])
+        await fleet.run_task(DeviceId("good"), task(job="ended"))
+        session = server.registry.connection(DeviceId("good")).session
+        assert session.binding("ended") is not None
+        fleet.forget([JobId("ended")])
+        assert session.binding("ended") is None

@@ -281,8 +281,8 @@ class LabRuns:
             return "the lab is draining: it admits no new run"
         if self.running() >= self.lab.limits.max_running:
             return (
-                f"waiting for a place: the lab runs {self.lab.limits.max_running} runs at once"
-                f" (limits.max_running), {self.running()} are running"
+                f"waiting for a place: the lab runs at most {_runs(self.lab.limits.max_running)} at once"
+                f" (limits.max_running), {self.running()} running now"
             )
         if connected < run.needs:
             return f"waiting for devices: needs {run.needs} connected, {connected} are"
@@ -388,3 +388,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
         return ctypes.CDLL(name).malloc_trim if name is not None else None
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back this way
         return None
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"

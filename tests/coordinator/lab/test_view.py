@@ -20,7 +20,7 @@ from mjfl.coordinator.lab.pages import LabCatalog
 from mjfl.coordinator.lab.store import LabStore
 from mjfl.coordinator.lab.view import LabView
 
-WAITS = "waiting for a place: the lab runs 1 runs at once (limits.max_running), 1 are running"
+WAITS = "waiting for a place: the lab runs at most 1 run at once (limits.max_running), 1 running now"
 CONNECTED = [
     {"device": "d0", "connected_at": 1.0, "address": "127.0.0.1:4001", "serving": {"run": "0002-bob", "job": "cnn"},
      "hardware": {"model": "Pixel 8", "os": "Android 14", "device_state": {"battery_pct": 99}}},

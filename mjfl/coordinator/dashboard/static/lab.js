@@ -79,10 +79,12 @@ function drawFinished(finished) {
     el("td", when(r.ended_at)), el("td", r.reason)], r.id)));
 }
 
+function counted(n, noun) { return n + " " + noun + (n === 1 ? "" : "s"); }
+
 function drawLab(state) {
   const l = state.lab;
-  document.getElementById("lab-summary").textContent = l.devices + " devices connected, " + l.running + " of at most " + l.max_running
-    + " runs running, " + l.queued + " queued; devices shared: " + l.share + (l.draining ? "; draining" : "");
+  document.getElementById("lab-summary").textContent = counted(l.devices, "device") + " connected; runs: " + l.running
+    + " running of at most " + l.max_running + ", " + l.queued + " queued; devices shared: " + l.share + (l.draining ? "; draining" : "");
   drawDevices(state.devices);
   drawQueue(state.queue);
   drawRunning(state.running);

@@ -3,7 +3,9 @@
 A real service with four emulated devices runs one run at a time
 (``limits.max_running = 1``): Alice's run trains while Bob's waits in the
 queue, saying why; cancelled, Alice's lets Bob's in, and the lab's timeline
-(static/timeline.js, read through its test hooks) gets both runs' device rounds. Every check reads the
+(static/timeline.js, read through its test hooks) gets both runs' device rounds;
+Bob's completes, and `mjfl dashboard` on its folder serves the same bars. About
+40 s. Every check reads the
 page's DOM and waits for it with Playwright (``expect``,
 ``wait_for_function``) up to a generous bound, for two loaded cores. With
 ``$MJFL_SCREENSHOTS`` naming a folder, the lab's page is saved there as
@@ -15,11 +17,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lab_service import Lab, run_config
+from processes import mjfl_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -55,7 +60,7 @@ def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_p
 
     # Unreachable targets: Alice's run trains until it is cancelled; Bob's waits for the one place.
     a = lab.submit(run_config(size=DEVICES, target=0.999, rounds=200), alice)["id"]
-    b = lab.submit(run_config(size=DEVICES, target=0.999, rounds=200, seed=2), bob)["id"]
+    b = lab.submit(run_config(size=DEVICES, seed=2), bob)["id"]  # reaches its target once it runs
     waiting = rows_of(page, "queue").filter(has_text=b)
     expect(waiting).to_contain_text("limits.max_running")
     expect(waiting.locator("td").first).to_have_text("1")  # its position
@@ -83,11 +88,24 @@ def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_p
     assert lab.call("POST", f"/api/lab/runs/{a}/cancel", token=alice)[0] == 200
     expect(rows_of(page, "finished").filter(has_text=a)).to_contain_text("cancelled")
     expect(rows_of(page, "queue")).to_have_count(0)
-    page.wait_for_function(A_ROUND, arg=b)
     page.wait_for_function(HAS_RUN, arg=b)
     assert {key.split("/")[0] for key in timeline_jobs(page)} == {a, b}  # both runs' bars, each run's jobs apart
     assert int(page.locator("#lab-timeline").get_attribute("data-bars")) > bars  # grown in place
     timeline = lab.call("GET", "/lab/timeline")[1]
     assert {bar["run"] for bar in timeline["bars"]} == {a, b}
     assert {f"{run}/{job}" for run in (a, b) for job in ("lenet", "cnn")} == set(timeline["jobs"])
-    assert lab.call("POST", f"/api/lab/runs/{b}/cancel", token=bob)[0] == 200
+
+    # Bob's run completes; its folder is a run's folder: `mjfl dashboard` serves its timeline, the lab's bars of it.
+    assert lab.ended(b)["state"] == "completed"
+    expect(rows_of(page, "finished").filter(has_text=b)).to_contain_text("completed")
+    served = processes(mjfl_args("dashboard", str(lab.folder / "runs" / b), "--port", "0"), read=True)
+    url = served.line_with("mjfl dashboard: open ").split(" open ")[-1].split()[0].rstrip("/")
+    (entry,) = fetched(url + "/api/runs")
+    alone = fetched(f"{url}/api/runs/{urllib.parse.quote(entry['id'], safe='')}/timeline")
+    ours = sorted((bar["device"], bar["job"], bar["round"]) for bar in lab.call("GET", "/lab/timeline")[1]["bars"] if bar["run"] == b)
+    assert ours and sorted((bar["device"], bar["job"], bar["round"]) for bar in alone["bars"]) == ours
+
+
+def fetched(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=60) as answer:
+        return json.loads(answer.read())

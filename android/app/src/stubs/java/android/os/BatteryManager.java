@@ -7,6 +7,7 @@ public class BatteryManager {
     public static final String EXTRA_PLUGGED = "plugged";
     public static final String EXTRA_VOLTAGE = "voltage";
     public static final String EXTRA_TEMPERATURE = "temperature";
+    public static final String EXTRA_STATUS = "status";
     public static final int BATTERY_PROPERTY_CHARGE_COUNTER = 1;
 
     BatteryManager() {

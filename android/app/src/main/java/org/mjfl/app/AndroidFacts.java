@@ -60,7 +60,8 @@ final class AndroidFacts implements DeviceFacts {
         if (m != null) {
             m.addTo(json);
             Log.i(MainActivity.TAG, "task " + task.taskId() + ": energy " + (m.energyJ() == null ? "not known"
-                    : String.format(Locale.ROOT, "%.1f J", m.energyJ())) + " (" + m.source() + ")");
+                    : String.format(Locale.ROOT, "%.1f J", m.energyJ())) + " (" + m.source() + ", resolution "
+                    + (m.resolutionJ() == null ? "unknown" : String.format(Locale.ROOT, "%.1f J", m.resolutionJ())) + ")");
         }
         JsonObject extras = new JsonObject();
         extras.add("device_state", json);
@@ -77,10 +78,10 @@ final class AndroidFacts implements DeviceFacts {
         // MIN_VALUE (API 28+ targets) or 0 when the gauge has no counter; BatteryEnergy handles both.
         int charge = bm == null ? BatteryEnergy.UNSUPPORTED
                 : bm.getIntProperty(BatteryManager.BATTERY_PROPERTY_CHARGE_COUNTER);
-        int plugged = battery.getIntExtra(BatteryManager.EXTRA_PLUGGED, -1);
         return new BatteryEnergy.Reading(charge, battery.getIntExtra(BatteryManager.EXTRA_VOLTAGE, -1),
                 battery.getIntExtra(BatteryManager.EXTRA_TEMPERATURE, BatteryEnergy.UNSUPPORTED),
-                plugged < 0 ? null : plugged != 0);
+                battery.getIntExtra(BatteryManager.EXTRA_PLUGGED, -1), battery.getIntExtra(BatteryManager.EXTRA_STATUS, -1),
+                AndroidClock.ELAPSED.now());
     }
 
     DeviceState read() {
@@ -88,11 +89,13 @@ final class AndroidFacts implements DeviceFacts {
         Intent battery = context.registerReceiver(null, new IntentFilter(Intent.ACTION_BATTERY_CHANGED));
         Integer pct = null;
         Boolean charging = null;
+        String plugType = null;
         if (battery != null) {
             pct = DeviceState.batteryPct(battery.getIntExtra(BatteryManager.EXTRA_LEVEL, -1),
                     battery.getIntExtra(BatteryManager.EXTRA_SCALE, -1));
             int plugged = battery.getIntExtra(BatteryManager.EXTRA_PLUGGED, -1);
-            charging = plugged < 0 ? null : plugged != 0;
+            charging = DeviceState.onPower(plugged, battery.getIntExtra(BatteryManager.EXTRA_STATUS, -1));
+            plugType = DeviceState.plugType(plugged);
         }
         Integer thermal = null;
         if (Build.VERSION.SDK_INT >= Build.VERSION_CODES.Q) {
@@ -101,7 +104,7 @@ final class AndroidFacts implements DeviceFacts {
                 thermal = pm.getCurrentThermalStatus();
             }
         }
-        return new DeviceState(pct, charging, thermal);
+        return new DeviceState(pct, charging, plugType, thermal);
     }
 
     private long totalMemoryMb() {

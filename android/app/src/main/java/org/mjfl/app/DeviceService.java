@@ -92,7 +92,7 @@ public final class DeviceService extends Service {
         // Held per task by WakefulTrainer, never for the service's life: an idle phone sleeps.
         wakeLock = getSystemService(PowerManager.class).newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:training");
         wakeLock.setReferenceCounted(false); // acquire(timeout) then replaces the earlier timeout
-        trainer = new ExecuTorchTrainer(new AndroidMemory(this), org.mjfl.client.net.Clock.SYSTEM);
+        trainer = new ExecuTorchTrainer(new AndroidMemory(this), AndroidClock.ELAPSED);
         board.listen(notifier);
     }
 
@@ -154,7 +154,7 @@ public final class DeviceService extends Service {
             return;
         }
         WakefulTrainer.WakeLock awake = ms -> wakeLock.acquire(ms);
-        Clock clock = Clock.SYSTEM; // the scale of TrainingTask.deadlineAt: DeviceConfig's default clock
+        Clock clock = AndroidClock.ELAPSED; // the scale of TrainingTask.deadlineAt and of the heartbeats
         RuntimeLoadGuard guarded = new RuntimeLoadGuard(trainer, Arrays.asList(Build.SUPPORTED_ABIS));
         // Energy is read right around training: the wake lock's and the answer's time are not the task's.
         EnergyTrainer measured = new EnergyTrainer(guarded, () -> AndroidFacts.battery(this));

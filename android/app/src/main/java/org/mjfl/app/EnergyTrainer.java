@@ -19,6 +19,7 @@ public final class EnergyTrainer implements Trainer {
 
     private final Trainer inner;
     private final Supplier<BatteryEnergy.Reading> battery;
+    private final BatteryEnergy.CounterStep step = new BatteryEnergy.CounterStep();
     private final Map<String, BatteryEnergy.Measurement> measured = new LinkedHashMap<>() {
         @Override
         protected boolean removeEldestEntry(Map.Entry<String, BatteryEnergy.Measurement> eldest) {
@@ -34,11 +35,20 @@ public final class EnergyTrainer implements Trainer {
 
     @Override
     public TrainingResult train(TrainingTask task, BooleanSupplier cancelled) throws Exception {
-        BatteryEnergy.Reading before = battery.get();
+        BatteryEnergy.Reading before = read();
         TrainingResult r = inner.train(task, cancelled);
-        BatteryEnergy.Measurement m = BatteryEnergy.between(before, battery.get());
+        BatteryEnergy.Measurement m = BatteryEnergy.between(before, read(), step);
         synchronized (measured) {
             measured.put(task.taskId(), m);
+        }
+        return r;
+    }
+
+    /** One reading, its counter noted to learn the gauge's step (failed tasks' readings count too). */
+    private BatteryEnergy.Reading read() {
+        BatteryEnergy.Reading r = battery.get();
+        if (r != null && r.counted()) {
+            step.observe(BatteryEnergy.microAmpHours(r.counter()));
         }
         return r;
     }

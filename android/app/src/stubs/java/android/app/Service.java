@@ -10,6 +10,7 @@ public abstract class Service extends ContextWrapper {
     public static final int START_NOT_STICKY = 2;
     public static final int START_REDELIVER_INTENT = 3;
     public static final int STOP_FOREGROUND_REMOVE = 1;
+    public static final int START_FLAG_REDELIVERY = 1;
 
     public Service() {
         super(null);

@@ -18,6 +18,10 @@ public abstract class Context {
         throw new UnsupportedOperationException("stub");
     }
 
+    public void unregisterReceiver(BroadcastReceiver receiver) {
+        throw new UnsupportedOperationException("stub");
+    }
+
     public File getFilesDir() {
         throw new UnsupportedOperationException("stub");
     }

@@ -8,6 +8,10 @@ public class Intent {
         throw new UnsupportedOperationException("stub");
     }
 
+    public String getAction() {
+        throw new UnsupportedOperationException("stub");
+    }
+
     public String getStringExtra(String name) {
         throw new UnsupportedOperationException("stub");
     }

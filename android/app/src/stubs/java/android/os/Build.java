@@ -22,6 +22,7 @@ public class Build {
     public static class VERSION_CODES {
         public static final int O = 26;
         public static final int Q = 29;
+        public static final int S = 31;
         public static final int TIRAMISU = 33;
         public static final int UPSIDE_DOWN_CAKE = 34;
 

@@ -5,8 +5,12 @@ import android.app.NotificationChannel;
 import android.app.NotificationManager;
 import android.app.PendingIntent;
 import android.app.Service;
+import android.content.BroadcastReceiver;
+import android.content.Context;
 import android.content.Intent;
+import android.content.IntentFilter;
 import android.content.pm.ServiceInfo;
+import android.os.BatteryManager;
 import android.os.Build;
 import android.os.Handler;
 import android.os.IBinder;
@@ -34,8 +38,10 @@ import org.mjfl.client.net.Tls;
 
 /**
  * The foreground service that is the device: it holds one client-core {@link Device} (which
- * connects, trains and reconnects on its own) and the notification Android requires. A partial
- * wake lock is held only while a task trains ({@link WakefulTrainer}).
+ * connects, trains and reconnects on its own) and the notification Android requires. Partial
+ * wake locks: while a task trains ({@link WakefulTrainer}), and while a device runs and the phone
+ * is on power ({@link StayAwake}), so that an enrolled phone stays reachable between tasks.
+ * Every clock it hands client-core is {@link AndroidClock#ELAPSED}, which counts suspend.
  *
  * <p>Started by {@link StartActivity} with a {@link DeviceRequest}'s extras; a start with another
  * request replaces the device, the same one is ignored ({@link DeviceRuns}). When the device
@@ -57,6 +63,9 @@ public final class DeviceService extends Service {
     private Logger mjflLogger;
     private LogcatHandler logcat;
     private PowerManager.WakeLock wakeLock;
+    private StayAwake stayAwake;
+    private BroadcastReceiver power;
+    private boolean foreground; // main thread only: false when Android refused startForeground
     private ExecuTorchTrainer trainer;
     private Device device; // main thread only
     private int lastStartId; // main thread only
@@ -67,12 +76,7 @@ public final class DeviceService extends Service {
         main = new Handler(Looper.getMainLooper());
         NotificationManager nm = getSystemService(NotificationManager.class);
         nm.createNotificationChannel(new NotificationChannel(CHANNEL, "mjfl device", NotificationManager.IMPORTANCE_LOW));
-        Notification n = notification("starting");
-        if (Build.VERSION.SDK_INT >= Build.VERSION_CODES.Q) {
-            startForeground(NOTIFICATION, n, ServiceInfo.FOREGROUND_SERVICE_TYPE_DATA_SYNC);
-        } else {
-            startForeground(NOTIFICATION, n);
-        }
+        foreground = goForeground(notification("starting"));
         logcat = new LogcatHandler();
         // Held in a field: java.util.logging keeps loggers weakly, and this one's set-up must last.
         mjflLogger = Logger.getLogger("org.mjfl");
@@ -92,21 +96,78 @@ public final class DeviceService extends Service {
         // Held per task by WakefulTrainer, never for the service's life: an idle phone sleeps.
         wakeLock = getSystemService(PowerManager.class).newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:training");
         wakeLock.setReferenceCounted(false); // acquire(timeout) then replaces the earlier timeout
+        // Held while a device runs and the phone is on power (StayAwake says why, and its cost).
+        PowerManager.WakeLock enrolled = getSystemService(PowerManager.class)
+                .newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:enrolled");
+        enrolled.setReferenceCounted(false);
+        stayAwake = new StayAwake(new StayAwake.Lock() {
+            @Override
+            public void acquire() {
+                enrolled.acquire(); // no timeout: released on unplug, on the device's end and in onDestroy
+            }
+
+            @Override
+            public void release() {
+                if (enrolled.isHeld()) {
+                    enrolled.release();
+                }
+            }
+        }, line -> Log.i(MainActivity.TAG, line));
+        power = new BroadcastReceiver() {
+            @Override
+            public void onReceive(Context context, Intent battery) {
+                stayAwake.onPower(DeviceState.onPower(battery.getIntExtra(BatteryManager.EXTRA_PLUGGED, -1),
+                        battery.getIntExtra(BatteryManager.EXTRA_STATUS, -1)));
+            }
+        };
+        // A system broadcast: no RECEIVER_EXPORTED flag needed; the sticky intent arrives at once.
+        registerReceiver(power, new IntentFilter(Intent.ACTION_BATTERY_CHANGED));
         trainer = new ExecuTorchTrainer(new AndroidMemory(this), AndroidClock.ELAPSED);
         board.listen(notifier);
     }
 
     /**
-     * Always START_NOT_STICKY: killed or crashed, the service is not restarted by Android. With
-     * START_REDELIVER_INTENT a device that crashes while training (a native fault in the
-     * runtime) came back with the same intent, took a task, and crashed again, for as long as
-     * the run lasted; the redelivered intent also kept the secret in the system. The adb bridge
-     * is the one that starts the app (again after a replug), and a run records a phone that died
-     * as a drop-out (failures are data), rather than one quietly brought back mid-measurement.
+     * The foreground notification Android requires; false when Android 12+ refuses it (a restart
+     * from the background without the battery-optimisation exemption): logged, and the service
+     * then stops at its start.
+     */
+    private boolean goForeground(Notification n) {
+        try {
+            if (Build.VERSION.SDK_INT >= Build.VERSION_CODES.Q) {
+                startForeground(NOTIFICATION, n, ServiceInfo.FOREGROUND_SERVICE_TYPE_DATA_SYNC);
+            } else {
+                startForeground(NOTIFICATION, n);
+            }
+            return true;
+        } catch (IllegalStateException | SecurityException e) {
+            Log.e(MainActivity.TAG, "cannot run in the foreground now (" + e + "): the device stops; unlock the phone"
+                    + " and start it again, or exempt the app from battery optimisation (mjfl devices prepare)", null);
+            return false;
+        }
+    }
+
+    /**
+     * START_REDELIVER_INTENT: a service killed by Android (for memory, or its process crashed)
+     * comes back with the intent that started it, so an enrolled phone rejoins by itself within
+     * seconds. START_STICKY would bring it back with no intent, hence no coordinator and no secret;
+     * keeping them on disk instead would put the secret in a file (docs/security.md). Android
+     * bounds the loop a crashing device could make: each start is redelivered at most six times
+     * after onStartCommand returned, three times when it did not (ServiceRecord's
+     * MAX_DONE_EXECUTING_COUNT and MAX_DELIVERY_COUNT), with growing delays; then it stays down
+     * until the bridge starts it again, and the bridge's logcat file shows each crash. The
+     * coordinator sees each death as a disconnect (the round's drop-out: failures are data). A
+     * device that stops by itself (bye, refusal) calls stopSelfResult, so it is not redelivered.
      */
     @Override
     public int onStartCommand(Intent intent, int flags, int startId) {
         lastStartId = startId;
+        if (!foreground) {
+            stopSelfResult(startId);
+            return START_NOT_STICKY;
+        }
+        if ((flags & START_FLAG_REDELIVERY) != 0) {
+            Log.w(MainActivity.TAG, "restarted by Android after the app's process was killed: resuming the device");
+        }
         DeviceRequest request;
         try {
             request = DeviceRequest.from(name -> intent == null ? null : intent.getStringExtra(name));
@@ -130,11 +191,12 @@ public final class DeviceService extends Service {
             default:
                 throw new AssertionError();
         }
-        return START_NOT_STICKY;
+        return START_REDELIVER_INTENT;
     }
 
     private void startDevice(DeviceRequest request, long run) {
         board.started(request.deviceId(), request.url());
+        stayAwake.enrolled(true);
         OkHttpClient client = http;
         if (request.pin() != null) {
             try {
@@ -221,6 +283,7 @@ public final class DeviceService extends Service {
         }
         board.connection(why);
         device = null;
+        stayAwake.enrolled(false);
         stopSelfResult(lastStartId);
     }
 
@@ -243,7 +306,10 @@ public final class DeviceService extends Service {
         }
         boolean wasRunning = runs.ended(runs.current()); // the runner's own end, posted later, is then a no-op
         stopDevice();
-        trainer.close();
+        stayAwake.enrolled(false);
+        unregisterReceiver(power);
+        // Never on the main thread: closing waits for a task in training to reach its next step.
+        Background.close(trainer, "trainer", (line, e) -> Log.e(MainActivity.TAG, line, e));
         http.dispatcher().cancelAll();
         http.dispatcher().executorService().shutdown();
         http.connectionPool().evictAll();

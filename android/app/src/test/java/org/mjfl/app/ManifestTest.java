@@ -81,4 +81,43 @@ class ManifestTest {
         }
         assertEquals(List.of("127.0.0.1", "localhost"), cleartext);
     }
+
+    @Test
+    void onlyTheBootLogRunsBeforeTheFirstUnlockAndNothingElseMayCallIt() throws Exception {
+        Document m = read(MAIN.resolve("AndroidManifest.xml"));
+        List<String> directBoot = new ArrayList<>();
+        for (String tag : List.of("application", "activity", "service", "receiver", "provider")) {
+            for (Element e : elements(m, tag)) {
+                if (e.getAttributeNS(ANDROID, "directBootAware").equals("true")) {
+                    directBoot.add(e.getAttributeNS(ANDROID, "name"));
+                }
+            }
+        }
+        assertEquals(List.of(".BootLog"), directBoot, "the app's storage is credential-encrypted: the rest waits");
+        Element boot = elements(m, "receiver").get(0);
+        assertEquals("false", boot.getAttributeNS(ANDROID, "exported"), "the system's broadcasts reach it regardless");
+        List<String> actions = new ArrayList<>();
+        for (Element a : elements(m, "action")) {
+            if (a.getParentNode().getParentNode() == boot) {
+                actions.add(a.getAttributeNS(ANDROID, "name"));
+            }
+        }
+        assertEquals(List.of(ServiceStarts.LOCKED_BOOT_COMPLETED, ServiceStarts.BOOT_COMPLETED), actions);
+    }
+
+    @Test
+    void theDevicesClockIsElapsedRealtimeWhichCountsSuspend() throws Exception {
+        // Clock.SYSTEM (System.nanoTime) stops while the phone is suspended; heartbeats and
+        // deadlines must be on AndroidClock.ELAPSED. Read from the sources: they run only on a phone.
+        Path app = MAIN.resolve("java/org/mjfl/app");
+        for (String file : List.of("DeviceService.java", "AndroidFacts.java")) {
+            String src = Files.readString(app.resolve(file));
+            assertTrue(!src.contains("Clock.SYSTEM"), file + " uses Clock.SYSTEM");
+        }
+        String service = Files.readString(app.resolve("DeviceService.java"));
+        assertTrue(service.contains("new ExecuTorchTrainer(new AndroidMemory(this), AndroidClock.ELAPSED)"));
+        assertTrue(service.contains("Clock clock = AndroidClock.ELAPSED;") && service.contains(".clock(clock)"));
+        assertTrue(Files.readString(app.resolve("AndroidClock.java"))
+                .contains("Clock.ofNanos(SystemClock::elapsedRealtimeNanos)"));
+    }
 }

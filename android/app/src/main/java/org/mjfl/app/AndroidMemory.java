@@ -7,10 +7,12 @@ import org.mjfl.app.training.MemoryBudget;
 /**
  * The memory a phone can give training programs now: {@code ActivityManager.MemoryInfo.availMem}
  * less the system's low-memory {@code threshold} (below it Android starts killing processes) and
- * a margin for what training allocates besides the program (the task's weights, the batch).
+ * a margin for what the budget does not itemise (the runtime's own allocations, the answer's
+ * frames); and the room left in the app's Java heap ({@code Runtime.maxMemory()}, the heap's cap,
+ * less what is in use), where the task's Java copies go.
  */
 public final class AndroidMemory implements MemoryBudget {
-    /** Room kept for training's own allocations on top of the programs' planned memory. */
+    /** Room kept for what MemoryNeed does not count (the runtime's own, the answer's frames). */
     public static final long MARGIN_BYTES = 64L << 20;
 
     private final ActivityManager activities;
@@ -27,5 +29,11 @@ public final class AndroidMemory implements MemoryBudget {
         ActivityManager.MemoryInfo info = new ActivityManager.MemoryInfo();
         activities.getMemoryInfo(info);
         return info.availMem - info.threshold - MARGIN_BYTES;
+    }
+
+    @Override
+    public long heapBytes() {
+        Runtime r = Runtime.getRuntime();
+        return r.maxMemory() - (r.totalMemory() - r.freeMemory());
     }
 }

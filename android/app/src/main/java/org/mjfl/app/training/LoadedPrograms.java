@@ -1,28 +1,23 @@
 package org.mjfl.app.training;
 
 import java.nio.file.Path;
-import java.util.Iterator;
-import java.util.LinkedHashMap;
 import java.util.Locale;
-import java.util.Map;
+import org.mjfl.client.train.TrainingTask;
 
 /**
- * The training programs a device keeps loaded between tasks: the one in use, and others used
- * before only while their planned memory leaves room ({@link MemoryBudget}), at most
- * {@link #MAX_PROGRAMS}; least recently used out first, closed as they go. A program whose
- * planned memory does not fit even once the others are closed is refused before it is loaded.
- * One thread at a time.
+ * The one training program a device keeps loaded between tasks (docs/models.md): the last one
+ * used. A task of another program closes it, then loads its own. Before every task its whole
+ * {@link MemoryNeed} (the program's planned memory and file when it is not loaded yet, the
+ * optimizer's momentum buffers, the Java copies of the weights and of a batch) is checked against
+ * the {@link MemoryBudget}; a task that does not fit is refused with its figures before anything
+ * is closed or loaded. One thread at a time.
  */
 final class LoadedPrograms implements AutoCloseable {
-    /** A cap beside memory: a device rarely serves more jobs at once, and each holds a file open. */
-    static final int MAX_PROGRAMS = 4;
-    private static final long MB = 1L << 20;
-
     private final ProgramTrainer.Loader loader;
     private final MemoryBudget memory;
-    private final Map<Path, Loaded> programs = new LinkedHashMap<>(8, 0.75f, true); // access order: LRU first
-
-    private record Loaded(TrainingProgram program, long plannedBytes) {}
+    private Path path;
+    private TrainingProgram program;
+    private long programBytes; // the loaded program's planned memory and file: freed when it closes
 
     LoadedPrograms(ProgramTrainer.Loader loader, MemoryBudget memory) {
         this.loader = loader;
@@ -30,76 +25,50 @@ final class LoadedPrograms implements AutoCloseable {
     }
 
     /**
-     * The loaded program of {@code path}, loading it if need be (and closing others to make room).
+     * The loaded program of {@code task}, loading it (and closing the other) if need be.
      *
-     * @throws ProgramException when its planned memory cannot fit, or its file is not a training program
+     * @throws ProgramException when the task cannot fit the memory the phone has, or its file is
+     *     not a training program
      */
-    TrainingProgram get(Path path) throws Exception {
-        Loaded known = programs.get(path);
-        if (known != null) {
-            return known.program;
+    TrainingProgram get(TrainingTask task) throws Exception {
+        Path p = task.program();
+        boolean loaded = program != null && p.equals(path);
+        ProgramSignature sig = loaded ? program.signature() : loader.read(p);
+        long file = loaded ? 0 : loader.fileBytes(p);
+        MemoryNeed need = MemoryNeed.of(sig, loaded, file, task);
+        // Another program's memory counts as available: it is closed before this one loads.
+        long room = MemoryNeed.add(memory.availableBytes(), program != null && !loaded ? programBytes : 0);
+        if (need.total() > room) {
+            throw new ProgramException(String.format(Locale.ROOT, "task needs %d MB (%s); the phone has %d MB available",
+                    MemoryNeed.up(need.total()), need.parts(), MemoryNeed.down(room)));
         }
-        ProgramSignature signature = loader.read(path);
-        long need = signature.plannedBytes();
-        long room = memory.availableBytes();
-        long held = 0;
-        for (Loaded l : programs.values()) {
-            held = saturatedAdd(held, l.plannedBytes);
-        }
-        long most = saturatedAdd(room, held);
-        if (need > most) {
-            // Rounded so that the figures never read equal: need up, room down.
+        long heap = memory.heapBytes();
+        if (need.javaBytes() > heap) {
             throw new ProgramException(String.format(Locale.ROOT,
-                    "program needs %d MB of planned memory; the phone has %d MB available",
-                    ceilDiv(need, MB), Math.floorDiv(Math.max(0, most), MB)));
+                    "task needs %d MB of Java heap for its weights and batches; the app's heap has %d MB free",
+                    MemoryNeed.up(need.javaBytes()), MemoryNeed.down(heap)));
         }
-        while (!programs.isEmpty() && (need > room || programs.size() >= MAX_PROGRAMS)) {
-            room = saturatedAdd(room, closeEldest());
+        if (!loaded) {
+            close();
+            program = loader.load(p, sig);
+            path = p;
+            programBytes = MemoryNeed.add(need.plannedBytes(), need.programBytes());
         }
-        TrainingProgram p = loader.load(path, signature);
-        programs.put(path, new Loaded(p, need));
-        return p;
+        return program;
     }
 
-    /** After a task: closes programs other than the last one used while memory is short. */
-    void trim() {
-        long room = memory.availableBytes();
-        while (programs.size() > 1 && room < 0) {
-            room = saturatedAdd(room, closeEldest());
-        }
-    }
-
-    int size() {
-        return programs.size();
-    }
-
-    /** Closes the least recently used program; returns its planned bytes. */
-    private long closeEldest() {
-        Iterator<Loaded> it = programs.values().iterator();
-        Loaded eldest = it.next();
-        it.remove();
-        eldest.program.close();
-        return eldest.plannedBytes;
+    boolean loaded(Path p) {
+        return program != null && p.equals(path);
     }
 
     @Override
     public void close() {
-        for (Loaded l : programs.values()) {
-            l.program.close();
+        if (program != null) {
+            TrainingProgram p = program;
+            program = null;
+            path = null;
+            programBytes = 0;
+            p.close();
         }
-        programs.clear();
-    }
-
-    private static long saturatedAdd(long a, long b) {
-        long s = a + b;
-        // Overflow only when both have the same sign and the sum's differs.
-        if (((a ^ s) & (b ^ s)) < 0) {
-            return a < 0 ? Long.MIN_VALUE : Long.MAX_VALUE;
-        }
-        return s;
-    }
-
-    private static long ceilDiv(long a, long b) {
-        return -Math.floorDiv(-a, b);
     }
 }

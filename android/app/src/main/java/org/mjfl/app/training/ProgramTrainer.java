@@ -28,9 +28,11 @@ import org.mjfl.client.train.TrainingTask;
  * The batch order and the noise come from the task's seed ({@link TaskRandom}), so a task trains
  * the same on every device.
  *
- * <p>Programs stay loaded between tasks while memory allows ({@link MemoryBudget}): a task
- * writes its weights into the program before its first step and closes its optimizer after its
- * last, so nothing carries over between tasks but the loaded program. One thread at a time.
+ * <p>The last program used stays loaded between tasks ({@link LoadedPrograms}), and a task is
+ * refused before anything loads when all it needs does not fit ({@link MemoryBudget},
+ * {@link MemoryNeed}): a task writes its weights into the program before its first step and
+ * closes its optimizer after its last, so nothing carries over between tasks but the loaded
+ * program. One thread at a time.
  */
 public final class ProgramTrainer implements AutoCloseable {
     /** The reason of the {@link CancellationException} that stops a task at its deadline. */
@@ -46,6 +48,11 @@ public final class ProgramTrainer implements AutoCloseable {
             return ProgramSignature.read(program, TrainingProgram.METHOD);
         }
 
+        /** The program file's size: read into memory with its constants when it loads. */
+        default long fileBytes(Path program) throws IOException {
+            return java.nio.file.Files.size(program);
+        }
+
         /** Loads the program whose file {@link #read} described as {@code signature}. */
         TrainingProgram load(Path program, ProgramSignature signature) throws Exception;
     }
@@ -54,7 +61,7 @@ public final class ProgramTrainer implements AutoCloseable {
     private final Clock clock;
 
     /**
-     * @param memory what the device can give programs; one stays loaded, more while they fit
+     * @param memory what the device can give a task; the program of the last task stays loaded
      * @param clock the scale of {@link TrainingTask#deadlineAt()} (the device's clock); also
      *     times {@code compute_s}
      */
@@ -69,17 +76,13 @@ public final class ProgramTrainer implements AutoCloseable {
      * @param batchNormPixels the provision's {@code batch_norm_pixels} (empty without batch norm)
      * @param cancelled checked before every step
      * @throws ProgramException when the program, the task or the shard does not fit the contract,
-     *     or the program's planned memory does not fit the device (refused before loading it)
+     *     or what the task needs in memory does not fit the device (refused before loading anything)
      * @throws CancellationException when {@code cancelled} turned true ("cancelled"), or at the
      *     first step boundary after the task's deadline ({@link #DEADLINE_PASSED})
      */
     public TrainingResult train(TrainingTask task, long[] batchNormPixels, BooleanSupplier cancelled)
             throws Exception {
-        try {
-            return trainLoaded(task, programs.get(task.program()), batchNormPixels, cancelled);
-        } finally {
-            programs.trim();
-        }
+        return trainLoaded(task, programs.get(task), batchNormPixels, cancelled);
     }
 
     private TrainingResult trainLoaded(TrainingTask task, TrainingProgram program, long[] batchNormPixels,

@@ -18,6 +18,8 @@ final class FakeLoader implements ProgramTrainer.Loader {
     final boolean batchNorm;
     final List<long[]> noise;
     final Map<Path, Long> planned = new HashMap<>();
+    /** Each path's file size (0 unless set). */
+    final Map<Path, Long> fileBytes = new HashMap<>();
     final List<Path> reads = new ArrayList<>();
     final List<Path> loads = new ArrayList<>();
     final Map<Path, FakeProgram> byPath = new HashMap<>();
@@ -39,6 +41,11 @@ final class FakeLoader implements ProgramTrainer.Loader {
     public ProgramSignature read(Path program) throws ProgramException {
         reads.add(program);
         return FakeProgram.signature(sampleShape, classes, maxBatch, batchNorm, noise, planned.getOrDefault(program, 0L));
+    }
+
+    @Override
+    public long fileBytes(Path program) {
+        return fileBytes.getOrDefault(program, 0L);
     }
 
     @Override

@@ -326,82 +326,109 @@ class ProgramTrainerTest {
         return () -> capacity - loader.openPlanned();
     }
 
+    private static TrainingTask on(String program, double momentum) {
+        return task(Path.of(program), shard(4), weights(false, null), 1, 2, momentum, Double.POSITIVE_INFINITY, SEED);
+    }
+
     private TrainingResult trainOn(ProgramTrainer t, String program) throws Exception {
-        return t.train(task(Path.of(program), shard(4), weights(false, null), 1, 2, 0.0, Double.POSITIVE_INFINITY, SEED),
-                new long[0], () -> false);
+        return t.train(on(program, 0.0), new long[0], () -> false);
+    }
+
+    /** What {@code task} needs when its program is not loaded, by the loader's signature and file size. */
+    private MemoryNeed need(TrainingTask task) throws Exception {
+        return MemoryNeed.of(loader.read(task.program()), false, loader.fileBytes(task.program()), task);
     }
 
     @Test
-    void withMemoryToSpareAFewProgramsStayLoadedAndTheRestAreClosed() throws Exception {
+    void oneProgramStaysLoadedAndAnotherJobsTaskClosesItFirst() throws Exception {
         ProgramTrainer t = trainer(false, List.of());
-        for (int job = 0; job <= LoadedPrograms.MAX_PROGRAMS; job++) {
-            trainOn(t, "job" + job + ".pte");
-        }
-        assertTrue(loader.all.get(0).closed);
-        assertFalse(loader.all.get(1).closed);
-        trainOn(t, "job1.pte");
-        assertEquals(LoadedPrograms.MAX_PROGRAMS + 1, loader.loads.size(), "job1 was still loaded");
+        trainOn(t, "a.pte");
+        trainOn(t, "a.pte");
+        assertEquals(List.of(Path.of("a.pte")), loader.loads, "the program in use stays loaded");
+        trainOn(t, "b.pte");
+        assertTrue(loader.byPath.get(Path.of("a.pte")).closed, "docs/models.md: one program loaded");
+        trainOn(t, "a.pte");
+        assertEquals(List.of(true, true, false), loader.all.stream().map(p -> p.closed).toList());
         t.close();
         assertTrue(loader.all.stream().allMatch(p -> p.closed));
     }
 
     @Test
-    void programsStayLoadedOnlyWhileTheirPlannedMemoryFitsLeastRecentlyUsedOutFirst() throws Exception {
-        ProgramTrainer t = trainer(false, List.of(), phone(700 * MB));
-        for (String job : new String[] {"a", "b", "c", "d"}) {
-            loader.planned.put(Path.of(job + ".pte"), 300 * MB);
-        }
-        trainOn(t, "a.pte");
-        trainOn(t, "b.pte");
-        assertEquals(List.of(false, false), loader.all.stream().map(p -> p.closed).toList(), "two fit in 700 MB");
-        trainOn(t, "c.pte");
-        assertEquals(List.of(true, false, false), loader.all.stream().map(p -> p.closed).toList(), "a made room for c");
-        trainOn(t, "b.pte");
-        trainOn(t, "d.pte");
-        assertTrue(loader.byPath.get(Path.of("c.pte")).closed, "c was used least recently");
-        assertFalse(loader.byPath.get(Path.of("b.pte")).closed);
-        assertEquals(List.of("a.pte", "b.pte", "c.pte", "d.pte"), loader.loads.stream().map(Path::toString).toList());
+    void aTasksNeedCountsTheProgramFileMomentumAndTheJavaCopies() throws Exception {
+        trainer(false, List.of());
+        loader.planned.put(Path.of("a.pte"), 100 * MB);
+        loader.fileBytes.put(Path.of("a.pte"), 7 * MB);
+        TrainingTask plain = on("a.pte", 0.0);
+        MemoryNeed n = need(plain);
+        ProgramSignature sig = loader.read(Path.of("a.pte"));
+        long parameters = sig.parameterShapes().stream().mapToLong(Tensor::numel).sum();
+        long weights = plain.weights().stream().mapToLong(Tensor::numel).sum();
+        assertEquals(100 * MB, n.plannedBytes());
+        assertEquals(7 * MB, n.programBytes());
+        assertEquals(0, n.momentumBytes(), "plain SGD keeps no buffer");
+        assertEquals(3 * 4 * weights, n.weightCopyBytes(), "float copies in, trained copies out, the result's");
+        long sample = Tensor.numel(SAMPLE);
+        assertEquals(2 * (2 * sample * 4 + 2 * 8), n.batchBytes(), "a batch of 2 in Java and as input tensors");
+        assertEquals(4 * parameters, need(on("a.pte", 0.9)).momentumBytes(), "momentum: a float copy of the parameters");
+        MemoryNeed loaded = MemoryNeed.of(sig, true, 7 * MB, plain);
+        assertEquals(0, loaded.plannedBytes() + loaded.programBytes(), "a loaded program's memory is in use already");
+        assertEquals(n.total() - 107 * MB, loaded.total());
     }
 
     @Test
-    void aProgramThatCannotFitIsRefusedBeforeLoadingNamingBothFigures() throws Exception {
-        ProgramTrainer t = trainer(false, List.of(), () -> 210 * MB);
-        loader.planned.put(PROGRAM, 362 * MB);
-        ProgramException e = assertThrows(ProgramException.class,
-                () -> t.train(task(shard(4), weights(false, null), 1, 2, 0.0), new long[0], () -> false));
-        assertEquals("program needs 362 MB of planned memory; the phone has 210 MB available", e.getMessage());
-        assertEquals(List.of(PROGRAM), loader.reads);
+    void aTaskThatCannotFitIsRefusedBeforeLoadingNamingEveryPart() throws Exception {
+        trainer(false, List.of());
+        loader.planned.put(Path.of("a.pte"), 200 * MB);
+        loader.fileBytes.put(Path.of("a.pte"), 15 * MB);
+        TrainingTask task = on("a.pte", 0.9);
+        long exact = need(task).total();
+        // The program alone (its planned memory, the old check) would fit; with its file and the rest it does not.
+        ProgramTrainer t = new ProgramTrainer(loader, () -> exact - 1, clock);
+        ProgramException e = assertThrows(ProgramException.class, () -> t.train(task, new long[0], () -> false));
+        assertEquals("task needs " + MemoryNeed.up(exact) + " MB (planned 200 MB + program 15 MB + momentum 1 MB"
+                + " + weights 1 MB + batches 1 MB); the phone has " + MemoryNeed.down(exact - 1) + " MB available",
+                e.getMessage());
         assertEquals(List.of(), loader.loads, "nothing was loaded");
+        ProgramTrainer fits = new ProgramTrainer(loader, () -> exact, clock);
+        fits.train(task, new long[0], () -> false);
+        assertEquals(List.of(Path.of("a.pte")), loader.loads);
+    }
 
-        // What loaded programs hold counts as available: closing them would free it.
-        ProgramTrainer u = trainer(false, List.of(), phone(400 * MB));
+    @Test
+    void theLoadedProgramsMemoryCountsAsAvailableAndARefusalClosesNothing() throws Exception {
+        ProgramTrainer t = trainer(false, List.of(), phone(400 * MB));
         loader.planned.put(Path.of("small.pte"), 150 * MB);
         loader.planned.put(Path.of("big.pte"), 390 * MB);
-        loader.planned.put(Path.of("huge.pte"), 401 * MB);
-        trainOn(u, "small.pte");
-        e = assertThrows(ProgramException.class, () -> trainOn(u, "huge.pte"));
-        assertEquals("program needs 401 MB of planned memory; the phone has 400 MB available", e.getMessage());
+        loader.planned.put(Path.of("huge.pte"), 400 * MB);
+        trainOn(t, "small.pte");
+        ProgramException e = assertThrows(ProgramException.class, () -> trainOn(t, "huge.pte"));
+        assertTrue(e.getMessage().startsWith("task needs 401 MB (planned 400 MB + weights 1 MB + batches 1 MB);"
+                + " the phone has 400 MB available"), e.getMessage());
         assertFalse(loader.byPath.get(Path.of("small.pte")).closed, "a refusal closes nothing");
-        trainOn(u, "big.pte");
+        trainOn(t, "big.pte"); // 250 MB free + small's 150 MB once it is closed
         assertTrue(loader.byPath.get(Path.of("small.pte")).closed);
     }
 
     @Test
-    void afterATaskIdleProgramsAreClosedWhileMemoryIsShort() throws Exception {
-        long[] capacity = {1000 * MB};
-        ProgramTrainer t = trainer(false, List.of(), () -> capacity[0] - loader.openPlanned());
-        for (String job : new String[] {"a", "b", "c"}) {
-            loader.planned.put(Path.of(job + ".pte"), 200 * MB);
-        }
-        trainOn(t, "a.pte");
-        trainOn(t, "b.pte");
-        trainOn(t, "c.pte");
-        capacity[0] = 500 * MB; // other apps took memory: 100 MB short
-        trainOn(t, "c.pte");
-        assertEquals(List.of(true, false, false), loader.all.stream().map(p -> p.closed).toList());
-        capacity[0] = 0;
-        trainOn(t, "c.pte");
-        assertEquals(List.of(true, true, false), loader.all.stream().map(p -> p.closed).toList(),
-                "the program in use stays loaded");
+    void theJavaCopiesMustFitTheHeapToo() throws Exception {
+        trainer(false, List.of());
+        TrainingTask task = on("a.pte", 0.0);
+        long java = need(task).javaBytes();
+        MemoryBudget tightHeap = new MemoryBudget() {
+            @Override
+            public long availableBytes() {
+                return Long.MAX_VALUE;
+            }
+
+            @Override
+            public long heapBytes() {
+                return java - 1;
+            }
+        };
+        ProgramException e = assertThrows(ProgramException.class,
+                () -> new ProgramTrainer(loader, tightHeap, clock).train(task, new long[0], () -> false));
+        assertEquals("task needs 1 MB of Java heap for its weights and batches; the app's heap has 0 MB free",
+                e.getMessage());
+        assertEquals(List.of(), loader.loads);
     }
 }

@@ -1,6 +1,5 @@
 package org.mjfl.app;
 
-import java.lang.reflect.Field;
 import java.nio.Buffer;
 import java.nio.FloatBuffer;
 import java.nio.file.Path;
@@ -10,7 +9,6 @@ import java.util.HashSet;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.logging.Level;
 import java.util.logging.Logger;
 import org.mjfl.app.training.Batch;
 import org.mjfl.app.training.ProgramException;
@@ -113,21 +111,9 @@ final class ExecuTorchProgram implements TrainingProgram {
         return new Run(sgd);
     }
 
-    /**
-     * Frees the optimizer's native memory now: {@code HybridData.resetNative()} on its
-     * {@code mHybridData}, the field fbjni's C++ side finds every hybrid object's native part by
-     * (so its name is fixed). Where that cannot be reached (another runtime build, a test
-     * double), the garbage collector frees it later, as it always did.
-     */
+    /** Frees the optimizer's native memory (its momentum buffers) now ({@link NativeRelease}). */
     private static void release(SGD sgd) {
-        try {
-            Field f = SGD.class.getDeclaredField("mHybridData");
-            f.setAccessible(true);
-            Object hybrid = f.get(sgd);
-            hybrid.getClass().getMethod("resetNative").invoke(hybrid);
-        } catch (ReflectiveOperationException | RuntimeException e) {
-            LOG.log(Level.FINE, "the optimizer's native memory waits for the garbage collector", e);
-        }
+        NativeRelease.resetNative(sgd, SGD.class, "the optimizer's native memory", LOG);
     }
 
     private static void write(Tensor t, String name, float[] values) throws ProgramException {

@@ -485,14 +485,15 @@ public final class Device {
 
     /**
      * The task's seed; when the coordinator sent none (an older one), a seed the device draws
-     * itself, logged so that the run can be replayed.
+     * itself, logged at INFO so that the run can be replayed (docs/models.md): the level the app's
+     * logcat handler and mjfl-device's log keep.
      */
     private long seed(Message.Task task) {
         if (task.seed() != null) {
             return task.seed();
         }
         long drawn = java.util.concurrent.ThreadLocalRandom.current().nextLong() >>> 1; // 0 to 2^63 - 1
-        LOG.fine(() -> id() + ": task " + task.taskId() + " carries no seed; the device drew " + drawn);
+        LOG.info(id() + ": task " + task.taskId() + " carries no seed; the device drew " + drawn);
         return drawn;
     }
 

@@ -556,6 +556,35 @@ class DeviceLoopbackTest {
 
     @Test
     void theTrainerGetsTheTasksSeedOrOneTheDeviceDrew() throws Exception {
+        // The drawn seeds' lines, at the level the app's logcat handler keeps (INFO).
+        java.util.logging.Logger log = java.util.logging.Logger.getLogger(Device.class.getName());
+        java.util.logging.Level was = log.getLevel();
+        List<java.util.logging.LogRecord> lines = java.util.Collections.synchronizedList(new ArrayList<>());
+        java.util.logging.Handler keep = new java.util.logging.Handler() {
+            @Override
+            public void publish(java.util.logging.LogRecord r) {
+                if (r.getLevel().intValue() >= java.util.logging.Level.INFO.intValue()) {
+                    lines.add(r);
+                }
+            }
+
+            @Override
+            public void flush() {}
+
+            @Override
+            public void close() {}
+        };
+        log.setLevel(java.util.logging.Level.INFO);
+        log.addHandler(keep);
+        try {
+            trainWithAndWithoutSeeds(lines);
+        } finally {
+            log.removeHandler(keep);
+            log.setLevel(was);
+        }
+    }
+
+    private void trainWithAndWithoutSeeds(List<java.util.logging.LogRecord> lines) throws Exception {
         List<Long> seeds = java.util.Collections.synchronizedList(new ArrayList<>());
         Trainer trainer = (task, cancelled) -> {
             seeds.add(task.seed());
@@ -576,6 +605,10 @@ class DeviceLoopbackTest {
         assertEquals(Long.MAX_VALUE, seeds.get(0));
         assertTrue(seeds.get(1) >= 0 && seeds.get(2) >= 0, seeds.toString());
         assertFalse(seeds.get(1).equals(seeds.get(2)), "each unseeded task draws its own: " + seeds);
+        for (int i = 1; i <= 2; i++) {
+            String want = "task unseeded-" + i + " carries no seed; the device drew " + seeds.get(i);
+            assertTrue(lines.stream().anyMatch(r -> r.getMessage().endsWith(want)), want + " not logged at INFO");
+        }
         p.sayBye(Codes.GOING_AWAY, "done", 1001);
         assertEquals(Device.Stop.COORDINATOR_BYE, stopOf(stop));
     }

@@ -90,9 +90,12 @@ record MemoryNeed(long plannedBytes, long programBytes, long momentumBytes, long
         return s;
     }
 
+    /** Saturates at Long.MAX_VALUE (the figures are sizes: never negative). */
     private static long times(long a, long b) {
-        long hi = Math.multiplyHigh(a, b);
-        long lo = a * b;
-        return (hi == 0 && lo >= 0) || (hi == -1 && lo < 0) ? lo : Long.MAX_VALUE;
+        try {
+            return Math.multiplyExact(a, b);
+        } catch (ArithmeticException e) {
+            return Long.MAX_VALUE;
+        }
     }
 }

@@ -93,14 +93,23 @@ public final class DeviceService extends Service {
                 .readTimeout(Duration.ZERO) // liveness is the protocol's heartbeats (protocol.md 10)
                 .writeTimeout(Duration.ZERO)
                 .build();
-        // Held per task by WakefulTrainer, never for the service's life: an idle phone sleeps.
+        // Held per task by WakefulTrainer, on battery as on power.
         wakeLock = getSystemService(PowerManager.class).newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:training");
         wakeLock.setReferenceCounted(false); // acquire(timeout) then replaces the earlier timeout
-        // Held while a device runs and the phone is on power (StayAwake says why, and its cost).
+        stayAwake = stayAwakeOnPower();
+        trainer = new ExecuTorchTrainer(new AndroidMemory(this), AndroidClock.ELAPSED);
+        board.listen(notifier);
+    }
+
+    /**
+     * The lock held while a device runs and the phone is on power ({@link StayAwake} says why, and
+     * its cost), fed by the battery broadcast ({@link #power}, unregistered in onDestroy).
+     */
+    private StayAwake stayAwakeOnPower() {
         PowerManager.WakeLock enrolled = getSystemService(PowerManager.class)
                 .newWakeLock(PowerManager.PARTIAL_WAKE_LOCK, "mjfl:enrolled");
         enrolled.setReferenceCounted(false);
-        stayAwake = new StayAwake(new StayAwake.Lock() {
+        StayAwake awake = new StayAwake(new StayAwake.Lock() {
             @Override
             public void acquire() {
                 enrolled.acquire(); // no timeout: released on unplug, on the device's end and in onDestroy
@@ -116,14 +125,13 @@ public final class DeviceService extends Service {
         power = new BroadcastReceiver() {
             @Override
             public void onReceive(Context context, Intent battery) {
-                stayAwake.onPower(DeviceState.onPower(battery.getIntExtra(BatteryManager.EXTRA_PLUGGED, -1),
+                awake.onPower(DeviceState.onPower(battery.getIntExtra(BatteryManager.EXTRA_PLUGGED, -1),
                         battery.getIntExtra(BatteryManager.EXTRA_STATUS, -1)));
             }
         };
         // A system broadcast: no RECEIVER_EXPORTED flag needed; the sticky intent arrives at once.
         registerReceiver(power, new IntentFilter(Intent.ACTION_BATTERY_CHANGED));
-        trainer = new ExecuTorchTrainer(new AndroidMemory(this), AndroidClock.ELAPSED);
-        board.listen(notifier);
+        return awake;
     }
 
     /**

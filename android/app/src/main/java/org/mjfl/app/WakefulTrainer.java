@@ -7,9 +7,10 @@ import org.mjfl.client.train.TrainingResult;
 import org.mjfl.client.train.TrainingTask;
 
 /**
- * A {@link Trainer} that keeps the CPU awake while a task trains, and not otherwise: a phone
- * with its screen off trains at full speed, and sleeps between rounds (an idle phone still
- * answers the coordinator's heartbeats: their packets wake it, protocol.md section 10).
+ * A {@link Trainer} that keeps the CPU awake while a task trains: a phone with its screen off
+ * trains at full speed, on battery as on power. Between tasks, a phone on power is kept awake by
+ * {@link StayAwake}; one on battery sleeps, and the coordinator's packets wake it (protocol.md
+ * section 10).
  *
  * <p>The wake lock is taken per task with a timeout, so that nothing can keep it forever: the
  * time to the task's deadline (protocol.md 5.4; the trainer stops at the deadline), at most

@@ -15,8 +15,11 @@ What mjfl does on a phone, command by command (docs/phones.md lists them too):
     sync SEND /data/local/tmp/mjfl-app.apk; pm install -r -t ...    install
     am start -n org.mjfl.app/.StartActivity --es url ... (+ device_id, token)
     pidof org.mjfl.app                                              is the app running
+    settings get global stay_on_while_plugged_in; svc power stayon true   kept awake while served
+    settings put global stay_on_while_plugged_in N                  put back at the end
+    host:connect:HOST:PORT                                          a phone over wireless debugging
     am start -n org.mjfl.app/.SelfTestActivity ...; logcat -d ...   the first-day check (selftest.py)
-    logcat -v threadtime MJFL:V AndroidRuntime:E *:S                its log
+    logcat -v threadtime MJFL:V AndroidRuntime:E libc:F DEBUG:F ... its log, and why it ended (deaths.py)
     am force-stop org.mjfl.app                                      the end of the run
 """
 
@@ -44,8 +47,14 @@ APP_ACTIVITY = f"{APP_PACKAGE}/.StartActivity"
 LOG_TAG = "MJFL"
 REMOTE_APK = "/data/local/tmp/mjfl-app.apk"
 DEFAULT_PORT = 5037
-# The app's own lines, and the stack trace when it crashes.
-LOGCAT = ["logcat", "-v", "threadtime", f"{LOG_TAG}:V", "AndroidRuntime:E", "*:S"]
+# The app's own lines, its stack trace when Java code throws, and the system's lines that say why a
+# process ended: a native crash's fatal signal and tombstone (libc, DEBUG, crash_dump, tombstoned), the
+# low-memory killer's kills (lowmemorykiller is lmkd's tag; lmkd some vendors'), and ActivityManager's
+# kills, ANRs and deaths. These system tags are every app's: deaths.AppLines keeps only the app's lines.
+LOGCAT = [
+    "logcat", "-v", "threadtime", f"{LOG_TAG}:V", "AndroidRuntime:E", "libc:F", "DEBUG:F", "crash_dump64:I",
+    "crash_dump32:I", "tombstoned:I", "lowmemorykiller:I", "lmkd:I", "ActivityManager:I", "*:S",
+]  # fmt: skip
 
 # PowerManager.THERMAL_STATUS_* (Android 10+), as `dumpsys thermalservice` prints them.
 THERMAL_STATUS = ("none", "light", "moderate", "severe", "critical", "emergency", "shutdown")
@@ -264,6 +273,18 @@ class Adb:
         self.check()
         with self._errors("listing phones"):
             return [AttachedPhone(p.serial, p.state) for p in self._client.list()]
+
+    def connect(self, address: str) -> None:
+        """Connect a phone over wireless debugging (``adb connect HOST:PORT``; paired once by hand with
+        ``adb pair``, docs/phones.md); it is then listed as ``HOST:PORT``. PhoneError when it does not answer."""
+        self.check()
+        with self._errors(f"adb connect {address}"):
+            answer = str(self._client.connect(address, timeout=self.timeout_s)).strip()
+        if not answer.startswith(("connected to", "already connected to")):
+            raise PhoneError(
+                f"adb connect {address}: {answer or 'no answer'} (is wireless debugging on, the phone paired"
+                " with adb pair, and the port the one the phone shows now? docs/phones.md, energy)"
+            )
 
     def track(self, on_change: Callable[[list[AttachedPhone]], None], stop: threading.Event) -> None:
         """Call ``on_change`` with the full list now and after every plug, unplug or state change, until ``stop``.

@@ -35,6 +35,11 @@ from mjfl.errors import PhoneError
 from mjfl.logs import phone_log_name
 
 PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"
+# The log the bridge asks of a phone: the app's tags and the system's that say how a process ended.
+LOGCAT = (
+    "shell:logcat -v threadtime MJFL:V AndroidRuntime:E libc:F DEBUG:F crash_dump64:I crash_dump32:I tombstoned:I"
+    " lowmemorykiller:I lmkd:I ActivityManager:I '*:S'"
+)
 FACTS_COMMANDS = [
     "shell:getprop",
     "shell:cat /proc/meminfo",
@@ -199,7 +204,7 @@ def test_logcat_is_copied_until_the_phone_is_unplugged(server: FakeAdbServer) ->
     copier.join(10)
     assert not copier.is_alive()
     assert sink.getvalue() == server_phone_log("pixel7")
-    assert server.commands(PIXEL) == ["shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'"]
+    assert server.commands(PIXEL) == [LOGCAT]
 
 
 def server_phone_log(name: str) -> bytes:
@@ -275,6 +280,8 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             assert server.commands(PIXEL)[6:] == [
                 "shell:pm grant org.mjfl.app android.permission.POST_NOTIFICATIONS",
                 "shell:dumpsys deviceidle whitelist +org.mjfl.app",
+                "shell:settings get global stay_on_while_plugged_in",  # kept to be put back
+                "shell:svc power stayon true",
                 "shell:pm path org.mjfl.app",  # which build of the app it has (a run's provenance)
                 "shell:sha256sum '/data/app/~~x/org.mjfl.app-1/base.apk'",
                 "reverse:forward:tcp:8765;tcp:8765",
@@ -282,7 +289,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
                     "shell:am start -n org.mjfl.app/.StartActivity --es url ws://127.0.0.1:8765"
                     f" --es device_id {PIXEL} --es token t"
                 ),
-                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+                LOGCAT,
             ]
             assert run.apps == {PIXEL: hashlib.sha256(b"installed by hand").hexdigest()}  # the moto was left out
 
@@ -293,7 +300,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             await wait(lambda: any("is back" in line for line in said) and len(server.commands(PIXEL)) == before + 3)
             assert server.commands(PIXEL)[before:] == [
                 "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
-                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+                LOGCAT,
             ]  # fmt: skip
             assert pixel.reverses == {"tcp:8765"}
             # A reboot: the app is gone too, so it is started again.
@@ -303,7 +310,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             assert [c.split(" --es")[0] for c in server.commands(PIXEL)[before:]] == [
                 "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
                 "shell:am start -n org.mjfl.app/.StartActivity",
-                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+                LOGCAT,
             ]  # fmt: skip
             # The galaxy is authorized during the run: it is prepared and pointed like the first.
             server.set_state(GALAXY, "device")
@@ -315,7 +322,10 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
         # Leaving stops the app where it was started and takes the forwards back; nothing more is read.
         assert server.phones[PIXEL].reverses == set() and server.phones[GALAXY].reverses == set()
         for serial in (PIXEL, GALAXY):
-            assert server.commands(serial)[-2:] == ["shell:am force-stop org.mjfl.app", "reverse:killforward:tcp:8765"]
+            assert server.commands(serial)[-3:] == [
+                "shell:am force-stop org.mjfl.app", "shell:settings put global stay_on_while_plugged_in 0",
+                "reverse:killforward:tcp:8765",
+            ]  # fmt: skip
             assert server.phones[serial].app_pid is None
         assert not any("force-stop" in c for c in server.commands(MOTO)), "never started there"
         assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
@@ -408,7 +418,9 @@ async def test_phones_prepared_before_a_failure_are_stopped_too(tmp_path: Path) 
             async with run.serving(8765):
                 pytest.fail("the body must not run")
         for serial in (PIXEL, GALAXY):
-            assert server.commands(serial)[-2:] == ["shell:am force-stop org.mjfl.app", "reverse:killforward:tcp:8765"]
+            assert server.commands(serial)[-3:-1] == [
+                "shell:am force-stop org.mjfl.app", "shell:settings put global stay_on_while_plugged_in 0"
+            ]  # fmt: skip
     finally:
         server.close()
 

@@ -31,12 +31,12 @@ app on it keeps running unless the phone rebooted.
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import socket
 import struct
 import threading
 import time
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,7 +308,7 @@ class FakeAdbServer:
         elif command.startswith("host:connect:"):
             conn.sendall(b"OKAY" + _block(self._connect(command.removeprefix("host:connect:"))))
         elif command.startswith(("host:tport:serial:", "host:transport:")):
-            serial = command.rsplit(":", 1)[1]
+            serial = command.removeprefix("host:tport:serial:").removeprefix("host:transport:")  # may hold a HOST:PORT
             phone = self.phones.get(serial)
             if phone is None or phone.state != "device":
                 why = f"device '{serial}' not found" if phone is None else f"device {phone.state}"

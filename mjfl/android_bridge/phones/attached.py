@@ -169,6 +169,10 @@ class Phones:
         self._restarted: dict[str, float] = {}  # when the app was last started again after it stopped, by serial
         self._deaths: dict[str, str] = {}  # how the app last ended, by serial, as its log said (``explain``)
         self._stay_on: dict[str, str] = {}  # each phone's stay-on setting before the bridge set it, by serial
+        self.reconnect_s = RECONNECT_S
+        self.cause_wait_s = CAUSE_WAIT_S
+        """How long a lost connection's reason waits for the phone's log to say how the app ended."""
+        """How often a wireless phone that dropped is asked for again."""
         self.apps: dict[str, str | None] = {}
         """Each prepared phone's installed app: the sha256 of its base.apk as read on the phone (None: unreadable),
         by serial (its device id), read when the app is started for the coordinator (a run's provenance)."""
@@ -246,14 +250,14 @@ class Phones:
 
     async def explain(self, serial: str, reason: str) -> str:
         """``reason`` for the lost connection of the app on ``serial``, with how the app ended when its log says
-        (within ``CAUSE_WAIT_S``): e.g. "connection lost (close code 1006); the app ended: native crash (SIGSEGV)".
+        (within ``cause_wait_s``): e.g. "connection lost (close code 1006); the app ended: native crash (SIGSEGV)".
 
         Unchanged for a device that is not one of these phones, or when the log says nothing (the app still
         runs: a network drop; or a phone unplugged with it).
         """
         if serial not in self._launched:
             return reason
-        death = await asyncio.to_thread(self.logs.death, serial, wait_s=CAUSE_WAIT_S)
+        death = await asyncio.to_thread(self.logs.death, serial, wait_s=self.cause_wait_s)
         if death is None:
             return reason
         self._deaths[serial] = str(death)
@@ -301,9 +305,9 @@ class Phones:
             self.say(f"phone {serial}: its screen's stay-on setting was not put back (adb -s {serial} shell {' '.join(put)})")
 
     def _reconnect(self) -> None:
-        """Ask for the wireless phones again, every ``RECONNECT_S``, while serving (a thread): one that dropped
+        """Ask for the wireless phones again, every ``reconnect_s``, while serving (a thread): one that dropped
         (Wi-Fi, sleep, a reboot) comes back as a phone plugged in again, and is re-pointed as one."""
-        while not self._stop.wait(RECONNECT_S):
+        while not self._stop.wait(self.reconnect_s):
             try:
                 present = {p.serial for p in self.adb.phones() if p.usable}
             except PhoneError:

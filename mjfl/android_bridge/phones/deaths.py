@@ -58,8 +58,9 @@ _RANK = {"died": 0, "stopped by the system": 1, "not responding (ANR)": 2, "Java
 class AppLines:
     """One phone's log lines, read in order: which to keep (``keep``), and the app's last death (``death``)."""
 
-    def __init__(self, package: str) -> None:
+    def __init__(self, package: str, tag: str) -> None:
         self.package = package
+        self.tag = tag  # the app's own lines' tag: their pid is the app's
         self.pids: set[str] = set()  # the app's processes seen (its own lines, its starts)
         self.dumpers: set[str] = set()  # crash_dump processes dumping one of the app's processes
         self._held: dict[str, deque[bytes]] = {}  # each other process's latest lines of _HELD_TAGS, held back
@@ -80,8 +81,9 @@ class AppLines:
             return [line]
         pid, _tid, _level, tag, text = m.groups()
         if tag not in SHARED_TAGS:
-            self.pids.add(pid)  # the app's own tags (adb's filter lets no other app's through)
-            return [line]
+            if tag == self.tag:
+                self.pids.add(pid)
+            return [line]  # what adb's filter let through of tags no app shares
         about = self._about(pid, tag, text)
         if about:
             self._classify(pid, tag, text)

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from mjfl.android_bridge.phones.adb import APP_PACKAGE, LOG_TAG
 from mjfl.android_bridge.phones.deaths import AppLines, Death
 from mjfl.logs import phone_log_name
 
@@ -40,7 +41,7 @@ class _Phone:
 
     def __init__(self, remembered: int, package: str) -> None:
         self.remembered = remembered
-        self.app = AppLines(package)
+        self.app = AppLines(package, LOG_TAG)
         self.seen: OrderedDict[bytes, None] = OrderedDict()
         self.partial = b""  # the start of a line not yet ended
         self.replaying = False  # a new stream, while it repeats lines already copied
@@ -98,7 +99,7 @@ class _Cut:
 class PhoneLogs:
     """The phones' log copies (see the module docstring); the copying threads and the cuts' owner may differ."""
 
-    def __init__(self, folder: Path, *, remembered: int = 10_000, package: str = "org.mjfl.app") -> None:
+    def __init__(self, folder: Path, *, remembered: int = 10_000, package: str = APP_PACKAGE) -> None:
         self.folder = folder
         self.remembered = remembered  # lines of each phone known again in a replay (logcat's buffer holds a few thousand)
         self.package = package

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from fake_adb import PHONES, FakeAdbServer, FakePhone
+from fake_adb import LOW_MEMORY_KILL, NATIVE_CRASH, PHONES, FakeAdbServer, FakePhone
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -432,3 +432,90 @@ async def wait(predicate, timeout: float = 20.0) -> None:
     while not predicate():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def test_a_native_crash_and_a_low_memory_kill_reach_the_phones_log_and_name_the_lost_connections_cause(
+    tmp_path: Path,
+) -> None:
+    """The stand-in logs a crash as Android does, other apps' lines on the same tags among them; the
+    low-memory killer's lines come after the app is gone, as lmkd logs a kill once done."""
+    server = FakeAdbServer([FakePhone.recorded("pixel7", PIXEL, installed=True)])
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address), log_dir=tmp_path / "phones", say=said)
+    log = tmp_path / "phones" / phone_log_name(PIXEL)
+    lost = "connection lost (close code 1006)"
+    try:
+        run.attached()
+        async with run.serving(8765):
+            await wait(lambda: log.exists() and log.read_bytes() == server_phone_log("pixel7"))
+            server.crash(PIXEL, NATIVE_CRASH)
+            assert await run.explain(PIXEL, lost) == f"{lost}; the app ended: native crash (SIGSEGV in thread mjfl-trainer)"
+            run.lost(PIXEL)
+            await wait(lambda: any("started again" in line for line in said))
+            assert f"phone {PIXEL}: the app stopped (its log says: native crash (SIGSEGV in thread mjfl-trainer)); started again" in said
+
+            server.crash(PIXEL, LOW_MEMORY_KILL, logged_after=4)  # its connection's end may come first
+            reason = await run.explain(PIXEL, lost)
+            assert reason.startswith(f"{lost}; the app ended: killed for memory (low-memory killer: low watermark is breached")
+            # Neither a crash nor a kill: a network drop. Nothing is made up (after a shorter wait, for the test).
+            run.cause_wait_s = 0.5
+            assert await run.explain(PIXEL, lost) == lost
+            assert await run.explain("emulated-1", lost) == lost  # not a phone of the bridge: not waited for
+        text = log.read_text()
+        pid = server.phones[PIXEL].app_pid or 4242
+        for line in [*NATIVE_CRASH, *LOW_MEMORY_KILL]:
+            line = line.format(pid=pid)
+            about_the_app = "org.mjfl.app" in line or " 7311 " in line or "Tombstone written" in line
+            about_the_app = about_the_app and "CarrierSvcBindHelper" not in line  # a tag adb silences
+            assert (line in text) == about_the_app, line
+    finally:
+        server.close()
+
+
+async def test_a_served_phone_is_kept_awake_while_plugged_and_its_setting_put_back(tmp_path: Path) -> None:
+    pixel, galaxy = FakePhone.recorded("pixel7", PIXEL, installed=True), FakePhone.recorded("galaxy-a52", GALAXY, installed=True)
+    pixel.settings["stay_on_while_plugged_in"] = "2"  # the lab set USB itself; the galaxy never was
+    server = FakeAdbServer([pixel, galaxy])
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address), log_dir=tmp_path / "phones", say=said)
+    try:
+        run.attached()
+        async with run.serving(8765):
+            assert pixel.settings["stay_on_while_plugged_in"] == galaxy.settings["stay_on_while_plugged_in"] == "7"
+            server.unplug(PIXEL, reboot=True)  # a setting survives a reboot: not asked again
+            await wait(lambda: any(f"phone {PIXEL} left" in line for line in said))
+            server.plug(pixel)
+            await wait(lambda: any(f"phone {PIXEL} is back" in line for line in said))
+            server.unplug(GALAXY)  # gone when the service ends: how to put it back is said
+            await wait(lambda: any(f"phone {GALAXY} left" in line for line in said))
+        assert pixel.settings["stay_on_while_plugged_in"] == "2"
+        assert server.commands(PIXEL).count("shell:settings get global stay_on_while_plugged_in") == 1
+        assert (
+            f"phone {GALAXY}: its screen's stay-on setting was not put back"
+            f" (adb -s {GALAXY} shell settings put global stay_on_while_plugged_in 0)"
+        ) in said
+    finally:
+        server.close()
+
+
+async def test_a_phone_over_wireless_debugging_is_connected_and_asked_for_again_when_it_drops(tmp_path: Path) -> None:
+    address = "192.168.1.57:37099"
+    server = FakeAdbServer()
+    server.reachable[address] = FakePhone.recorded("galaxy-a52", address, installed=True)
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address, connect=(address, "192.168.1.58:41234")), log_dir=tmp_path, say=said)
+    run.reconnect_s = 0.1
+    try:
+        assert run.attached() == [address]
+        assert "adb connect 192.168.1.58:41234: failed to connect to '192.168.1.58:41234': Connection refused" in said[0]
+        async with run.serving(8765) as ready:
+            assert ready == [address] and server.phones[address].reverses == {"tcp:8765"}
+            phone = server.reachable.pop(address)  # Wi-Fi dropped: adb forgets it, and it does not answer
+            server.unplug(address)
+            await wait(lambda: any(f"phone {address} left" in line for line in said))
+            server.reachable[address] = phone  # it answers again: asked for again, it comes back and is re-pointed
+            await wait(lambda: any(f"phone {address} is back" in line for line in said))
+            assert server.phones[address].reverses == {"tcp:8765"}
+        assert server.commands(None).count(f"host:connect:{address}") >= 2
+    finally:
+        server.close()

@@ -119,6 +119,24 @@ class PhoneFacts:
     charging: bool | None
     thermal_status: int | None  # 0-6, THERMAL_STATUS; None before Android 10
     app_installed: bool
+    plugged: str | None = None  # "ac", "usb", "wireless", "dock" or "none" (the app's device_state words)
+    charge_counter_uah: int | None = None  # the fuel gauge's remaining charge, µAh; None: it reports none
+
+    def energy(self) -> tuple[bool, str]:
+        """Whether the app can measure its tasks' energy on this phone now, and why (what to do when not).
+
+        The app reads the battery's charge counter before and after a task; a
+        phone drawing from a charger (USB included: the lab's cable) measures
+        the charger, not the task, so it reports "not measured, charging".
+        """
+        if not self.charge_counter_uah:
+            return False, "no: its battery reports no charge counter (its tasks' energy is 'unsupported')"
+        if self.plugged not in (None, "none"):
+            return False, (
+                f"no: powered over {self.plugged.upper() if self.plugged in ('ac', 'usb') else self.plugged}, so it"
+                " charges during tasks; run it on battery over wireless debugging (docs/phones.md, energy)"
+            )
+        return True, "yes: on battery, with a charge counter"
 
     @property
     def thermal(self) -> str:
@@ -155,13 +173,31 @@ def parse_cpu_list(text: str) -> int | None:
     return count or None
 
 
-def parse_battery(text: str) -> tuple[int | None, bool | None]:
-    """(percent, charging) from ``dumpsys battery``: ``level``/``scale`` and the three ``powered`` lines."""
+_POWERED = {"AC powered": "ac", "USB powered": "usb", "Wireless powered": "wireless", "Dock powered": "dock"}
+
+
+def _battery_fields(text: str) -> dict[str, str]:
     fields = {}
     for line in text.splitlines():
         key, sep, value = line.strip().partition(":")
         if sep:
             fields[key.strip()] = value.strip()
+    return fields
+
+
+def parse_power(text: str) -> tuple[str | None, int | None]:
+    """(plugged, charge counter in µAh) from ``dumpsys battery``: which ``... powered`` line is true
+    ("none" when none is; None when it prints none) and ``Charge counter`` (None when absent or not positive)."""
+    fields = _battery_fields(text)
+    powered = [word for key, word in _POWERED.items() if key in fields]
+    plugged = next((word for key, word in _POWERED.items() if fields.get(key) == "true"), "none" if powered else None)
+    counter = fields.get("Charge counter", "")
+    return plugged, int(counter) if counter.isdigit() and int(counter) > 0 else None
+
+
+def parse_battery(text: str) -> tuple[int | None, bool | None]:
+    """(percent, charging) from ``dumpsys battery``: ``level``/``scale`` and the three ``powered`` lines."""
+    fields = _battery_fields(text)
     pct = None
     with contextlib.suppress(KeyError, ValueError, ZeroDivisionError):
         pct = round(100 * int(fields["level"]) / int(fields.get("scale", "100")))
@@ -178,6 +214,7 @@ def parse_thermal(text: str) -> int | None:
 def facts_from(serial: str, props: dict[str, str], meminfo: str, cpus: str, battery: str, thermal: str, package: str) -> PhoneFacts:
     """A phone's facts from what its commands printed."""
     pct, charging = parse_battery(battery)
+    plugged, counter = parse_power(battery)
     sdk = props.get("ro.build.version.sdk", "")
     return PhoneFacts(
         serial=serial,
@@ -192,6 +229,8 @@ def facts_from(serial: str, props: dict[str, str], meminfo: str, cpus: str, batt
         charging=charging,
         thermal_status=parse_thermal(thermal),
         app_installed=package.strip().startswith("package:"),
+        plugged=plugged,
+        charge_counter_uah=counter,
     )
 
 

@@ -28,6 +28,7 @@ from mjfl.android_bridge.phones.adb import (
     parse_cpu_list,
     parse_getprop,
     parse_meminfo,
+    parse_power,
     parse_thermal,
 )
 from mjfl.android_bridge.phones.attached import PhoneOptions, Phones
@@ -89,6 +90,15 @@ def test_the_recorded_phones_parse_to_their_facts() -> None:
     # Android 9 has no thermal service; its CPU list comes in two ranges.
     assert (moto.thermal_status, moto.thermal, moto.cores, moto.charging) == (None, "unknown", 8, True)
     assert not pixel.app_installed
+    # Energy: only the galaxy, on battery, can measure it; the pixel charges over USB, the moto on AC.
+    assert (pixel.plugged, pixel.charge_counter_uah, galaxy.plugged, moto.plugged) == ("usb", 3456000, "none", "ac")
+    assert galaxy.energy() == (True, "yes: on battery, with a charge counter")
+    assert pixel.energy() == (False, ("no: powered over USB, so it charges during tasks; run it on battery over"
+                                     " wireless debugging (docs/phones.md, energy)"))
+    assert moto.energy()[1].startswith("no: powered over AC")
+    no_counter = (folder := PHONES / "galaxy-a52" / "battery.txt").read_text().replace("Charge counter: 2211000", "")
+    assert parse_power(no_counter) == ("none", None)
+    assert parse_power(folder.read_text().replace("2211000", "0")) == ("none", None)  # vendors that print 0
 
 
 def test_parsers_say_none_rather_than_guess() -> None:

@@ -9,12 +9,12 @@ from run_records import CNN, LENET, jobs_of, rounds_of
 
 from mjfl.coordinator.results.energy import (
     device_energy,
-    not_measured_text,
-    task_energy,
     device_order,
     energy_to_target,
     job_energy,
     merge_device_energy,
+    not_measured_text,
+    task_energy,
 )
 from mjfl.coordinator.results.targets import job_rounds
 from mjfl.coordinator.storage.records import DeviceRound, RoundRecord

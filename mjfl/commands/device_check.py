@@ -54,7 +54,7 @@ def check_phones(
     if apk is not None and not apk.is_file():
         raise PhoneError(f"--apk {apk}: no such file (build it: docs/phones.md, section 1)")
     adb = Adb(options.adb)
-    phones = attached_or_fail(adb)
+    phones = attached_or_fail(adb, options.connect)
     for phone in phones:
         if not phone.usable:
             console.print(f"[yellow]{phone.problem()}[/]", highlight=False)

@@ -29,7 +29,7 @@ from mjfl.errors import PhoneError
 def list_phones(options: PhoneOptions, *, console: Console) -> dict[str, PhoneFacts]:
     """Print a table of the attached phones and their facts; PhoneError when none can be used."""
     adb = Adb(options.adb)
-    phones = attached_or_fail(adb)
+    phones = attached_or_fail(adb, options.connect)
     with console.status(f"reading {len(phones)} phones ..."):
         facts = on_each_phone(phones, adb.facts)
     table = Table(title=f"phones on the adb server at {adb.address}")
@@ -74,7 +74,7 @@ def prepare_phones(options: PhoneOptions, *, console: Console) -> dict[str, Phon
     if apk is not None and not apk.is_file():
         raise PhoneError(f"--apk {apk}: no such file (build it: docs/phones.md, section 1)")
     adb = Adb(options.adb)
-    phones = attached_or_fail(adb)
+    phones = attached_or_fail(adb, options.connect)
     what = f"installing {apk} on" if apk else "preparing"
     with console.status(f"{what} {sum(p.usable for p in phones)} phones ..."):
         results = on_each_phone(phones, lambda serial: prepare(adb, serial, apk=apk))

@@ -88,13 +88,16 @@ def on_each_phone(phones: list[AttachedPhone], work: Callable[[str], T]) -> dict
         return dict(zip(usable, pool.map(attempt, usable)))
 
 
-def attached_or_fail(adb: Adb) -> list[AttachedPhone]:
-    """The phones attached to ``adb``'s server, usable or not; PhoneError (one line) when there is none."""
+def attached_or_fail(adb: Adb, connect: tuple[str, ...] = ()) -> list[AttachedPhone]:
+    """The phones attached to ``adb``'s server, usable or not, the wireless ones of ``connect`` connected first;
+    PhoneError (one line) when there is none, or one of ``connect`` does not answer."""
+    for address in connect:
+        adb.connect(address)
     phones = adb.phones()
     if not phones:
         raise PhoneError(
-            f"no phone attached to the adb server at {adb.address}: connect one by USB"
-            " with USB debugging on (docs/phones.md, a lab from zero)"
+            f"no phone attached to the adb server at {adb.address}: connect one by USB with USB debugging on,"
+            " or over wireless debugging with --connect HOST:PORT (docs/phones.md, a lab from zero)"
         )
     return phones
 

@@ -82,7 +82,7 @@ def test_serve_phones_with_no_adb_server_or_no_phone_is_one_line_before_anything
         line = one_error_line(*serve, "--adb", empty.address)
         assert line.startswith(f"error: no phone to use on the adb server at {empty.address}")
         assert empty.commands(None) == ["host:devices"]  # one listing, nothing else
-    assert one_error_line("serve", str(lab_file), "--adb", closed) == "error: --adb and --apk go with --phones"
+    assert one_error_line("serve", str(lab_file), "--adb", closed) == "error: --adb, --apk and --connect go with --phones"
     both = one_error_line(*serve, "--emulate", "2")
     assert both.startswith("error: --phones and --emulate go one at a time"), both
     assert not out.exists()  # nothing was started or written

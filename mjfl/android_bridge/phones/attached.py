@@ -173,9 +173,10 @@ class Phones:
         self._deaths: dict[str, str] = {}  # how the app last ended, by serial, as its log said (``explain``)
         self._stay_on: dict[str, str] = {}  # each phone's stay-on setting before the bridge set it, by serial
         self.reconnect_s = RECONNECT_S
+        """How often a wireless phone that dropped is asked for again."""
         self.cause_wait_s = CAUSE_WAIT_S
         """How long a lost connection's reason waits for the phone's log to say how the app ended."""
-        """How often a wireless phone that dropped is asked for again."""
+        self._reconnector: threading.Thread | None = None
         self.apps: dict[str, str | None] = {}
         """Each prepared phone's installed app: the sha256 of its base.apk as read on the phone (None: unreadable),
         by serial (its device id), read when the app is started for the coordinator (a run's provenance)."""
@@ -239,7 +240,8 @@ class Phones:
             )
             tracker.start()
             if self.options.connect:
-                threading.Thread(target=self._reconnect, name="adb-reconnect", daemon=True).start()
+                self._reconnector = threading.Thread(target=self._reconnect, name="adb-reconnect", daemon=True)
+                self._reconnector.start()
             follower = asyncio.ensure_future(self._follow(changes, set(ready), port, url))
             try:
                 yield ready
@@ -447,8 +449,9 @@ class Phones:
             self._launching.wait_for(lambda: self._in_flight == 0, timeout=self.adb.timeout_s)
             launched = sorted(self._launched)
         self.adb.interrupt()
-        if tracker is not None:
-            tracker.join(5)
+        for thread in (tracker, self._reconnector):
+            if thread is not None:
+                thread.join(5)
         present: set[str] = set()
         with contextlib.suppress(PhoneError):
             present = {p.serial for p in self.adb.phones() if p.usable}

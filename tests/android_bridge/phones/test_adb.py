@@ -402,9 +402,10 @@ async def test_however_a_run_ends_the_app_is_stopped_on_every_phone_it_was_start
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        for serial in (PIXEL, GALAXY):
+        for serial in (PIXEL, GALAXY):  # Ctrl-C (and SIGTERM, which mjfl takes as one) ends as an error does
             assert "shell:am force-stop org.mjfl.app" in server.commands(serial)
             assert server.phones[serial].app_pid is None and server.phones[serial].reverses == set()
+            assert server.phones[serial].settings["stay_on_while_plugged_in"] == "0"  # put back as it was (never set)
         assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
         assert any(line.startswith(f"phone {MOTO} is not attached: its app was not stopped") for line in said), said
     finally:

@@ -193,6 +193,7 @@ def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path
         # The service's end leaves the phones as found: the app stopped, no forward left.
         assert pixel.app_pid is None and galaxy.app_pid is None and not apps.running
         assert pixel.reverses == galaxy.reverses == set()
+        assert pixel.settings["stay_on_while_plugged_in"] == galaxy.settings["stay_on_while_plugged_in"] == "0"
         # Started again only after the pixel's reboot and kill and the galaxy's crash, not for a run.
         assert (phones.starts(PIXEL), phones.starts(GALAXY)) == (3, 2)
 

@@ -257,16 +257,23 @@ class Phones:
         """``reason`` for the lost connection of the app on ``serial``, with how the app ended when its log says
         (within ``cause_wait_s``): e.g. "connection lost (close code 1006); the app ended: native crash (SIGSEGV)".
 
-        Unchanged for a device that is not one of these phones, or when the log says nothing (the app still
-        runs: a network drop; or a phone unplugged with it).
+        Unchanged for a device that is not one of these phones, when the app still runs (a network drop: no
+        end to wait for; a process whose connection ended by its death is gone by then), or when the log says
+        nothing (a phone unplugged with it).
         """
-        if serial not in self._launched:
+        if serial not in self._launched or await asyncio.to_thread(self._still_running, serial):
             return reason
         death = await asyncio.to_thread(self.logs.death, serial, wait_s=self.cause_wait_s)
         if death is None:
             return reason
         self._deaths[serial] = str(death)
         return f"{reason}; the app ended: {death}"
+
+    def _still_running(self, serial: str) -> bool:
+        try:
+            return self.adb.app_running(serial)
+        except PhoneError:
+            return False  # the phone is leaving: its log's stream ends, and with it the wait
 
     def lost(self, serial: str) -> None:
         """The coordinator lost the connection of the app on ``serial``: start it again if it no longer runs.

@@ -162,6 +162,7 @@ def testbed_run(
     emulate: Annotated[int, typer.Option(help="Also start N emulated devices on this machine.")] = 0,
     phones: Annotated[bool, typer.Option("--phones", help="Also train on the phones attached over adb (the app started on each).")] = False,
     adb: AdbOption = None,
+    connect: ConnectOption = None,
     apk: Annotated[Path | None, typer.Option(help="With --phones: install this app on them first.")] = None,
     host: Annotated[str | None, typer.Option(help="Listen address (default: the config's testbed.host).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port (default: the config's testbed.port; 0 picks one).")] = None,
@@ -181,7 +182,7 @@ def testbed_run(
     """Train the config's jobs over connected phones and/or emulated devices, in real time."""
     from mjfl.commands.testbed import testbed_run as run_testbed
 
-    phone_options = _phones(phones, adb, apk)
+    phone_options = _phones(phones, adb, apk, connect)
     run_config = _config(config, out=out, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, keys=keys)
     try:
         run_testbed(
@@ -200,6 +201,7 @@ def profile_run(
     emulate: Annotated[int, typer.Option(help="Profile N local emulated devices (impersonating the config's fleet).")] = 0,
     phones: Annotated[bool, typer.Option("--phones", help="Profile the phones attached over adb (the app started on each).")] = False,
     adb: AdbOption = None,
+    connect: ConnectOption = None,
     apk: Annotated[Path | None, typer.Option(help="With --phones: install this app on them first.")] = None,
     device_ids: Annotated[str | None, typer.Option(metavar="ID,...", help="Only these devices, by id.")] = None,
     rounds: Annotated[int, typer.Option(help="Calibration tasks per device and job.")] = 10,
@@ -215,7 +217,7 @@ def profile_run(
 
     if emulate < 0:
         raise UserError("--emulate must be >= 0")
-    phone_options = _phones(phones, adb, apk)
+    phone_options = _phones(phones, adb, apk, connect)
     # --out holds all of a session's outputs, its database too; by default they go to <out_dir>/profile and <out_dir>/mjfl.db.
     run_config = _config(config, out=out, port=port) if config is not None else _config(None, out=out, port=port, default=default_config(emulate))
     out_dir = out or run_config.out_dir / "profile"
@@ -522,41 +524,44 @@ def _ray(ray: bool, address: str | None) -> RayOptions | None:
 
 
 AdbOption = Annotated[str | None, typer.Option("--adb", help="The adb server, HOST:PORT (default: adb's own, 127.0.0.1:5037).")]
+ConnectOption = Annotated[list[str] | None, typer.Option("--connect", metavar="HOST:PORT", help="A phone over wireless debugging (paired once with adb pair), connected first and again when it drops; repeat for each (docs/phones.md, energy).")]
 
 
-def _phones(phones: bool, adb: str | None, apk: Path | None) -> PhoneOptions | None:
+def _phones(phones: bool, adb: str | None, apk: Path | None, connect: list[str] | None = None) -> PhoneOptions | None:
     from mjfl.android_bridge.phones.attached import PhoneOptions
 
-    if not phones and (adb is not None or apk is not None):
-        raise UserError("--adb and --apk go with --phones")
-    return PhoneOptions(adb=adb, apk=apk) if phones else None
+    if not phones and (adb is not None or apk is not None or connect):
+        raise UserError("--adb, --apk and --connect go with --phones")
+    return PhoneOptions(adb=adb, apk=apk, connect=tuple(connect or ())) if phones else None
 
 
 @device_app.command("list")
-def devices_list(adb: AdbOption = None) -> None:
+def devices_list(adb: AdbOption = None, connect: ConnectOption = None) -> None:
     """The phones attached over adb: model, Android, ABI, cores, RAM, battery, thermal, and the mjfl app."""
     from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.commands.devices import list_phones
 
-    list_phones(PhoneOptions(adb=adb), console=console)
+    list_phones(PhoneOptions(adb=adb, connect=tuple(connect or ())), console=console)
 
 
 @device_app.command("prepare")
 def devices_prepare(
     apk: Annotated[Path | None, typer.Option(help="The app to install (default: android/app/build/outputs/apk/debug/app-debug.apk when built).")] = None,
     adb: AdbOption = None,
+    connect: ConnectOption = None,
 ) -> None:
     """Install the mjfl app on every attached phone and set it up to train unattended."""
     from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.commands.devices import prepare_phones
 
-    prepare_phones(PhoneOptions(adb=adb, apk=apk), console=console)
+    prepare_phones(PhoneOptions(adb=adb, apk=apk, connect=tuple(connect or ())), console=console)
 
 
 @device_app.command("check")
 def devices_check(
     apk: Annotated[Path | None, typer.Option(help="Install this app where it is missing or another build (default: the local build, when there is one).")] = None,
     adb: AdbOption = None,
+    connect: ConnectOption = None,
     models: Annotated[str | None, typer.Option(metavar="MODEL,...", help="Only these zoo models (default: all seven).")] = None,
     timeout_s: Annotated[float, typer.Option(help="Seconds a phone's self-test may say nothing before the phone is given up.")] = 300.0,
 ) -> None:
@@ -568,7 +573,7 @@ def devices_check(
     if not timeout_s > 0:
         raise UserError(f"--timeout-s {timeout_s}: must be > 0 seconds")
     only = comma_list("--models", models) if models else None
-    check_phones(PhoneOptions(adb=adb, apk=apk), models=only, waits=Waits(quiet_s=timeout_s), console=console)
+    check_phones(PhoneOptions(adb=adb, apk=apk, connect=tuple(connect or ())), models=only, waits=Waits(quiet_s=timeout_s), console=console)
 
 
 @device_app.command("golden")
@@ -674,6 +679,7 @@ def serve(
     emulate: Annotated[int, typer.Option(help="Also start N emulated devices on this machine, for the service's life.")] = 0,
     phones: Annotated[bool, typer.Option("--phones", help="Also serve the phones attached over adb, for the service's life (the app started on each, again after a replug).")] = False,
     adb: AdbOption = None,
+    connect: ConnectOption = None,
     apk: Annotated[Path | None, typer.Option(help="With --phones: install this app on them first.")] = None,
     out: Annotated[Path | None, typer.Option(help="LAB_DIR: the lab's database and run folders (default: the lab's out_dir).")] = None,
     drain: Annotated[bool, typer.Option("--drain", help="Admit no new run; exit once the runs admitted or running have ended.")] = False,
@@ -681,7 +687,7 @@ def serve(
     """The lab's service: devices stay connected, researchers submit runs that share the fleet round by round."""
     from mjfl.commands.serve import serve as run_service
 
-    phone_options = _phones(phones, adb, apk)
+    phone_options = _phones(phones, adb, apk, connect)
     try:
         run_service(lab_file, out=out, emulate=emulate, drain=drain, verbose=_verbose, console=console, phones=phone_options)
     except KeyboardInterrupt:

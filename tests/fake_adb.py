@@ -11,7 +11,13 @@ plus a 4-hex-digit length block; ``host:track-devices`` a block per change;
 answers its shell commands with the outputs in ``outputs/<name>/`` (in the
 formats real phones print; see that folder's README); ``log`` plays the app
 logging a line (kept in the phone's buffer, which every new ``logcat``
-stream starts with, as adb's does). The app's self-test
+stream starts with, as adb's does); a stream gets the lines its filter
+specs (``TAG:LEVEL ... *:S``) let through, as logcat's do. ``crash`` with
+``lines`` plays the app's end as Android logs it (``NATIVE_CRASH``,
+``LOW_MEMORY_KILL``: threadtime lines written after AOSP's libc, debuggerd,
+lmkd and ActivityManager, among other apps' lines on the same tags). Phones
+``reachable`` over wireless debugging join the list on ``host:connect``; the
+phone's global settings (``settings get/put``, ``svc power stayon``) are kept. The app's self-test
 (``am start`` of its SelfTestActivity) is played by a test's ``on_selftest``,
 which writes the lines the app would log under MJFL-CHECK into
 ``check_log``; ``logcat -d`` dumps them.
@@ -25,6 +31,7 @@ app on it keeps running unless the phone rebooted.
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 import socket
 import struct
@@ -47,6 +54,38 @@ RECORDED = {
     "dumpsys battery": "battery.txt",
     "dumpsys thermalservice": "thermalservice.txt",
 }
+# `svc power stayon` (AOSP's SvcPower): the value of stay_on_while_plugged_in each word sets.
+STAY_ON = {"true": "7", "false": "0", "ac": "1", "usb": "2", "wireless": "4"}
+
+# How Android logs the app's end, as logcat -v threadtime prints it (AOSP: bionic's debuggerd handler,
+# crash_dump and tombstoned; lmkd; ActivityManager); {pid} is the app's process. Other apps' lines on
+# the same tags are among them, as on a phone: the bridge must keep only the app's.
+NATIVE_CRASH = [
+    "11-28 03:12:44.420  9230  9230 F libc    : Fatal signal 6 (SIGABRT), code -1 (SI_QUEUE) in tid 9230 (RenderThread), pid 9230 (com.example.game)",
+    "11-28 03:12:44.503  {pid}  5141 F libc    : Fatal signal 11 (SIGSEGV), code 1 (SEGV_MAPERR), fault addr 0x0000000000000008 in tid 5141 (mjfl-trainer), pid {pid} (org.mjfl.app)",
+    "11-28 03:12:44.690  7311  7311 I crash_dump64: obtaining output fd from tombstoned, type: kDebuggerdTombstoneProto",
+    "11-28 03:12:44.692  1012  1012 I tombstoned: received crash request for pid 5141",
+    "11-28 03:12:44.694  7311  7311 I crash_dump64: performing dump of process {pid} (target tid = 5141)",
+    "11-28 03:12:44.713  7311  7311 F DEBUG   : *** *** *** *** *** *** *** *** *** *** *** *** *** *** *** ***",
+    "11-28 03:12:44.713  7311  7311 F DEBUG   : Build fingerprint: 'google/panther/panther:14/UQ1A.240105.004/11206848:user/release-keys'",
+    "11-28 03:12:44.713  7311  7311 F DEBUG   : ABI: 'arm64'",
+    "11-28 03:12:44.713  7311  7311 F DEBUG   : pid: {pid}, tid: 5141, name: mjfl-trainer  >>> org.mjfl.app <<<",
+    "11-28 03:12:44.713  7311  7311 F DEBUG   : signal 11 (SIGSEGV), code 1 (SEGV_MAPERR), fault addr 0x0000000000000008",
+    "11-28 03:12:44.713  7311  7311 F DEBUG   : Cause: null pointer dereference",
+    "11-28 03:12:44.745  7311  7311 F DEBUG   : backtrace:",
+    "11-28 03:12:44.745  7311  7311 F DEBUG   :       #00 pc 00000000001a2b3c  /data/app/~~x/org.mjfl.app-1/lib/arm64/libexecutorch_jni.so",
+    "11-28 03:12:45.021  1012  1012 E tombstoned: Tombstone written to: /data/tombstones/tombstone_07",
+    "11-28 03:12:45.034  1450  1489 I ActivityManager: Process org.mjfl.app (pid {pid}) has died: fg  FGS ",
+    "11-28 03:12:45.101  1450  1489 I ActivityManager: Start proc 9101:com.android.chrome/u0a143 for broadcast {{com.android.chrome/org.chromium.chrome.browser.BootReceiver}}",
+]  # fmt: skip
+LOW_MEMORY_KILL = [
+    "11-28 04:02:09.981   512   512 I lowmemorykiller: Kill 'com.google.android.youtube' (8812), uid 10187, oom_score_adj 905 to free 212340kB rss, 30112kB swap; reason: low watermark is breached",
+    "11-28 04:02:09.990  1450  1502 I ActivityManager: Process com.google.android.youtube (pid 8812) has died: cch+5 CEM ",
+    "11-28 04:02:10.118   512   512 I lowmemorykiller: Kill 'org.mjfl.app' ({pid}), uid 10234, oom_score_adj 200 to free 1843200kB rss, 65536kB swap; reason: low watermark is breached and swap is low (4324kB < 314572kB)",
+    "11-28 04:02:10.162  1450  1502 I ActivityManager: Process org.mjfl.app (pid {pid}) has died: prcp FGS ",
+    "11-28 04:02:10.170  1450  1502 W ActivityManager: Scheduling restart of crashed service org.mjfl.app/.TrainingService in 1000ms for start-requested",
+    "11-28 04:02:10.201  2311  2311 D CarrierSvcBindHelper: onPackageModified: org.mjfl.app",
+]  # fmt: skip
 
 
 @dataclass
@@ -68,6 +107,7 @@ class FakePhone:
     has_selftest: bool = True  # False: an app build from before the self-test
     check_log: list[str] = field(default_factory=list)  # the app's lines under MJFL-CHECK
     modes: dict[str, int] = field(default_factory=dict)  # chmod'ed folders and pushed files, by path
+    settings: dict[str, str] = field(default_factory=dict)  # `settings` of the global namespace (unset: null)
 
     @classmethod
     def recorded(cls, name: str, serial: str, **kwargs: Any) -> FakePhone:
@@ -119,6 +159,8 @@ class FakeAdbServer:
         self._changed = threading.Condition()
         self._lists: list[str] = []  # the phone list after each change
         self._streams: dict[str, list[socket.socket]] = {}
+        self._filters: dict[socket.socket, Callable[[str], bool]] = {}  # each logcat stream's filter specs
+        self.reachable: dict[str, FakePhone] = {}  # phones over wireless debugging, by HOST:PORT
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.address = f"127.0.0.1:{self.port}"
@@ -149,8 +191,23 @@ class FakeAdbServer:
             self.on_stop(phone)
         return phone
 
-    def crash(self, serial: str) -> None:
-        """The app on ``serial`` dies (a crash, or Android kills it); the phone stays attached."""
+    def crash(self, serial: str, lines: Sequence[str] = (), *, logged_after: int = 0) -> None:
+        """The app on ``serial`` dies (a crash, or Android kills it); the phone stays attached.
+
+        ``lines`` (``NATIVE_CRASH``, ``LOW_MEMORY_KILL``) are logged as Android logs that end; the
+        last ``logged_after`` of them after the app's process is gone (lmkd and ActivityManager log
+        a kill once done), so they may reach the bridge after the app's connection ended.
+        """
+        pid = self.phones[serial].app_pid or 4242
+        text = [line.format(pid=pid) for line in lines]
+        before = text[: len(text) - logged_after]
+        for line in before:
+            self.log(serial, line)
+        self._die(serial)
+        for line in text[len(before):]:
+            self.log(serial, line)
+
+    def _die(self, serial: str) -> None:
         with self._changed:
             phone = self.phones[serial]
             stopped = phone.app_pid is not None
@@ -166,6 +223,8 @@ class FakeAdbServer:
             phone = self.phones[serial]
             phone.logcat += data
             for s in self._streams.get(serial, []):
+                if not self._filters.get(s, _everything)(line):
+                    continue
                 try:
                     s.sendall(data)
                 except OSError:
@@ -246,8 +305,10 @@ class FakeAdbServer:
             conn.sendall(b"OKAY" + _block(self._listing()))
         elif command == "host:track-devices":
             self._track(conn)
+        elif command.startswith("host:connect:"):
+            conn.sendall(b"OKAY" + _block(self._connect(command.removeprefix("host:connect:"))))
         elif command.startswith(("host:tport:serial:", "host:transport:")):
-            serial = command.rsplit(":", 1)[1]
+            serial = command.removeprefix("host:tport:serial:").removeprefix("host:transport:")  # may hold a HOST:PORT
             phone = self.phones.get(serial)
             if phone is None or phone.state != "device":
                 why = f"device '{serial}' not found" if phone is None else f"device {phone.state}"
@@ -257,6 +318,19 @@ class FakeAdbServer:
             self._service(conn, phone, _read_command(conn))
         else:
             conn.sendall(b"FAIL" + _block(f"unknown host service '{command}'"))
+
+    def _connect(self, address: str) -> str:
+        """``adb connect``: a reachable phone joins the list as ``HOST:PORT``; adb's answers, as it words them."""
+        with self._changed:
+            phone = self.reachable.get(address)
+            if phone is None:
+                return f"failed to connect to '{address}': Connection refused"
+            if address in self.phones:
+                return f"already connected to {address}"
+            phone.serial = address
+            self.phones[address] = phone
+            self._bump()
+            return f"connected to {address}"
 
     def _listing(self) -> str:
         with self._changed:
@@ -306,12 +380,19 @@ class FakeAdbServer:
 
     def _logcat(self, conn: socket.socket, phone: FakePhone, command: str) -> None:
         """The phone's log lines, then an open stream until the bridge or an unplug ends it."""
+        keep = _logcat_filter(shlex.split(command.removeprefix("shell:")))
         with self._changed:  # an unplug from now on ends it; a line logged from now on follows the buffer
             self._streams.setdefault(phone.serial, []).append(conn)
-            conn.sendall(b"OKAY" + phone.logcat)
+            self._filters[conn] = keep
+            buffer = phone.logcat.decode().splitlines(keepends=True)
+            conn.sendall(b"OKAY" + "".join(line for line in buffer if keep(line.rstrip("\n"))).encode())
         self._record(phone.serial, command)  # once seen, its lines are on their way
-        while conn.recv(4096):
-            pass
+        try:
+            while conn.recv(4096):
+                pass
+        finally:
+            with self._changed:
+                self._filters.pop(conn, None)
 
     def _run(self, phone: FakePhone, args: list[str]) -> str:
         """What the phone prints for a command (the state-changing ones act on the phone)."""
@@ -360,6 +441,14 @@ class FakeAdbServer:
             return ""
         if args[:1] == ["chmod"]:
             phone.modes.update({path: int(args[1], 8) for path in args[2:]})
+            return ""
+        if args[:3] == ["settings", "get", "global"]:
+            return phone.settings.get(args[3], "null") + "\n"
+        if args[:3] == ["settings", "put", "global"]:
+            phone.settings[args[3]] = args[4]
+            return ""
+        if args[:3] == ["svc", "power", "stayon"]:
+            phone.settings["stay_on_while_plugged_in"] = STAY_ON[args[3]]
             return ""
         if args[:1] == ["pidof"]:
             return f"{phone.app_pid}\n" if phone.app_pid and args[1] == APP else ""
@@ -435,6 +524,30 @@ def _extras(args: list[str]) -> dict[str, str]:
         else:
             i += 1
     return out
+
+
+_LEVELS = "VDIWEFS"
+_THREADTIME = re.compile(r"^\d\d-\d\d \d\d:\d\d:\d\d\.\d+\s+\d+\s+\d+\s+([VDIWEF])\s+(.*?)\s*: ")
+
+
+def _everything(line: str) -> bool:
+    return True
+
+
+def _logcat_filter(args: list[str]) -> Callable[[str], bool]:
+    """What logcat's ``TAG:LEVEL`` specs let through (``*`` is every other tag; S silences); other lines pass."""
+    specs = dict(a.split(":", 1) for a in args if ":" in a and not a.startswith("-"))
+    default = specs.pop("*", "V")
+
+    def keep(line: str) -> bool:
+        m = _THREADTIME.match(line)
+        if m is None:
+            return True
+        level, tag = m.groups()
+        least = specs.get(tag, default)
+        return least != "S" and _LEVELS.index(level) >= _LEVELS.index(least)
+
+    return keep
 
 
 def _block(text: str) -> bytes:

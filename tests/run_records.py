@@ -49,11 +49,12 @@ def rounds_of(
 def record_run(folder: Path, method: str, seed: int, ends: list[float], accuracies: list[float], *,
                options: dict | None = None, winners: list[str] | None = None, finished: bool = True,
                setup: tuple[str, str, float, str] = ("lenet5", "digits", 0.8, "noniid"),
-               energies: list[float | None] | None = None) -> None:
+               energies: list[float | None] | None = None, states: list[dict | None] | None = None) -> None:
     """A run as the driver records it: info, its job ``lenet``, its rounds (real SQLite in ``folder``).
 
     ``setup``: the job's model, data set, target accuracy and partition. ``energies``: device d0's
-    energy in each round, as a phone's battery told it (none: not known).
+    energy in each round, as a phone's battery told it (none: not known); ``states``: d0's device state
+    in each round instead of the one ``energies`` implies (a phone that charged: ``energy_source`` "charging").
     """
     run_id = f"{method}-{seed}-{len(ends)}"
     scheduler = {"method": method, "alpha": 1.0, "beta": 0.05, "omega": "sqrt", "options": options or {}}
@@ -69,6 +70,7 @@ def record_run(folder: Path, method: str, seed: int, ends: list[float], accuraci
             winner = winners[number - 1] if winners else None
             joules = energies[number - 1] if energies else None
             state = None if joules is None else {"energy_j": joules, "energy_source": "battery"}
+            state = states[number - 1] if states else state
             devices = (DeviceRound(DeviceId("d0"), "ok", 10, 0.5, end - started, device_state=state, energy_j=joules),)
             record = RoundRecord(run_id, LENET, number, started, end, devices, accuracy, 1.0, True, 1.0, 1.0, winner)
             storage.record_round(record, {w: 1.0 for w in set(winners)} if winners else None)

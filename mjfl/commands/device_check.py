@@ -1,7 +1,9 @@
 """`mjfl devices check`: the first-day check of every attached phone; `mjfl devices golden`: its golden set.
 
 docs/phones.md, "First-day check", says what the check does and what to do
-when a phone fails it.
+when a phone fails it. It also says, for each phone, whether the app can
+measure its tasks' energy there (``PhoneFacts.energy``: a charge counter,
+and on battery).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def check_phones(
     if apk is not None and not apk.is_file():
         raise PhoneError(f"--apk {apk}: no such file (build it: docs/phones.md, section 1)")
     adb = Adb(options.adb)
-    phones = attached_or_fail(adb)
+    phones = attached_or_fail(adb, options.connect)
     for phone in phones:
         if not phone.usable:
             console.print(f"[yellow]{phone.problem()}[/]", highlight=False)
@@ -83,6 +85,7 @@ def check_phones(
         else:
             bad += not result.passed
             console.print(_verdict(result), highlight=False, soft_wrap=True)
+            console.print(f"phone {result.serial}: can it measure energy? {result.facts.energy()[1]}", highlight=False, soft_wrap=True)
     if bad:
         raise PhoneError(
             f"{bad} of {len(results)} phones failed the first-day check (see above; what to do: docs/phones.md, First-day check)"

@@ -29,11 +29,12 @@ from mjfl.errors import PhoneError
 def list_phones(options: PhoneOptions, *, console: Console) -> dict[str, PhoneFacts]:
     """Print a table of the attached phones and their facts; PhoneError when none can be used."""
     adb = Adb(options.adb)
-    phones = attached_or_fail(adb)
+    phones = attached_or_fail(adb, options.connect)
     with console.status(f"reading {len(phones)} phones ..."):
         facts = on_each_phone(phones, adb.facts)
     table = Table(title=f"phones on the adb server at {adb.address}")
-    for column in ("serial", "state", "model", "Android", "ABI", "cores", "RAM (MB)", "battery", "thermal", "mjfl app"):
+    columns = ("serial", "state", "model", "Android", "ABI", "cores", "RAM (MB)", "battery", "thermal", "energy", "mjfl app")
+    for column in columns:
         table.add_column(column, justify="right" if column in ("cores", "RAM (MB)", "battery") else "left")
     for phone in phones:
         f = facts.get(phone.serial)
@@ -43,10 +44,10 @@ def list_phones(options: PhoneOptions, *, console: Console) -> dict[str, PhoneFa
                 f.serial, phone.state, f"{f.manufacturer} {f.model}".strip(),
                 f"{f.android} (SDK {f.sdk})" if f.sdk else f.android or "?", f.abi or "?",
                 str(f.cores or "?"), str(f.ram_mb or "?"), battery, f.thermal,
-                "installed" if f.app_installed else "[yellow]missing[/]",
+                _energy(f), "installed" if f.app_installed else "[yellow]missing[/]",
             )  # fmt: skip
         else:
-            table.add_row(phone.serial, f"[yellow]{phone.state}[/]", *["-"] * 8)
+            table.add_row(phone.serial, f"[yellow]{phone.state}[/]", *["-"] * (len(columns) - 2))
     console.print(table)
     for phone in phones:
         problem = facts[phone.serial] if isinstance(facts.get(phone.serial), PhoneError) else phone.problem()
@@ -60,13 +61,20 @@ def list_phones(options: PhoneOptions, *, console: Console) -> dict[str, PhoneFa
     return ok
 
 
+def _energy(facts: PhoneFacts) -> str:
+    """Whether its tasks' energy can be measured, in a word and why not (`mjfl devices check` says more)."""
+    if facts.energy()[0]:
+        return "measured"
+    return "[yellow]no counter[/]" if facts.charge_counter_uah is None else f"[yellow]not: {facts.plugged} power[/]"
+
+
 def prepare_phones(options: PhoneOptions, *, console: Console) -> dict[str, PhoneFacts]:
     """Install the app (``--apk``, else a local build when there is one) and set every usable phone up."""
     apk = options.apk if options.apk is not None else (BUILT_APK if BUILT_APK.is_file() else None)
     if apk is not None and not apk.is_file():
         raise PhoneError(f"--apk {apk}: no such file (build it: docs/phones.md, section 1)")
     adb = Adb(options.adb)
-    phones = attached_or_fail(adb)
+    phones = attached_or_fail(adb, options.connect)
     what = f"installing {apk} on" if apk else "preparing"
     with console.status(f"{what} {sum(p.usable for p in phones)} phones ..."):
         results = on_each_phone(phones, lambda serial: prepare(adb, serial, apk=apk))

@@ -15,8 +15,11 @@ What mjfl does on a phone, command by command (docs/phones.md lists them too):
     sync SEND /data/local/tmp/mjfl-app.apk; pm install -r -t ...    install
     am start -n org.mjfl.app/.StartActivity --es url ... (+ device_id, token)
     pidof org.mjfl.app                                              is the app running
+    settings get global stay_on_while_plugged_in; svc power stayon true   kept awake while served
+    settings put global stay_on_while_plugged_in N                  put back at the end
+    host:connect:HOST:PORT                                          a phone over wireless debugging
     am start -n org.mjfl.app/.SelfTestActivity ...; logcat -d ...   the first-day check (selftest.py)
-    logcat -v threadtime MJFL:V AndroidRuntime:E *:S                its log
+    logcat -v threadtime MJFL:V AndroidRuntime:E libc:F DEBUG:F ... its log, and why it ended (deaths.py)
     am force-stop org.mjfl.app                                      the end of the run
 """
 
@@ -44,8 +47,14 @@ APP_ACTIVITY = f"{APP_PACKAGE}/.StartActivity"
 LOG_TAG = "MJFL"
 REMOTE_APK = "/data/local/tmp/mjfl-app.apk"
 DEFAULT_PORT = 5037
-# The app's own lines, and the stack trace when it crashes.
-LOGCAT = ["logcat", "-v", "threadtime", f"{LOG_TAG}:V", "AndroidRuntime:E", "*:S"]
+# The app's own lines, its stack trace when Java code throws, and the system's lines that say why a
+# process ended: a native crash's fatal signal and tombstone (libc, DEBUG, crash_dump, tombstoned), the
+# low-memory killer's kills (lowmemorykiller is lmkd's tag; lmkd some vendors'), and ActivityManager's
+# kills, ANRs and deaths. These system tags are every app's: deaths.AppLines keeps only the app's lines.
+LOGCAT = [
+    "logcat", "-v", "threadtime", f"{LOG_TAG}:V", "AndroidRuntime:E", "libc:F", "DEBUG:F", "crash_dump64:I",
+    "crash_dump32:I", "tombstoned:I", "lowmemorykiller:I", "lmkd:I", "ActivityManager:I", "*:S",
+]  # fmt: skip
 
 # PowerManager.THERMAL_STATUS_* (Android 10+), as `dumpsys thermalservice` prints them.
 THERMAL_STATUS = ("none", "light", "moderate", "severe", "critical", "emergency", "shutdown")
@@ -110,6 +119,24 @@ class PhoneFacts:
     charging: bool | None
     thermal_status: int | None  # 0-6, THERMAL_STATUS; None before Android 10
     app_installed: bool
+    plugged: str | None = None  # "ac", "usb", "wireless", "dock" or "none" (the app's device_state words)
+    charge_counter_uah: int | None = None  # the fuel gauge's remaining charge, µAh; None: it reports none
+
+    def energy(self) -> tuple[bool, str]:
+        """Whether the app can measure its tasks' energy on this phone now, and why (what to do when not).
+
+        The app reads the battery's charge counter before and after a task; a
+        phone drawing from a charger (USB included: the lab's cable) measures
+        the charger, not the task, so it reports "not measured, charging".
+        """
+        if not self.charge_counter_uah:
+            return False, "no: its battery reports no charge counter (its tasks' energy is 'unsupported')"
+        if self.plugged not in (None, "none"):
+            return False, (
+                f"no: powered over {self.plugged.upper() if self.plugged in ('ac', 'usb') else self.plugged}, so it"
+                " charges during tasks; run it on battery over wireless debugging (docs/phones.md, energy)"
+            )
+        return True, "yes: on battery, with a charge counter"
 
     @property
     def thermal(self) -> str:
@@ -146,13 +173,31 @@ def parse_cpu_list(text: str) -> int | None:
     return count or None
 
 
-def parse_battery(text: str) -> tuple[int | None, bool | None]:
-    """(percent, charging) from ``dumpsys battery``: ``level``/``scale`` and the three ``powered`` lines."""
+_POWERED = {"AC powered": "ac", "USB powered": "usb", "Wireless powered": "wireless", "Dock powered": "dock"}
+
+
+def _battery_fields(text: str) -> dict[str, str]:
     fields = {}
     for line in text.splitlines():
         key, sep, value = line.strip().partition(":")
         if sep:
             fields[key.strip()] = value.strip()
+    return fields
+
+
+def parse_power(text: str) -> tuple[str | None, int | None]:
+    """(plugged, charge counter in µAh) from ``dumpsys battery``: which ``... powered`` line is true
+    ("none" when none is; None when it prints none) and ``Charge counter`` (None when absent or not positive)."""
+    fields = _battery_fields(text)
+    powered = [word for key, word in _POWERED.items() if key in fields]
+    plugged = next((word for key, word in _POWERED.items() if fields.get(key) == "true"), "none" if powered else None)
+    counter = fields.get("Charge counter", "")
+    return plugged, int(counter) if counter.isdigit() and int(counter) > 0 else None
+
+
+def parse_battery(text: str) -> tuple[int | None, bool | None]:
+    """(percent, charging) from ``dumpsys battery``: ``level``/``scale`` and the three ``powered`` lines."""
+    fields = _battery_fields(text)
     pct = None
     with contextlib.suppress(KeyError, ValueError, ZeroDivisionError):
         pct = round(100 * int(fields["level"]) / int(fields.get("scale", "100")))
@@ -169,6 +214,7 @@ def parse_thermal(text: str) -> int | None:
 def facts_from(serial: str, props: dict[str, str], meminfo: str, cpus: str, battery: str, thermal: str, package: str) -> PhoneFacts:
     """A phone's facts from what its commands printed."""
     pct, charging = parse_battery(battery)
+    plugged, counter = parse_power(battery)
     sdk = props.get("ro.build.version.sdk", "")
     return PhoneFacts(
         serial=serial,
@@ -183,6 +229,8 @@ def facts_from(serial: str, props: dict[str, str], meminfo: str, cpus: str, batt
         charging=charging,
         thermal_status=parse_thermal(thermal),
         app_installed=package.strip().startswith("package:"),
+        plugged=plugged,
+        charge_counter_uah=counter,
     )
 
 
@@ -264,6 +312,18 @@ class Adb:
         self.check()
         with self._errors("listing phones"):
             return [AttachedPhone(p.serial, p.state) for p in self._client.list()]
+
+    def connect(self, address: str) -> None:
+        """Connect a phone over wireless debugging (``adb connect HOST:PORT``; paired once by hand with
+        ``adb pair``, docs/phones.md); it is then listed as ``HOST:PORT``. PhoneError when it does not answer."""
+        self.check()
+        with self._errors(f"adb connect {address}"):
+            answer = str(self._client.connect(address, timeout=self.timeout_s)).strip()
+        if not answer.startswith(("connected to", "already connected to")):
+            raise PhoneError(
+                f"adb connect {address}: {answer or 'no answer'} (is wireless debugging on, the phone paired"
+                " with adb pair, and the port the one the phone shows now? docs/phones.md, energy)"
+            )
 
     def track(self, on_change: Callable[[list[AttachedPhone]], None], stop: threading.Event) -> None:
         """Call ``on_change`` with the full list now and after every plug, unplug or state change, until ``stop``.

@@ -14,10 +14,17 @@ its phone stayed (the lab service does) calls ``lost(serial)``: the app is
 started again if it no longer runs (it crashed, or Android killed it), at
 most once per ``CRASH_BACKOFF_S``; one that stops again sooner waits for a
 replug, so that a phone on which the app always crashes does not fail task
-after task. However the run ends (done, an error, Ctrl-C, or a
-failure while preparing), the app is force-stopped on every phone it was
-started on, so no phone stays awake for a run that is over, and the
-forwards are taken back.
+after task. ``explain(serial, reason)`` gives such a lost connection's
+reason with how the app ended, as the phone's log says it (``deaths.py``):
+the event of the device's leaving names the cause. While a phone is
+served, its screen stays on while it is plugged in (``svc power stayon``),
+so that it does not suspend between tasks. Phones over wireless debugging
+(``PhoneOptions.connect``, the energy set-up: on battery) are connected
+first and asked for again every ``RECONNECT_S`` when they drop. However
+the run ends (done, an error, Ctrl-C or SIGTERM, or a failure while
+preparing), the app is force-stopped on every phone it was started on, so
+no phone stays awake for a run that is over, the forwards are taken back
+and each phone's stay-on setting is put back as it was.
 
 The adb calls block (adbutils), so each runs in a thread; the hot-plug and
 logcat streams have threads of their own, ended on exit.
@@ -51,6 +58,14 @@ log = logging.getLogger(__name__)
 
 # An app that stops again this soon after being started again after a stop is left stopped until a replug.
 CRASH_BACKOFF_S = 300.0
+# How long a lost connection's event waits for the phone's log to say how the app ended: a kill is
+# logged just after it (lmkd, ActivityManager), and its line may reach us after the connection's end.
+CAUSE_WAIT_S = 5.0
+# How often a wireless phone that is not connected is asked for again (``adb connect``).
+RECONNECT_S = 10.0
+# The phone's setting that keeps its screen on while plugged in, and the value the bridge sets:
+# AC, USB and wireless charging (1 | 2 | 4; `svc power stayon true`). On battery it never applies.
+STAY_ON = "stay_on_while_plugged_in"
 
 # Where `./gradlew :app:assembleDebug` puts the APK (docs/phones.md, section 1).
 BUILT_APK = Path("android/app/build/outputs/apk/debug/app-debug.apk")
@@ -73,13 +88,16 @@ def on_each_phone(phones: list[AttachedPhone], work: Callable[[str], T]) -> dict
         return dict(zip(usable, pool.map(attempt, usable)))
 
 
-def attached_or_fail(adb: Adb) -> list[AttachedPhone]:
-    """The phones attached to ``adb``'s server, usable or not; PhoneError (one line) when there is none."""
+def attached_or_fail(adb: Adb, connect: tuple[str, ...] = ()) -> list[AttachedPhone]:
+    """The phones attached to ``adb``'s server, usable or not, the wireless ones of ``connect`` connected first;
+    PhoneError (one line) when there is none, or one of ``connect`` does not answer."""
+    for address in connect:
+        adb.connect(address)
     phones = adb.phones()
     if not phones:
         raise PhoneError(
-            f"no phone attached to the adb server at {adb.address}: connect one by USB"
-            " with USB debugging on (docs/phones.md, a lab from zero)"
+            f"no phone attached to the adb server at {adb.address}: connect one by USB with USB debugging on,"
+            " or over wireless debugging with --connect HOST:PORT (docs/phones.md, a lab from zero)"
         )
     return phones
 
@@ -91,6 +109,7 @@ class PhoneOptions:
     adb: str | None = None  # "HOST:PORT"; default: adb's own (127.0.0.1:5037)
     apk: Path | None = None  # install it first; default: install nothing
     token: str = ""
+    connect: tuple[str, ...] = ()  # phones over wireless debugging, "HOST:PORT" each (`adb connect`), kept connected
 
 
 def describe(facts: PhoneFacts) -> str:
@@ -151,6 +170,13 @@ class Phones:
         """With wss://: the sha256 (hex) of the coordinator's certificate, which the app pins."""
         self._lost: Callable[[str], None] = lambda serial: None  # set while serving
         self._restarted: dict[str, float] = {}  # when the app was last started again after it stopped, by serial
+        self._deaths: dict[str, str] = {}  # how the app last ended, by serial, as its log said (``explain``)
+        self._stay_on: dict[str, str] = {}  # each phone's stay-on setting before the bridge set it, by serial
+        self.reconnect_s = RECONNECT_S
+        """How often a wireless phone that dropped is asked for again."""
+        self.cause_wait_s = CAUSE_WAIT_S
+        """How long a lost connection's reason waits for the phone's log to say how the app ended."""
+        self._reconnector: threading.Thread | None = None
         self.apps: dict[str, str | None] = {}
         """Each prepared phone's installed app: the sha256 of its base.apk as read on the phone (None: unreadable),
         by serial (its device id), read when the app is started for the coordinator (a run's provenance)."""
@@ -158,8 +184,14 @@ class Phones:
     def attached(self) -> list[str]:
         """The usable phones' serials; PhoneError (one line) when there is none.
 
-        Unusable ones (unauthorized, offline) are reported and left out.
+        Unusable ones (unauthorized, offline) are reported and left out. Wireless
+        phones (``options.connect``) are connected first; one that does not answer is said.
         """
+        for address in self.options.connect:
+            try:
+                self.adb.connect(address)
+            except PhoneError as exc:
+                self.say(str(exc))
         phones = self.adb.phones()
         self._states = {p.serial: p.state for p in phones}
         self.serials = [p.serial for p in phones if p.usable]
@@ -207,6 +239,9 @@ class Phones:
                 name="adb-track", daemon=True,
             )
             tracker.start()
+            if self.options.connect:
+                self._reconnector = threading.Thread(target=self._reconnect, name="adb-reconnect", daemon=True)
+                self._reconnector.start()
             follower = asyncio.ensure_future(self._follow(changes, set(ready), port, url))
             try:
                 yield ready
@@ -217,6 +252,28 @@ class Phones:
                     await follower
         finally:
             await asyncio.to_thread(self._close, tracker, port)
+
+    async def explain(self, serial: str, reason: str) -> str:
+        """``reason`` for the lost connection of the app on ``serial``, with how the app ended when its log says
+        (within ``cause_wait_s``): e.g. "connection lost (close code 1006); the app ended: native crash (SIGSEGV)".
+
+        Unchanged for a device that is not one of these phones, when the app still runs (a network drop: no
+        end to wait for; a process whose connection ended by its death is gone by then), or when the log says
+        nothing (a phone unplugged with it).
+        """
+        if serial not in self._launched or await asyncio.to_thread(self._still_running, serial):
+            return reason
+        death = await asyncio.to_thread(self.logs.death, serial, wait_s=self.cause_wait_s)
+        if death is None:
+            return reason
+        self._deaths[serial] = str(death)
+        return f"{reason}; the app ended: {death}"
+
+    def _still_running(self, serial: str) -> bool:
+        try:
+            return self.adb.app_running(serial)
+        except PhoneError:
+            return False  # the phone is leaving: its log's stream ends, and with it the wait
 
     def lost(self, serial: str) -> None:
         """The coordinator lost the connection of the app on ``serial``: start it again if it no longer runs.
@@ -231,12 +288,46 @@ class Phones:
     def _point(self, serial: str, port: int, url: str, apk: Path | None) -> PhoneFacts:
         """Prepare a phone, forward the port to it, start the app, and copy its log."""
         facts = prepare(self.adb, serial, apk=apk)
+        self._keep_awake(serial)
         self._read_app(serial)
         self.adb.reverse(serial, port)
         self._launch(serial, url)
         self._capture(serial)
         self.say(f"phone {serial}: {describe(facts)}; app started for {url} (adb reverse tcp:{port})")
         return facts
+
+    def _keep_awake(self, serial: str) -> None:
+        """Keep the phone's screen on while it is plugged in, for as long as the bridge has it, so Android does
+        not suspend it between tasks (docs/phones.md, a week in a lab); the setting it had is put back by ``_close``."""
+        if serial not in self._stay_on:
+            before = self.adb.shell(serial, ["settings", "get", "global", STAY_ON]).strip()
+            self._stay_on[serial] = before if before.isdigit() else "0"  # "null": never set, i.e. off
+        self.adb.shell(serial, ["svc", "power", "stayon", "true"])
+
+    def _restore_awake(self, here: list[str]) -> None:
+        """Put back each phone's stay-on setting; for a phone not here, say how."""
+        for serial, before in sorted(self._stay_on.items()):
+            put = ["settings", "put", "global", STAY_ON, before]
+            if serial in here:
+                try:
+                    self.adb.shell(serial, put)
+                    continue
+                except PhoneError as exc:
+                    self.say(str(exc))
+            self.say(f"phone {serial}: its screen's stay-on setting was not put back (adb -s {serial} shell {' '.join(put)})")
+
+    def _reconnect(self) -> None:
+        """Ask for the wireless phones again, every ``reconnect_s``, while serving (a thread): one that dropped
+        (Wi-Fi, sleep, a reboot) comes back as a phone plugged in again, and is re-pointed as one."""
+        while not self._stop.wait(self.reconnect_s):
+            try:
+                present = {p.serial for p in self.adb.phones() if p.usable}
+            except PhoneError:
+                continue
+            for address in self.options.connect:
+                if address not in present:
+                    with contextlib.suppress(PhoneError):
+                        self.adb.connect(address)
 
     def _read_app(self, serial: str) -> None:
         """Which app build the phone has (``apps``); a phone whose hash cannot be read still trains."""
@@ -253,6 +344,7 @@ class Phones:
                 raise PhoneError(f"phone {serial}: the app was not started: the run is ending")
             self._in_flight += 1
             self._launched.add(serial)  # before the command: its reply may be lost, the start not
+        self.logs.started(serial)  # what its log says from now on is of this start's end
         try:
             self.adb.launch(
                 serial, url=url, device_id=serial, token=self.options.token, secret=self.secret_for(serial), pin=self.pin
@@ -283,15 +375,19 @@ class Phones:
             return
         now, last = time.monotonic(), self._restarted.get(serial)
         if last is not None and now - last < CRASH_BACKOFF_S:
+            why = self._deaths.pop(serial, None)
             self.say(
-                f"phone {serial}: the app stopped again within {CRASH_BACKOFF_S:g} s of being started again;"
-                f" it is started again when the phone is replugged (why it stopped: {self.log_dir / phone_log_name(serial)})"
+                f"phone {serial}: the app stopped again within {CRASH_BACKOFF_S:g} s of being started again"
+                + (f" ({why})" if why else "")
+                + f"; it is started again when the phone is replugged (its log: {self.log_dir / phone_log_name(serial)})"
             )
             return
         self._restarted[serial] = now
         self._launch(serial, url)
         self._capture(serial)
-        self.say(f"phone {serial}: the app stopped (crashed or killed: its logcat says which); started again")
+        why = self._deaths.pop(serial, None)
+        said = f"its log says: {why}" if why else "its logcat may say why"
+        self.say(f"phone {serial}: the app stopped ({said}); started again")
 
     def _capture(self, serial: str) -> None:
         """Copy the phone's app log to <out>/phones/<serial>.logcat (appending across reconnects) and any cut of it."""
@@ -360,13 +456,15 @@ class Phones:
             self._launching.wait_for(lambda: self._in_flight == 0, timeout=self.adb.timeout_s)
             launched = sorted(self._launched)
         self.adb.interrupt()
-        if tracker is not None:
-            tracker.join(5)
+        for thread in (tracker, self._reconnector):
+            if thread is not None:
+                thread.join(5)
         present: set[str] = set()
         with contextlib.suppress(PhoneError):
             present = {p.serial for p in self.adb.phones() if p.usable}
         # Before the log copies end, so that they keep the app's last lines.
         self._stop_apps([s for s in launched if s in present], [s for s in launched if s not in present])
+        self._restore_awake(sorted(present))
         self.adb.close_streams()
         for thread in self._threads.values():
             thread.join(5)

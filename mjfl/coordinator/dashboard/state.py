@@ -34,11 +34,12 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from mjfl.coordinator.results.energy import job_energy
+from mjfl.coordinator.results.energy import energy_resolution, job_energy, task_energy
 from mjfl.coordinator.results.outcomes import run_summary
 from mjfl.coordinator.results.targets import group_time
 from mjfl.coordinator.results.utilisation import busy_interval, utilisation
 from mjfl.coordinator.storage.records import (
+    DeviceRound,
     FleetEvent,
     JobInfo,
     RoundRecord,
@@ -159,6 +160,7 @@ def device_row(device: str, hardware: Mapping[str, Any] | None = None) -> dict[s
         "device": device, **identity(hardware), "rounds": 0, "ok": 0, "failed": 0, "rejected": 0,
         "last_failure": None, "last_round_s": None, "expected_round_s": None,
         "battery_pct": None, "charging": None, "thermal_status": None, "energy_j": None,
+        "energy_resolution_j": None, "energy": "",
     }
     row.update(told_state(hardware))
     return row
@@ -213,8 +215,7 @@ def add_round(
         if part.status != "ok" and part.error:
             row["last_failure"] = part.error
         row["last_round_s"] = _number(part.duration_s)
-        if part.energy_j is not None:  # measured or modelled (results/energy.py); None: not told
-            row["energy_j"] = (row["energy_j"] or 0.0) + part.energy_j
+        _add_energy(row, part)
         profile = profiles.get(part.device)
         tau = epochs.get(str(record.job))
         row["expected_round_s"] = (
@@ -225,6 +226,25 @@ def add_round(
         for name in _TOLD:
             if name in state:
                 row[name] = state[name]
+
+
+def _add_energy(row: dict[str, Any], part: DeviceRound) -> None:
+    """A device round's energy added to its device's row: the sum (``energy_j``; measured or modelled,
+    results/energy.py) with its resolution's, and ``energy`` as shown: the sum, or why its latest task had none."""
+    state = part.device_state or {}
+    shown = task_energy(part.energy_j, state)
+    if part.energy_j is not None:
+        row["energy_j"] = (row["energy_j"] or 0.0) + part.energy_j
+        if (step := energy_resolution(state)) is not None:
+            row["energy_resolution_j"] = (row["energy_resolution_j"] or 0.0) + step
+    elif not shown:
+        return  # nothing said of this task's energy: the row keeps what it showed
+    total = row["energy_j"]
+    if part.energy_j is None:
+        row["energy"] = shown + (f" (earlier tasks {total:.1f} J)" if total is not None else "")
+    else:
+        resolution = row["energy_resolution_j"]
+        row["energy"] = f"{total:.1f} J" + (f" ± {resolution:.1f}" if resolution is not None else "")
 
 
 def events_table(events: Sequence[FleetEvent], rounds: Sequence[RoundRecord]) -> list[dict[str, Any]]:
@@ -302,7 +322,7 @@ def round_devices(record: RoundRecord) -> dict[str, Any]:
                 "wait_s": _number(part.wait_s), "time_s": _number(part.duration_s),
                 "download_s": _number(part.download_s), "compute_s": _number(part.compute_s),
                 "upload_s": _number(part.upload_s), "mean_loss": _number(part.mean_loss),
-                "energy_j": _number(part.energy_j),
+                "energy_j": _number(part.energy_j), "energy": task_energy(part.energy_j, part.device_state),
             }
             for part in record.devices
         ],

@@ -150,13 +150,15 @@ async def _serve_phones(
     phones: Phones, server: CoordinatorServer, registry: DeviceRegistry, lab: LabConfig, served: contextlib.AsyncExitStack
 ) -> None:
     """The attached phones pointed at ``server`` until ``served`` closes; an app whose connection was lost
-    (not ended by a bye from either side) is started again if it no longer runs (``Phones.lost``)."""
+    (not ended by a bye from either side) is started again if it no longer runs (``Phones.lost``), and the
+    leaving's reason says how the app ended, when the phone's log says (``Phones.explain``)."""
     hand_credentials(phones, server, lab.server.tls_cert)
     await served.enter_async_context(phones.serving(server.port))
     # A phone's device id is its serial (Phones._launch). A crash or a kill ends the connection
     # with no bye: the server says "connection lost"; a bye (the app's, or the server's at its
     # shutdown) is meant and is not undone.
     registry.on_leave(lambda device, reason: phones.lost(device) if reason.startswith("connection lost") else None)
+    server.explain_loss = phones.explain  # the leaving's event says how the app ended, when its log says
 
 
 def _phone_lines(phones: Phones | None) -> Callable[[Path], contextlib.AbstractContextManager[object]]:

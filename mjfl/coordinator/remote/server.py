@@ -42,7 +42,7 @@ import math
 import ssl
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -188,6 +188,11 @@ class CoordinatorServer:
     ``authorize(hello)`` may refuse a device (``bye unauthorized``) after its
     credentials passed; ``run_secrets`` are the secrets of the devices this
     run started itself (its own emulated devices), kept in memory only.
+
+    ``explain_loss(device, reason)``, when set, may add to a lost connection's
+    reason (no bye from either side) what is known of why it was lost (the
+    phones' bridge reads the phone's log: ``Phones.explain``) before the
+    device leaves; it bounds its own wait.
     """
 
     def __init__(
@@ -207,6 +212,7 @@ class CoordinatorServer:
         self.authorize = authorize
         self.keys = KeyStore(self.settings.keys) if self.settings.keys is not None else None
         self.run_secrets = dict(run_secrets or {})
+        self.explain_loss: Callable[[str, str], Awaitable[str]] | None = None
         self.heartbeat_rtts: deque[float] = deque(maxlen=self.settings.heartbeat_samples)
         """Round-trip times (seconds) of the coordinator's heartbeats, newest last."""
         self._ssl = _server_tls(self.settings)
@@ -346,7 +352,23 @@ class CoordinatorServer:
             conn.abort()
         finally:
             self._served.discard(served)
-            self._end(served)
+            try:
+                await self._explain(served)
+            finally:
+                self._end(served)
+
+    async def _explain(self, served: _Served) -> None:
+        """A welcomed device's lost connection: its reason, with why when ``explain_loss`` knows (not at shutdown)."""
+        if self.explain_loss is None or served.device is None or served.end_reason is not None or self._closing:
+            return
+        if served.conn.session.closed:
+            return  # ended by a bye: meant, nothing to explain
+        reason = _lost(served)
+        try:
+            served.end_reason = await self.explain_loss(served.device, reason)
+        except Exception:  # our bug, in the explainer: the device still leaves, with the plain reason
+            log.exception("explaining the lost connection of %s failed", served.device)
+            served.end_reason = reason
 
     def _on_event(self, served: _Served, event: Any, arrived: float) -> None:
         if isinstance(event, protocol.Hello):
@@ -420,8 +442,13 @@ class CoordinatorServer:
             if session.closed:
                 served.end_reason = f"{session.close_code}: {session.close_reason}"
             else:
-                served.end_reason = f"connection lost (close code {served.conn.ws.close_code})"
+                served.end_reason = _lost(served)
         self.registry.leave(served.conn, served.end_reason, status=served.end_status)
+
+
+def _lost(served: _Served) -> str:
+    """The reason of a connection that ended with no bye."""
+    return f"connection lost (close code {served.conn.ws.close_code})"
 
 
 def _server_tls(settings: ServerSettings) -> ssl.SSLContext | None:

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mjfl.coordinator.results.energy import device_order
+from mjfl.coordinator.results.energy import device_order, not_measured_text
 from mjfl.coordinator.results.outcomes import Results, RunRecords
 from mjfl.coordinator.storage.checkpoints import write_atomically
 
@@ -33,7 +33,9 @@ CSV_COLUMNS: tuple[str, ...] = (
     "plan",
 )
 
-ENERGY_COLUMNS: tuple[str, ...] = ("method", "device", "total_j", "rounds", "per_round_j", "source")
+ENERGY_COLUMNS: tuple[str, ...] = (
+    "method", "device", "total_j", "rounds", "per_round_j", "source", "resolution_j", "not_measured",
+)  # fmt: skip
 
 
 def write_json(path: str | os.PathLike[str], document: Mapping[str, Any]) -> Path:
@@ -89,7 +91,8 @@ def _energy_rows(summary: Mapping[str, Any]) -> Iterator[tuple[Any, ...]]:
     for method, figures in summary["methods"].items():
         devices = figures["energy"]["devices"]
         for device in sorted(devices, key=device_order):
-            yield (method, device, *(devices[device][column] for column in ENERGY_COLUMNS[2:]))
+            entry = {**devices[device], "not_measured": not_measured_text(devices[device].get("not_measured") or {}) or None}
+            yield (method, device, *(entry.get(column) for column in ENERGY_COLUMNS[2:]))
 
 
 def _write_csv(path: str | os.PathLike[str], columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Path:

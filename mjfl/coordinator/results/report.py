@@ -30,6 +30,7 @@ from typing import Any
 from rich.console import Console
 
 from mjfl.coordinator.results import paper
+from mjfl.coordinator.results.energy import not_measured_text
 from mjfl.coordinator.results.files import write_energy_csv, write_json, write_rounds_csv
 from mjfl.coordinator.results.outcomes import Results, Runs, gather, summary
 from mjfl.coordinator.results.plots import plot_accuracy, plot_member_wins, plot_meta_greedy_wins
@@ -145,11 +146,19 @@ def gathered_figures(runs: Sequence[FinishedRun], *, provenance: bool = True) ->
 
 
 def _print_energy(console: Console, methods: dict[str, Any], jobs: Sequence[JobInfo], *, devices: str) -> None:
-    """The energy table (``devices`` its caption), or one line when no device round told its energy (older runs, phones that cannot)."""
+    """The energy table (``devices`` its caption), or one line when no device round told its energy (older runs, phones that cannot);
+    then, for each device some of whose tasks were not measured, how many and why ("not measured, charging")."""
     if not energy_known(methods):
         console.print("no energy recorded for these runs", highlight=False)
-        return
-    console.print(energy_table(methods, jobs, caption=devices))
+    else:
+        console.print(energy_table(methods, jobs, caption=devices))
+    for name, method in methods.items():
+        for device, entry in method["energy"]["devices"].items():
+            if entry.get("not_measured"):
+                label = f"{name}, device {device}" if len(methods) > 1 else f"device {device}"
+                console.print(f"{label}: {not_measured_text(entry['not_measured'])}", highlight=False, soft_wrap=True)
+    if any(e.get("not_measured", {}).get("charging") for m in methods.values() for e in m["energy"]["devices"].values()):
+        console.print("a phone measures energy on battery only: docs/phones.md, energy (wireless debugging)", highlight=False)
 
 
 def _by_label(runs: Sequence[FinishedRun]) -> dict[str, list[FinishedRun]]:

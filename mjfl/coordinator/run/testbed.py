@@ -146,6 +146,7 @@ class RemoteDevices:
                 if self.phones is not None:
                     hand_credentials(self.phones, server, tb.tls_cert)
                     self._phones_ready = await stack.enter_async_context(self.phones.serving(server.port))
+                    server.explain_loss = self.phones.explain  # a lost phone's event says how its app ended
                     self.wanted = self._count(len(self._phones_ready))
                 if self.emulate:
                     # Emulated devices impersonate the config's fleet (a profile file,

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from fake_adb import PHONES, FakeAdbServer, FakePhone
+from fake_adb import LOW_MEMORY_KILL, NATIVE_CRASH, PHONES, FakeAdbServer, FakePhone
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -28,6 +28,7 @@ from mjfl.android_bridge.phones.adb import (
     parse_cpu_list,
     parse_getprop,
     parse_meminfo,
+    parse_power,
     parse_thermal,
 )
 from mjfl.android_bridge.phones.attached import PhoneOptions, Phones
@@ -35,6 +36,11 @@ from mjfl.errors import PhoneError
 from mjfl.logs import phone_log_name
 
 PIXEL, GALAXY, MOTO = "28041FDH2004TQ", "R58R41ABCDE", "ZY2243KLMN"
+# The log the bridge asks of a phone: the app's tags and the system's that say how a process ended.
+LOGCAT = (
+    "shell:logcat -v threadtime MJFL:V AndroidRuntime:E libc:F DEBUG:F crash_dump64:I crash_dump32:I tombstoned:I"
+    " lowmemorykiller:I lmkd:I ActivityManager:I '*:S'"
+)
 FACTS_COMMANDS = [
     "shell:getprop",
     "shell:cat /proc/meminfo",
@@ -84,6 +90,15 @@ def test_the_recorded_phones_parse_to_their_facts() -> None:
     # Android 9 has no thermal service; its CPU list comes in two ranges.
     assert (moto.thermal_status, moto.thermal, moto.cores, moto.charging) == (None, "unknown", 8, True)
     assert not pixel.app_installed
+    # Energy: only the galaxy, on battery, can measure it; the pixel charges over USB, the moto on AC.
+    assert (pixel.plugged, pixel.charge_counter_uah, galaxy.plugged, moto.plugged) == ("usb", 3456000, "none", "ac")
+    assert galaxy.energy() == (True, "yes: on battery, with a charge counter")
+    assert pixel.energy() == (False, ("no: powered over USB, so it charges during tasks; run it on battery over"
+                                     " wireless debugging (docs/phones.md, energy)"))
+    assert moto.energy()[1].startswith("no: powered over AC")
+    no_counter = (folder := PHONES / "galaxy-a52" / "battery.txt").read_text().replace("Charge counter: 2211000", "")
+    assert parse_power(no_counter) == ("none", None)
+    assert parse_power(folder.read_text().replace("2211000", "0")) == ("none", None)  # vendors that print 0
 
 
 def test_parsers_say_none_rather_than_guess() -> None:
@@ -199,7 +214,7 @@ def test_logcat_is_copied_until_the_phone_is_unplugged(server: FakeAdbServer) ->
     copier.join(10)
     assert not copier.is_alive()
     assert sink.getvalue() == server_phone_log("pixel7")
-    assert server.commands(PIXEL) == ["shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'"]
+    assert server.commands(PIXEL) == [LOGCAT]
 
 
 def server_phone_log(name: str) -> bytes:
@@ -275,6 +290,8 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             assert server.commands(PIXEL)[6:] == [
                 "shell:pm grant org.mjfl.app android.permission.POST_NOTIFICATIONS",
                 "shell:dumpsys deviceidle whitelist +org.mjfl.app",
+                "shell:settings get global stay_on_while_plugged_in",  # kept to be put back
+                "shell:svc power stayon true",
                 "shell:pm path org.mjfl.app",  # which build of the app it has (a run's provenance)
                 "shell:sha256sum '/data/app/~~x/org.mjfl.app-1/base.apk'",
                 "reverse:forward:tcp:8765;tcp:8765",
@@ -282,7 +299,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
                     "shell:am start -n org.mjfl.app/.StartActivity --es url ws://127.0.0.1:8765"
                     f" --es device_id {PIXEL} --es token t"
                 ),
-                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+                LOGCAT,
             ]
             assert run.apps == {PIXEL: hashlib.sha256(b"installed by hand").hexdigest()}  # the moto was left out
 
@@ -293,7 +310,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             await wait(lambda: any("is back" in line for line in said) and len(server.commands(PIXEL)) == before + 3)
             assert server.commands(PIXEL)[before:] == [
                 "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
-                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+                LOGCAT,
             ]  # fmt: skip
             assert pixel.reverses == {"tcp:8765"}
             # A reboot: the app is gone too, so it is started again.
@@ -303,7 +320,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             assert [c.split(" --es")[0] for c in server.commands(PIXEL)[before:]] == [
                 "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
                 "shell:am start -n org.mjfl.app/.StartActivity",
-                "shell:logcat -v threadtime MJFL:V AndroidRuntime:E '*:S'",
+                LOGCAT,
             ]  # fmt: skip
             # The galaxy is authorized during the run: it is prepared and pointed like the first.
             server.set_state(GALAXY, "device")
@@ -315,7 +332,10 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
         # Leaving stops the app where it was started and takes the forwards back; nothing more is read.
         assert server.phones[PIXEL].reverses == set() and server.phones[GALAXY].reverses == set()
         for serial in (PIXEL, GALAXY):
-            assert server.commands(serial)[-2:] == ["shell:am force-stop org.mjfl.app", "reverse:killforward:tcp:8765"]
+            assert server.commands(serial)[-3:] == [
+                "shell:am force-stop org.mjfl.app", "shell:settings put global stay_on_while_plugged_in 0",
+                "reverse:killforward:tcp:8765",
+            ]  # fmt: skip
             assert server.phones[serial].app_pid is None
         assert not any("force-stop" in c for c in server.commands(MOTO)), "never started there"
         assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
@@ -382,9 +402,10 @@ async def test_however_a_run_ends_the_app_is_stopped_on_every_phone_it_was_start
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        for serial in (PIXEL, GALAXY):
+        for serial in (PIXEL, GALAXY):  # Ctrl-C (and SIGTERM, which mjfl takes as one) ends as an error does
             assert "shell:am force-stop org.mjfl.app" in server.commands(serial)
             assert server.phones[serial].app_pid is None and server.phones[serial].reverses == set()
+            assert server.phones[serial].settings["stay_on_while_plugged_in"] == "0"  # put back as it was (never set)
         assert f"app stopped on {PIXEL}, {GALAXY} (am force-stop org.mjfl.app)" in said
         assert any(line.startswith(f"phone {MOTO} is not attached: its app was not stopped") for line in said), said
     finally:
@@ -408,7 +429,9 @@ async def test_phones_prepared_before_a_failure_are_stopped_too(tmp_path: Path) 
             async with run.serving(8765):
                 pytest.fail("the body must not run")
         for serial in (PIXEL, GALAXY):
-            assert server.commands(serial)[-2:] == ["shell:am force-stop org.mjfl.app", "reverse:killforward:tcp:8765"]
+            assert server.commands(serial)[-3:-1] == [
+                "shell:am force-stop org.mjfl.app", "shell:settings put global stay_on_while_plugged_in 0"
+            ]  # fmt: skip
     finally:
         server.close()
 
@@ -420,3 +443,94 @@ async def wait(predicate, timeout: float = 20.0) -> None:
     while not predicate():
         assert loop.time() < deadline, "timed out"
         await asyncio.sleep(0.02)
+
+
+async def test_a_native_crash_and_a_low_memory_kill_reach_the_phones_log_and_name_the_lost_connections_cause(
+    tmp_path: Path,
+) -> None:
+    """The stand-in logs a crash as Android does, other apps' lines on the same tags among them; the
+    low-memory killer's lines come after the app is gone, as lmkd logs a kill once done."""
+    server = FakeAdbServer([FakePhone.recorded("pixel7", PIXEL, installed=True)])
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address), log_dir=tmp_path / "phones", say=said)
+    log = tmp_path / "phones" / phone_log_name(PIXEL)
+    lost = "connection lost (close code 1006)"
+    try:
+        run.attached()
+        async with run.serving(8765):
+            await wait(lambda: log.exists() and log.read_bytes() == server_phone_log("pixel7"))
+            server.crash(PIXEL, NATIVE_CRASH)
+            assert await run.explain(PIXEL, lost) == f"{lost}; the app ended: native crash (SIGSEGV in thread mjfl-trainer)"
+            run.lost(PIXEL)
+            await wait(lambda: any("started again" in line for line in said))
+            assert f"phone {PIXEL}: the app stopped (its log says: native crash (SIGSEGV in thread mjfl-trainer)); started again" in said
+
+            server.crash(PIXEL, LOW_MEMORY_KILL, logged_after=4)  # its connection's end may come first
+            reason = await run.explain(PIXEL, lost)
+            assert reason.startswith(f"{lost}; the app ended: killed for memory (low-memory killer: low watermark is breached")
+            # No crash or kill in the log: nothing is made up (after a shorter wait, for the test).
+            run.cause_wait_s = 0.5
+            assert await run.explain(PIXEL, lost) == lost
+            # A network drop: the app still runs, so no end is waited for.
+            run.cause_wait_s = 60
+            server.phones[PIXEL].app_pid = 4343  # started by hand since (the bridge waits for a replug)
+            assert await asyncio.wait_for(run.explain(PIXEL, lost), 10) == lost
+            assert await run.explain("emulated-1", lost) == lost  # not a phone of the bridge: not waited for
+        text = log.read_text()
+        pid = server.phones[PIXEL].app_pid or 4242
+        for line in [*NATIVE_CRASH, *LOW_MEMORY_KILL]:
+            line = line.format(pid=pid)
+            about_the_app = "org.mjfl.app" in line or " 7311 " in line or "Tombstone written" in line
+            about_the_app = about_the_app and "CarrierSvcBindHelper" not in line  # a tag adb silences
+            assert (line in text) == about_the_app, line
+    finally:
+        server.close()
+
+
+async def test_a_served_phone_is_kept_awake_while_plugged_and_its_setting_put_back(tmp_path: Path) -> None:
+    pixel, galaxy = FakePhone.recorded("pixel7", PIXEL, installed=True), FakePhone.recorded("galaxy-a52", GALAXY, installed=True)
+    pixel.settings["stay_on_while_plugged_in"] = "2"  # the lab set USB itself; the galaxy never was
+    server = FakeAdbServer([pixel, galaxy])
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address), log_dir=tmp_path / "phones", say=said)
+    try:
+        run.attached()
+        async with run.serving(8765):
+            assert pixel.settings["stay_on_while_plugged_in"] == galaxy.settings["stay_on_while_plugged_in"] == "7"
+            server.unplug(PIXEL, reboot=True)  # a setting survives a reboot: not asked again
+            await wait(lambda: any(f"phone {PIXEL} left" in line for line in said))
+            server.plug(pixel)
+            await wait(lambda: any(f"phone {PIXEL} is back" in line for line in said))
+            server.unplug(GALAXY)  # gone when the service ends: how to put it back is said
+            await wait(lambda: any(f"phone {GALAXY} left" in line for line in said))
+        assert pixel.settings["stay_on_while_plugged_in"] == "2"
+        assert server.commands(PIXEL).count("shell:settings get global stay_on_while_plugged_in") == 1
+        assert (
+            f"phone {GALAXY}: its screen's stay-on setting was not put back"
+            f" (adb -s {GALAXY} shell settings put global stay_on_while_plugged_in 0)"
+        ) in said
+    finally:
+        server.close()
+
+
+async def test_a_phone_over_wireless_debugging_is_connected_and_asked_for_again_when_it_drops(tmp_path: Path) -> None:
+    address = "192.168.1.57:37099"
+    server = FakeAdbServer()
+    server.reachable[address] = FakePhone.recorded("galaxy-a52", address, installed=True)
+    said = Said()
+    run = Phones(PhoneOptions(adb=server.address, connect=(address, "192.168.1.58:41234")), log_dir=tmp_path, say=said)
+    run.reconnect_s = 0.1
+    try:
+        assert run.attached() == [address]
+        assert "adb connect 192.168.1.58:41234: failed to connect to '192.168.1.58:41234': Connection refused" in said[0]
+        async with run.serving(8765) as ready:
+            assert ready == [address] and server.phones[address].reverses == {"tcp:8765"}
+            phone = server.reachable.pop(address)  # Wi-Fi dropped: adb forgets it, and it does not answer
+            server.unplug(address)
+            await wait(lambda: any(f"phone {address} left" in line for line in said))
+            server.reachable[address] = phone  # it answers again: asked for again, it comes back and is re-pointed
+            await wait(lambda: any(f"phone {address} is back" in line for line in said))
+            assert server.phones[address].reverses == {"tcp:8765"}
+        assert server.commands(None).count(f"host:connect:{address}") >= 2
+    finally:
+        server.close()

@@ -71,14 +71,19 @@ def test_devices_list_shows_each_phone_and_prepare_installs_the_app(tmp_path: Pa
     pixel = FakePhone.recorded("pixel7", PIXEL, installed=True)
     galaxy = FakePhone.recorded("galaxy-a52", GALAXY, installed=False)
     moto = FakePhone.recorded("moto-g7", MOTO, state="unauthorized")
+    wifi = "192.168.1.57:37099"  # a phone on battery over wireless debugging (paired by hand, once)
     with FakeAdbServer([pixel, galaxy, moto]) as server:
-        listed = mjfl("devices", "list", "--adb", server.address)
+        server.reachable[wifi] = FakePhone.recorded("galaxy-a52", wifi, installed=True)
+        listed = mjfl("devices", "list", "--adb", server.address, "--connect", wifi)
         assert listed.returncode == 0, listed
         rows = {line.split()[1]: line for line in listed.stderr.splitlines() if line.startswith("│")}
-        assert set(rows) == {PIXEL, GALAXY, MOTO}, listed.stderr
+        assert set(rows) == {PIXEL, GALAXY, MOTO, wifi}, listed.stderr
         assert "Pixel 7" in rows[PIXEL] and "arm64-v8a" in rows[PIXEL] and "installed" in rows[PIXEL]
         assert "SM-A525F" in rows[GALAXY] and "missing" in rows[GALAXY]
         assert "unauthorized" in rows[MOTO]
+        # Energy: the pixel charges over its USB cable; the wireless phone is on battery.
+        assert "not: usb power" in rows[PIXEL] and "measured" in rows[wifi], listed.stderr
+        server.unplug(wifi)
 
         apk = tmp_path / "app-debug.apk"
         apk.write_bytes(b"PK\x03\x04 stand-in apk " + bytes(range(256)) * 300)

@@ -238,6 +238,12 @@ def test_bad_weights_fail_the_phone_naming_model_and_tensor_and_the_other_phone_
     text = out.export_text()
     assert f"phone {GALAXY} (samsung SM-A525F, Android 12, arm64-v8a): FAILED cnn-b: {tensor} differs by 1.0e-02" in text
     assert f"phone {PIXEL} (Google Pixel 7, Android 14, arm64-v8a): passed 3 of 3" in text
+    # Whether each can measure energy: the galaxy runs on battery; the pixel charges over its USB cable.
+    assert f"phone {GALAXY}: can it measure energy? yes: on battery, with a charge counter" in text
+    assert (
+        f"phone {PIXEL}: can it measure energy? no: powered over USB, so it charges during tasks;"
+        " run it on battery over wireless debugging (docs/phones.md, energy)"
+    ) in text
 
 
 @needs_jdk

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from mjfl.coordinator.dashboard.catalog import Catalog
+from mjfl.coordinator.dashboard.state import add_round, device_row, round_devices
 from mjfl.coordinator.storage.layout import database_path
+from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
 from mjfl.errors import UserError
+from mjfl.ids import DeviceId, JobId
 
 
 def test_the_runs_list_holds_finished_runs_with_their_time_to_target(folder: Path) -> None:
@@ -133,3 +136,33 @@ def test_the_timeline_has_a_bar_per_device_round_and_each_devices_busy_fraction(
     tail = Catalog([folder]).timeline("0:mg-0", since=20)
     assert tail is not None and tail["bars"] == timeline["bars"][20:] and tail["total"] == 24
     assert Catalog([folder]).timeline("0:mg-1") is None and Catalog([folder]).timeline("7:mg-0") is None
+
+
+def test_a_charging_phones_tasks_read_not_measured_charging_and_measured_ones_their_resolution() -> None:
+    """The energy column of the devices and of a round's devices, as the app's device_state tells it."""
+    charging = {"energy_j": None, "energy_source": "charging", "energy_resolution_j": None, "plugged": "usb"}
+    battery = {"energy_j": 14.4, "energy_source": "battery", "energy_resolution_j": 14.4, "plugged": "none"}
+    usb, wifi, emulated, quiet = DeviceId("usb-phone"), DeviceId("wifi-phone"), DeviceId("emu-0"), DeviceId("failing")
+
+    def record(number: int, *parts: DeviceRound) -> RoundRecord:
+        return RoundRecord("r", JobId("cnn"), number, 0.0, 1.0, parts, 0.5, 1.0, True, 1.0, 1.0, None)
+
+    first = record(
+        1,
+        DeviceRound(usb, "ok", 10, 0.5, 1.0, device_state=charging),
+        DeviceRound(wifi, "ok", 10, 0.5, 1.0, device_state=battery, energy_j=14.4),
+        DeviceRound(emulated, "ok", 10, 0.5, 1.0, device_state={"energy_j": 3.21, "energy_source": "modelled"}, energy_j=3.21),
+        DeviceRound(quiet, "failed", 0, None, 1.0, error="timeout"),
+    )
+    shown = [d["energy"] for d in round_devices(first)["devices"]]
+    assert shown == ["not measured, charging", "14.4 J ± 14.4", "3.2 J", ""]  # a failed task: nothing to say
+    rows = {d: device_row(d) for d in (usb, wifi, emulated, quiet)}
+    add_round(rows, first, {}, {})
+    add_round(rows, record(2, DeviceRound(wifi, "ok", 10, 0.5, 1.0, device_state=battery, energy_j=28.8)), {}, {})
+    assert [rows[d]["energy"] for d in (usb, wifi, emulated, quiet)] == [
+        "not measured, charging", "43.2 J ± 28.8", "3.2 J", "",
+    ]  # fmt: skip
+    # Plugged in later: its latest task says so, with what it measured before.
+    add_round(rows, record(3, DeviceRound(wifi, "ok", 10, 0.5, 1.0, device_state=charging)), {}, {})
+    assert rows[wifi]["energy"] == "not measured, charging (earlier tasks 43.2 J)"
+    assert rows[wifi]["energy_j"] == pytest.approx(43.2)  # the sum the column sorts by

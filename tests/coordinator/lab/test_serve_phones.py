@@ -6,7 +6,8 @@ phones answering with recorded outputs), and each phone's app is played by
 the JVM launcher of the phone client's core (`mjfl-device --id SERIAL`),
 started when the bridge's ``am start`` reaches the stand-in and killed when
 the phone reboots or its app crashes. What the app logs is played by
-``FakeAdbServer.log``. Cost: about 20 s on two cores (four refused starts
+``FakeAdbServer.log``, and how Android logs a native crash or a low-memory
+kill by ``FakeAdbServer.crash``. Cost: about 20 s on two cores (four refused starts
 of mjfl, then one lab with two JVM phones for two runs).
 """
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fake_adb import FakeAdbServer, FakePhone, JvmApps
+from fake_adb import LOW_MEMORY_KILL, NATIVE_CRASH, FakeAdbServer, FakePhone, JvmApps
 from lab_service import Lab
 from processes import mjfl_args, query
 
@@ -81,7 +82,7 @@ def test_serve_phones_with_no_adb_server_or_no_phone_is_one_line_before_anything
         line = one_error_line(*serve, "--adb", empty.address)
         assert line.startswith(f"error: no phone to use on the adb server at {empty.address}")
         assert empty.commands(None) == ["host:devices"]  # one listing, nothing else
-    assert one_error_line("serve", str(lab_file), "--adb", closed) == "error: --adb and --apk go with --phones"
+    assert one_error_line("serve", str(lab_file), "--adb", closed) == "error: --adb, --apk and --connect go with --phones"
     both = one_error_line(*serve, "--emulate", "2")
     assert both.startswith("error: --phones and --emulate go one at a time"), both
     assert not out.exists()  # nothing was started or written
@@ -141,6 +142,11 @@ class PhonesLab:
         assert back_line in self.lab.process.line_with(f"phone {serial}")
         self.lab.until(lambda: self.trained(run, serial, after=last), 120)
 
+    def left(self, run: str, serial: str) -> list[str]:
+        """Why ``serial`` left ``run``, as the run's events say (a cancel's bye aside)."""
+        events = query(self.lab.folder / "runs" / run / "mjfl.db", "SELECT device, detail FROM fleet_events WHERE kind = 'left'")
+        return [detail for device, detail in events if device == serial and "connection lost" in detail]
+
     def cancelled(self, run: str) -> None:
         assert self.lab.call("POST", f"/api/lab/runs/{run}/cancel")[0] == 200
         assert self.lab.ended(run, 60)["state"] == "cancelled"
@@ -167,13 +173,16 @@ def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path
         adb.unplug(PIXEL, reboot=True)
         assert "left" in lab.process.line_with(f"phone {PIXEL}")
         phones.trains_again(first, PIXEL, lambda: adb.plug(pixel), "is back")
-        # The galaxy's app crashes, the phone staying attached: the app is started again.
-        phones.trains_again(first, GALAXY, lambda: adb.crash(GALAXY), "started again")
+        # The galaxy's app crashes in native code, the phone staying attached: the app is started again,
+        # and the run's event of its leaving says how it ended.
+        phones.trains_again(first, GALAXY, lambda: adb.crash(GALAXY, NATIVE_CRASH), "started again")
         phones.cancelled(first)
 
         between = phones.logged_by_the_lab("between the runs")
         second = lab.submit(RUN, lab.admin)["id"]
         during_second = phones.logged(second)
+        # The low-memory killer kills the pixel's app; its lines come after the app's connection is gone.
+        phones.trains_again(second, PIXEL, lambda: adb.crash(PIXEL, LOW_MEMORY_KILL, logged_after=4), "started again")
         phones.cancelled(second)
 
         assert lab.call("POST", "/api/lab/drain")[0] == 200
@@ -184,15 +193,27 @@ def test_the_lab_keeps_its_phones_for_its_life_and_each_run_their_lines(tmp_path
         # The service's end leaves the phones as found: the app stopped, no forward left.
         assert pixel.app_pid is None and galaxy.app_pid is None and not apps.running
         assert pixel.reverses == galaxy.reverses == set()
-        # Started again only after the pixel's reboot and the galaxy's crash, not for a run.
-        assert (phones.starts(PIXEL), phones.starts(GALAXY)) == (2, 2)
+        assert pixel.settings["stay_on_while_plugged_in"] == galaxy.settings["stay_on_while_plugged_in"] == "0"
+        # Started again only after the pixel's reboot and kill and the galaxy's crash, not for a run.
+        assert (phones.starts(PIXEL), phones.starts(GALAXY)) == (3, 2)
+
+    # Each end reached the lab's copy of the phone's log, and its run's event of the phone's leaving names it.
+    assert "F libc    : Fatal signal 11 (SIGSEGV)" in text(phones.own(GALAXY))
+    assert "I lowmemorykiller: Kill 'org.mjfl.app'" in text(phones.own(PIXEL))
+    assert "com.google.android.youtube" not in text(phones.own(PIXEL))  # another app's kill: not kept
+    assert phones.left(first, GALAXY) == ["connection lost (close code 1006); the app ended: native crash (SIGSEGV in thread mjfl-trainer)"]
+    [killed] = phones.left(second, PIXEL)
+    assert killed.startswith("connection lost (close code 1006); the app ended: killed for memory (low-memory killer: ")
 
     # Each run's folder has each phone's lines of that run, and no other: not the ones
     # before, between or during the other run, nor the pixel's buffer that adb replayed
     # after its reboot. The lab keeps every line.
     for run, lines in ((first, during_first), (second, during_second)):
         for serial, line in lines.items():
-            assert text(phones.cut(run, serial)) == line + "\n", (run, serial)
+            assert [k for k in text(phones.cut(run, serial)).splitlines() if " MJFL    : " in k] == [line], (run, serial)
+    # and how an app ended during it: the galaxy's crash in the first, the pixel's kill in the second.
+    assert "Fatal signal 11" in text(phones.cut(first, GALAXY)) and "Fatal signal" not in text(phones.cut(second, GALAXY))
+    assert "Kill 'org.mjfl.app'" in text(phones.cut(second, PIXEL)) and "Kill '" not in text(phones.cut(first, PIXEL))
     for line in (before, during_first[PIXEL], between, during_second[PIXEL]):
         assert line in text(phones.own(PIXEL))
     # Each run kept what it ran on: the submitted text, and each phone with the app build adb read on it.

@@ -227,3 +227,30 @@ async def test_a_device_that_ignores_the_bye_is_dropped_without_waiting_for_its_
                 await asyncio.sleep(0.05)
                 assert time.monotonic() - started < 10, "the coordinator waited for a close that never came"
         writer.close()
+
+
+async def test_a_lost_connections_reason_is_explained_before_its_device_leaves_and_a_bye_is_not():
+    """``explain_loss`` (the phones' bridge reads the phone's log) adds why a connection was lost; a bye says why itself."""
+    server = CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST))
+    left: dict[str, str] = {}
+    asked: list[str] = []
+
+    async def explain(device: str, reason: str) -> str:
+        asked.append(device)
+        return f"{reason}; the app ended: native crash (SIGSEGV)"
+
+    server.explain_loss = explain
+    server.registry.on_leave(lambda device, reason: left.__setitem__(str(device), reason))
+    await server.start()
+    try:
+        crashed = await raw_client(server, "crashed")
+        crashed.transport.abort()  # the process died: no bye, no close frame
+        polite = await raw_client(server, "polite")
+        await polite.send(json.dumps({"type": "bye", "code": "going_away", "reason": "the app stops"}))
+        async with asyncio.timeout(10):
+            while len(left) < 2:
+                await asyncio.sleep(0.01)
+    finally:
+        await server.close()
+    assert left["crashed"] == "connection lost (close code 1006); the app ended: native crash (SIGSEGV)"
+    assert asked == ["crashed"] and "the app stops" in left["polite"]

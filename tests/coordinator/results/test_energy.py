@@ -13,6 +13,8 @@ from mjfl.coordinator.results.energy import (
     energy_to_target,
     job_energy,
     merge_device_energy,
+    not_measured_text,
+    task_energy,
 )
 from mjfl.coordinator.results.targets import job_rounds
 from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
@@ -72,18 +74,41 @@ def test_a_device_sums_the_rounds_it_told_its_energy_in_and_names_the_source():
     records.append(with_energy(records[0], ("p1", None, {"energy_j": None, "energy_source": "charging"})))
     got = device_energy(records)
     assert list(got) == ["p1", "e1", "mute"]
-    assert got["p1"] == {"total_j": 24.0, "rounds": 2, "per_round_j": 12.0, "source": "battery"}
-    assert got["e1"] == {"total_j": 6.0, "rounds": 2, "per_round_j": 3.0, "source": "modelled"}
-    assert got["mute"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}
+    assert got["p1"] == {"total_j": 24.0, "rounds": 2, "per_round_j": 12.0, "source": "battery", "resolution_j": None,
+                         "not_measured": {"charging": 1}}  # the round it charged in: counted, by why
+    assert got["e1"] == {"total_j": 6.0, "rounds": 2, "per_round_j": 3.0, "source": "modelled", "resolution_j": None,
+                         "not_measured": {}}
+    assert got["mute"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None, "resolution_j": None,
+                           "not_measured": {}}  # failed tasks that said nothing of energy: not "not measured"
 
 
 def test_several_runs_devices_merge_by_adding_and_keep_every_source():
-    one = {"p1": {"total_j": 24.0, "rounds": 2, "per_round_j": 12.0, "source": "battery"},
-           "mute": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}}
-    two = {"p1": {"total_j": 6.0, "rounds": 1, "per_round_j": 6.0, "source": "modelled"}}
+    one = {"p1": {"total_j": 24.0, "rounds": 2, "per_round_j": 12.0, "source": "battery", "resolution_j": 28.8,
+                  "not_measured": {"charging": 3}},
+           "mute": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}}  # a summary from before both
+    two = {"p1": {"total_j": 6.0, "rounds": 1, "per_round_j": 6.0, "source": "modelled", "resolution_j": None,
+                  "not_measured": {"charging": 1, "unsupported": 2}}}
     got = merge_device_energy([one, two])
-    assert got["p1"] == {"total_j": 30.0, "rounds": 3, "per_round_j": pytest.approx(10.0), "source": "battery+modelled"}
-    assert got["mute"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}
+    assert got["p1"] == {"total_j": 30.0, "rounds": 3, "per_round_j": pytest.approx(10.0), "source": "battery+modelled",
+                         "resolution_j": 28.8, "not_measured": {"charging": 4, "unsupported": 2}}
+    assert got["mute"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None, "resolution_j": None,
+                           "not_measured": {}}
+
+
+def test_a_tasks_energy_reads_with_its_resolution_or_why_it_was_not_measured():
+    measured = {"energy_j": 14.4, "energy_source": "battery", "energy_resolution_j": 14.4, "plugged": "none"}
+    assert task_energy(14.4, measured) == "14.4 J ± 14.4"
+    assert task_energy(3.21, MODELLED) == "3.2 J"  # modelled: no gauge, no resolution
+    assert task_energy(None, {"energy_j": None, "energy_source": "charging", "plugged": "usb"}) == "not measured, charging"
+    assert task_energy(None, {"energy_source": "unsupported"}) == "not measured, no charge counter"
+    assert task_energy(None, {"energy_source": "implausible"}) == "not measured, an implausible reading"
+    assert task_energy(None, {"energy_source": "counter_rose"}) == "not measured, the charge counter rose"
+    assert task_energy(None, {"energy_source": "unavailable"}) == "not measured, the counter could not be read"
+    assert task_energy(None, {"energy_source": "a vendor's word"}) == "not measured, a vendor's word"
+    assert task_energy(None, None) == task_energy(None, {"battery_pct": 80}) == ""  # nothing said: a failed task
+    for bad in (0, -1.0, float("nan"), "14.4", True):  # a resolution that is not one is left out
+        assert task_energy(14.4, {**measured, "energy_resolution_j": bad}) == "14.4 J"
+    assert not_measured_text({"charging": 12, "unsupported": 3}) == "12 not measured, charging; 3 not measured, no charge counter"
 
 
 def test_merged_devices_come_in_the_order_a_person_lists_them():

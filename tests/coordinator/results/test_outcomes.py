@@ -60,8 +60,10 @@ def test_summary_has_exactly_the_specified_shape_and_values(results: dict) -> No
         },
         "group": {"to_target_j": None, "known": 0, "device_rounds": 8},  # every job's, up to its target
         "devices": {
-            "d3": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None},
-            "d1": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None},
+            "d3": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None, "resolution_j": None,
+                   "not_measured": {}},
+            "d1": {"total_j": None, "rounds": 0, "per_round_j": None, "source": None, "resolution_j": None,
+                   "not_measured": {}},
         },
     }
     assert energy["fedcs"]["jobs"]["cnn"] == {"to_target_j": None, "known": 0, "device_rounds": 2}

@@ -76,9 +76,11 @@ def test_the_report_shows_energy_to_target_and_leaves_each_devices_to_the_json_i
     random, meta = figures["methods"]["random"]["energy"], figures["methods"]["meta-greedy"]["energy"]
     assert random["jobs"]["lenet"] == {"mean": 10.5, "sd": pytest.approx(2.1213203), "reached": 2, "runs": 2}
     assert random["group"] == random["jobs"]["lenet"]  # one job: the group is done when it is
-    assert random["devices"] == {"d0": {"total_j": 121.0, "rounds": 4, "per_round_j": 30.25, "source": "battery"}}
+    assert random["devices"] == {"d0": {"total_j": 121.0, "rounds": 4, "per_round_j": 30.25, "source": "battery",
+                                        "resolution_j": None, "not_measured": {}}}
     assert meta["jobs"]["lenet"]["mean"] is None
-    assert meta["devices"]["d0"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None}
+    assert meta["devices"]["d0"] == {"total_j": None, "rounds": 0, "per_round_j": None, "source": None,
+                                     "resolution_j": None, "not_measured": {}}
     assert json.loads((tmp_path / "r.json").read_text())["methods"]["random"]["energy"] == random
     text = out.file.getvalue()
     assert "Energy to target (J)" in text and "Energy per device" not in text
@@ -86,6 +88,25 @@ def test_the_report_shows_energy_to_target_and_leaves_each_devices_to_the_json_i
     assert any("random" in line and line.count("10.5 ± 2.1") == 2 for line in lines)  # lenet's and the group's
     assert not any("121.0" in line or "battery" in line for line in lines)  # d0's row: in the JSON only
     assert "each device's energy: mjfl report --json FILE" in text
+
+
+def test_a_charging_phones_tasks_say_not_measured_charging_and_measured_ones_their_resolution(tmp_path: Path) -> None:
+    """A phone on its USB cable charges while it trains: its tasks' energy is null, the app saying "charging"."""
+    charging = {"energy_j": None, "energy_source": "charging", "energy_resolution_j": None, "plugged": "usb"}
+    battery = {"energy_j": 14.4, "energy_source": "battery", "energy_resolution_j": 14.4, "plugged": "none"}
+    record_run(tmp_path / "usb", "random", 0, [1.0, 2.0], [0.5, 0.9], states=[charging, charging])
+    out = console()
+    figures = report_runs([tmp_path / "usb"], console=out)
+    text = out.file.getvalue()
+    assert "no energy recorded for these runs" in text  # not a blank table, and why:
+    assert "device d0: 2 not measured, charging" in text
+    assert "a phone measures energy on battery only: docs/phones.md, energy (wireless debugging)" in text
+    assert figures["methods"]["random"]["energy"]["devices"]["d0"]["not_measured"] == {"charging": 2}
+    # On battery (over wireless debugging): measured, and the sum's resolution is the rounds' added.
+    record_run(tmp_path / "battery", "random", 0, [1.0, 2.0], [0.5, 0.9], energies=[14.4, 28.8], states=[battery, battery])
+    figures = report_runs([tmp_path / "battery"], console=console())
+    d0 = figures["methods"]["random"]["energy"]["devices"]["d0"]
+    assert (d0["total_j"], d0["resolution_j"], d0["not_measured"]) == (pytest.approx(43.2), 28.8, {})
 
 
 def test_runs_without_energy_say_so_in_one_line(tmp_path: Path) -> None:
@@ -119,10 +140,10 @@ def test_the_end_of_a_run_prints_its_energy_to_target_and_writes_each_devices_to
     # Method by method, then device by device (d1 before d3), whatever order they first appeared in.
     assert tuple(rows[0]) == ENERGY_COLUMNS
     assert rows[1:] == [
-        ["random", "d1", "", "0", "", ""],  # it failed every round: no energy known
-        ["random", "d3", "16.0", "4", "4.0", "unknown"],  # told, but not where from
-        ["fedcs", "d1", "", "0", "", ""],
-        ["fedcs", "d3", "", "0", "", ""],
+        ["random", "d1", "", "0", "", "", "", ""],  # it failed every round: no energy known
+        ["random", "d3", "16.0", "4", "4.0", "unknown", "", ""],  # told, but not where from
+        ["fedcs", "d1", "", "0", "", "", "", ""],
+        ["fedcs", "d3", "", "0", "", "", "", ""],
     ]
 
 

@@ -199,7 +199,7 @@ function drawDevices() {
     row.append(el("td", d.device), el("td", d.kind), el("td", d.model), el("td", d.os), el("td", d.rounds, "num"), el("td", d.ok, "num"), el("td", d.failed, d.failed ? "num failed" : "num"),
       el("td", d.rejected, "num"), el("td", d.last_failure), el("td", fmt(d.last_round_s, 2), "num"), el("td", fmt(d.expected_round_s, 2), "num"),
       el("td", fmt(d.battery_pct, 0), "num"), el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), el("td", fmt(d.thermal_status), "num"),
-      el("td", fmt(d.energy_j, 1), "num"), el("td", d.state ?? "", d.state === "offline" ? "offline" : ""));
+      el("td", d.energy ?? fmt(d.energy_j, 1), "num"), el("td", d.state ?? "", d.state === "offline" ? "offline" : ""));
     body.append(row);
   }
   document.querySelector("#devices tbody").replaceWith(body);
@@ -274,7 +274,7 @@ async function openRound(job, number) {
     const row = document.createElement("tr");
     row.append(el("td", d.device), el("td", ANSWERS[d.status] ?? d.status, d.status === "ok" ? "" : "failed"), el("td", d.error),
       el("td", d.samples, "num"), el("td", fmt(d.wait_s, 2), "num"), el("td", fmt(d.time_s, 2), "num"), el("td", fmt(d.download_s, 2), "num"),
-      el("td", fmt(d.compute_s, 2), "num"), el("td", fmt(d.upload_s, 2), "num"), el("td", fmt(d.mean_loss, 3), "num"), el("td", fmt(d.energy_j, 1), "num"));
+      el("td", fmt(d.compute_s, 2), "num"), el("td", fmt(d.upload_s, 2), "num"), el("td", fmt(d.mean_loss, 3), "num"), el("td", d.energy ?? fmt(d.energy_j, 1), "num"));
     body.append(row);
   }
   document.querySelector("#round-devices tbody").replaceWith(body);

@@ -44,7 +44,7 @@ function drawDevices(devices) {
     const tr = row([el("td", d.device), el("td", d.state, d.state), d.run ? runCell(d.run) : el("td"), el("td", d.job),
       el("td", d.kind), el("td", d.model), el("td", d.os), num(d.rounds), num(d.ok), el("td", d.failed, d.failed ? "num failed" : "num"),
       num(d.rejected), el("td", d.last_failure), num(d.last_round_s, 2), num(d.battery_pct, 0),
-      el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), num(d.thermal_status), num(d.energy_j, 1),
+      el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), num(d.thermal_status), el("td", d.energy ?? "", "num"),
       el("td", d.connected_at ? new Date(d.connected_at * 1000).toLocaleTimeString() : ""), el("td", d.address)]);
     tr.dataset.device = d.device;
     return tr;

@@ -1,6 +1,6 @@
 """The held-out configurations: drawn by a rule written down before any evaluation on them.
 
-    python examples/heldout/generate.py     # writes drawn-1.toml .. drawn-8.toml and study.toml here
+    python examples/heldout/generate.py [FOLDER]   # writes drawn-1.toml .. drawn-8.toml and study.toml (here)
 
 Each of the 8 drawn configurations has its own random stream (``[38, k]``,
 k = 1..8: adding a ninth leaves the first eight as they are) and draws:
@@ -40,6 +40,7 @@ configuration's comparator and the single best solver) and test seeds 10-19
 from __future__ import annotations
 
 import math
+import sys
 import tomllib
 from pathlib import Path
 
@@ -125,12 +126,13 @@ def study_text(drawn: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
+def main(folder: Path = HERE) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
     drawn = [draw(k) for k in range(1, COUNT + 1)]
     for d in drawn:
-        (HERE / f"drawn-{d['k']}.toml").write_text(config_text(d))
-    (HERE / "study.toml").write_text(study_text(drawn))
+        (folder / f"drawn-{d['k']}.toml").write_text(config_text(d))
+    (folder / "study.toml").write_text(study_text(drawn))
 
 
 if __name__ == "__main__":
-    main()
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE)

@@ -188,7 +188,9 @@ def _seeds(path: Path, raw: dict[str, Any], count: int | None, first: int | None
 
 
 def _seed_list(path: Path, raw: dict[str, Any], key: str, default: tuple[int, ...]) -> tuple[int, ...]:
-    value = raw.get(key, list(default))
+    if key not in raw:
+        return default
+    value = raw[key]
     if not isinstance(value, list) or not value or any(not isinstance(s, int) or s < 0 for s in value) or len(set(value)) != len(value):
         raise ConfigError(f"{path}: {key}", "a list of distinct seeds >= 0")
     return tuple(value)

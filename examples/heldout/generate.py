@@ -32,7 +32,7 @@ single method in every seed:
 The study (study.toml) is the whole evaluation: these 8, the suite's 8 (each
 its own salt, 1..8: the suite itself gives its 60-device configurations the
 same profiles seed by seed), the quickstart (salt 21) and noniid-hard (22),
-both on the batched runtime; pilot seeds 0-2 (every method: they choose each
+both on the batched runtime; pilot seeds 0-2 (the single methods: they choose each
 configuration's comparator and the single best solver) and test seeds 10-19
 (they score).
 """

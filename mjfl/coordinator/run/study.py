@@ -34,7 +34,7 @@ whose docstring holds the statistics)::
 Its seeds may be split, as a reviewer would have it: the pilot seeds choose
 each variant's comparator (and the single best solver), the test seeds score::
 
-    pilot_seeds = [0, 1, 2]           # every method
+    pilot_seeds = [0, 1, 2]           # the methods of best_of
     test_seeds = [10, 11, 12, 13]     # only the method, the comparators and the single best solver
 
 (``seeds = N`` instead: seeds 0..N-1, every method, the comparator chosen on
@@ -109,8 +109,8 @@ class Ratio:
 class Study:
     """A checked study file: the methods, the seeds that score, the variants, the ratio asked for, the pilot seeds.
 
-    ``pilot_seeds``: the seeds that choose the ratio's comparators (every
-    method runs on them); none: chosen on ``seeds`` themselves.
+    ``pilot_seeds``: the seeds that choose the ratio's comparators (the
+    methods of its ``best_of`` run on them); none: chosen on ``seeds``.
     """
 
     methods: tuple[str, ...]
@@ -259,23 +259,24 @@ def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
 def run_study(study: Study, out: Path, *, console: Console, workers: int | None = None) -> dict[str, Any]:
     """Run every (variant, seed, method) not yet done, ``workers`` at once, then report; returns the variants' figures.
 
-    The pilot seeds run first, every method; the test seeds then run only
-    what the comparison needs (``_test_methods``).
+    The pilot seeds run first, the methods of ``best_of`` (what choosing
+    needs); the test seeds then run only what scoring needs (``_test_methods``).
     """
     raws = {path: read_toml(path) for path in dict.fromkeys(v.config for v in study.variants)}
     configs = {v.name: parse_config(apply(raws[v.config], v.overrides), base=v.config.parent, source=v.config)
                for v in study.variants}  # every variant checked before anything runs
     pilot: Runs | None = None
+    choosers = tuple(m for m in study.methods if study.ratio is not None and m in study.ratio.best_of)
     if study.pilot_seeds:
-        console.print(f"pilot seeds {list(study.pilot_seeds)}: {', '.join(study.methods)}", highlight=False)
-        run_cells(_cells(study, configs, out, study.pilot_seeds, lambda v: study.methods), workers=workers, console=console)
-        pilot = _outcomes(study, out, study.pilot_seeds, lambda v: study.methods)
+        console.print(f"pilot seeds {list(study.pilot_seeds)}: {', '.join(choosers)}", highlight=False)
+        run_cells(_cells(study, configs, out, study.pilot_seeds, lambda v: choosers), workers=workers, console=console)
+        pilot = _outcomes(study, out, study.pilot_seeds, lambda v: choosers)
     methods = _test_methods(study, pilot)
     console.print(f"{'test ' if pilot else ''}seeds {list(study.seeds)}", highlight=False)
     run_cells(_cells(study, configs, out, study.seeds, methods), workers=workers, console=console)
     figures: dict[str, Any] = {}
     for variant in study.variants:
-        folders = [out / variant.folder / f"seed-{seed}" / m for seed in study.pilot_seeds for m in study.methods]
+        folders = [out / variant.folder / f"seed-{seed}" / m for seed in study.pilot_seeds for m in choosers]
         folders += [out / variant.folder / f"seed-{seed}" / m for seed in study.seeds for m in methods(variant.name)]
         # Each run's provenance stays in its folder (`mjfl report FOLDER` shows it), not in the study's summary.
         figures[variant.name] = report_runs(folders, console=console, title=f"{variant.name}: ", provenance=False)

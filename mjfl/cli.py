@@ -140,16 +140,19 @@ def dashboard(
 @app.command("study")
 def study(
     study_file: Annotated[Path, typer.Argument(help="A study file (TOML): config, methods, seeds, variants.")],
-    out: Annotated[Path, typer.Option(help="Where the runs go: OUT/<variant>/seed-<s>.")] = Path("runs/study"),
-    seeds: Annotated[int | None, typer.Option(help="Run N seeds (default: the study file's count).")] = None,
-    first_seed: Annotated[int, typer.Option(help="The first seed: seeds S..S+N-1 (held-out seeds for settings chosen on 0..N-1).")] = 0,
+    out: Annotated[Path, typer.Option(help="Where the runs go: OUT/<variant>/seed-<s>/<method>.")] = Path("runs/study"),
+    seeds: Annotated[int | None, typer.Option(help="Score on N seeds (default: the study file's test seeds or seeds).")] = None,
+    first_seed: Annotated[int | None, typer.Option(help="The first scoring seed: seeds S..S+N-1 (default 0, or the file's).")] = None,
     methods: Annotated[str | None, typer.Option(metavar="METHOD,...", help="Only these of the study's methods (the ratio keeps those run).")] = None,
+    pilot_only: Annotated[bool, typer.Option(help="Only the study's pilot seeds, every method (the comparators chosen on them).")] = False,
+    workers: Annotated[int | None, typer.Option(help="Simulations at once (default: one per core).")] = None,
 ) -> None:
     """A grid of simulations (variants x seeds x methods) that ends with the report of each variant."""
     from mjfl.commands.study import study as run_study
 
     only = None if methods is None else comma_list("--methods", methods)
-    run_study(study_file, out, seeds=seeds, first_seed=first_seed, methods=only, console=console)
+    run_study(study_file, out, seeds=seeds, first_seed=first_seed, methods=only, pilot_only=pilot_only,
+              workers=workers, console=console)
 
 
 testbed_app = Typer(help="The real-time testbed: coordinator, phones and emulated devices.", no_args_is_help=True)

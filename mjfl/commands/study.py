@@ -17,15 +17,19 @@ from mjfl.errors import UserError
 
 
 def study(
-    study_file: Path, out: Path, *, seeds: int | None, console: Console, first_seed: int = 0,
-    methods: Sequence[str] | None = None,
+    study_file: Path, out: Path, *, seeds: int | None, console: Console, first_seed: int | None = None,
+    methods: Sequence[str] | None = None, pilot_only: bool = False, workers: int | None = None,
 ) -> dict[str, Any]:
     """Run the study of ``study_file`` into ``out``.
 
-    ``seeds``: N seeds instead of the file's count, from ``first_seed`` (0);
-    ``methods``: a subset of the file's methods.
+    ``seeds``: N scoring seeds instead of the file's, from ``first_seed``;
+    ``methods``: a subset of the file's methods; ``pilot_only``: its pilot
+    seeds alone; ``workers``: simulations at once (default: one per core).
     """
+    if workers is not None and workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: a file is in the way")
     only = None if methods is None else list(methods)
-    return run_study(load_study(study_file, seeds, first_seed=first_seed, methods=only), out, console=console)
+    loaded = load_study(study_file, seeds, first_seed=first_seed, methods=only, pilot_only=pilot_only)
+    return run_study(loaded, out, console=console, workers=workers)

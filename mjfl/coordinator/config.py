@@ -76,6 +76,7 @@ class FleetConfig:
     stand_ins: float = 0.0  # simulated: share of devices (the fastest) that return the model unchanged with loss 0
     slow_fraction: float = 0.0  # the slow tail: this share of the devices (drawn by the seed) ...
     slow_factor: tuple[float, float] = (5.0, 10.0)  # ... is slower by a factor uniform on this range
+    salt: int = 0  # mixed into the seed that draws the devices: configurations of one study meet different fleets
     runtime: str = "executorch"
     workers: int | None = None  # worker processes that train (default: one per core)
 
@@ -237,6 +238,7 @@ def parse_fleet(raw: dict[str, Any], base: Path, where: str = "fleet") -> FleetC
         stand_ins=f.take("stand_ins", float, default=d["stand_ins"], check=lambda v: 0 <= v < 1, need="in [0, 1)"),
         slow_fraction=f.take("slow_fraction", float, default=d["slow_fraction"], check=lambda v: 0 <= v <= 1, need="in [0, 1]"),
         slow_factor=_range(f, "slow_factor", d["slow_factor"], low=1.0),
+        salt=f.take("salt", int, default=d["salt"], check=lambda v: v >= 0, need=">= 0"),
         runtime=f.take("runtime", str, default=d["runtime"], check=lambda v: v in RUNTIMES, need=f"one of {RUNTIMES}"),
         workers=f.take("workers", int, default=d["workers"], check=lambda v: v >= 1, need=">= 1"),
     )

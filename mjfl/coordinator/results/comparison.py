@@ -1,172 +1,282 @@
-"""One method against the best of others over a suite of configurations: its time ratio and their geometric mean.
+"""One method against the others over a suite of configurations, as a reviewer would score it.
 
-A suite (``mjfl study`` with a ``[ratio]`` table) runs every method on each
-configuration for several seeds; what the suite asks is how Meta-Greedy's
-group time to target compares with the best single method's, configuration
-by configuration, and over the whole suite.
+A study (``mjfl study`` with a ``[ratio]`` table) runs methods on several
+configurations and seeds; it asks how one method's group time to target
+compares with the best other method's, configuration by configuration and
+over the whole suite. The rules, written once here:
 
-The rules, written once here:
-
-* a method's time on a configuration is the mean of its group time to
-  target over the seeds, and exists only when **every** seed reached the
-  target (a mean over the seeds that happened to reach would flatter a
-  method that often fails); otherwise it is "not reached", with how many
-  seeds did;
-* the best single method of a configuration is the one of ``best_of`` with
-  the shortest time (ties: the first in ``best_of``'s order);
-* the ratio is the method's time over the best single's; below 1 the method
-  was faster;
-* a configuration where no method of ``best_of`` reached, or where the method
-  itself did not, has no ratio: it is left out of the geometric mean and
-  listed with the reason (an infinite or undefined ratio would make the mean
-  meaningless, and hiding such a configuration would flatter the method);
-* each ratio comes with its standard error over the seeds, so that a ratio
-  can be told from seed noise. Every method of a study runs on the same
-  seeds (the same fleet and data), so their times are paired by seed and
-  correlated; with ``a`` the method's times and ``b`` the best single
-  method's over the ``n`` seeds, ``se = ratio * sqrt((cv_a^2 + cv_b^2 - 2
-  cov(a, b) / (mean_a mean_b)) / n)`` (the delta method for a ratio of two
-  means, sample (co)variances, ``cv`` the coefficient of variation; a
-  negative estimate counts as 0). The geometric mean's is ``geomean *
-  sqrt(sum (se_i / ratio_i)^2) / N`` over its N ratios (configurations are
-  run apart). Both are None with one seed. They leave out that the best
-  single method is picked as the least of several noisy means, which
-  flatters it, and three seeds estimate a covariance only roughly.
+* **pilot and test seeds.** The pilot seeds choose; the test seeds score. On
+  the pilot seeds each configuration's *comparator* is the method of
+  ``best_of`` with the least mean group time (ties: the first in ``best_of``'s
+  order), and the *single best solver* is the one method of ``best_of`` with
+  the least geometric mean, over the configurations, of its mean pilot time.
+  Choosing the comparator on the seeds that score it would take the least of
+  several noisy means, which flatters it; a study without pilot seeds does
+  exactly that (the comparator "in hindsight") and its report says so.
+* **a run that misses** (a job of it not at its target when its round budget
+  ``max_rounds`` ran out) counts at its *budget's time*: the run's group
+  time at its end, the end of the last round of any of its jobs, which is
+  never less than its time to target would have been. It is counted as a
+  miss, and printed, never left out (leaving it out flatters a method that
+  often fails).
+* **ratios are paired and on the log scale.** Every method meets the same
+  fleet and data on a seed, so on configuration ``c`` the method's log
+  ratio to its comparator is ``d_s = log(t_method,s / t_comparator,s)`` per
+  test seed ``s``; the ratio is ``exp(mean d)`` (a geometric mean over the
+  seeds) with the 95% interval ``exp(mean d +- t(0.975, n - 1) sd(d) /
+  sqrt(n))``, Student's t on the n seeds (``sd``: the sample standard
+  deviation). With one seed there is no interval.
+* **configurations are random effects.** The suite's geometric mean is
+  ``G = exp(mean_c dbar_c)`` over the C configurations' mean log ratios, and
+  its one-sided 95% upper bound is ``exp(mean_c dbar_c + t(0.95, C - 1)
+  sd_c(dbar_c) / sqrt(C))``: the spread between configurations' means, which
+  holds both the seed noise and how the method's advantage varies from one
+  configuration to another, is the error, with C - 1 degrees of freedom (the
+  question is the method on configurations like these, not on these
+  alone). With one configuration there is no bound.
+* **the gap.** The *virtual best* of a configuration is its comparator; the
+  single best solver's mean log ratio to it, ``L_sbs``, is the gap between
+  running one method everywhere and the best per configuration, and the
+  method closes the share ``1 - L_method / L_sbs`` of it (1: at the virtual
+  best; 0: no better than the single best solver; below 0: worse). Measured
+  on the test seeds, on what ran there; none when ``L_sbs <= 0``.
+* **the verdicts**: PASS when the upper bound is at most ``BOUND`` (1.05), no
+  configuration's ratio is above ``WORST`` (1.20), and the method missed in
+  no run of the test seeds.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.table import Table
+from scipy import stats
 
-__all__ = ["compare", "comparison_lines", "comparison_table", "geometric_mean", "mean_time", "ratio_se", "seed_sd"]
+__all__ = [
+    "BOUND", "WORST", "LogRatio", "Outcome", "comparator", "compare", "comparison_lines", "comparison_table",
+    "geometric_mean", "log_ratio", "single_best", "t_quantile", "upper_bound",
+]
 
-NO_SINGLE = "no method of best_of reached in every seed"
+BOUND = 1.05  # the geometric mean's one-sided 95% upper bound must be at most this
+WORST = 1.20  # and no configuration's ratio above this
 
 
-def mean_time(times: Sequence[float | None]) -> float | None:
-    """The mean group time to target over the seeds; None unless every seed reached (None: not reached)."""
-    if not times or any(t is None for t in times):
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """One run's group time: to its targets, or at its budget's end when ``missed`` names jobs (the module's rule)."""
+
+    time_s: float
+    missed: tuple[str, ...] = ()
+
+    @property
+    def reached(self) -> bool:
+        return not self.missed
+
+
+# configuration -> method -> seed -> the run's outcome
+Runs = Mapping[str, Mapping[str, Mapping[int, Outcome]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class LogRatio:
+    """A method's paired log ratios to another's over the seeds both ran: their mean, spread and t interval."""
+
+    seeds: tuple[int, ...]
+    mean: float  # mean of log(t_own / t_other)
+    sd: float | None  # sample standard deviation; None with one seed
+    low: float | None  # the ratio's two-sided 95% t interval
+    high: float | None
+
+    @property
+    def ratio(self) -> float:
+        return math.exp(self.mean)
+
+    def figures(self) -> dict[str, Any]:
+        return {"ratio": self.ratio, "low": self.low, "high": self.high, "mean_log": self.mean, "sd_log": self.sd,
+                "seeds": list(self.seeds)}
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile: ``t_quantile(0.975, 2)`` = 4.303."""
+    return float(stats.t.ppf(p, df))
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """The geometric mean of positive values; None for none."""
+    if not values:
         return None
-    return statistics.fmean(t for t in times if t is not None)
+    if any(v <= 0 for v in values):
+        raise ValueError(f"values must be positive, got {list(values)}")
+    return math.exp(statistics.fmean(math.log(v) for v in values))
 
 
-def seed_sd(times: Sequence[float | None]) -> float | None:
-    """The sample standard deviation of the group times over the seeds; None unless every seed of two or more reached."""
-    if len(times) < 2 or any(t is None for t in times):
+def log_ratio(own: Mapping[int, Outcome], other: Mapping[int, Outcome]) -> LogRatio | None:
+    """``own``'s paired log ratio to ``other`` over the seeds both ran; None when they share none."""
+    seeds = tuple(sorted(set(own) & set(other)))
+    if not seeds:
         return None
-    return statistics.stdev(t for t in times if t is not None)
+    d = [math.log(own[s].time_s / other[s].time_s) for s in seeds]
+    mean = statistics.fmean(d)
+    if len(d) < 2:
+        return LogRatio(seeds, mean, None, None, None)
+    sd = statistics.stdev(d)
+    half = t_quantile(0.975, len(d) - 1) * sd / math.sqrt(len(d))
+    return LogRatio(seeds, mean, sd, math.exp(mean - half), math.exp(mean + half))
 
 
-def ratio_se(own: Sequence[float], best: Sequence[float]) -> float | None:
-    """The standard error of ``mean(own) / mean(best)``, times paired by seed (the module docstring's rule)."""
-    n = len(own)
-    if n < 2 or len(best) != n:
+def upper_bound(means: Sequence[float]) -> float | None:
+    """The one-sided 95% upper bound of ``exp(mean(means))``, configurations as random effects; None under two."""
+    if len(means) < 2:
         return None
-    mean_a, mean_b = statistics.fmean(own), statistics.fmean(best)
-    cov = sum((x - mean_a) * (y - mean_b) for x, y in zip(own, best)) / (n - 1)
-    rel = statistics.variance(own) / mean_a**2 + statistics.variance(best) / mean_b**2 - 2 * cov / (mean_a * mean_b)
-    return mean_a / mean_b * math.sqrt(max(rel, 0.0) / n)
+    spread = statistics.stdev(means) / math.sqrt(len(means))
+    return math.exp(statistics.fmean(means) + t_quantile(0.95, len(means) - 1) * spread)
 
 
-def geometric_mean(ratios: Sequence[float]) -> float | None:
-    """The geometric mean of positive ratios; None for none."""
-    if not ratios:
+def _mean_time(runs: Mapping[int, Outcome]) -> float:
+    return statistics.fmean(o.time_s for o in runs.values())
+
+
+def comparator(pilot: Mapping[str, Mapping[int, Outcome]], best_of: Sequence[str]) -> str | None:
+    """The method of ``best_of`` with the least mean pilot time (misses at their budget's time); None if none ran."""
+    ran = [m for m in best_of if pilot.get(m)]
+    return min(ran, key=lambda m: _mean_time(pilot[m])) if ran else None
+
+
+def single_best(pilot: Runs, best_of: Sequence[str]) -> str | None:
+    """The method of ``best_of`` with the least geometric mean over configurations of its mean pilot time."""
+    everywhere = [m for m in best_of if all(by.get(m) for by in pilot.values())]
+    if not pilot or not everywhere:
         return None
-    if any(r <= 0 for r in ratios):
-        raise ValueError(f"ratios must be positive, got {list(ratios)}")
-    return math.exp(statistics.fmean(math.log(r) for r in ratios))
+    return min(everywhere, key=lambda m: geometric_mean([_mean_time(by[m]) for by in pilot.values()]) or math.inf)
 
 
-def compare(
-    times: Mapping[str, Mapping[str, Sequence[float | None]]], *, method: str, best_of: Sequence[str],
-) -> dict[str, Any]:
-    """``times[configuration][method]``: the group times to target of each seed (None: not reached).
+def compare(pilot: Runs | None, test: Runs, *, method: str, best_of: Sequence[str]) -> dict[str, Any]:
+    """The module's statistics: ``pilot`` chooses the comparators and the single best solver, ``test`` scores.
 
-    Returns ``{"method", "best_of", "configurations": {name: {"methods": {m:
-    {"mean_s", "sd_s", "reached", "runs"}}, "best": m | None, "ratio": r | None,
-    "ratio_se": se | None, "left_out": reason | None}}, "geomean": g | None,
-    "geomean_se": se | None, "counted": n, "left_out": {name: reason}}`` (the
-    module docstring's rules).
+    ``pilot`` None: ``test`` chooses too (the comparator in hindsight).
+    Returns the figures of study.json's ``"ratio"``: per configuration the
+    comparator, the method's ratio to it and to the single best solver (each
+    ``LogRatio.figures``), every method's test runs and misses; over them the
+    geometric mean, its upper bound, the gap share and the verdicts.
     """
+    hindsight = pilot is None
+    pilot = test if pilot is None else pilot
+    sbs = single_best(pilot, best_of)
     configurations: dict[str, Any] = {}
-    left_out: dict[str, str] = {}
-    ratios, errors = [], []
-    for name, by_method in times.items():
-        methods = {
-            m: {"mean_s": mean_time(ts), "sd_s": seed_sd(ts), "reached": sum(t is not None for t in ts), "runs": len(ts)}
-            for m, ts in by_method.items()
+    means, sbs_means = [], []
+    for name, by_method in test.items():
+        chosen = comparator(pilot.get(name, {}), best_of)
+        own = by_method.get(method, {})
+        against = log_ratio(own, by_method[chosen]) if chosen in by_method else None
+        to_sbs = log_ratio(by_method[sbs], by_method[chosen]) if sbs in by_method and chosen in by_method else None
+        if against is not None:
+            means.append(against.mean)
+        if to_sbs is not None:
+            sbs_means.append(to_sbs.mean)
+        configurations[name] = {
+            "comparator": chosen,
+            "ratio": against.figures() if against else None,
+            "sbs_to_comparator": to_sbs.figures() if to_sbs else None,
+            "methods": {m: _runs(runs) for m, runs in by_method.items()},
         }
-        singles = [(methods[m]["mean_s"], m) for m in best_of if m in methods and methods[m]["mean_s"] is not None]
-        best = min(singles, key=lambda pair: pair[0])[1] if singles else None
-        own = methods.get(method, {}).get("mean_s")
-        ratio = se = None
-        reason = None
-        if best is None:
-            reason = NO_SINGLE
-        elif own is None:
-            reason = f"{method} did not reach in every seed"
-        else:
-            ratio = own / methods[best]["mean_s"]
-            se = ratio_se(by_method[method], by_method[best])  # type: ignore[arg-type]  # every seed reached
-            ratios.append(ratio)
-            errors.append(se)
-        if reason is not None:
-            left_out[name] = reason
-        configurations[name] = {"methods": methods, "best": best, "ratio": ratio, "ratio_se": se, "left_out": reason}
-    geomean = geometric_mean(ratios)
-    geomean_se = None
-    if geomean is not None and all(e is not None for e in errors):
-        geomean_se = geomean * math.sqrt(sum((e / r) ** 2 for e, r in zip(errors, ratios))) / len(ratios)
+    return _overall(configurations, means, sbs_means, method=method, best_of=best_of, sbs=sbs,
+                    hindsight=hindsight)
+
+
+def _runs(runs: Mapping[int, Outcome]) -> dict[str, Any]:
+    return {"mean_s": _mean_time(runs) if runs else None, "runs": len(runs),
+            "missed": {str(s): list(o.missed) for s, o in runs.items() if o.missed}}
+
+
+def _overall(
+    configurations: dict[str, Any], means: list[float], sbs_means: list[float], *, method: str,
+    best_of: Sequence[str], sbs: str | None, hindsight: bool,
+) -> dict[str, Any]:
+    geomean = math.exp(statistics.fmean(means)) if means else None
+    bound = upper_bound(means)
+    worst = max((c["ratio"]["ratio"] for c in configurations.values() if c["ratio"]), default=None)
+    misses = sum(len(c["methods"].get(method, {}).get("missed", {})) for c in configurations.values())
+    gap = statistics.fmean(sbs_means) if sbs_means and len(sbs_means) == len(means) else None
+    share = 1 - statistics.fmean(means) / gap if gap is not None and gap > 0 else None
+    unscored = [n for n, c in configurations.items() if c["ratio"] is None]
+    verdicts = {
+        "bound": bound is not None and bound <= BOUND and not unscored,
+        "worst": worst is not None and worst <= WORST and not unscored,
+        "reached": misses == 0 and not unscored,
+    }
     return {
-        "method": method,
-        "best_of": list(best_of),
-        "configurations": configurations,
-        "geomean": geomean,
-        "geomean_se": geomean_se,
-        "counted": len(ratios),
-        "left_out": left_out,
+        "method": method, "best_of": list(best_of), "hindsight": hindsight, "configurations": configurations,
+        "counted": len(means), "unscored": unscored, "geomean": geomean, "upper_bound": bound, "worst": worst,
+        "misses": misses, "single_best": sbs, "single_best_gap": math.exp(gap) if gap is not None else None,
+        "gap_share": share, "verdicts": verdicts, "limits": {"bound": BOUND, "worst": WORST},
     }
 
 
+def _interval(figures: Mapping[str, Any] | None) -> str:
+    if figures is None:
+        return "none"
+    text = f"{figures['ratio']:.3f}"
+    return text + (f" [{figures['low']:.3f}, {figures['high']:.3f}]" if figures["low"] is not None else "")
+
+
 def comparison_table(figures: Mapping[str, Any], methods: Sequence[str]) -> Table:
-    """Per configuration each method's mean group time to target, the best single method and the ratio."""
+    """Per configuration each method's mean test time (misses at budget), the comparator and the ratio with its interval."""
     method = figures["method"]
-    table = Table(title=f"Group time to target, s (mean over seeds); {method} over the best single method")
+    table = Table(title=f"Group time to target, s (mean over the test seeds; misses at their budget's time);"
+                        f" {method} over the comparator, 95% t interval")
     table.add_column("configuration", min_width=16)
     for m in methods:
         table.add_column(m, justify="right")
-    table.add_column("best single")
-    table.add_column("ratio ± se", justify="right")
+    table.add_column("comparator")
+    table.add_column("ratio [95%]", justify="right")
+    table.add_column(f"vs {figures['single_best'] or 'single best'}", justify="right")
     for name, row in figures["configurations"].items():
         cells = []
         for m in methods:
             entry = row["methods"].get(m)
-            if entry is None:
+            if entry is None or entry["mean_s"] is None:
                 cells.append("")
-            elif entry["mean_s"] is None:
-                cells.append(f"not reached ({entry['reached']}/{entry['runs']})")
             else:
-                cells.append(f"{entry['mean_s']:.1f}")
-        ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "left out"
-        if row.get("ratio_se") is not None:
-            ratio += f" ± {row['ratio_se']:.2f}"
-        table.add_row(name, *cells, row["best"] or "none", ratio)
+                missed = len(entry["missed"])
+                cells.append(f"{entry['mean_s']:.2f}" + (f" ({missed}/{entry['runs']} missed)" if missed else ""))
+        to_sbs = row["sbs_to_comparator"]
+        versus = row["ratio"]["mean_log"] - to_sbs["mean_log"] if row["ratio"] and to_sbs else None
+        table.add_row(name, *cells, row["comparator"] or "none", _interval(row["ratio"]),
+                      f"{math.exp(versus):.3f}" if versus is not None else "")
     return table
 
 
 def comparison_lines(figures: Mapping[str, Any]) -> list[str]:
-    """The suite's verdict: the geometric mean of the ratio, and each configuration left out and why."""
-    method = figures["method"]
-    geomean = figures["geomean"]
+    """The verdict: the geometric mean and its bound, the single best solver and the gap, PASS/FAIL lines."""
+    method, limits, verdicts = figures["method"], figures["limits"], figures["verdicts"]
+    geomean, bound = figures["geomean"], figures["upper_bound"]
+    chosen = ("comparators chosen on the same seeds (in hindsight: biased in the method's disfavour, no pilot seeds)"
+              if figures["hindsight"] else "comparators chosen on the pilot seeds, scored on the test seeds")
     lines = [
-        f"geometric mean of {method}'s ratio to the best single method over {figures['counted']} configuration(s): "
-        + (f"{geomean:.3f}" if geomean is not None else "none (no configuration has a ratio)")
-        + (f" ± {figures['geomean_se']:.3f} (standard error over the seeds)" if figures.get("geomean_se") is not None else "")
+        f"geometric mean of {method}'s ratio to the comparator over {figures['counted']} configuration(s): "
+        + (f"{geomean:.3f}" if geomean is not None else "none")
+        + (f", one-sided 95% upper bound {bound:.3f} (configurations as random effects)" if bound is not None else ""),
+        chosen,
+        f"{method} missed its targets in {figures['misses']} test run(s) (counted at their budget's time)",
     ]
-    lines += [f"left out: {name} ({reason})" for name, reason in figures["left_out"].items()]
+    if figures["single_best"] is not None:
+        gap, share = figures["single_best_gap"], figures["gap_share"]
+        lines.append(
+            f"single best solver: {figures['single_best']}"
+            + (f", {gap:.3f}x the per-configuration best" if gap is not None else "")
+            + (f"; {method} closes {share:.0%} of that gap" if share is not None else "")
+        )
+    lines += [f"not scored: {name} (no comparator, or {method} did not run)" for name in figures["unscored"]]
+    lines += [
+        f"{'PASS' if verdicts['bound'] else 'FAIL'}: upper bound <= {limits['bound']:.2f}"
+        + (f" ({bound:.3f})" if bound is not None else " (none)"),
+        f"{'PASS' if verdicts['worst'] else 'FAIL'}: no configuration above {limits['worst']:.2f}"
+        + (f" (worst {figures['worst']:.3f})" if figures["worst"] is not None else " (none)"),
+        f"{'PASS' if verdicts['reached'] else 'FAIL'}: every job of every configuration reaches its target in"
+        + f" every test seed ({figures['misses']} miss(es))",
+    ]
     return lines

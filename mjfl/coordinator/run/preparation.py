@@ -136,8 +136,12 @@ def shard_count(config: RunConfig, present: int, *, real_time: bool) -> int:
 
 
 def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
-    """The fleet's devices: drawn from a profile file, or from the synthetic generator; then its slow tail."""
-    rng = np.random.default_rng([config.seed, 1])
+    """The fleet's devices: drawn from a profile file, or from the synthetic generator; then its slow tail.
+
+    The draws follow the run's seed and ``fleet.salt`` (0: the seed alone, the
+    fleets drawn before the salt existed).
+    """
+    rng = np.random.default_rng(_stream(config, 1))
     if config.fleet.profiles is not None:
         real = load_profiles(config.fleet.profiles)
         size = config.fleet.size or len(real)
@@ -150,7 +154,11 @@ def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
             for d, a, mu in zip(fleet.ids, fleet.a, fleet.mu)
         ]
     # A stream of its own: a fleet with a slow tail is the same fleet, some devices slowed.
-    return slow_tail(profiles, config.fleet.slow_fraction, config.fleet.slow_factor, np.random.default_rng([config.seed, 3]))
+    return slow_tail(profiles, config.fleet.slow_fraction, config.fleet.slow_factor, np.random.default_rng(_stream(config, 3)))
+
+
+def _stream(config: RunConfig, k: int) -> list[int]:
+    return [config.seed, k] + ([config.fleet.salt] if config.fleet.salt else [])
 
 
 def slow_tail(

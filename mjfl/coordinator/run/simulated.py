@@ -190,12 +190,18 @@ class SimulatedDevices:
     mode: RunMode = "virtual"
     kind = "simulate"
 
-    def __init__(self, config: RunConfig, output: Output, *, ray: RayOptions | None = None) -> None:
+    def __init__(
+        self, config: RunConfig, output: Output, *, ray: RayOptions | None = None, executor: Executor | None = None,
+    ) -> None:
+        """``executor``: where training runs, kept open (a study's simulations share one); default: worker processes."""
         self.config = config
         self.profiles = fleet_profiles(config)
         self._stack = contextlib.ExitStack()
-        # The one choice of where training runs: local processes, or Ray.
+        # The one choice of where training runs: the caller's executor, local processes, or Ray.
         self._pool: Executor
+        if executor is not None:
+            self._pool, self._keep_program = executor, None
+            return
         if ray is None:
             self._pool = worker_pool(config.fleet.workers, log_file=output.log_file, verbose=output.verbose)
             self._keep_program = None

@@ -23,47 +23,65 @@ relative to the study file), so one study covers several configurations (a
 suite: ``examples/suite/study.toml``); the top-level ``config`` is then only
 the default, and may be left out when every variant names one.
 
-A ``[ratio]`` table asks for one method's group time to target over the best
-of the others', per variant, and their geometric mean over the study, each
-with its standard error over the seeds
-(``results.comparison``, whose docstring holds the rules)::
+A ``[ratio]`` table asks how one method's group time to target compares
+with the best of others', per variant and over the study (``results.comparison``,
+whose docstring holds the statistics)::
 
     [ratio]
     method = "meta-greedy"
     best_of = ["random", "fedcs", "genetic", "greedy", "bods", "rlds"]
 
-Each (variant, seed) is one simulation of every method (the run driver on
-``SimulatedDevices``, as `mjfl simulate`) into ``OUT/<variant>/seed-<s>``;
-one already finished there (its summary.json written) is not run again, so an
-interrupted study continues where it stopped. The study ends with one
-gathered report per variant (``results.report.report_runs``, as `mjfl
-report`) and ``OUT/study.json``; with ``[ratio]``, the ratio table, its
-geometric mean, and ``study.json``'s ``"ratio"``.
+Its seeds may be split, as a reviewer would have it: the pilot seeds choose
+each variant's comparator (and the single best solver), the test seeds score::
+
+    pilot_seeds = [0, 1, 2]           # the methods of best_of
+    test_seeds = [10, 11, 12, 13]     # only the method, the comparators and the single best solver
+
+(``seeds = N`` instead: seeds 0..N-1, every method, the comparator chosen on
+the seeds it is scored on.)
+
+Each (variant, seed, method) is one simulation (the run driver on
+``SimulatedDevices``, as `mjfl simulate`) into
+``OUT/<variant>/seed-<s>/<method>``, several at once (``run.grid``); one
+already finished there is not run again, so an interrupted study continues
+where it stopped. The study ends with one gathered report per variant
+(``results.report.report_runs``, as `mjfl report`) and ``OUT/study.json``;
+with ``[ratio]``, the comparison's table, its verdicts, and ``study.json``'s
+``"ratio"``.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import io
-import json
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from mjfl.coordinator.config import parse_config, read_toml
-from mjfl.coordinator.results.comparison import compare, comparison_lines, comparison_table
+from mjfl.coordinator.config import RunConfig, parse_config, read_toml
+from mjfl.coordinator.results.comparison import (
+    Outcome,
+    Runs,
+    comparator,
+    compare,
+    comparison_lines,
+    comparison_table,
+    single_best,
+)
 from mjfl.coordinator.results.files import write_json
-from mjfl.coordinator.results.report import SUMMARY_FILE, report_runs
-from mjfl.coordinator.results.tables import NOT_REACHED
-from mjfl.coordinator.run.driver import Driver, Output
-from mjfl.coordinator.run.simulated import SimulatedDevices
+from mjfl.coordinator.results.report import report_runs
+from mjfl.coordinator.run.grid import Cell, outcome, run_cells
 from mjfl.errors import ConfigError, UserError
 from mjfl.schedulers.registry import METHODS
 
 __all__ = ["Ratio", "Study", "Variant", "apply", "load_study", "run_study"]
+
+Methods = Callable[[str], tuple[str, ...]]  # a variant's name -> the methods its seeds run
+
+KEYS = ("config", "methods", "seeds", "pilot_seeds", "test_seeds", "variants", "ratio")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,50 +107,99 @@ class Ratio:
 
 @dataclasses.dataclass(frozen=True)
 class Study:
-    """A checked study file: the methods, the seeds, the variants (each with its configuration) and the ratio asked for."""
+    """A checked study file: the methods, the seeds that score, the variants, the ratio asked for, the pilot seeds.
+
+    ``pilot_seeds``: the seeds that choose the ratio's comparators (the
+    methods of its ``best_of`` run on them); none: chosen on ``seeds``.
+    """
 
     methods: tuple[str, ...]
     seeds: tuple[int, ...]
     variants: tuple[Variant, ...]
     ratio: Ratio | None = None
+    pilot_seeds: tuple[int, ...] = ()
 
 
-def load_study(path: Path, seeds: int | None = None, *, first_seed: int = 0, methods: list[str] | None = None) -> Study:
+def load_study(
+    path: Path, seeds: int | None = None, *, first_seed: int | None = None, methods: list[str] | None = None,
+    pilot_only: bool = False,
+) -> Study:
     """Read and check a study file.
 
-    ``seeds`` overrides its count and ``first_seed`` where the seeds start
-    (seeds ``first_seed .. first_seed + N - 1``: held-out seeds for settings
-    chosen on 0..N-1); ``methods`` runs only these of its methods (a
-    ``[ratio]`` table then needs its method and at least one of its
-    ``best_of`` among them, and keeps those).
+    ``seeds`` and ``first_seed`` replace its scoring seeds (its test seeds,
+    or its ``seeds``) by ``first_seed .. first_seed + N - 1``; ``methods``
+    runs only these of its methods (a ``[ratio]`` table then needs its method
+    and at least one of its ``best_of`` among them, and keeps those);
+    ``pilot_only``: only its pilot seeds, every method, the comparators
+    chosen on them.
     """
     raw = read_toml(path)
-    unknown = set(raw) - {"config", "methods", "seeds", "variants", "ratio"}
+    unknown = set(raw) - set(KEYS)
     if unknown:
-        raise ConfigError(f"{path}: {min(unknown)}", "unknown key (config, methods, seeds, variants, ratio)")
-    default = raw.get("config")
-    if default is not None and not isinstance(default, str):
-        raise ConfigError(f"{path}: config", "the run configuration's path")
-    if first_seed < 0:
-        raise UserError(f"--first-seed must be >= 0, got {first_seed}")
-    only = methods
+        raise ConfigError(f"{path}: {min(unknown)}", f"unknown key ({', '.join(KEYS)})")
+    chosen = _methods(path, raw, methods)
+    if methods is not None and isinstance(raw.get("ratio"), dict):
+        ratio = raw["ratio"]  # the ratio needs its method and one of best_of among those run
+        best_of = [m for m in ratio.get("best_of", []) if m in chosen]
+        keep = ratio.get("method", "meta-greedy") in chosen and best_of
+        raw = {**raw, "ratio": {**ratio, "best_of": best_of} if keep else None}
+    ratio = _ratio(path, raw.get("ratio"), chosen)
+    pilot, test = _seeds(path, raw, seeds, first_seed)
+    if pilot and ratio is None and methods is None:
+        raise ConfigError(f"{path}: pilot_seeds", "choose a [ratio] table's comparators: give one")
+    if pilot_only:
+        if not pilot:
+            raise UserError(f"--pilot-only: {path} declares no pilot_seeds")
+        pilot, test = (), pilot
+    return Study(tuple(chosen), test, _variants(path, raw), ratio, pilot)
+
+
+def _methods(path: Path, raw: dict[str, Any], only: list[str] | None) -> list[str]:
     methods = raw.get("methods", ["meta-greedy", "random"])
     if not isinstance(methods, list) or not methods or any(m not in METHODS for m in methods):
         raise ConfigError(f"{path}: methods", f"a list of methods from {', '.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise ConfigError(f"{path}: methods", f"each method once, got {', '.join(methods)}")
-    if only is not None:
-        if not only or any(m not in methods for m in only):
-            raise UserError(f"--methods: choose among the study's methods ({', '.join(methods)}), got {', '.join(only) or 'none'}")
-        methods = [m for m in methods if m in only]  # the study's order
-        ratio = raw.get("ratio")
-        if isinstance(ratio, dict):  # the ratio needs its method and one of best_of among those run
-            best_of = [m for m in ratio.get("best_of", []) if m in methods]
-            keep = ratio.get("method", "meta-greedy") in methods and best_of
-            raw = {**raw, "ratio": {**ratio, "best_of": best_of} if keep else None}
-    count = seeds if seeds is not None else raw.get("seeds", 3)
-    if not isinstance(count, int) or count < 1:
-        raise ConfigError(f"{path}: seeds", "a number of seeds >= 1")
+    if only is None:
+        return methods
+    if not only or any(m not in methods for m in only):
+        raise UserError(f"--methods: choose among the study's methods ({', '.join(methods)}), got {', '.join(only) or 'none'}")
+    return [m for m in methods if m in only]  # the study's order
+
+
+def _seeds(path: Path, raw: dict[str, Any], count: int | None, first: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The pilot seeds and the seeds that score (the file's, or ``first .. first + count - 1``)."""
+    if first is not None and first < 0:
+        raise UserError(f"--first-seed must be >= 0, got {first}")
+    if "seeds" in raw and ("test_seeds" in raw or "pilot_seeds" in raw):
+        raise ConfigError(f"{path}: seeds", "give either seeds or pilot_seeds and test_seeds")
+    pilot = _seed_list(path, raw, "pilot_seeds", ())
+    if "seeds" in raw:
+        if not isinstance(raw["seeds"], int) or raw["seeds"] < 1:
+            raise ConfigError(f"{path}: seeds", "a number of seeds >= 1")
+        test: tuple[int, ...] = tuple(range(raw["seeds"]))
+    else:
+        test = _seed_list(path, raw, "test_seeds", tuple(range(3)))
+    if count is not None or first is not None:
+        test = tuple(range(first or 0, (first or 0) + (count if count is not None else len(test))))
+    if set(pilot) & set(test):
+        raise ConfigError(f"{path}: test_seeds", f"seeds apart from the pilot seeds {list(pilot)}, got {list(test)}")
+    return pilot, test
+
+
+def _seed_list(path: Path, raw: dict[str, Any], key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+    if key not in raw:
+        return default
+    value = raw[key]
+    if not isinstance(value, list) or not value or any(not isinstance(s, int) or s < 0 for s in value) or len(set(value)) != len(value):
+        raise ConfigError(f"{path}: {key}", "a list of distinct seeds >= 0")
+    return tuple(value)
+
+
+def _variants(path: Path, raw: dict[str, Any]) -> tuple[Variant, ...]:
+    default = raw.get("config")
+    if default is not None and not isinstance(default, str):
+        raise ConfigError(f"{path}: config", "the run configuration's path")
     variants = []
     for i, v in enumerate(raw.get("variants", [{"name": "as configured"}])):
         if not isinstance(v, dict) or not isinstance(v.get("name"), str) or set(v) - {"name", "set", "config"}:
@@ -149,8 +216,7 @@ def load_study(path: Path, seeds: int | None = None, *, first_seed: int = 0, met
     folders = [v.folder for v in variants]
     if len(set(folders)) != len(folders):
         raise ConfigError(f"{path}: variants", f"names must differ (as folders: {folders})")
-    seeds_run = tuple(range(first_seed, first_seed + count))
-    return Study(tuple(methods), seeds_run, tuple(variants), _ratio(path, raw.get("ratio"), methods))
+    return tuple(variants)
 
 
 def _ratio(path: Path, raw: Any, methods: list[str]) -> Ratio | None:
@@ -190,64 +256,72 @@ def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def run_study(study: Study, out: Path, *, console: Console) -> dict[str, Any]:
-    """Run every (variant, seed) not yet done, then report each variant; returns the study's figures."""
+def run_study(study: Study, out: Path, *, console: Console, workers: int | None = None) -> dict[str, Any]:
+    """Run every (variant, seed, method) not yet done, ``workers`` at once, then report; returns the variants' figures.
+
+    The pilot seeds run first, the methods of ``best_of`` (what choosing
+    needs); the test seeds then run only what scoring needs (``_test_methods``).
+    """
     raws = {path: read_toml(path) for path in dict.fromkeys(v.config for v in study.variants)}
     configs = {v.name: parse_config(apply(raws[v.config], v.overrides), base=v.config.parent, source=v.config)
                for v in study.variants}  # every variant checked before anything runs
-    total = len(study.variants) * len(study.seeds)
-    done = 0
-    for variant in study.variants:
-        for seed in study.seeds:
-            done += 1
-            folder = out / variant.folder / f"seed-{seed}"
-            where = f"[{done}/{total}] {variant.name}, seed {seed}"
-            if (folder / SUMMARY_FILE).is_file():
-                ran = json.loads((folder / SUMMARY_FILE).read_text()).get("methods", {})
-                missing = [m for m in study.methods if m not in ran]
-                if missing:  # run before with fewer methods (--methods): reusing it would leave them out
-                    raise UserError(
-                        f"{folder} holds a run of {', '.join(ran) or 'no method'}, not of {', '.join(missing)}:"
-                        " give another --out, or remove that folder to run it again"
-                    )
-                console.print(f"{where}: done before ({folder})", highlight=False)
-                continue
-            config = dataclasses.replace(configs[variant.name], seed=seed, out_dir=folder)
-            quiet = Console(file=io.StringIO(), width=160)  # each run's own table: in its folder, not here
-            output = Output(folder, quiet, live=False)
-            with console.status(f"{where}: {', '.join(study.methods)} ..."):
-                driver = Driver(config, output)
-                with SimulatedDevices(config, output) as devices:
-                    summary = driver.train(study.methods, devices)
-            times = {m: s["total_time_s"] for m, s in summary["methods"].items()}
-            console.print(
-                f"{where}: group time to target " + ", ".join(
-                    f"{m} {NOT_REACHED if t is None else f'{t:.1f} s'}" for m, t in times.items()
-                ),
-                highlight=False,
-            )
+    pilot: Runs | None = None
+    choosers = tuple(m for m in study.methods if study.ratio is not None and m in study.ratio.best_of)
+    if study.pilot_seeds:
+        console.print(f"pilot seeds {list(study.pilot_seeds)}: {', '.join(choosers)}", highlight=False)
+        run_cells(_cells(study, configs, out, study.pilot_seeds, lambda v: choosers), workers=workers, console=console)
+        pilot = _outcomes(study, out, study.pilot_seeds, lambda v: choosers)
+    methods = _test_methods(study, pilot)
+    console.print(f"{'test ' if pilot else ''}seeds {list(study.seeds)}", highlight=False)
+    run_cells(_cells(study, configs, out, study.seeds, methods), workers=workers, console=console)
     figures: dict[str, Any] = {}
     for variant in study.variants:
-        folders = [out / variant.folder / f"seed-{seed}" for seed in study.seeds]
+        folders = [out / variant.folder / f"seed-{seed}" / m for seed in study.pilot_seeds for m in choosers]
+        folders += [out / variant.folder / f"seed-{seed}" / m for seed in study.seeds for m in methods(variant.name)]
         # Each run's provenance stays in its folder (`mjfl report FOLDER` shows it), not in the study's summary.
         figures[variant.name] = report_runs(folders, console=console, title=f"{variant.name}: ", provenance=False)
-    document: dict[str, Any] = {"variants": figures}
+    document: dict[str, Any] = {"pilot_seeds": list(study.pilot_seeds), "seeds": list(study.seeds), "variants": figures}
     if study.ratio is not None:
-        document["ratio"] = _compare(study, out, console)
+        test = _outcomes(study, out, study.seeds, methods)
+        document["ratio"] = ratio = compare(pilot, test, method=study.ratio.method, best_of=study.ratio.best_of)
+        console.print(comparison_table(ratio, study.methods))
+        for line in comparison_lines(ratio):
+            console.print(line, highlight=False)
     path = write_json(out / "study.json", document)
     console.print(f"wrote {path}", highlight=False)
     return figures
 
 
-def _compare(study: Study, out: Path, console: Console) -> dict[str, Any]:
-    """The ratio the study asked for, from each run's summary: printed, and returned for study.json."""
+def _test_methods(study: Study, pilot: Runs | None) -> Methods:
+    """Which methods a variant's test seeds run: with pilot seeds, the ratio's method, its comparator and the single best solver."""
+    if pilot is None or study.ratio is None:
+        return lambda variant: study.methods
+    ratio = study.ratio
+    best = single_best(pilot, ratio.best_of)
+
+    def methods(variant: str) -> tuple[str, ...]:
+        needed = {ratio.method, comparator(pilot[variant], ratio.best_of), best}
+        return tuple(m for m in study.methods if m in needed)
+
+    return methods
+
+
+def _cells(study: Study, configs: dict[str, RunConfig], out: Path, seeds: Sequence[int], methods: Methods) -> list[Cell]:
+    return [
+        Cell(f"{v.name}, seed {seed}", dataclasses.replace(configs[v.name], seed=seed),
+             out / v.folder / f"seed-{seed}", methods(v.name))
+        for v in study.variants for seed in seeds
+    ]
+
+
+def _outcomes(study: Study, out: Path, seeds: Sequence[int], methods: Methods) -> Runs:
+    """Each variant's runs of the ratio's methods on ``seeds``: their outcomes, by method and seed."""
     assert study.ratio is not None
-    times = {}
-    for variant in study.variants:
-        summaries = [json.loads((out / variant.folder / f"seed-{seed}" / SUMMARY_FILE).read_text()) for seed in study.seeds]
-        times[variant.name] = {m: [s["methods"][m]["total_time_s"] for s in summaries] for m in study.methods}
-    ratio = compare(times, method=study.ratio.method, best_of=study.ratio.best_of)
-    console.print(comparison_table(ratio, study.methods))
-    for line in comparison_lines(ratio):
-        console.print(line, highlight=False)
-    return ratio
+    wanted = {study.ratio.method, *study.ratio.best_of}
+    runs: dict[str, dict[str, dict[int, Outcome]]] = {}
+    for v in study.variants:
+        runs[v.name] = {
+            m: {seed: outcome(out / v.folder / f"seed-{seed}" / m, m) for seed in seeds}
+            for m in methods(v.name) if m in wanted
+        }
+    return runs

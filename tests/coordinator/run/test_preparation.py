@@ -90,6 +90,7 @@ def test_a_slow_tail_slows_its_share_of_the_fleet_by_a_factor_in_range_and_leave
     assert all(tailed[k].mu == pytest.approx(plain[k].mu / factors[k]) for k in slowed)  # Formula 4 scales whole
     assert [p.device_id for p in tailed] == [p.device_id for p in plain]
     assert fleet(slow_fraction=0.1, slow_factor=[5.0, 10.0]) == tailed  # the seed decides
+    assert fleet(salt=0) == plain and fleet(salt=7) != plain  # a salt draws another fleet on the same seed
     assert fleet(slow_fraction=0.1, slow_factor=7) == [
         dataclasses.replace(p, a=p.a * 7, mu=p.mu / 7) if k in slowed else p for k, p in enumerate(plain)
     ]

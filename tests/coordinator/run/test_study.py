@@ -1,6 +1,7 @@
 """`mjfl study`: a grid of real simulations (variants x seeds) that ends with the report, and continues."""
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -68,8 +69,9 @@ def test_a_study_runs_its_grid_reports_each_variant_and_continues(tmp_path: Path
     assert first.returncode == 0, first.stderr
     for variant in ("both", "time-only"):
         for seed in (0, 1):
-            run = json.loads((out / variant / f"seed-{seed}" / "summary.json").read_text())
-            assert set(run["methods"]) == {"greedy", "random"}
+            for method in ("greedy", "random"):  # a run of its own, in a folder of its own
+                run = json.loads((out / variant / f"seed-{seed}" / method / "summary.json").read_text())
+                assert set(run["methods"]) == {method}
     figures = json.loads((out / "study.json").read_text())["variants"]
     assert set(figures) == {"both", "time only"}
     for name, suffix in (("both", ""), ("time only", " (beta=0.0)")):  # the report names non-default weights
@@ -77,13 +79,19 @@ def test_a_study_runs_its_grid_reports_each_variant_and_continues(tmp_path: Path
             f"greedy{suffix}": (2, [0, 1]), f"random{suffix}": (2, [0, 1]),
         }
     # The variant's overrides reached the runs it made.
-    config = json.loads(query(database_path(out / "time-only" / "seed-1"), "SELECT config_json FROM runs LIMIT 1")[0][0])
+    config = json.loads(query(database_path(out / "time-only" / "seed-1" / "random"), "SELECT config_json FROM runs LIMIT 1")[0][0])
     assert config["scheduler"]["beta"] == 0.0 and config["jobs"][0]["partition"] == "iid"
     assert "both: Time to target accuracy" in first.stderr and "time only: Time to target" in first.stderr
     # Run again: nothing is simulated twice, the same report comes back.
     again = study()
-    assert again.returncode == 0 and again.stderr.count("done before") == 4
+    assert again.returncode == 0 and "4 of 4 (variant, seed)s done before" in again.stderr
     assert json.loads((out / "study.json").read_text())["variants"] == figures
+    # A method's run gone (or a method added): that run alone is simulated again.
+    shutil.rmtree(out / "both" / "seed-1" / "random")
+    third = study()
+    assert third.returncode == 0 and "3 of 4 (variant, seed)s done before" in third.stderr
+    assert "[1/1] both, seed 1: group time to target random" in third.stderr
+    assert json.loads((out / "study.json").read_text())["variants"]["time only"] == figures["time only"]
 
 
 def test_a_bad_study_is_named_before_anything_runs(tmp_path: Path):

@@ -49,6 +49,7 @@ from mjfl.schedulers.base import (
     resumable,
 )
 from mjfl.schedulers.cost import Horizon, check_horizon, cost_model, omega, return_horizon
+from mjfl.schedulers.target_time import Forecast, forecast, forecasts
 
 
 @dataclass(frozen=True)
@@ -248,3 +249,112 @@ def _progress(objective: Objective, accuracy: float | None, loss: float | None) 
     if objective.accuracy is None and objective.loss is not None:
         return None if loss is None else -loss
     return accuracy
+
+
+FAST, FAIR = "fast", "fair"
+
+
+class TimeToTargetSelector:
+    """Each round the kind of plan, fast or fair, with the least expected time to the job's target.
+
+    Two kinds of plan compete: the fast plan (the least expected round time
+    per learning share, fairness weight 0: usually Greedy's) and the fair one
+    (the return, :class:`ReturnSelector` over ``horizon``: usually
+    Genetic's). After each round the selector keeps the job's progress (its
+    accuracy, or minus its loss for a job whose only target is a loss) with
+    the kind that planned it. Over the last ``window`` rounds a line with
+    one level per kind and one slope, and the scatter around it, forecast
+    each kind's expected rounds to the target (``target_time.forecasts``: a
+    miss within the rounds left is charged ``miss_rounds`` times them more);
+    times its plan's expected round time this round, that is its expected
+    time to target. The rules, in order:
+
+    * the first ``warmup`` rounds are fast (every plan starts from the same
+      untrained model, whose accuracy says nothing yet);
+    * fair while the fast plan would miss the target with probability over
+      ``max_miss``: a miss costs more than any round, and only fairness
+      changes which data the model learns from;
+    * fair where both kinds would more likely miss than not;
+    * otherwise the kind with the least expected time to target;
+    * a probe: while the chosen kind's forecast exceeds ``pace`` times the
+      rounds left, the other kind plans one round if it has not in the last
+      ``refresh`` rounds (or ever), so that neither is judged on old rounds
+      alone.
+
+    A kind absent from the window is forecast from its own last values. A
+    job with no round limit counts ``rounds`` rounds left. A job without a
+    target is judged by its summed TotalCost and always gets the return.
+    """
+
+    def __init__(
+        self, horizon: Horizon = "auto", *, window: int = 8, warmup: int = 3, max_miss: float = 0.3,
+        pace: float = 0.6, refresh: int = 6, noise: float = 0.05, miss_rounds: float = 1.0, rounds: int = 50,
+    ) -> None:
+        if window < 1 or warmup < 0 or refresh < 1 or rounds < 1:
+            raise ValueError("meta-greedy: window, refresh and rounds >= 1, warmup >= 0")
+        if not 0 <= max_miss <= 1 or pace <= 0 or noise <= 0 or miss_rounds < 0:
+            raise ValueError("meta-greedy: max_miss in [0, 1], pace and noise > 0, miss_rounds >= 0")
+        self.fair = ReturnSelector(horizon)
+        self.window, self.warmup, self.max_miss, self.pace, self.refresh = window, warmup, max_miss, pace, refresh
+        self.noise, self.miss_rounds, self.rounds = noise, miss_rounds, rounds
+        self.history: list[tuple[str, float]] = []  # (kind, progress) of every round observed, oldest first
+        self.last: dict[str, int] = {}  # the last round each kind planned
+        self.planned: dict[int, str] = {}  # the kind that planned each round not yet observed
+
+    def price(self, ctx: PlanContext, plans: NDArray[np.intp]) -> Prices:
+        objective = ctx.job_model.objective
+        fair = self.fair.price(ctx, plans)
+        if not objective.has_target:
+            return fair
+        model = cost_model(ctx)
+        times = model.learning_time(plans)
+        kind = self.choose(ctx.round, objective, {FAST: float(times.min()), FAIR: float(times[np.argmin(fair.costs)])})
+        self.planned[ctx.round], self.last[kind] = kind, ctx.round
+        return Prices(model.alpha * times, 0.0) if kind == FAST else fair
+
+    def choose(self, round_: int, objective: Objective, times: Mapping[str, float]) -> str:
+        """The kind of plan for ``round_``, given each kind's expected round time (``times``)."""
+        target = _progress(objective, objective.accuracy, objective.loss)
+        if round_ <= self.warmup or target is None or not self.history:
+            return FAST
+        left = objective.rounds_left(round_) or self.rounds
+        expected = self.expected_rounds(target, left)
+        if FAST not in expected:
+            return FAST
+        if expected[FAST].miss > self.max_miss or all(f.miss > 0.5 for f in expected.values()):
+            kind = FAIR
+        else:
+            kind = min(expected, key=lambda k: expected[k].rounds * times[k])
+        other = FAIR if kind == FAST else FAST
+        stale = round_ - self.last.get(other, -self.refresh) >= self.refresh
+        if kind in expected and expected[kind].rounds > self.pace * left and stale:
+            return other
+        return kind
+
+    def expected_rounds(self, target: float, left: int) -> dict[str, Forecast]:
+        """Each kind's forecast: from the last ``window`` rounds, or its own last values where absent from them."""
+        options = {"noise": self.noise, "miss_rounds": self.miss_rounds}
+        expected = forecasts(self.history[-self.window:], target, left, **options)
+        for kind in (FAST, FAIR):
+            own = [value for k, value in self.history if k == kind][-self.window:]
+            if own and kind not in expected:
+                expected[kind] = forecast(own, target, left, **options)
+        return expected
+
+    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        kind = self.planned.pop(outcome.round, None)
+        value = _progress(ctx.job_model.objective, outcome.accuracy, outcome.loss)
+        if kind is not None and value is not None and not math.isnan(value):
+            self.history.append((kind, value))
+
+    def state(self) -> dict[str, Any]:
+        return {
+            "history": [[kind, value] for kind, value in self.history],
+            "last": dict(self.last),
+            "planned": {str(r): kind for r, kind in self.planned.items()},
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.history = [(str(kind), float(value)) for kind, value in state["history"]]
+        self.last = {kind: int(r) for kind, r in state["last"].items()}
+        self.planned = {int(r): kind for r, kind in state["planned"].items()}

@@ -23,6 +23,7 @@ from mjfl.schedulers.meta_greedy import (
     ReCostSelector,
     ReturnSelector,
     Selector,
+    TimeToTargetSelector,
 )
 from mjfl.schedulers.oort import OortScheduler
 from mjfl.schedulers.rlds import RLDSScheduler
@@ -42,6 +43,7 @@ SELECTORS: dict[str, Callable[..., Selector]] = {
     "recost": ReCostSelector,
     "return": ReturnSelector,
     "learned": LearnedSelector,
+    "time-to-target": TimeToTargetSelector,
 }
 # Meta-Greedy by name, with its selector: mjfl's (the return over the rounds the job's objective
 # still charges) and the paper's Algorithm 4 as written (ReCost, Formulas 12-13).

@@ -33,7 +33,8 @@ which starts from the first batch's mean rather than 0.
 Pre-training (Algorithm 2) runs on the cost model with N > 1 plans a round
 over a simulated run of the job. Online (Algorithm 3, on-policy): every plan
 call draws ``plans_per_round`` plans, updates the policy on their returns under
-the cost model and proposes the best of them; when the round's outcome comes
+the cost model and proposes the best of them, or the policy's most likely plan
+(its top logits) where its return is lower; when the round's outcome comes
 back, the policy learns from its own plan again, with the observed round time
 if that plan ran (inside Meta-Greedy another member's plan may have run
 instead: crediting that plan would be off-policy, so it is never used).
@@ -44,8 +45,10 @@ Device features (per device, for the job being planned): expected round time
 reports it does not learn looks as slow as the cost model charges it),
 shift and fluctuation over the reference time (Formula 4), the 90% quantile of
 the round time, the job's scheduling frequency relative to the mean (Formula
-5's deviation), the other jobs' frequencies, whether the device is free, and
-whether another job holds it. Besides the LSTM and its head, a linear skip
+5's deviation), the other jobs' frequencies, whether the device is free,
+whether another job holds it, and its price in the return's fairness term
+this round (``device_features``: the deviation weighed by beta*H, so that one
+policy serves every H from the whole budget down to 1). Besides the LSTM and its head, a linear skip
 path from the features to the logit (its own learning rate ``skip_lr``) learns
 the plain preferences quickly.
 """
@@ -66,14 +69,25 @@ from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, as_plan
 from mjfl.schedulers.baselines import Seed, as_generator
 from mjfl.schedulers.cost import Horizon, check_horizon, cost_model, return_horizon
 
-FEATURES = 8
+FEATURES = 9
 
 Vector = NDArray[np.float64]
 Array = NDArray[np.floating]
 
 
-def device_features(ctx: PlanContext) -> NDArray[np.float32]:
-    """Per-device inputs of the policy network, shape (K, FEATURES)."""
+def device_features(ctx: PlanContext, horizon: float = 1.0) -> NDArray[np.float32]:
+    """Per-device inputs of the policy network, shape (K, FEATURES), for a return over ``horizon`` rounds.
+
+    The last is the device's price in the return's fairness term: a plan's
+    increment ``beta*H*(F(V) - F(no plan))`` is a sum over its devices of
+    ``beta*H*2(s_k - mean s) / (K p(1-p))``; times the plan size n = pK this
+    is ``beta*H*2(s_k - mean s) / (1 - p)``, in the units of the cost. The
+    frequency deviation alone cannot say how much fairness is worth this
+    round: H runs from the whole budget down to 1, and a policy that sees
+    only the deviation learns one compromise for every round (at 1,000
+    devices, where 16 draws of 100 devices differ little, the best of them
+    could not make up for it).
+    """
     costs = cost_model(ctx)
     shift, rate = costs.shift_rate(ctx.job)
     reference = costs.reference_time
@@ -85,6 +99,8 @@ def device_features(ctx: PlanContext) -> NDArray[np.float32]:
         if m != ctx.job and plan:
             busy[list(plan)] = 1.0
     spread = np.sqrt(max(own.var(), 1.0))
+    p = ctx.size / ctx.fleet.size
+    price = ctx.weights.beta * horizon * 2.0 * (own - own.mean()) / max(1.0 - p, 1e-9)
     return np.column_stack(
         [
             np.log(costs.learning_device_times / reference),
@@ -95,6 +111,7 @@ def device_features(ctx: PlanContext) -> NDArray[np.float32]:
             (others - others.mean()) / np.sqrt(max(others.var(), 1.0)),
             ctx.free.astype(np.float64),
             busy,
+            price,
         ]
     ).astype(np.float32)
 
@@ -464,15 +481,19 @@ class RLDSScheduler:
     def plan(self, ctx: PlanContext) -> Decision:
         if not self.pretrained:
             self.pretrain(ctx)
-        features = device_features(ctx)
+        horizon = self.horizon_for(ctx)
+        features = device_features(ctx, horizon)
         epsilon = self.epsilon
         logits, forward = self.policy.forward(features)
         orders = [self._draw(logits, ctx.free, ctx.size, epsilon) for _ in range(self.plans_per_round)]
         order = orders[0]
         if len(orders) > 1:
-            costs = cost_model(ctx).marginal(np.asarray(orders), horizon=self.horizon_for(ctx))
+            costs = cost_model(ctx).marginal(np.asarray(orders), horizon=horizon)
             self._update(features, ctx.free, orders, -costs, epsilon, (logits, forward))
             order = orders[int(np.argmin(costs))]
+            mode = self._mode(logits, ctx.free, ctx.size)
+            if cost_model(ctx).marginal(np.asarray([mode]), horizon=horizon)[0] < costs.min():
+                order = mode
         self._decisions = {ctx.round: _Drawn(features, ctx.free.copy(), order, epsilon)}
         return Decision(as_plan(order))
 
@@ -522,7 +543,7 @@ class RLDSScheduler:
                 frequencies=frequencies, current_plans=(None,) * len(ctx.jobs), size=ctx.size,
                 weights=ctx.weights, losses=ctx.losses,
             )
-            features = device_features(sim)
+            features = device_features(sim, horizon)
             # One forward pass serves both the draws and the update.
             logits, forward = self.policy.forward(features)
             epsilon = self.epsilon
@@ -536,6 +557,18 @@ class RLDSScheduler:
         return history
 
     # -- the policy converter and Formula 14 --
+
+    @staticmethod
+    def _mode(logits: NDArray[np.float64], free: NDArray[np.bool_], size: int) -> tuple[int, ...]:
+        """The policy's most likely plan: the free devices of the ``size`` largest logits, in that order.
+
+        Proposed instead of the best draw when its return is lower: with 100
+        devices a plan out of 900 free, 16 draws spread over many devices the
+        policy ranks low, and the best of them can be much worse than the
+        ranking they come from.
+        """
+        candidates = np.flatnonzero(free)
+        return tuple(int(k) for k in candidates[np.argsort(-logits[candidates], kind="stable")[:size]])
 
     def _draw(
         self, logits: NDArray[np.float64], free: NDArray[np.bool_], size: int, epsilon: float

@@ -292,11 +292,12 @@ class _Soak:
 
     def _keep_runs(self, now: float) -> None:
         """Runs' states read, their rounds seen, and new runs submitted so that one is always waiting."""
-        views = {run["id"]: run for run in self.call("GET", "/api/lab/runs")["runs"]}
-        for run_id, view in views.items():
-            if self.runs.get(run_id) not in FINAL and view["state"] != "queued":
+        for run_id in [r for r, state in self.runs.items() if state not in FINAL]:
+            # Each run going asked for alone, as its researcher would: the whole list grows with the soak.
+            state = self.call("GET", f"/api/lab/runs/{run_id}")["run"]["state"]
+            if state != "queued":  # its last rounds too, once when it has ended
                 self.ledger.observe(run_id, self._folder(run_id) / "mjfl.db")
-            self.runs[run_id] = view["state"]
+            self.runs[run_id] = state
         if self.first_end is None and any(state in FINAL for state in self.runs.values()):
             self.first_end = now
         going = sum(state not in FINAL for state in self.runs.values())
@@ -354,6 +355,7 @@ class _Soak:
             "rounds_lost": rounds["lost"], "rounds_repeated": rounds["repeated"],
             "disconnects_without_cause": disconnects["without_cause"],
             "kills_not_recorded_as_lost": disconnects["killed_devices"] - disconnects["killed_as_lost"],
+            "device_exits_unbidden": len(self.unbidden),
             "runs": {"submitted": len(states), "completed": states.count("completed"),
                      "ended": sum(s in FINAL for s in states), "states": dict(sorted(self.runs.items()))},
             "rounds": rounds, "disconnects": disconnects,
@@ -411,6 +413,7 @@ GOALS: dict[str, tuple[str, float]] = {
     "jvm_rss_growth": ("<", GROWTH), "jvm_fds_growth": ("<", GROWTH),
     "rounds_lost": ("==", 0), "rounds_repeated": ("==", 0),
     "disconnects_without_cause": ("==", 0), "kills_not_recorded_as_lost": ("==", 0),
+    "device_exits_unbidden": ("==", 0),
 }
 
 
@@ -431,6 +434,7 @@ def _rows(figures: Figures) -> Iterator[tuple[str, ...]]:
         "disconnects_without_cause": f"{figures['disconnects']['disconnects']} disconnects: "
                                      + ", ".join(f"{k} {v}" for k, v in figures["disconnects"]["causes"].items()),
         "kills_not_recorded_as_lost": f"{figures['disconnects']['killed_devices']} devices killed in {len(figures['kills'])} kills",
+        "device_exits_unbidden": "; ".join(figures["exited_unbidden"][:3]) or "a device process that ended by itself (a JVM's OutOfMemoryError)",
     }
     for name, (op, goal) in GOALS.items():
         value = figures[name]

@@ -247,6 +247,10 @@ class _Soak:
         s = self.settings
         end = self.began + s.minutes * 60
         next_kill, next_sample, next_progress = self.began + s.kill_every_s, self.began, self.began + _PROGRESS_S
+        self.console.print(
+            f"soaking for {s.minutes:g} min: {s.devices} devices in {len(self.devices)} processes connected,"
+            f" a process killed every {s.kill_every_s:g} s", highlight=False, soft_wrap=True,
+        )
         while (now := time.monotonic()) < end:
             if not self.lab.running():
                 raise RuntimeError(f"mjfl serve exited ({self.lab.proc.returncode}): {self.lab.said()[-2000:]}")
@@ -259,7 +263,7 @@ class _Soak:
                 next_sample = now + s.sample_s
             if now >= next_progress:
                 self.console.print(self._progress(now), highlight=False, soft_wrap=True)
-                next_progress = now + _PROGRESS_S
+                next_progress += _PROGRESS_S  # on the minute, however long a tick took
             time.sleep(_TICK_S)
         self._sample(time.monotonic())
         self.ended_at = time.monotonic()
@@ -326,7 +330,7 @@ class _Soak:
                         if isinstance(r, dict) and name != "service" and r["rss_mb"] is not None)
         service = last.get("service", {})
         return (
-            f"soak {(now - self.began) / 60:.0f}/{self.settings.minutes:g} min: {sum(s in FINAL for s in states)} runs ended"
+            f"soak {int((now - self.began) // 60)}/{self.settings.minutes:g} min: {sum(s in FINAL for s in states)} runs ended"
             f" ({states.count('completed')} completed), {sum(s not in FINAL for s in states)} going;"
             f" {len(self.kills)} kills; {len(self.ledger.seen)} rounds seen;"
             f" service {service.get('rss_mb') or 0:.0f} MiB {service.get('fds')} fds; {jvm}"

@@ -41,12 +41,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import statistics
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +51,7 @@ from typing import Any
 from rich.console import Console
 
 from mjfl.bench import output
+from mjfl.bench.serve import _Lab
 from mjfl.bench.soak_checks import (
     Kill,
     RoundLedger,
@@ -61,7 +59,7 @@ from mjfl.bench.soak_checks import (
     logged_disconnects,
     run_disconnects,
 )
-from mjfl.bench.soak_fleet import DeviceProcess, Started, build_jvm_devices, mjfl, read_proc
+from mjfl.bench.soak_fleet import DeviceProcess, Started, build_jvm_devices, is_java, mjfl, read_proc
 from mjfl.errors import UserError
 
 Figures = dict[str, Any]
@@ -70,6 +68,7 @@ GROWTH = 0.05  # memory and descriptors "flat": less than this growth from the e
 FINAL = ("completed", "failed", "cancelled", "abandoned")
 _TICK_S = 1.0  # how often the soak looks at its processes and the lab
 _PROGRESS_S = 60.0  # a progress line this often
+_START_S = 300.0  # the most the lab and its devices may take to start, on a busy machine
 
 _LAB = """
 seed = {seed}
@@ -176,12 +175,13 @@ def run_soak_bench(
 class _Soak:
     """The soak going: the lab, its device processes, what was killed, read and sampled."""
 
-    def __init__(self, settings: Settings, folder: Path, console: Console, lab: Started) -> None:
-        self.settings, self.folder, self.console, self.lab = settings, folder, console, lab
-        said = lab.said()
-        self.api = said.split("researchers' API: ")[1].split("/api/lab")[0]
+    def __init__(self, settings: Settings, folder: Path, console: Console, client: _Lab) -> None:
+        self.settings, self.folder, self.console, self.client = settings, folder, console, client
+        self.lab = client.process
+        said = self.lab.said()
+        client.url = said.split("researchers' API: ")[1].split("/api/lab")[0]
+        client.admin = (folder / "lab" / "admin.token").read_text().strip()
         self.url = said.split("connect to ")[1].split()[0].rstrip(",")
-        self.admin = (folder / "lab" / "admin.token").read_text().strip()
         self.devices = [
             DeviceProcess(f"{kind[:3]}{n}", kind, settings.per_process, self.url, folder, killable=n > 0)
             for kind, count in (("jvm", settings.jvm), ("emulated", settings.emulated)) for n in range(count)
@@ -203,13 +203,16 @@ class _Soak:
         (folder / "lab.toml").write_text(_LAB.format(seed=settings.seed, size=settings.devices, max_running=settings.max_running))
         with output.step(console, f"starting the lab and {settings.devices} devices ..."):
             lab = Started(mjfl("serve", str(folder / "lab.toml"), "--out", str(folder / "lab")), folder / "serve.out")
+            client = _Lab(lab, "", "")
             soak: _Soak | None = None
             try:
-                _until(lambda: "researchers' API: " in lab.said() and "connect to " in lab.said(), lab, 300, "the service's API")
-                soak = cls(settings, folder, console, lab)
+                client.until(lambda: "researchers' API: " in lab.said() and "connect to " in lab.said(),
+                             time.monotonic() + _START_S, "the service's API")
+                soak = cls(settings, folder, console, client)
                 for device in soak.devices:
                     device.start()
-                _until(lambda: len(soak.connected()) == settings.devices, lab, 300, f"{settings.devices} devices")
+                client.until(lambda: len(soak.connected()) == settings.devices, time.monotonic() + _START_S,
+                             f"{settings.devices} devices")
             except BaseException:
                 for device in soak.devices if soak is not None else ():
                     device.stop()
@@ -223,28 +226,15 @@ class _Soak:
             lab.stop()
             soak.ended_at = soak.ended_at or time.monotonic()
 
-    # -- the lab's API ------------------------------------------------------------------------
-
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        """One request to the lab as any client makes it; its JSON answer."""
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.api + path, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
-        request.add_header("Authorization", f"Bearer {self.admin}")
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"the lab refused {method} {path}: {exc.code} {exc.read()[:300]!r}") from None
+    # -- the soak ------------------------------------------------------------------------------
 
     def connected(self) -> set[str]:
-        return {d["device"] for d in self.call("GET", "/api/lab/devices")["devices"]}
-
-    # -- the soak ------------------------------------------------------------------------------
+        return {d["device"] for d in self.client.call("GET", "/api/lab/devices")["devices"]}
 
     def go(self) -> None:
         """Until the time is up: runs kept coming, a device process killed and back now and then, samples read."""
         s = self.settings
+        self.began = time.monotonic()  # the soak's time counts from its devices all connected
         end = self.began + s.minutes * 60
         next_kill, next_sample, next_progress = self.began + s.kill_every_s, self.began, self.began + _PROGRESS_S
         self.console.print(
@@ -298,7 +288,7 @@ class _Soak:
         """Runs' states read, their rounds seen, and new runs submitted so that one is always waiting."""
         for run_id in [r for r, state in self.runs.items() if state not in FINAL]:
             # Each run going asked for alone, as its researcher would: the whole list grows with the soak.
-            state = self.call("GET", f"/api/lab/runs/{run_id}")["run"]["state"]
+            state = self.client.call("GET", f"/api/lab/runs/{run_id}")["run"]["state"]
             if state != "queued":  # its last rounds too, once when it has ended
                 self.ledger.observe(run_id, self._folder(run_id) / "mjfl.db")
             self.runs[run_id] = state
@@ -307,7 +297,7 @@ class _Soak:
         going = sum(state not in FINAL for state in self.runs.values())
         for _ in range(self.settings.max_running + 1 - going):
             n = len(self.runs)
-            run = self.call("POST", "/api/lab/runs", {"config": _run_toml(self.settings, n)})["run"]
+            run = self.client.call("POST", "/api/lab/runs", {"config": _run_toml(self.settings, n)})["run"]
             self.runs[run["id"]] = run["state"]
 
     def _folder(self, run_id: str) -> Path:
@@ -318,7 +308,7 @@ class _Soak:
         lab = read_proc(self.lab.pid)
         sample["service"] = {"rss_mb": lab.rss_mb, "fds": lab.fds}
         for device in self.devices:
-            if device.kind == "jvm" and device.running() and device.process is not None:
+            if device.kind == "jvm" and device.process is not None and is_java(device.process.pid):
                 reading = read_proc(device.process.pid)
                 sample[device.name] = {"rss_mb": reading.rss_mb, "fds": reading.fds, "start": device.starts}
         self.samples.append(sample)
@@ -397,19 +387,6 @@ def _growth(samples: Sequence[Figures], who: str, what: str, warm: float | None,
     if warm + window > end - window or not first or not last:
         return None  # the warm-up left too little time to compare two windows
     return round(pick(last) / pick(first) - 1, 4)
-
-
-def _until(holds: Any, lab: Started, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(urllib.error.URLError, ConnectionError, IndexError):
-            if holds():
-                return
-        if not lab.running():
-            raise RuntimeError(f"mjfl serve exited ({lab.proc.returncode}): {lab.said()[-2000:]}")
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 GOALS: dict[str, tuple[str, float]] = {

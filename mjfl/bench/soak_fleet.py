@@ -17,11 +17,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
-STOP_S = 30.0  # how long a stopped process may take to exit before its session is killed
+from mjfl.bench.serve import _Process
+
+STOP_S = 30.0  # how long a killed process may take to be reaped
 
 # The JVM launcher, from the repository's root (the bench runs from a checkout, as the tests do).
 LAUNCHER = Path(__file__).resolve().parents[2] / "android" / "client-core" / "bin" / "mjfl-device"
@@ -35,10 +36,12 @@ BUILD = LAUNCHER.parents[2] / "build-jvm.sh"
 JVM_HEAP = "-Xms192m -Xmx192m -XX:+AlwaysPreTouch"
 
 
-class Started:
-    """A command in a session of its own; ``stop`` ends it and whatever it started."""
+class Started(_Process):
+    """A command, any (a JVM's launcher too), in a session of its own; ``kill`` ends it as a crash does."""
 
     def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
+        # Not _Process's: that one runs `mjfl` commands only, and starts its log afresh (a device
+        # process started again appends to its own).
         self.log = log
         with open(log, "a") as f:
             self.proc = subprocess.Popen(
@@ -46,37 +49,14 @@ class Started:
                 env=None if env is None else {**os.environ, **env},
             )
 
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
     def running(self) -> bool:
         return self.proc.poll() is None
-
-    def said(self) -> str:
-        return self.log.read_text(errors="replace")
 
     def kill(self) -> None:
         """SIGKILL to its whole session, as a process that dies: nothing is said to anyone."""
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, signal.SIGKILL)
         self.proc.wait(STOP_S)
-
-    def stop(self) -> None:
-        """SIGTERM (a command stops as on Ctrl-C), then SIGKILL to its session, until none of it is left."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(STOP_S)
-        deadline = time.monotonic() + STOP_S
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)  # its worker processes, were any left
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(STOP_S)
 
 
 def mjfl(*args: str) -> list[str]:
@@ -150,3 +130,11 @@ def read_proc(pid: int) -> Reading:
         return Reading(None, None)
     return Reading(round(rss, 1), fds)
 
+
+
+def is_java(pid: int) -> bool:
+    """Whether ``pid`` runs java yet: a JVM device's launcher builds first (bash), then execs java in its place."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip() == "java"
+    except OSError:
+        return False

@@ -59,7 +59,14 @@ from mjfl.bench.soak_checks import (
     logged_disconnects,
     run_disconnects,
 )
-from mjfl.bench.soak_fleet import DeviceProcess, Started, build_jvm_devices, is_java, mjfl, read_proc
+from mjfl.bench.soak_fleet import (
+    DeviceProcess,
+    Started,
+    build_jvm_devices,
+    is_java,
+    mjfl,
+    read_proc,
+)
 from mjfl.errors import UserError
 
 Figures = dict[str, Any]

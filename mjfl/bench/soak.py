@@ -51,7 +51,7 @@ from typing import Any
 from rich.console import Console
 
 from mjfl.bench import output
-from mjfl.bench.serve import _Lab
+from mjfl.bench.serve import _JOB, _LAB, _Lab
 from mjfl.bench.soak_checks import (
     Kill,
     RoundLedger,
@@ -77,19 +77,6 @@ _TICK_S = 1.0  # how often the soak looks at its processes and the lab
 _PROGRESS_S = 60.0  # a progress line this often
 _START_S = 300.0  # the most the lab and its devices may take to start, on a busy machine
 
-_LAB = """
-seed = {seed}
-[fleet]
-size = {size}
-[server]
-port = 0
-wait_timeout_s = 300
-[api]
-port = 0
-[limits]
-max_running = {max_running}
-max_queued_per_researcher = 100000
-"""
 
 _RUN = """
 seed = {seed}
@@ -101,18 +88,6 @@ method = "{method}"
 min_plan = 2
 """
 
-_JOB = """
-[[jobs]]
-name = "{name}"
-model = "{model}"
-image_size = {image_size}
-partition = "iid"
-epochs = 1
-batch_size = 8
-fraction = 0.5
-target_accuracy = 0.95
-max_rounds = {rounds}
-"""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,7 +182,10 @@ class _Soak:
     @contextlib.contextmanager
     def started(cls, settings: Settings, folder: Path, console: Console) -> Iterator[_Soak]:
         """The lab started and its devices connected; every process stopped after (devices first)."""
-        (folder / "lab.toml").write_text(_LAB.format(seed=settings.seed, size=settings.devices, max_running=settings.max_running))
+        (folder / "lab.toml").write_text(_LAB.format(
+            seed=settings.seed, size=settings.devices, profiles="", max_running=settings.max_running, queued=100000,
+            share="equal",
+        ))
         with output.step(console, f"starting the lab and {settings.devices} devices ..."):
             lab = Started(mjfl("serve", str(folder / "lab.toml"), "--out", str(folder / "lab")), folder / "serve.out")
             client = _Lab(lab, "", "")
@@ -377,8 +355,8 @@ def _run_toml(settings: Settings, n: int) -> str:
     """The soak's run ``n``: seeds in turn, methods random and meta-greedy in turn."""
     method = ("random", "meta-greedy")[n % 2]
     return _RUN.format(seed=settings.seed + n, size=settings.run_size, method=method) + "".join((
-        _JOB.format(name="lenet", model="lenet5", image_size=12, rounds=settings.rounds),
-        _JOB.format(name="cnn", model="cnn-a-noniid", image_size=8, rounds=settings.rounds),
+        _JOB.format(name="lenet", model="lenet5", image_size=12, fraction=0.5, target=0.95, rounds=settings.rounds),
+        _JOB.format(name="cnn", model="cnn-a-noniid", image_size=8, fraction=0.5, target=0.95, rounds=settings.rounds),
     ))
 
 

@@ -491,6 +491,33 @@ def bench_serve(
     run_serve_bench(settings, out=out, json_path=json_path, console=console)
 
 
+@bench_app.command("soak")
+def bench_soak(
+    json_path: JsonOption = None,
+    minutes: Annotated[float, typer.Option(help="How long the soak runs.")] = 60.0,
+    jvm: Annotated[int, typer.Option(help="JVM device processes (the phone client's core); the first is never killed.")] = 2,
+    emulated: Annotated[int, typer.Option(help="Emulated device processes; the first is never killed.")] = 2,
+    per_process: Annotated[int, typer.Option(help="Devices in each device process.")] = 2,
+    kill_every_s: Annotated[float, typer.Option(help="Seconds between two kills of a device process.")] = 60.0,
+    down_s: Annotated[float, typer.Option(help="Seconds a killed device process stays down before it starts again.")] = 10.0,
+    sample_s: Annotated[float, typer.Option(help="Seconds between two readings of memory and descriptors.")] = 15.0,
+    warm_up: Annotated[float, typer.Option(help="The warm-up, as a fraction of the time (at least until the first run ends).")] = 0.2,
+    max_running: Annotated[int, typer.Option(help="Runs running at once (limits.max_running); one more always waits.")] = 2,
+    rounds: Annotated[int, typer.Option(help="Each job's most rounds.")] = 8,
+    seed: Annotated[int, typer.Option(help="The lab's seed and the first run's (run n has seed + n).")] = 0,
+    out: Annotated[Path | None, typer.Option(help="Keep the lab's folder and the processes' output here (default: a temporary folder, removed).")] = None,
+) -> None:
+    """The lab service for a long time, device processes killed and back: memory, descriptors, rounds lost, disconnects."""
+    from mjfl.bench.soak import Settings, run_soak_bench
+
+    _bench_log(json_path)
+    settings = Settings(
+        minutes=minutes, jvm=jvm, emulated=emulated, per_process=per_process, kill_every_s=kill_every_s,
+        down_s=down_s, sample_s=sample_s, warm_up=warm_up, max_running=max_running, rounds=rounds, seed=seed,
+    )
+    run_soak_bench(settings, out=out, json_path=json_path, console=console)
+
+
 @app.command("export")
 def export_program(
     model: Annotated[str, typer.Argument(help="Zoo model: lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet.")],

@@ -26,6 +26,7 @@ Each command must exit 0 and write what the README says it writes
   (``SMALLER``): as written each takes one to several minutes.
   ``bench faults`` SIGKILLs coordinators for minutes, ``bench serve`` runs
   labs and testbed runs for about 25 minutes (tests/bench runs it smallest),
+  ``bench soak`` a lab for an hour (tests/bench runs a 5-minute slice),
   and ``bench gpu`` needs a GPU: they are checked to parse (the README's
   flags and ``--help``), as
   are ``mjfl devices list/prepare/check``, which need phones over adb.
@@ -81,6 +82,7 @@ PARSES: dict[str, str] = {
     "bench gpu": "needs a GPU (without one it refuses, unless --cpu: hours at full size)",
     "bench faults": "SIGKILLs coordinators for minutes; tests/coordinator/remote/test_faults.py runs its scenarios",
     "bench serve": "labs and testbed runs for about 25 minutes; tests/bench/test_bench_serve.py runs it at its smallest",
+    "bench soak": "a lab for an hour; tests/bench/test_bench_soak.py runs a 5-minute slice",
     # The lab service runs until drained; the researchers' commands need it running. tests/coordinator/lab run both
     # against a real `mjfl serve` (docs/lab.md's commands included).
     "serve": "runs until drained or stopped",

@@ -34,6 +34,11 @@ Benchmarks:
   the fleet round by round against fixed device sets and against one
   `testbed run` after another, in one run; submit latency with 1,000
   devices connected; the service's memory after 10 and 100 runs.
+- ``soak`` (`mjfl bench soak`, with ``soak_fleet`` and ``soak_checks``):
+  the lab service for an hour with JVM and emulated device processes
+  killed and started again and runs submitted all along: its memory and
+  descriptors and the JVM's over time, rounds lost, disconnects without a
+  cause.
 
 Tools:
 

@@ -1,13 +1,15 @@
 """A long bench stops on SIGTERM as on Ctrl-C, and leaves no process behind (checked with ps).
 
 `bench gpu` trains in a process pool (simulate's), `bench scale` in emulator
-workers, `bench faults` runs coordinators and `bench serve` labs in sessions of
-their own; each is stopped while those are busy.
+workers, `bench faults` runs coordinators, `bench serve` labs and `bench soak` a
+lab and its device processes (JVM and emulated) in sessions of their own; each
+is stopped while those are busy.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -53,7 +55,9 @@ def running_in(sessions: set[int]) -> list[str]:
     (["bench", "scale", "--fleet-sizes", "6", "--rounds", "500", "--backends", "local"], "local: 6 emulated devices"),
     (["bench", "faults", "--devices", "5", "--rounds", "8", "--coordinator-kills", "1"], "fault scenario coordinator"),
     (["bench", "serve", "--devices", "4", "--runs", "2", "--sizes", "4", "--rounds", "5"], "equal: 2 runs"),
-], ids=["gpu", "scale", "faults", "serve"])
+    pytest.param(["bench", "soak", "--minutes", "10", "--per-process", "1"], "soaking for",
+                 marks=pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK: make setup installs one")),
+], ids=["gpu", "scale", "faults", "serve", "soak"])
 def test_sigterm_stops_the_bench_and_every_process_it_started(
     args: list[str], busy: str, tmp_path: Path, processes
 ) -> None:

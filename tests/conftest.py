@@ -20,6 +20,40 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups and orders the tests for ``make test``'s two workers (``-n 2 --dist loadgroup``).
+
+    A test that uses a module-scoped fixture runs on the worker that has it (that fixture,
+    such as a bench run or the JVM build, is made once); those using ``cluster`` share one
+    group: one local Ray on the machine at a time. Groups go first, then the tests marked
+    slow, then the rest in their order: a run ends on short tests, never with one worker
+    alone on a long one. Without xdist the order is all that changes.
+    """
+    costs = {}
+    for item in items:
+        group = _worker_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+        costs[item] = 0 if group is not None else 1 if item.get_closest_marker("slow") else 2
+    items.sort(key=costs.__getitem__)
+
+
+def _worker_group(item: pytest.Item) -> str | None:
+    fixtures = getattr(item, "_fixtureinfo", None)
+    if fixtures is None:
+        return None
+    if "cluster" in fixtures.names_closure:
+        return "ray"
+    # The suite's own fixtures (a plugin's, such as tmp_path_factory, have no baseid): one made
+    # once for a module is made on one worker.
+    shared = any(
+        definitions[-1].baseid and definitions[-1].scope != "function"
+        for definitions in fixtures.name2fixturedefs.values()
+    )
+    return item.nodeid.split("::")[0] if shared else None
+
+
 @pytest.fixture(autouse=True)
 def own_key_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The user's enrolled devices (~/.config/mjfl/devices.db) never decide what a test lets in."""

@@ -238,10 +238,15 @@ def _write_atomically(cache: Path, path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
+        # The first process to export a program publishes it; a later one keeps it. Exports of
+        # one spec differ byte for byte, so replacing the file would make a digest another
+        # process read from it (and sent to its devices) a lie.
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _cached_program_job(

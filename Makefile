@@ -48,9 +48,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Two workers, one a core (a test's processes are mostly single-threaded): tests that share a
-# module's fixture or the one Ray run together, the slow ones first (tests/conftest.py).
-PARALLEL := -n 2 --dist loadgroup --no-loadscope-reorder
+# Two workers, one a core (a test's processes are mostly single-threaded): a module's tests run
+# on one worker, the modules with slow tests first (tests/conftest.py orders them).
+PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP) java-setup browser-setup
 	$(BIN)/lint-imports --no-cache

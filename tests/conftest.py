@@ -20,38 +20,31 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Groups and orders the tests for ``make test``'s two workers (``-n 2 --dist loadgroup``).
+    """Orders the tests for ``make test``'s two workers (``-n 2 --dist loadfile``: a module's
+    tests run on one worker, so a module-scoped fixture is made once and the README's commands
+    follow one another). Modules with a fixture made once for them go first (a bench run, the
+    JVM build, the README's scratch clone), then those with tests marked slow, then the rest:
+    a run ends on short tests, never with one worker alone on a long one."""
 
-    A test that uses a module-scoped fixture runs on the worker that has it (that fixture,
-    such as a bench run or the JVM build, is made once); those using ``cluster`` share one
-    group: one local Ray on the machine at a time. Groups go first, then the tests marked
-    slow, then the rest in their order: a run ends on short tests, never with one worker
-    alone on a long one. Without xdist the order is all that changes.
-    """
-    costs = {}
+    def cost(item: pytest.Item) -> int:
+        return 0 if _shares_a_fixture(item) else 1 if item.get_closest_marker("slow") else 2
+
+    first = {}
     for item in items:
-        group = _worker_group(item)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
-        costs[item] = 0 if group is not None else 1 if item.get_closest_marker("slow") else 2
-    items.sort(key=costs.__getitem__)
+        module = item.nodeid.split("::")[0]
+        first[module] = min(first.get(module, 2), cost(item))
+    items.sort(key=lambda item: first[item.nodeid.split("::")[0]])
 
 
-def _worker_group(item: pytest.Item) -> str | None:
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses one of the suite's fixtures that is made once for its module
+    (a plugin's, such as tmp_path_factory, have no baseid)."""
     fixtures = getattr(item, "_fixtureinfo", None)
-    if fixtures is None:
-        return None
-    if "cluster" in fixtures.names_closure:
-        return "ray"
-    # The suite's own fixtures (a plugin's, such as tmp_path_factory, have no baseid): one made
-    # once for a module is made on one worker.
-    shared = any(
+    return fixtures is not None and any(
         definitions[-1].baseid and definitions[-1].scope != "function"
         for definitions in fixtures.name2fixturedefs.values()
     )
-    return item.nodeid.split("::")[0] if shared else None
 
 
 @pytest.fixture(autouse=True)

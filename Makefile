@@ -48,18 +48,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# Two workers, one a core (a test's processes are mostly single-threaded): a module's tests run
+# on one worker, the modules with slow tests first (tests/conftest.py orders them).
+PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP) java-setup browser-setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check mjfl tests
 	android/build-jvm.sh
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PARALLEL)
 
 # The inner loop: lint, the import contracts and every test not marked slow (the end-to-end
 # runs as lab staff start them), without the Java build. `make test` runs everything.
 test-fast: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check mjfl tests
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q $(PARALLEL) -m "not slow"
 
 # The phone client's Java core (android/client-core) and the app's compile check, with
 # javac and the JUnit console launcher (no Gradle, no Android SDK needed).

@@ -188,6 +188,11 @@ build_app() {
 
 main() {
     command -v javac >/dev/null || die "javac not found (JDK 17 needed)"
+    # Builds at once (several devices' launchers, tests on two workers) would rename each other's
+    # folders away mid-compile: they take turns, and a later one finds the work done.
+    mkdir -p "$CORE/build"
+    exec 9>"$CORE/build/.lock"
+    if command -v flock >/dev/null; then flock 9; fi
     build_core
     case "${1:-}" in
         # The JVM launchers (bin/mjfl-device, app/src/jvmTest/bin/train-tasks) run with whatever

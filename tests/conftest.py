@@ -20,6 +20,33 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Orders the tests for ``make test``'s two workers (``-n 2 --dist loadfile``: a module's
+    tests run on one worker, so a module-scoped fixture is made once and the README's commands
+    follow one another). Modules with a fixture made once for them go first (a bench run, the
+    JVM build, the README's scratch clone), then those with tests marked slow, then the rest:
+    a run ends on short tests, never with one worker alone on a long one."""
+
+    def cost(item: pytest.Item) -> int:
+        return 0 if _shares_a_fixture(item) else 1 if item.get_closest_marker("slow") else 2
+
+    first = {}
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        first[module] = min(first.get(module, 2), cost(item))
+    items.sort(key=lambda item: first[item.nodeid.split("::")[0]])
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """Whether ``item`` uses one of the suite's fixtures that is made once for its module
+    (a plugin's, such as tmp_path_factory, have no baseid)."""
+    fixtures = getattr(item, "_fixtureinfo", None)
+    return fixtures is not None and any(
+        definitions[-1].baseid and definitions[-1].scope != "function"
+        for definitions in fixtures.name2fixturedefs.values()
+    )
+
+
 @pytest.fixture(autouse=True)
 def own_key_store(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The user's enrolled devices (~/.config/mjfl/devices.db) never decide what a test lets in."""

@@ -31,12 +31,15 @@ it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import struct
 import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -226,11 +229,20 @@ def cached_program(
     cache.mkdir(parents=True, exist_ok=True)
     path = cache / f"{spec.name}-{program_key(spec, max_batch=max_batch)}.pte"
     if not path.exists():
-        with _EXPORTING:  # a second thread wanting the same program waits for it, not exports it again
+        # A second thread or process wanting the same program waits for it, not exports it again.
+        with _EXPORTING, _locked(cache / f".{path.name}.lock"):
             if not path.exists():
                 _write_atomically(cache, path, export_training_program(spec, max_batch=max_batch))
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     return path, digest
+
+
+@contextlib.contextmanager
+def _locked(lock: Path) -> Iterator[None]:
+    """Holds an exclusive lock on the file ``lock`` (made if missing) across processes."""
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield
 
 
 def _write_atomically(cache: Path, path: Path, data: bytes) -> None:
@@ -238,10 +250,15 @@ def _write_atomically(cache: Path, path: Path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
+        # The first process to export a program publishes it; a later one keeps it. Exports of
+        # one spec differ byte for byte, so replacing the file would make a digest another
+        # process read from it (and sent to its devices) a lie.
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _cached_program_job(

@@ -206,7 +206,7 @@ def test_cached_program_exports_once(tmp_path: Path, lenet_program: tuple[Path, 
     p2, s2 = cached_program(LENET, tmp_path, max_batch=MAX_BATCH)
     assert (p1, s1) == (p2, s2) and len(calls) == 1
     assert s1 == hashlib.sha256(p1.read_bytes()).hexdigest()
-    assert [f.name for f in tmp_path.iterdir()] == [p1.name]  # no temp files left
+    assert sorted(f.name for f in tmp_path.iterdir()) == [f".{p1.name}.lock", p1.name]  # no temp files left
     # Another spec or batch bound is another program.
     assert program_key(LENET, max_batch=MAX_BATCH) != program_key(LENET, max_batch=32)
     other = ModelSpec("lenet5", (1, 16, 16), 26)

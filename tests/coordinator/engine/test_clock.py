@@ -20,7 +20,7 @@ def test_virtual_sleep_costs_no_wall_time_and_keeps_order():
 
     started = time.perf_counter()
     run_virtual(main())
-    assert time.perf_counter() - started < 1.0
+    assert time.perf_counter() - started < 10.0  # an hour of virtual time, not of the wall's: however busy the machine
     assert seen == [("a", 10.0), ("b", 600.5), ("c", 3600.0)]
 
 

@@ -167,7 +167,7 @@ async def test_two_jobs_on_eight_devices_in_worker_processes_train_through_the_e
 
 
 async def test_a_device_killed_mid_round_fails_fast_and_the_round_completes():
-    slow_profile = DeviceProfile("slow-phone", a=1.0, mu=1e6)  # 6 samples -> a 6 s round
+    slow_profile = DeviceProfile("slow-phone", a=10.0, mu=1e6)  # 6 samples -> a 60 s round
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         devices = [device(server, "d0"), device(server, "d1"), device(server, "slow", profile=slow_profile)]
         async with devices_running(*devices):
@@ -190,19 +190,19 @@ async def test_a_device_killed_mid_round_fails_fast_and_the_round_completes():
             async with asyncio.TaskGroup() as group:
                 group.create_task(kill_when_training())
                 group.create_task(Engine([job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="k", observers=[sink]).run())
-            assert time.monotonic() - started < 3.0  # not the 6 s the slow device would take
+            assert time.monotonic() - started < 30.0  # not the 60 s the slow device would take
     (record,) = sink.records
     status = {dr.device: dr for dr in record.devices}
-    assert status["slow"].status == "failed" and status["slow"].duration_s < 2.0
+    assert status["slow"].status == "failed" and status["slow"].duration_s < 30.0
     assert "connection lost" in status["slow"].error
     assert status["d0"].status == status["d1"].status == "ok"
     assert record.aggregated and job.weights["b"].tolist() == [2.0] * 4
 
 
 async def test_a_missed_deadline_cancels_the_task_and_the_device_waits_before_its_next_task():
-    # The trainer blocks for 0.6 s (a thread cannot be interrupted), the deadline is 0.2 s.
+    # The trainer blocks for 2 s (a thread cannot be interrupted), the deadline is 0.2 s.
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
-        slow = device(server, "d", make_trainer=functools.partial(echo_trainer, work_s=0.6, delta=1.0))
+        slow = device(server, "d", make_trainer=functools.partial(echo_trainer, work_s=2.0, delta=1.0))
         async with devices_running(slow):
             await server.registry.wait_for_devices(1, 5)
             fleet_of(server).prepare([artifacts(["d"])])
@@ -210,14 +210,14 @@ async def test_a_missed_deadline_cancels_the_task_and_the_device_waits_before_it
             with pytest.raises(DeviceFailure) as failure:
                 await fleet_of(server).run_task(DeviceId("d"), task(deadline_s=0.2))
             assert failure.value.status == "failed" and "deadline" in failure.value.reason
-            assert 0.2 <= time.monotonic() - started < 0.5
+            assert 0.2 <= time.monotonic() - started < 1.5  # at the deadline, not when the 2 s of work end
             assert fleet_of(server).profiles() == []  # busy with the cancelled task
             result = await fleet_of(server).run_task(DeviceId("d"), task(round_=2))
             assert [p.device for p in fleet_of(server).profiles()] == ["d"]
     first, second = slow.history
     assert first.outcome == "cancelled" and second.outcome == "result"
     assert second.received_at >= first.answered_at  # never two tasks at once
-    assert result.duration_s >= 0.6
+    assert result.duration_s >= 2.0
 
 
 async def test_task_timeout_bounds_a_task_without_a_deadline():
@@ -282,7 +282,7 @@ async def test_a_device_disconnecting_mid_task_fails_it_at_once():
             ws.transport.abort()
         failure = run.result()
         assert failure.status == "failed" and "connection lost" in failure.reason
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 10.0  # at once, not at the 30 s deadline
 
 
 async def test_a_device_saying_bye_mid_task_fails_it_with_its_reason():

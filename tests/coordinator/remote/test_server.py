@@ -155,9 +155,9 @@ async def test_a_silent_device_is_closed_after_the_heartbeat_timeout():
                     if message["type"] == "bye":
                         assert message["code"] == "heartbeat_timeout"
         assert ws.close_code == 1011
-        assert 0.4 <= time.monotonic() - started < 2.0 and beats >= 2
+        assert 0.4 <= time.monotonic() - started < 5.0 and beats >= 2  # closed, not left open (the 5 s bound)
         assert len(server.heartbeat_rtts) > 0  # the good device answers its heartbeats
-        assert all(0 <= rtt < 0.5 for rtt in server.heartbeat_rtts)
+        assert all(0 <= rtt < 5.0 for rtt in server.heartbeat_rtts)
 
 
 async def test_a_silent_handshake_is_closed():

@@ -12,7 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from mjfl.schedulers import round_time
-from mjfl.schedulers.base import FleetModel, JobModel, PlanContext, RoundOutcome, plan_size
+from mjfl.schedulers.base import (
+    Decision,
+    FleetModel,
+    JobModel,
+    PlanContext,
+    RoundOutcome,
+    plan_size,
+)
 from mjfl.schedulers.synthetic import synthetic_fleet
 
 DEVICES = 24
@@ -58,3 +65,16 @@ def play(scheduler, fleet: FleetModel, job: JobModel, rounds: range, frequencies
         frequencies[list(decision.plan)] += 1
         decisions.append({"plan": list(decision.plan), "chosen_by": decision.chosen_by, "candidates": dict(decision.candidates)})
     return decisions
+
+
+class Proposes:
+    """A member of Meta-Greedy that always proposes the same plan (its selectors' tests)."""
+
+    def __init__(self, name: str, plan: tuple[int, ...]) -> None:
+        self.name, self._plan = name, plan
+
+    def plan(self, ctx: PlanContext) -> Decision:
+        return Decision(self._plan)
+
+    def observe(self, ctx: PlanContext, outcome: RoundOutcome) -> None:
+        pass

@@ -2,25 +2,13 @@
 
 import numpy as np
 import pytest
+from scheduler_rounds import Proposes
 
 from mjfl.errors import ConfigError
-from mjfl.schedulers.base import CostWeights, Decision, Objective, RoundOutcome
+from mjfl.schedulers.base import CostWeights, Objective, RoundOutcome
 from mjfl.schedulers.cost import cost_model
 from mjfl.schedulers.meta_greedy import LearnedSelector
 from mjfl.schedulers.registry import make_scheduler
-
-
-class Proposes:
-    """A member that always proposes the same plan."""
-
-    def __init__(self, name, plan):
-        self.name, self._plan = name, plan
-
-    def plan(self, ctx):
-        return Decision(self._plan)
-
-    def observe(self, ctx, outcome):
-        pass
 
 
 def outcome(round_, *, accuracy=None, loss=None):

@@ -3,25 +3,13 @@
 import math
 
 import pytest
+from scheduler_rounds import Proposes
 
 from mjfl.errors import ConfigError
-from mjfl.schedulers.base import CostWeights, Decision, Objective, RoundOutcome
+from mjfl.schedulers.base import CostWeights, Objective, RoundOutcome
 from mjfl.schedulers.meta_greedy import FAIR, FAST, TimeToTargetSelector
 from mjfl.schedulers.registry import make_scheduler
 from mjfl.schedulers.target_time import forecast, forecasts
-
-
-class Proposes:
-    """A member that always proposes the same plan."""
-
-    def __init__(self, name, plan):
-        self.name, self._plan = name, plan
-
-    def plan(self, ctx):
-        return Decision(self._plan)
-
-    def observe(self, ctx, outcome):
-        pass
 
 
 def test_a_forecast_counts_the_rounds_until_the_first_crossing_and_charges_a_miss():

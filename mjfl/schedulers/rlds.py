@@ -157,19 +157,23 @@ class PolicyNetwork:
         hidden: int = 32,
         rng: np.random.Generator | None = None,
         dtype: type[np.floating] = np.float32,
+        features: int = FEATURES,
     ) -> None:
         rng = rng if rng is not None else np.random.default_rng()
         self.hidden = H = hidden
+        # The inputs per device: FEATURES, or fewer for a policy an older mjfl
+        # checkpointed (``RLDSScheduler.load_state``).
+        self.features = features
         self.dtype = np.dtype(dtype)
         shapes: dict[str, tuple[int, ...]] = {}
         for suffix in ("", "_reverse"):
-            shapes[f"lstm.weight_ih_l0{suffix}"] = (4 * H, FEATURES)
+            shapes[f"lstm.weight_ih_l0{suffix}"] = (4 * H, features)
             shapes[f"lstm.weight_hh_l0{suffix}"] = (4 * H, H)
             shapes[f"lstm.bias_ih_l0{suffix}"] = (4 * H,)
             shapes[f"lstm.bias_hh_l0{suffix}"] = (4 * H,)
         shapes["head.weight"] = (1, 2 * H)
         shapes["head.bias"] = (1,)
-        shapes["skip.weight"] = (1, FEATURES)
+        shapes["skip.weight"] = (1, features)
         self._shapes = shapes
         self.parameters = np.empty(sum(math.prod(s) for s in shapes.values()), self.dtype)
         self.params = self.named(self.parameters)
@@ -182,7 +186,7 @@ class PolicyNetwork:
         self.params["skip.weight"][...] = 0.0
         # Row width of a step: state, both directions' inputs, the bias's 1,
         # padded to a multiple of 8 (aligned rows make the products faster).
-        self._width = -(-(2 * H + 2 * FEATURES + 1) // 8) * 8
+        self._width = -(-(2 * H + 2 * features + 1) // 8) * 8
         # sigmoid(z) = (1 + tanh(z / 2)) / 2: halving the o, i, f pre-activations
         # up front leaves one tanh call for all four gates.
         scale = np.full((4, 2 * H), 0.5, self.dtype)
@@ -201,7 +205,7 @@ class PolicyNetwork:
 
     def _weights(self) -> Array:
         """The (width, 8H) matrix of a step: rows [h_fwd, h_rev, x fwd, x rev, 1, padding]."""
-        p, H, F = self.params, self.hidden, FEATURES
+        p, H, F = self.params, self.hidden, self.features
         weights = np.zeros((self._width, 4, 2, H), self.dtype)
         for d, suffix in enumerate(("", "_reverse")):
             # h_fwd feeds only forward gates, h_rev only reverse ones.
@@ -219,7 +223,7 @@ class PolicyNetwork:
 
     def forward(self, features: Array) -> tuple[Vector, _Forward]:
         """The logits, shape (K,), and what ``backward`` needs."""
-        H, F, K = self.hidden, FEATURES, features.shape[0]
+        H, F, K = self.hidden, self.features, features.shape[0]
         rows = np.zeros((K + 1, self._width), self.dtype)
         rows[:K, 2 * H : 2 * H + F] = features
         rows[:K, 2 * H + F : 2 * H + 2 * F] = features[::-1]
@@ -257,7 +261,7 @@ class PolicyNetwork:
 
     def backward(self, cache: _Forward, dlogits: Vector) -> Array:
         """Backpropagation through time: the gradient over ``parameters`` given d/d logits."""
-        H, F, K = self.hidden, FEATURES, dlogits.shape[0]
+        H, F, K = self.hidden, self.features, dlogits.shape[0]
         dlogits = dlogits.astype(self.dtype)
         w = self.params["head.weight"][0]
         grad = np.empty_like(self.parameters)
@@ -451,9 +455,8 @@ class RLDSScheduler:
             raise ValueError("rlds: gamma in (0, 1], pretrain_plans >= 2 (N > 1)")
         check_horizon(horizon, "rlds")
         self.rng = as_generator(seed)
-        self.policy = PolicyNetwork(hidden, self.rng)
-        self.optimizer = Adam(self.policy.parameters, lr=lr)
-        self.optimizer.scale[-FEATURES:] = skip_lr / lr
+        self.lr, self.skip_lr = lr, skip_lr
+        self._new_policy(PolicyNetwork(hidden, self.rng))
         self.epsilon_start, self.epsilon_end, self.epsilon_decay = epsilon, epsilon_end, epsilon_decay
         self.gamma = gamma
         self.horizon = horizon
@@ -482,7 +485,7 @@ class RLDSScheduler:
         if not self.pretrained:
             self.pretrain(ctx)
         horizon = self.horizon_for(ctx)
-        features = device_features(ctx, horizon)
+        features = self._features(ctx, horizon)
         epsilon = self.epsilon
         logits, forward = self.policy.forward(features)
         orders = [self._draw(logits, ctx.free, ctx.size, epsilon) for _ in range(self.plans_per_round)]
@@ -492,7 +495,7 @@ class RLDSScheduler:
             self._update(features, ctx.free, orders, -costs, epsilon, (logits, forward))
             order = orders[int(np.argmin(costs))]
             mode = self._mode(logits, ctx.free, ctx.size)
-            if cost_model(ctx).marginal(np.asarray([mode]), horizon=horizon)[0] < costs.min():
+            if self.policy.features == FEATURES and cost_model(ctx).marginal(np.asarray([mode]), horizon=horizon)[0] < costs.min():
                 order = mode
         self._decisions = {ctx.round: _Drawn(features, ctx.free.copy(), order, epsilon)}
         return Decision(as_plan(order))
@@ -543,7 +546,7 @@ class RLDSScheduler:
                 frequencies=frequencies, current_plans=(None,) * len(ctx.jobs), size=ctx.size,
                 weights=ctx.weights, losses=ctx.losses,
             )
-            features = device_features(sim, horizon)
+            features = self._features(sim, horizon)
             # One forward pass serves both the draws and the update.
             logits, forward = self.policy.forward(features)
             epsilon = self.epsilon
@@ -674,6 +677,7 @@ class RLDSScheduler:
         }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
+        self._fit_policy(int(np.asarray(state["parameters"]).size))
         self.rng.bit_generator.state = state["rng"]
         self.policy.parameters[...] = state["parameters"]  # in place: the named parameters are views of it
         self.optimizer.load_state_dict(state["optimizer"])
@@ -686,6 +690,30 @@ class RLDSScheduler:
             )
             for d in state["drawn"]
         }
+
+    def _new_policy(self, policy: PolicyNetwork) -> None:
+        """Plan with ``policy``, a fresh Adam over its parameters (the skip path at its own rate)."""
+        self.policy = policy
+        self.optimizer = Adam(policy.parameters, lr=self.lr)
+        self.optimizer.scale[-policy.features :] = self.skip_lr / self.lr
+
+    def _features(self, ctx: PlanContext, horizon: float) -> NDArray[np.float32]:
+        """The device features the policy takes: all of them, or an older policy's first ones."""
+        return device_features(ctx, horizon)[:, : self.policy.features]
+
+    def _fit_policy(self, size: int) -> None:
+        """Before a checkpoint's parameters load: a policy of as many parameters.
+
+        mjfl before the fairness price (the ninth feature) checkpointed policies
+        of 8 features; such a run resumes as it went on: that policy, without
+        the price and without proposing its most likely plan. Any other size
+        does not fit, and loading says so.
+        """
+        if size == self.policy.parameters.size:
+            return
+        older = PolicyNetwork(self.policy.hidden, np.random.default_rng(0), features=FEATURES - 1)
+        if size == older.parameters.size:
+            self._new_policy(older)
 
     # -- saving and loading the policy --
 
@@ -724,6 +752,7 @@ class RLDSScheduler:
     def load_state_dict(self, state: dict[str, object]) -> None:
         if state.get("hidden") != self.policy.hidden:
             raise ValueError(f"saved policy has hidden size {state.get('hidden')}, not {self.policy.hidden}")
+        self._fit_policy(sum(np.asarray(v).size for v in state["policy"].values()))  # type: ignore[attr-defined]
         self.policy.load_state_dict(state["policy"])  # type: ignore[arg-type]
         self.optimizer.load_state_dict(state["optimizer"])  # type: ignore[arg-type]
         self.baseline = state["baseline"]  # type: ignore[assignment]

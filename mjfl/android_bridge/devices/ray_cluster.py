@@ -79,8 +79,11 @@ def connect(options: RayOptions) -> Iterator[Any]:
         yield ray
         return
     try:
+        # No address: a Ray of our own ("local"). Ray's default would join the
+        # last cluster started on this machine, another mjfl's that may end
+        # under us.
         ray.init(
-            address=options.address,
+            address=options.address or "local",
             num_cpus=options.num_cpus if options.address is None else None,
             include_dashboard=False,
             log_to_driver=False,

@@ -7,7 +7,7 @@ The slice must meet the soak's own verdicts, which are about leaks and
 losses and hold on a busy machine (a busy machine runs fewer runs, it loses
 no round and leaves no disconnect without its cause): memory and
 descriptors of the service and of the never-killed JVM flat after the
-warm-up (the JVM's within 25% in so short a slice: `SLICE_GOALS`), no finished round lost or repeated, every disconnect with a cause
+warm-up (the JVM's memory and the service's descriptors within 25% in so short a slice: `SLICE_GOALS`), no finished round lost or repeated, every disconnect with a cause
 and every killed device's recorded as a lost connection, no device process
 that ended by itself. Its cost: about 6 minutes (5 of soak, the lab's and
 devices' start and stop), on 2 busy cores.
@@ -31,7 +31,11 @@ from mjfl.bench.soak import GOALS
 # hour's soak, warmed up for 12 minutes, held +0.2%). A leak in the heap itself ends the
 # process with an OutOfMemoryError, which `device_exits_unbidden` counts; the hour holds
 # the JVM's memory to the bench's own 5%.
-SLICE_GOALS = {**GOALS, "jvm_rss_growth": ("<", 0.25)}
+# The service's descriptors are few (about 25), and at any moment 1-3 of them belong to the
+# runs then open (their databases) and the devices then connected, so 5% is one descriptor's
+# noise (measured: 23 -> 25, +8.7%, once in CI). A leak of one per run or per disconnect
+# would add 25 or 13 in the slice (+50% and more); 25% catches either.
+SLICE_GOALS = {**GOALS, "jvm_rss_growth": ("<", 0.25), "service_fds_growth": ("<", 0.25)}
 
 
 def met(name: str, value: float | None) -> bool:
@@ -69,7 +73,7 @@ def soak(tmp_path_factory) -> tuple[dict, str]:
 
 def test_the_slice_meets_every_verdict(soak) -> None:
     figures, said = soak
-    unmet = {name: figures[name] for name in GOALS if not met(name, figures[name])}
+    unmet = {name: figures[name] for name in SLICE_GOALS if not met(name, figures[name])}
     assert not unmet, (unmet, figures["rounds"], figures["disconnects"], figures["exited_unbidden"])
     for name in GOALS:  # the table says each figure
         assert name in said

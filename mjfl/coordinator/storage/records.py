@@ -70,8 +70,8 @@ class Target:
             parts.append(f"acc >= {self.accuracy:g}")
         if self.loss is not None:
             parts.append(f"loss <= {self.loss:g}")
-        mean = f"mean of {self.window} rounds: " if self.window > 1 else ""
-        return mean + " or ".join(parts)
+        mean = f", mean of {self.window} rounds" if self.window > 1 else ""
+        return " or ".join(parts) + mean
 
 
 @dataclass(frozen=True)

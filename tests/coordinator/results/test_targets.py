@@ -55,6 +55,7 @@ def test_a_window_holding_a_nan_meets_nothing() -> None:
     assert not target.reached(scores[:4]) and target.reached(scores)
     assert not target.reached(scores[:2])  # fewer rounds than the window: nothing yet
     assert Target(accuracy=0.8).first_reached(scores) == 0
+    assert str(target) == "acc >= 0.8, mean of 3 rounds" and str(Target(accuracy=0.8)) == "acc >= 0.8"  # the tables' heading
 
 
 @pytest.mark.parametrize(

@@ -75,7 +75,7 @@ def test_two_jobs_reach_their_targets_and_everything_is_written(tmp_path):
 
 
 def test_a_smoothed_target_stops_a_job_only_when_its_last_3_rounds_mean_reaches_it(tmp_path):
-    """About 5 s: one small job whose accuracy crosses 0.8 alone rounds before the mean of 3 rounds does."""
+    """A few seconds (1.6 s warm, 4.9 s alone): one small job whose accuracy crosses 0.8 alone before its 3-round mean does."""
     out = tmp_path / "out"
     config = parse_config({
         "seed": 0, "out_dir": str(out), "fleet": {"size": 10, "workers": 1}, "scheduler": {"method": "greedy"},

@@ -55,12 +55,13 @@ class JobConfig:
     fraction: float = 0.1  # C_m
     target_accuracy: float | None = None
     target_loss: float | None = None
+    target_window: int = 1  # rounds whose mean accuracy (loss) must meet the target; 1: the round alone
     max_rounds: int = 50  # the cap on R_m
     deadline_s: float | None = None
 
     @property
     def target(self) -> Target:
-        return Target(self.target_accuracy, self.target_loss)
+        return Target(self.target_accuracy, self.target_loss, self.target_window)
 
 
 @dataclass(frozen=True)
@@ -218,6 +219,7 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
         fraction=f.take("fraction", float, default=d["fraction"], check=lambda v: 0 < v <= 1, need="in (0, 1]"),
         target_accuracy=f.take("target_accuracy", float, default=d["target_accuracy"], check=lambda v: 0 < v <= 1, need="in (0, 1]"),
         target_loss=f.take("target_loss", float, default=d["target_loss"], check=lambda v: v > 0, need="> 0"),
+        target_window=f.take("target_window", int, default=d["target_window"], check=lambda v: v >= 1, need="an integer >= 1"),
         max_rounds=f.take("max_rounds", int, default=d["max_rounds"], check=lambda v: v >= 1, need=">= 1"),
         deadline_s=f.take("deadline_s", float, default=d["deadline_s"], check=lambda v: v > 0, need="> 0"),
     )

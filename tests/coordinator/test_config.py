@@ -36,6 +36,8 @@ def test_defaults_and_paths(tmp_path):
         (minimal(partition="weird"), "jobs[0].partition"),
         (minimal(fraction=0), "jobs[0].fraction"),
         (minimal(target_accuracy=1.5), "jobs[0].target_accuracy"),
+        (minimal(target_window=0), "jobs[0].target_window"),
+        (minimal(target_window=2.5), "jobs[0].target_window"),
         (minimal(epochs=True), "jobs[0].epochs"),
         (minimal(learning_rate=0.1), "jobs[0].learning_rate"),
         ({"fleet": {"size": 10}, "jobs": [{"model": "lenet5"}]}, "jobs[0].name"),
@@ -66,6 +68,15 @@ def test_every_bad_field_is_named(raw, field):
         parse_config(raw)
     assert info.value.field == field
     assert str(info.value).startswith(f"config field '{field}'")
+
+
+def test_a_target_window_is_an_integer_of_at_least_1_and_1_by_default():
+    assert parse_config(minimal()).jobs[0].target.window == 1  # the round alone, as before the option
+    job = parse_config(minimal(target_accuracy=0.7, target_window=3)).jobs[0]
+    assert (job.target_window, job.target.window, job.target.accuracy) == (3, 3, 0.7)
+    with pytest.raises(ConfigError) as info:
+        parse_config(minimal(target_window=0))
+    assert str(info.value) == "config field 'jobs[0].target_window': must be an integer >= 1, got 0"
 
 
 def test_unreadable_files_are_config_errors(tmp_path):

@@ -64,7 +64,7 @@ from mjfl.coordinator.engine.fedavg import (
 )
 from mjfl.coordinator.engine.fleet import Fleet, Task, TaskResult, Weights
 from mjfl.coordinator.engine.occupancy import Occupancy
-from mjfl.coordinator.storage.records import DeviceRound, ProfileRefit, RoundRecord
+from mjfl.coordinator.storage.records import DeviceRound, ProfileRefit, RoundRecord, Score
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
@@ -112,6 +112,8 @@ class EngineJob:
     max_rounds: int = 0  # R_m; 0 takes config.max_rounds
     rounds_done: int = 0  # > 0 when resuming
     best_accuracy: float = 0.0
+    # (accuracy, loss) of its last rounds, as many as its target averages (Target.window); rebuilt on resume
+    scores: tuple[Score, ...] = ()
     stopped: StopReason | None = None  # why the job ended: the engine's verdict (``JobStopped``)
     # the sizes of the updates its recent rounds accepted (fedavg.norm_outliers' typical update)
     accepted_sizes: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_UPDATES))
@@ -260,13 +262,13 @@ class Engine:
         self._emit(JobStopped(job.name, reason, job.rounds_done, self.now()))
 
     @staticmethod
-    def _verdict(job: EngineJob, accuracy: float, loss: float) -> StopReason | None:
-        """Whether ``job`` stops after a round that left it at ``accuracy`` and ``loss``, and why.
+    def _verdict(job: EngineJob) -> StopReason | None:
+        """Whether ``job`` stops after the round its ``scores`` end with, and why.
 
-        The one decision of a job's end: its target (``Target.reached``,
-        docs/config.md), else its round budget R_m.
+        The one decision of a job's end: its target (``Target.reached`` over
+        its last rounds, docs/config.md), else its round budget R_m.
         """
-        if job.config.target.reached(accuracy, loss):
+        if job.config.target.reached(job.scores):
             return "target"
         if job.rounds_done >= job.max_rounds:
             return "budget"
@@ -388,6 +390,7 @@ class Engine:
         accuracy, loss = await self.clock.run_blocking(None, self.evaluate, job.spec, job.weights, job.test_x, job.test_y)
         job.rounds_done = round_
         job.best_accuracy = max(job.best_accuracy, accuracy)
+        job.scores = (*job.scores, (accuracy, loss))[-job.config.target.window :]
 
         round_outcome = RoundOutcome(
             ctx.job, ctx.round, plan, durations, frozenset(failed), ended - started,
@@ -399,7 +402,7 @@ class Engine:
             self.run_id, job.name, round_, started, ended, tuple(device_rounds), accuracy, loss,
             aggregated, expected, cost, decision.chosen_by,
         )
-        job.stopped = self._verdict(job, accuracy, loss)
+        job.stopped = self._verdict(job)
         self._emit(RoundAggregated(
             record, decision.candidates or None, job.stopped, job.weights, job.scheduler, job.best_accuracy
         ))

@@ -1,8 +1,8 @@
 """When a job, and a group of jobs, reached the target: the one rule every figure of a run counts from.
 
 A job reaches its target in the first of its rounds, in round order, whose
-accuracy or loss meets it (``records.Target.reached``, as the engine decides
-when to stop it). That round's end is the job's time to target, and the
+accuracy or loss (the mean over the job's ``target_window`` rounds up to it)
+meets it (``records.Target.first_reached``, the rule the engine stops it by). That round's end is the job's time to target, and the
 device rounds up to and including it are what its energy to target sums
 (``outcomes``, ``energy``). A group is done when its last job is: its time to
 target is its slowest job's (the paper's Tables 4-5), and it has none while
@@ -40,8 +40,7 @@ class JobRounds:
 def job_rounds(job: JobInfo, records: Iterable[RoundRecord]) -> JobRounds:
     """``job``'s rounds among ``records`` (only those of its own run) and the first that reached its target."""
     own = tuple(sorted((r for r in records if r.run_id == job.run_id and r.job == job.job), key=lambda r: r.round))
-    reached_at = next((i for i, r in enumerate(own) if job.target.reached(r.accuracy, r.loss)), None)
-    return JobRounds(own, reached_at)
+    return JobRounds(own, job.target.first_reached([(r.accuracy, r.loss) for r in own]))
 
 
 def group_time(times: Sequence[float | None]) -> float | None:

@@ -75,6 +75,7 @@ from mjfl.coordinator.storage.records import (
     RunInfo,
     RunMode,
     SchedulerChoice,
+    Score,
 )
 from mjfl.errors import RunError, StorageError, UserError
 from mjfl.ids import DeviceId, JobId
@@ -409,7 +410,7 @@ class Driver:
                 test_y=job.test_y, weights=dict(job.initial), scheduler=scheduler, max_rounds=budgets[job.config.name],
             )
             saved = resumed.checkpoints.get(job.config.name)
-            jobs.append(fresh if saved is None else _continued(fresh, saved))
+            jobs.append(fresh if saved is None else _continued(fresh, saved, resumed.scores.get(job.config.name, ())))
         return jobs
 
     def _settings(self, device_wait_s: float, *, time_offset: float = 0.0) -> EngineSettings:
@@ -620,6 +621,7 @@ class _Run:
         done = {job: storage.last_round(run_id, job) for job in jobs}
         return _Resumed(
             checkpoints={job: self.checkpoints.load(job, last) for job, last in done.items() if last},
+            scores={job: tuple((r.accuracy, r.loss) for r in storage.rounds(run_id, job)) for job in jobs},
             time_offset=storage.elapsed_s(run_id),
             frequencies=storage.participation(run_id),
             losses=storage.last_losses(run_id),
@@ -669,17 +671,20 @@ class _Resumed:
     """What a resumed run continues from (``_Run.resumed_state``); empty for a new run."""
 
     checkpoints: Mapping[JobId, JobCheckpoint] = field(default_factory=dict)
+    scores: Mapping[JobId, tuple[Score, ...]] = field(default_factory=dict)  # each job's recorded (accuracy, loss)
     time_offset: float = 0.0
     frequencies: Mapping[Any, Any] | None = None
     losses: Mapping[Any, Any] | None = None
 
 
-def _continued(job: EngineJob, saved: JobCheckpoint) -> EngineJob:
+def _continued(job: EngineJob, saved: JobCheckpoint, scores: tuple[Score, ...]) -> EngineJob:
     """``job`` as its checkpoint after round ``saved.round`` left it: the global model, the scheduler's state (put
-    into the one built afresh from the run's configuration), the verdict so far."""
+    into the one built afresh from the run's configuration), the verdict so far, and the recorded ``scores`` its
+    target's window still averages (so it stops where an uninterrupted run would)."""
     saved.restore_scheduler(job.scheduler)
     return dataclasses.replace(
         job, weights=saved.weights, rounds_done=saved.round, best_accuracy=saved.best_accuracy, stopped=saved.stopped,
+        scores=scores[-job.config.target.window :],
     )
 
 

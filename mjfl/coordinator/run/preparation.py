@@ -107,7 +107,10 @@ class PreparedJob:
 
     def info(self, run_id: str) -> JobInfo:
         c = self.config
-        return JobInfo(run_id, c.name, c.model, c.dataset, c.target_accuracy, c.target_loss, c.max_rounds, job_key(c))
+        return JobInfo(
+            run_id, c.name, c.model, c.dataset, c.target_accuracy, c.target_loss, c.max_rounds, job_key(c),
+            c.target_window,
+        )
 
 
 def job_key(config: JobConfig) -> str:

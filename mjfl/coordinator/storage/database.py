@@ -266,13 +266,18 @@ _SCHEMA_V7 = (
     """,
 )
 
+# Version 8: how many rounds' mean accuracy (loss) a job's target must meet (JobInfo.target_window), so the
+# reports of a stored run count its time to target by the rule its engine stopped it by; earlier jobs: 1.
+_SCHEMA_V8 = ("ALTER TABLE jobs ADD COLUMN target_window INTEGER NOT NULL DEFAULT 1 CHECK (target_window >= 1)",)
+
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7,
+    _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 # The oldest schema a read-only reader reads as it is: version 6 only renamed a column, which
 # ``choices`` looks up by either name, so a finished run of version 5 needs no upgrade to be read;
-# version 7 only added tables, which ``provenance`` reads as empty where they are missing.
+# version 7 only added tables, which ``provenance`` reads as empty where they are missing; version 8 only
+# added a column with a default, which ``jobs`` reads as that default where it is missing.
 _READABLE_FROM = 5
 
 _BUSY_TIMEOUT_S = 5.0  # a reader (mjfl report) may briefly hold the WAL; wait, don't fail
@@ -414,7 +419,7 @@ class Storage:
                 )
                 conn.executemany(
                     "INSERT INTO jobs (run_id, job, position, model, dataset, target_accuracy,"
-                    " target_loss, max_rounds, job_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " target_loss, max_rounds, job_key, target_window) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             j.run_id,
@@ -426,6 +431,7 @@ class Storage:
                             j.target_loss,
                             j.max_rounds,
                             j.job_key,
+                            j.target_window,
                         )
                         for position, j in enumerate(jobs)
                     ],
@@ -475,9 +481,10 @@ class Storage:
     def jobs(self, run_id: str) -> list[JobInfo]:
         """The jobs of a run, in the order given to ``start_run``."""
         with self._lock:
+            window = _target_window_column(self._conn)
             rows = self._conn.execute(
                 "SELECT run_id, job, model, dataset, target_accuracy, target_loss, max_rounds,"
-                " job_key FROM jobs WHERE run_id = ? ORDER BY position",
+                f" job_key, {window} FROM jobs WHERE run_id = ? ORDER BY position",
                 (run_id,),
             ).fetchall()
         return [
@@ -490,6 +497,7 @@ class Storage:
                 target_loss=r[5],
                 max_rounds=r[6],
                 job_key=r[7],
+                target_window=r[8],
             )
             for r in rows
         ]
@@ -1042,6 +1050,12 @@ def _choice_cost_column(conn: sqlite3.Connection) -> str:
     """The column of a candidate's cost: ``selector_cost``, or ``recost`` in a file of schema version 5."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(scheduler_choices)")}
     return "recost" if "recost" in columns else "selector_cost"
+
+
+def _target_window_column(conn: sqlite3.Connection) -> str:
+    """What ``jobs`` selects as a job's target window: its column, or 1 in a file read as it is from before version 8."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(jobs)")}
+    return "target_window" if "target_window" in columns else "1"
 
 
 def _run_from_row(row: Sequence[Any]) -> tuple[RunInfo, RunStatus]:

@@ -7,10 +7,10 @@ can be rebuilt from the database alone.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from statistics import fmean
+from typing import Any, Literal, TypeAlias
 
 from mjfl.ids import DeviceId, JobId
 
@@ -19,28 +19,50 @@ RunMode = Literal["virtual", "real"]
 FleetEventKind = Literal["joined", "left", "refused"]
 
 
+Score: TypeAlias = tuple[float, float]
+"""A job's (test accuracy, test loss) after one of its rounds."""
+
+
 @dataclass(frozen=True)
 class Target:
     """When a job is done: a test accuracy to reach, a test loss to reach, or both.
 
     The one definition of "target reached", for the engine (when to stop a
-    job) and the reports (time to target): a round reaches the target when it
-    meets any target set (docs/config.md). NaN meets none; a job without a
-    target never reaches it and runs to its round budget.
+    job) and the reports (time to target): a round reaches the target when
+    the mean accuracy or the mean loss of the last ``window`` rounds up to it
+    meets any target set (docs/config.md). A window of 1 is the round alone;
+    a longer one keeps a noisy job from stopping on one lucky round. A window
+    holding a NaN meets none; a job without a target never reaches it and
+    runs to its round budget.
     """
 
     accuracy: float | None = None
     loss: float | None = None
+    window: int = 1  # rounds averaged (jobs.*.target_window)
 
     @property
     def is_set(self) -> bool:
         """Whether the job has a target at all (else it runs to its round budget)."""
         return self.accuracy is not None or self.loss is not None
 
-    def reached(self, accuracy: float, loss: float) -> bool:
-        if self.accuracy is not None and not math.isnan(accuracy) and accuracy >= self.accuracy:
+    def reached(self, scores: Sequence[Score]) -> bool:
+        """Whether the last of ``scores`` (a job's rounds so far, oldest first) reaches the target.
+
+        Only the last ``window`` scores count; fewer than that reach nothing.
+        """
+        if len(scores) < self.window:
+            return False
+        recent = scores[len(scores) - self.window :]
+        accuracy, loss = fmean(a for a, _ in recent), fmean(x for _, x in recent)  # NaN if any is: meets nothing
+        if self.accuracy is not None and accuracy >= self.accuracy:
             return True
-        return self.loss is not None and not math.isnan(loss) and loss <= self.loss
+        return self.loss is not None and loss <= self.loss
+
+    def first_reached(self, scores: Sequence[Score]) -> int | None:
+        """The index of the first of ``scores`` that reaches the target (``reached``), or None: a stored run's scan."""
+        return next(
+            (i for i in range(len(scores)) if self.reached(scores[max(0, i + 1 - self.window) : i + 1])), None
+        )
 
     def __str__(self) -> str:
         parts = []
@@ -48,7 +70,8 @@ class Target:
             parts.append(f"acc >= {self.accuracy:g}")
         if self.loss is not None:
             parts.append(f"loss <= {self.loss:g}")
-        return " or ".join(parts)
+        mean = f", mean of {self.window} rounds" if self.window > 1 else ""
+        return " or ".join(parts) + mean
 
 
 @dataclass(frozen=True)
@@ -75,10 +98,11 @@ class JobInfo:
     target_loss: float | None
     max_rounds: int
     job_key: str  # identifies "the same job" across runs (for Formula 10's history)
+    target_window: int = 1  # rounds whose mean must meet the target (Target.window); 1 before it was kept
 
     @property
     def target(self) -> Target:
-        return Target(self.target_accuracy, self.target_loss)
+        return Target(self.target_accuracy, self.target_loss, self.target_window)
 
 
 @dataclass(frozen=True)

@@ -272,6 +272,24 @@ def test_the_engine_stops_a_job_where_the_report_says_it_reached_its_target():
     assert outcome.reached_target and outcome.time_to_target_s == records[-1].ended_s
 
 
+def test_a_smoothed_target_stops_a_job_on_its_last_rounds_mean_as_the_report_dates_it():
+    # Accuracy r/10 after round r: 0.5 alone in round 5; the mean of rounds r-2..r, (r-1)/10, only in round 6.
+    jobs = make_jobs(1, target=0.5)
+    jobs[0].config = dataclasses.replace(jobs[0].config, target_window=3)
+    records, _ = run(jobs)
+    assert [r.round for r in records] == [1, 2, 3, 4, 5, 6] and jobs[0].stopped == "target"
+    assert records[4].accuracy == pytest.approx(0.5)  # round 5 alone met it: the window did not stop there
+    c = jobs[0].config
+    info = JobInfo("t", c.name, c.model, c.dataset, c.target_accuracy, c.target_loss, c.max_rounds, "k", c.target_window)
+    assert job_outcomes([info], records)[c.name].time_to_target_s == records[-1].ended_s
+    # Resumed after round 4 with its recorded scores (as the driver rebuilds them), it stops in round 6 as well.
+    resumed = make_jobs(1, target=0.5)[0]
+    resumed.config, resumed.rounds_done, resumed.weights = c, 4, {"w": np.full(1, 4.0, np.float32)}
+    resumed.scores = tuple((r.accuracy, r.loss) for r in records[1:4])
+    again, _ = run([resumed])
+    assert [r.round for r in again] == [5, 6] and resumed.stopped == "target"
+
+
 def test_same_seed_same_schedule_and_times():
     first, _ = run(make_jobs(3, "meta-greedy", target=0.6), seed=4)
     again, _ = run(make_jobs(3, "meta-greedy", target=0.6), seed=4)

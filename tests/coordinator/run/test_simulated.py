@@ -74,6 +74,26 @@ def test_two_jobs_reach_their_targets_and_everything_is_written(tmp_path):
             assert all(b[0] >= a[1] - 1e-9 for a, b in itertools.pairwise(intervals))
 
 
+def test_a_smoothed_target_stops_a_job_only_when_its_last_3_rounds_mean_reaches_it(tmp_path):
+    """A few seconds (1.6 s warm, 4.9 s alone): one small job whose accuracy crosses 0.8 alone before its 3-round mean does."""
+    out = tmp_path / "out"
+    config = parse_config({
+        "seed": 0, "out_dir": str(out), "fleet": {"size": 10, "workers": 1}, "scheduler": {"method": "greedy"},
+        "jobs": [{"name": "lenet", "model": "lenet5", "image_size": 12, "partition": "iid", "batch_size": 8,
+                  "lr": 0.05, "fraction": 0.3, "target_accuracy": 0.8, "target_window": 3, "max_rounds": 25}],
+    })
+    summary = simulate(config, ["greedy"], Output(out, Console(), live=False))
+    with Storage(config.database_path) as storage:
+        ((info, _),) = storage.runs()
+        assert [job.target_window for job in storage.jobs(info.run_id)] == [3]
+        rounds = storage.rounds(info.run_id)
+    accuracies = [r.accuracy for r in rounds]
+    means = [sum(accuracies[r - 3 : r]) / 3 for r in range(3, len(rounds) + 1)]  # rounds 3, 4, ... of the run
+    assert means[-1] >= 0.8 and all(m < 0.8 for m in means[:-1]), accuracies  # it stopped at the first mean >= 0.8
+    assert len(rounds) < 25 and any(a >= 0.8 for a in accuracies[:-1]), accuracies  # a single round met it sooner
+    assert summary["methods"]["greedy"]["jobs"]["lenet"]["time_to_target_s"] == rounds[-1].ended_s
+
+
 def test_same_seed_same_schedule_and_virtual_times(tmp_path):
     def schedule(folder):
         config = two_jobs(folder, seed=3, method="greedy")

@@ -57,6 +57,13 @@ def test_run_and_jobs_round_trip_in_order(db: Storage) -> None:
     assert db.runs()[1] == (run_info("r2", "random"), "running")
 
 
+def test_a_jobs_target_window_is_kept_so_a_stored_run_is_reported_by_its_own_rule(db: Storage) -> None:
+    smoothed = [dataclasses.replace(j, target_window=3) for j in job_infos("r3")]
+    db.start_run(run_info("r3"), smoothed)
+    assert db.jobs("r3") == smoothed and db.jobs("r3")[0].target.window == 3
+    assert [j.target_window for j in db.jobs("r1")] == [1, 1]
+
+
 def test_unknown_and_duplicate_runs(db: Storage) -> None:
     with pytest.raises(UnknownRunError, match="nope"):
         db.run("nope")
@@ -312,7 +319,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
     conn.commit()
     conn.close()
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 7
+        assert db.schema_version == SCHEMA_VERSION == 8
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
         assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none
@@ -377,6 +384,25 @@ def test_a_version_5_database_is_read_as_it_is_and_its_candidates_column_renamed
     columns = [row[1] for row in conn.execute("PRAGMA table_info(scheduler_choices)")]
     conn.close()
     assert columns == ["run_id", "job", "round", "position", "member", "selector_cost", "won"]
+
+
+def test_a_version_7_database_reads_its_jobs_with_a_window_of_1_and_keeps_new_windows(tmp_path: Path) -> None:
+    path = tmp_path / "v7.sqlite"
+    conn = database_at(path, 7)
+    conn.commit()
+    conn.close()
+    before = path.read_bytes()
+    with Storage.read_only(path) as reader:  # read as it is: the column it lacks reads as its default
+        (job,) = reader.jobs("r1")
+        assert reader.schema_version == 7 and job.target_window == 1 and job.target.window == 1
+    assert path.read_bytes() == before
+    with Storage(path) as writer:
+        assert writer.schema_version == SCHEMA_VERSION
+        assert [j.target_window for j in writer.jobs("r1")] == [1]
+        writer.start_run(run_info("r2"), [dataclasses.replace(j, target_window=3) for j in job_infos("r2")])
+        assert [j.target_window for j in writer.jobs("r2")] == [3, 3]
+        with pytest.raises(StorageError):
+            writer.start_run(run_info("r3"), [dataclasses.replace(job_infos("r3")[0], target_window=0)])
 
 
 def test_fleet_events_are_kept_in_order_with_what_a_device_said(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ The selectors, one class each (docs/cost-model.md, "Meta-Greedy"):
 * :class:`ReCostSelector`, the paper's (``meta-greedy-paper``): ReCost,
   Formulas 12-13, ``alpha*T + beta*Omega(r)*F``, a fairness weight that
   grows with the round.
-* :class:`ReturnSelector`, mjfl's default (``meta-greedy``): the plan's
+* :class:`ReturnSelector` (``selector = "return"``): the plan's
   share of TotalCost summed over the next H rounds,
   ``alpha*T + beta*H*(F(V) - F(no plan))``. The variance a plan adds stays
   in every later round's TotalCost (Formula 8) while its round time is paid
@@ -20,7 +20,8 @@ The selectors, one class each (docs/cost-model.md, "Meta-Greedy"):
   job without a target (judged by its summed TotalCost), 1 for a job with a
   target (judged by its time to target, which each round's least TotalCost
   shortens most: docs/cost-model.md, "A plan's return").
-* :class:`LearnedSelector`: for a job with a target, the fast plan (the
+* :class:`LearnedSelector`, mjfl's default (``meta-greedy``, chosen on the
+  held-out set's pilot seeds: docs/results.md): for a job with a target, the fast plan (the
   least expected round time per learning share, fairness weight 0) while
   the job is on course for its target, the return while it is not. Fairness
   is bought where fast rounds stop buying progress fast enough to reach the

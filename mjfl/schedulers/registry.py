@@ -45,9 +45,10 @@ SELECTORS: dict[str, Callable[..., Selector]] = {
     "learned": LearnedSelector,
     "time-to-target": TimeToTargetSelector,
 }
-# Meta-Greedy by name, with its selector: mjfl's (the return over the rounds the job's objective
-# still charges) and the paper's Algorithm 4 as written (ReCost, Formulas 12-13).
-META = {"meta-greedy": "return", "meta-greedy-paper": "recost"}
+# Meta-Greedy by name, with its selector: mjfl's (fast plans while a job is on course for its
+# target, the return over the rounds its objective still charges otherwise: chosen on the held-out
+# set's pilot seeds, docs/results.md) and the paper's Algorithm 4 as written (ReCost, Formulas 12-13).
+META = {"meta-greedy": "learned", "meta-greedy-paper": "recost"}
 # Defaults of members inside one Meta-Greedy method (the config's options override them). Under
 # ReCost, whose fairness weight grows with the round (Formula 13), RLDS's return over the rounds
 # left weighs fairness most early and proposes plans the selector rejects; a fixed H = 10 proposes

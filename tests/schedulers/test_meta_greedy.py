@@ -4,7 +4,7 @@ import pytest
 from mjfl.errors import ConfigError
 from mjfl.schedulers.base import CostWeights, Decision, Objective, RoundOutcome
 from mjfl.schedulers.cost import cost_model
-from mjfl.schedulers.meta_greedy import MetaGreedyScheduler, ReCostSelector, ReturnSelector
+from mjfl.schedulers.meta_greedy import LearnedSelector, MetaGreedyScheduler, ReCostSelector, ReturnSelector
 from mjfl.schedulers.registry import META_MEMBERS, make_scheduler
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
 
@@ -152,7 +152,7 @@ def test_meta_greedys_horizon_is_what_the_jobs_objective_still_charges(context_f
 
 
 def test_the_selector_is_named_by_the_config_and_keeps_its_own_options():
-    assert isinstance(make_scheduler("meta-greedy", seed=0).selector, ReturnSelector)
+    assert isinstance(make_scheduler("meta-greedy", seed=0).selector, LearnedSelector)
     assert isinstance(make_scheduler("meta-greedy-paper", seed=0).selector, ReCostSelector)
     paper_return = make_scheduler("meta-greedy-paper", seed=0, options={"meta-greedy-paper": {"selector": "return"}})
     assert isinstance(paper_return.selector, ReturnSelector)

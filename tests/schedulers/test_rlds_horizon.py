@@ -26,8 +26,8 @@ def test_auto_is_the_rounds_the_job_has_left_as_for_meta_greedy(round_, budget, 
     ctx = context(round_, budget)
     assert return_horizon(ctx) == expected
     assert RLDSScheduler(0).horizon_for(ctx) == expected
-    meta = make_scheduler("meta-greedy", seed=0)
-    assert meta.selector.horizon_for(ctx) == expected
+    meta = make_scheduler("meta-greedy", seed=0)  # the learned selector: the return while a job is off course
+    assert meta.selector.fair.horizon_for(ctx) == expected
     assert RLDSScheduler(0, horizon=10).horizon_for(ctx) == 10.0  # the old fixed return
 
 

@@ -4,7 +4,12 @@ import pytest
 from mjfl.errors import ConfigError
 from mjfl.schedulers.base import CostWeights, Decision, Objective, RoundOutcome
 from mjfl.schedulers.cost import cost_model
-from mjfl.schedulers.meta_greedy import LearnedSelector, MetaGreedyScheduler, ReCostSelector, ReturnSelector
+from mjfl.schedulers.meta_greedy import (
+    LearnedSelector,
+    MetaGreedyScheduler,
+    ReCostSelector,
+    ReturnSelector,
+)
 from mjfl.schedulers.registry import META_MEMBERS, make_scheduler
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
 

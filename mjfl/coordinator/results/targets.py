@@ -2,8 +2,9 @@
 
 A job reaches its target in the first of its rounds, in round order, whose
 accuracy or loss (the mean over the job's ``target_window`` rounds up to it)
-meets it (``records.Target.first_reached``, the rule the engine stops it by). That round's end is the job's time to target, and the
-device rounds up to and including it are what its energy to target sums
+meets it (``records.Target.first_reached``, the rule the engine stops it
+by). That round's end is the job's time to target, and the device rounds up
+to and including it are what its energy to target sums
 (``outcomes``, ``energy``). A group is done when its last job is: its time to
 target is its slowest job's (the paper's Tables 4-5), and it has none while
 any job has none.

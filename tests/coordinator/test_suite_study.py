@@ -35,9 +35,10 @@ def times(*seconds: float, first: int = 0) -> dict[int, Outcome]:
 def test_the_statistics_match_a_table_worked_by_hand():
     """Two configurations; the method ``m`` against ``x`` and ``y``; pilot seeds 0-1, test seeds 10-12; times in s.
 
-    Pilot: on A, x 4 4 (mean 4), y 2 3 (2.5): the comparator is y. On B, x 10 10 (10), y 5 and a miss whose run
-    ended at 17 (mean 11, the miss at its budget's time): the comparator is x (with the miss left out it would be
-    y). The single best solver: geometric means x sqrt(4 x 10) = 6.32, y sqrt(2.5 x 11) = 5.24: y.
+    Pilot, choosing with a miss at its budget's time (``penalty=1``; the default's 10x is the next test's): on A,
+    x 4 4 (mean 4), y 2 3 (2.5): the comparator is y. On B, x 10 10 (10), y 5 and a miss whose run ended at 17
+    (mean 11): the comparator is x (with the miss left out it would be y). The single best solver: geometric means
+    x sqrt(4 x 10) = 6.32, y sqrt(2.5 x 11) = 5.24: y.
 
     Test, on A: m 2 4 3, y 2 2 3: log ratios 0, log 2, 0; mean log(2)/3 = 0.2310, ratio 2^(1/3) = 1.2599; sd
     log(2)/sqrt(3) = 0.4002; t(0.975, 2) = 4.3027; interval exp(0.2310 -+ 4.3027 x 0.4002 / sqrt 3) = [0.4662,
@@ -59,9 +60,9 @@ def test_the_statistics_match_a_table_worked_by_hand():
         "B": {"m": {10: Outcome(8.0), 11: Outcome(10.0), 12: Outcome(16.0, ("job",))}, "x": times(8, 8, 8, first=10),
               "y": times(16, 16, 16, first=10)},
     }
-    assert comparator(pilot["A"], ["x", "y"]) == "y" and comparator(pilot["B"], ["x", "y"]) == "x"
-    assert single_best(pilot, ["x", "y"]) == "y"
-    figures = compare(pilot, test, method="m", best_of=["x", "y"])
+    assert comparator(pilot["A"], ["x", "y"], penalty=1) == "y" and comparator(pilot["B"], ["x", "y"], penalty=1) == "x"
+    assert single_best(pilot, ["x", "y"], penalty=1) == "y"
+    figures = compare(pilot, test, method="m", best_of=["x", "y"], penalty=1)
     a, b = (figures["configurations"][c]["ratio"] for c in "AB")
     assert (a["ratio"], a["low"], a["high"], a["sd_log"]) == pytest.approx((1.2599, 0.4662, 3.4048, 0.4002), abs=1e-4)
     assert (b["ratio"], b["low"], b["high"], b["sd_log"]) == pytest.approx((1.3572, 0.5635, 3.2687, 0.3538), abs=1e-4)
@@ -78,6 +79,33 @@ def test_the_statistics_match_a_table_worked_by_hand():
     printed = io.StringIO()
     Console(file=printed, width=240).print(comparison_table(figures, ["m", "x", "y"]))
     assert "1.260 [0.466, 3.405]" in printed.getvalue() and "(1/3 missed)" in printed.getvalue()
+
+
+def test_choosing_a_miss_costs_ten_times_its_budgets_time_and_scoring_its_budgets_time():
+    """A fast method that misses is not the comparator, nor the single best solver; scoring keeps misses at x1.
+
+    Pilot, on C: f misses twice, its budgets over at 1.2 and 1.0 s, and reaches at 1.4 s; s takes 2.5 2.7 2.6. At
+    the budget's time f's mean is 1.2 < 2.6; at 10x it is (12 + 10 + 1.4) / 3 = 7.8 > 2.6: the comparator is s. On
+    D, f 1 1 1, s 2 2 2: f. The single best solver at 10x: f sqrt(7.8 x 1) = 2.79, s sqrt(2.6 x 2) = 2.28: s (at
+    x1, f: sqrt(1.2) = 1.10).
+
+    Test, on C: m 2.6 2.6; s 2.6 and a miss at 3.0, counted at 3.0: log ratios 0 and log(2.6 / 3.0); the ratio
+    sqrt(2.6 / 3.0) = 0.9309.
+    """
+    pilot = {
+        "C": {"f": {0: Outcome(1.2, ("job",)), 1: Outcome(1.0, ("job",)), 2: Outcome(1.4)}, "s": times(2.5, 2.7, 2.6)},
+        "D": {"f": times(1, 1, 1), "s": times(2, 2, 2)},
+    }
+    assert comparator(pilot["C"], ["f", "s"]) == "s" and comparator(pilot["C"], ["f", "s"], penalty=1) == "f"
+    assert comparator(pilot["D"], ["f", "s"]) == "f"
+    assert single_best(pilot, ["f", "s"]) == "s" and single_best(pilot, ["f", "s"], penalty=1) == "f"
+    test = {"C": {"m": times(2.6, 2.6, first=10), "s": {10: Outcome(2.6), 11: Outcome(3.0, ("job",))}},
+            "D": {"m": times(1, 1, first=10), "f": times(1, 1, first=10), "s": times(2, 2, first=10)}}
+    figures = compare(pilot, test, method="m", best_of=["f", "s"])
+    assert [c["comparator"] for c in figures["configurations"].values()] == ["s", "f"] and figures["single_best"] == "s"
+    assert figures["configurations"]["C"]["ratio"]["ratio"] == pytest.approx(0.9309, abs=1e-4)
+    assert figures["miss_penalty"] == 10 and any("a miss counted at 10x its budget's time" in line
+                                                   for line in comparison_lines(figures))
 
 
 def test_without_pilot_seeds_the_comparator_is_chosen_in_hindsight_and_one_seed_has_no_interval():
@@ -111,8 +139,10 @@ def test_a_study_may_name_a_configuration_per_variant_and_a_ratio(tmp_path: Path
     (tmp_path / "study.toml").write_text(STUDY)
     study = load_study(tmp_path / "study.toml")
     assert [v.config for v in study.variants] == [tmp_path / "a.toml", tmp_path / "b.toml"]
-    assert study.ratio is not None and study.ratio.best_of == ("random", "greedy")
+    assert study.ratio is not None and study.ratio.best_of == ("random", "greedy") and study.ratio.miss_penalty == 10
     assert (study.pilot_seeds, study.seeds) == ((0,), (1,))
+    (tmp_path / "three.toml").write_text(STUDY.replace('best_of = ["random", "greedy"]', 'best_of = ["random", "greedy"]\nmiss_penalty = 3'))
+    assert load_study(tmp_path / "three.toml").ratio == Ratio("meta-greedy", ("random", "greedy"), 3.0)
     for good, bad, field in (
         ('best_of = ["random", "greedy"]', 'best_of = ["random", "bods"]', "ratio.best_of"),  # not a study method
         ('best_of = ["random", "greedy"]', 'best_of = ["random", "meta-greedy"]', "ratio.best_of"),
@@ -120,6 +150,8 @@ def test_a_study_may_name_a_configuration_per_variant_and_a_ratio(tmp_path: Path
         ("test_seeds = [1]", "test_seeds = [0]", "test_seeds"),  # a pilot seed
         ("test_seeds = [1]", "test_seeds = [1, 1]", "test_seeds"),
         ("pilot_seeds = [0]", "seeds = 2", "seeds"),  # either seeds or pilot and test seeds
+        ('best_of = ["random", "greedy"]', 'best_of = ["random", "greedy"]\nmiss_penalty = 0.5', "ratio.miss_penalty"),
+        ('best_of = ["random", "greedy"]', 'best_of = ["random", "greedy"]\nmiss_penalty = "10"', "ratio.miss_penalty"),
     ):
         (tmp_path / "bad.toml").write_text(STUDY.replace(good, bad))
         with pytest.raises(ConfigError, match=field):
@@ -224,7 +256,7 @@ def test_a_two_configuration_study_chooses_on_its_pilot_seed_and_scores_what_its
     for name, folder in (("iid", "iid"), ("two jobs, slow tail", "two-jobs-slow-tail")):
         pilot = {m: outcome(out / folder / "seed-0" / m, m) for m in ("random", "greedy")}
         row = ratio["configurations"][name]
-        assert row["comparator"] == min(pilot, key=lambda m: pilot[m].time_s)  # chosen on the pilot seed
+        assert row["comparator"] == min(pilot, key=lambda m: pilot[m].time_s * (10 if pilot[m].missed else 1))  # chosen there
         ran = {p.name for p in (out / folder / "seed-1").iterdir() if p.is_dir()}
         assert ran == {"meta-greedy", row["comparator"], ratio["single_best"]}  # the test seed ran only those
         own, other = (outcome(out / folder / "seed-1" / m, m) for m in ("meta-greedy", row["comparator"]))

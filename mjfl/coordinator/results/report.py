@@ -53,19 +53,22 @@ ENERGY_FILE = "energy.csv"  # each device's energy per method, beside the summar
 
 
 def report_run(
-    out_dir: str | os.PathLike[str], results: Results, choices: Sequence[SchedulerChoice], *, console: Console
+    out_dir: str | os.PathLike[str], results: Results, choices: Sequence[SchedulerChoice], *, console: Console,
+    plots: bool = True,
 ) -> dict[str, Any]:
     """The end of a run: write its files and plots into ``out_dir``, print its table; returns the summary.
 
-    ``choices``: Meta-Greedy's candidates, for ``meta-greedy-wins.png`` (none: no plot).
+    ``choices``: Meta-Greedy's candidates, for ``meta-greedy-wins.png`` (none: no plot). ``plots`` False: no
+    plots (a study's many runs; `mjfl report FOLDER --plots DIR` draws them from the files).
     """
     folder = Path(out_dir)
     figures = summary(results)
     write_json(folder / SUMMARY_FILE, figures)
     write_rounds_csv(folder / "rounds.csv", results)
     write_energy_csv(folder / ENERGY_FILE, figures)
-    plot_accuracy(folder, {method: [run] for method, run in results.items()})
-    plot_meta_greedy_wins(folder / "meta-greedy-wins.png", choices)
+    if plots:
+        plot_accuracy(folder, {method: [run] for method, run in results.items()})
+        plot_meta_greedy_wins(folder / "meta-greedy-wins.png", choices)
     jobs = next(iter(results.values()))[0]
     console.print(results_table(figures, jobs))
     _print_energy(console, figures["methods"], jobs, devices=f"each device's energy: {ENERGY_FILE}")

@@ -106,6 +106,8 @@ class Output:
     # Send this process's log to the output folder's mjfl.log; False where the process logs elsewhere (the lab
     # service: its own log, and each run's lines in its folder).
     log_here: bool = True
+    # Draw each run's plots into its folder; False where many runs are gathered (a study), whose report draws them.
+    plots: bool = True
 
     @property
     def log_file(self) -> Path:
@@ -468,10 +470,11 @@ class Driver:
         self, results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]], choices: Sequence[SchedulerChoice]
     ) -> dict[str, Any]:
         out, console = self.output.out_dir, self.output.console
-        summary = report_run(out, results, choices, console=console)
+        summary = report_run(out, results, choices, console=console, plots=self.output.plots)
         runs = ", ".join(jobs[0].run_id for jobs, _ in results.values() if jobs)
+        plots = " and plots" if self.output.plots else ""
         console.print(
-            f"wrote {out}/summary.json, rounds.csv, energy.csv (each device's energy) and plots; records in"
+            f"wrote {out}/summary.json, rounds.csv, energy.csv (each device's energy){plots}; records in"
             f" {self.config.database_path} (run {runs}); log in {self.output.log_file}", highlight=False, soft_wrap=True,
         )
         console.print(f"the runs in a browser: mjfl dashboard {self.config.database_path.parent}", highlight=False, soft_wrap=True)

@@ -122,7 +122,7 @@ def simulate(config: RunConfig, folder: Path, methods: Sequence[str]) -> dict[st
     with SimulatedDevices(config, Output(folder, quiet, live=False), executor=executor) as devices:
         for method in methods:
             own = folder / method
-            output = Output(own, quiet, live=False)
+            output = Output(own, quiet, live=False, plots=False)  # many runs: `mjfl report RUN --plots DIR` draws them
             summary = Driver(dataclasses.replace(config, out_dir=own, database=None), output).train([method], devices)
             times[method] = summary["methods"][method]["total_time_s"]
     return times

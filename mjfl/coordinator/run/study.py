@@ -30,6 +30,7 @@ whose docstring holds the statistics)::
     [ratio]
     method = "meta-greedy"
     best_of = ["random", "fedcs", "genetic", "greedy", "bods", "rlds"]
+    miss_penalty = 10                 # choosing, a miss costs 10x its budget's time (the default)
 
 Its seeds may be split, as a reviewer would have it: the pilot seeds choose
 each variant's comparator (and the single best solver), the test seeds score::
@@ -54,6 +55,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -63,6 +65,7 @@ from rich.console import Console
 
 from mjfl.coordinator.config import RunConfig, parse_config, read_toml
 from mjfl.coordinator.results.comparison import (
+    MISS_PENALTY,
     Outcome,
     Runs,
     comparator,
@@ -103,6 +106,7 @@ class Ratio:
 
     method: str
     best_of: tuple[str, ...]
+    miss_penalty: float = MISS_PENALTY  # choosing, a miss counts at this multiple of its budget's time
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,15 +226,18 @@ def _variants(path: Path, raw: dict[str, Any]) -> tuple[Variant, ...]:
 def _ratio(path: Path, raw: Any, methods: list[str]) -> Ratio | None:
     if raw is None:
         return None
-    if not isinstance(raw, dict) or set(raw) - {"method", "best_of"}:
-        raise ConfigError(f"{path}: ratio", "a table with method and best_of")
+    if not isinstance(raw, dict) or set(raw) - {"method", "best_of", "miss_penalty"}:
+        raise ConfigError(f"{path}: ratio", "a table with method, best_of and an optional miss_penalty")
     method = raw.get("method", "meta-greedy")
     if method not in methods:
         raise ConfigError(f"{path}: ratio.method", f"one of the study's methods ({', '.join(methods)}), got {method!r}")
     best_of = raw.get("best_of")
     if not isinstance(best_of, list) or not best_of or any(m not in methods or m == method for m in best_of):
         raise ConfigError(f"{path}: ratio.best_of", f"a list of the study's other methods ({', '.join(methods)}), got {best_of!r}")
-    return Ratio(method, tuple(best_of))
+    penalty = raw.get("miss_penalty", MISS_PENALTY)
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not 1 <= penalty < math.inf:
+        raise ConfigError(f"{path}: ratio.miss_penalty", f"a number at least 1 (a miss's multiple of its budget's time), got {penalty!r}")
+    return Ratio(method, tuple(best_of), float(penalty))
 
 
 def apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +290,9 @@ def run_study(study: Study, out: Path, *, console: Console, workers: int | None 
     document: dict[str, Any] = {"pilot_seeds": list(study.pilot_seeds), "seeds": list(study.seeds), "variants": figures}
     if study.ratio is not None:
         test = _outcomes(study, out, study.seeds, methods)
-        document["ratio"] = ratio = compare(pilot, test, method=study.ratio.method, best_of=study.ratio.best_of)
+        document["ratio"] = ratio = compare(
+            pilot, test, method=study.ratio.method, best_of=study.ratio.best_of, penalty=study.ratio.miss_penalty,
+        )
         console.print(comparison_table(ratio, study.methods))
         for line in comparison_lines(ratio):
             console.print(line, highlight=False)
@@ -297,10 +306,10 @@ def _test_methods(study: Study, pilot: Runs | None) -> Methods:
     if pilot is None or study.ratio is None:
         return lambda variant: study.methods
     ratio = study.ratio
-    best = single_best(pilot, ratio.best_of)
+    best = single_best(pilot, ratio.best_of, penalty=ratio.miss_penalty)
 
     def methods(variant: str) -> tuple[str, ...]:
-        needed = {ratio.method, comparator(pilot[variant], ratio.best_of), best}
+        needed = {ratio.method, comparator(pilot[variant], ratio.best_of, penalty=ratio.miss_penalty), best}
         return tuple(m for m in study.methods if m in needed)
 
     return methods

@@ -251,8 +251,12 @@ def test_a_two_configuration_study_chooses_on_its_pilot_seed_and_scores_what_its
     console = Console(file=io.StringIO(), width=240)
     run_study(load_study(tmp_path / "study.toml"), out, console=console, workers=1)
 
-    ratio = json.loads((out / "study.json").read_text())["ratio"]
+    document = json.loads((out / "study.json").read_text())
+    ratio = document["ratio"]
     assert list(ratio["configurations"]) == ["iid", "two jobs, slow tail"] and not ratio["hindsight"]
+    for name in ratio["configurations"]:  # each set of seeds reported on its own
+        assert {m: v["seeds"] for m, v in document["pilot"][name]["methods"].items()} == {"random": [0], "greedy": [0]}
+        assert {tuple(v["seeds"]) for v in document["variants"][name]["methods"].values()} == {(1,)}
     for name, folder in (("iid", "iid"), ("two jobs, slow tail", "two-jobs-slow-tail")):
         pilot = {m: outcome(out / folder / "seed-0" / m, m) for m in ("random", "greedy")}
         row = ratio["configurations"][name]
@@ -263,6 +267,7 @@ def test_a_two_configuration_study_chooses_on_its_pilot_seed_and_scores_what_its
         assert row["ratio"]["ratio"] == pytest.approx(own.time_s / other.time_s)  # one seed: its own ratio
     printed = console.file.getvalue()  # type: ignore[attr-defined]
     assert "comparators chosen on the pilot seeds" in printed and ("PASS: " in printed or "FAIL: " in printed)
+    assert "iid, pilot seeds 0: Time to target" in printed and "iid, test seeds 1: Time to target" in printed
 
 
 # The slice of the suite that `make test` runs (one seed): IID, where the fastest devices

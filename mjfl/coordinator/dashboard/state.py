@@ -111,7 +111,8 @@ def jobs_view(jobs: Sequence[JobInfo], rounds: Sequence[RoundRecord]) -> list[di
                 "job": str(job.job),
                 "model": job.model,
                 "dataset": job.dataset,
-                "target": {"accuracy": job.target_accuracy, "loss": job.target_loss},
+                # window: the rounds whose mean must meet the target (1: the round alone; docs/config.md)
+                "target": {"accuracy": job.target_accuracy, "loss": job.target_loss, "window": job.target_window},
                 "max_rounds": job.max_rounds,
                 "rounds": done,
                 "rounds_left": max(job.max_rounds - done, 0),

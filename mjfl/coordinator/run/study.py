@@ -281,13 +281,23 @@ def run_study(study: Study, out: Path, *, console: Console, workers: int | None 
     methods = _test_methods(study, pilot)
     console.print(f"{'test ' if pilot else ''}seeds {list(study.seeds)}", highlight=False)
     run_cells(_cells(study, configs, out, study.seeds, methods), workers=workers, console=console)
+    # Each set of seeds gets its own tables: pooled, the pilot's choosers would blur the test seeds' figures.
+    # Each run's provenance stays in its folder (`mjfl report FOLDER` shows it), not in the study's summary.
     figures: dict[str, Any] = {}
+    chosen_on: dict[str, Any] = {}
     for variant in study.variants:
-        folders = [out / variant.folder / f"seed-{seed}" / m for seed in study.pilot_seeds for m in choosers]
-        folders += [out / variant.folder / f"seed-{seed}" / m for seed in study.seeds for m in methods(variant.name)]
-        # Each run's provenance stays in its folder (`mjfl report FOLDER` shows it), not in the study's summary.
-        figures[variant.name] = report_runs(folders, console=console, title=f"{variant.name}: ", provenance=False)
+        seeds = f"seeds {', '.join(map(str, study.seeds))}"
+        if study.pilot_seeds:
+            folders = [out / variant.folder / f"seed-{seed}" / m for seed in study.pilot_seeds for m in choosers]
+            title = f"{variant.name}, pilot seeds {', '.join(map(str, study.pilot_seeds))}: "
+            chosen_on[variant.name] = report_runs(folders, console=console, title=title, provenance=False)
+            seeds = "test " + seeds
+        folders = [out / variant.folder / f"seed-{seed}" / m for seed in study.seeds for m in methods(variant.name)]
+        title = f"{variant.name}, {seeds}: " if study.pilot_seeds else f"{variant.name}: "
+        figures[variant.name] = report_runs(folders, console=console, title=title, provenance=False)
     document: dict[str, Any] = {"pilot_seeds": list(study.pilot_seeds), "seeds": list(study.seeds), "variants": figures}
+    if chosen_on:
+        document["pilot"] = chosen_on  # the pilot seeds' runs, per variant, as "variants" has the scoring seeds'
     if study.ratio is not None:
         test = _outcomes(study, out, study.seeds, methods)
         document["ratio"] = ratio = compare(

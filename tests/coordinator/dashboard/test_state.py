@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from dashboard_runs import jobs_of
 
 from mjfl.coordinator.dashboard.catalog import Catalog
-from mjfl.coordinator.dashboard.state import add_round, device_row, round_devices
+from mjfl.coordinator.dashboard.state import add_round, device_row, jobs_view, round_devices
 from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
 from mjfl.errors import UserError
@@ -34,7 +36,9 @@ def test_a_run_shows_each_jobs_series_target_and_budget(folder: Path) -> None:
     view = Catalog([folder]).run("0:mg-0")
     assert view is not None
     cnn = view["jobs"][0]
-    assert cnn["target"] == {"accuracy": 0.8, "loss": None}
+    assert cnn["target"] == {"accuracy": 0.8, "loss": None, "window": 1}
+    smoothed = jobs_view([dataclasses.replace(job, target_window=3) for job in jobs_of("mg-0")], [])
+    assert [j["target"]["window"] for j in smoothed] == [3, 3]  # a smoothed target says over how many rounds
     assert (cnn["rounds"], cnn["max_rounds"], cnn["rounds_left"]) == (3, 50, 47)
     assert cnn["series"] == {"round": [1, 2, 3], "time_s": [10.0, 20.0, 30.0],
                              "accuracy": [0.5, 0.85, None], "loss": [1.0, 0.6, None]}  # NaN is null

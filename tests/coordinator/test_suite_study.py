@@ -267,7 +267,8 @@ def test_a_two_configuration_study_chooses_on_its_pilot_seed_and_scores_what_its
         assert row["ratio"]["ratio"] == pytest.approx(own.time_s / other.time_s)  # one seed: its own ratio
     printed = console.file.getvalue()  # type: ignore[attr-defined]
     assert "comparators chosen on the pilot seeds" in printed and ("PASS: " in printed or "FAIL: " in printed)
-    assert "iid, pilot seeds 0: Time to target" in printed and "iid, test seeds 1: Time to target" in printed
+    assert "iid, pilot: Time to target accuracy, mean ± sd over runs (seeds 0)" in printed
+    assert "iid, test: Time to target accuracy, mean ± sd over runs (seeds 1)" in printed
 
 
 # The slice of the suite that `make test` runs (one seed): IID, where the fastest devices

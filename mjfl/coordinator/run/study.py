@@ -285,15 +285,12 @@ def run_study(study: Study, out: Path, *, console: Console, workers: int | None 
     # Each run's provenance stays in its folder (`mjfl report FOLDER` shows it), not in the study's summary.
     figures: dict[str, Any] = {}
     chosen_on: dict[str, Any] = {}
-    for variant in study.variants:
-        seeds = f"seeds {', '.join(map(str, study.seeds))}"
+    for variant in study.variants:  # the report names the seeds in each title
         if study.pilot_seeds:
             folders = [out / variant.folder / f"seed-{seed}" / m for seed in study.pilot_seeds for m in choosers]
-            title = f"{variant.name}, pilot seeds {', '.join(map(str, study.pilot_seeds))}: "
-            chosen_on[variant.name] = report_runs(folders, console=console, title=title, provenance=False)
-            seeds = "test " + seeds
+            chosen_on[variant.name] = report_runs(folders, console=console, title=f"{variant.name}, pilot: ", provenance=False)
         folders = [out / variant.folder / f"seed-{seed}" / m for seed in study.seeds for m in methods(variant.name)]
-        title = f"{variant.name}, {seeds}: " if study.pilot_seeds else f"{variant.name}: "
+        title = f"{variant.name}, test: " if study.pilot_seeds else f"{variant.name}: "
         figures[variant.name] = report_runs(folders, console=console, title=title, provenance=False)
     document: dict[str, Any] = {"pilot_seeds": list(study.pilot_seeds), "seeds": list(study.seeds), "variants": figures}
     if chosen_on:

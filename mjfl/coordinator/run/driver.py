@@ -106,7 +106,7 @@ class Output:
     # Send this process's log to the output folder's mjfl.log; False where the process logs elsewhere (the lab
     # service: its own log, and each run's lines in its folder).
     log_here: bool = True
-    # Draw each run's plots into its folder; False where many runs are gathered (a study), whose report draws them.
+    # Draw each run's plots into its folder; False where many runs are gathered (a study: `mjfl report RUN --plots DIR`).
     plots: bool = True
 
     @property

@@ -84,9 +84,8 @@ function drawRun(view) {
   if (view.jobs.length === 0) jobs.append(el("p", "No jobs: a profiling session's calibration tasks are counted in each device's rounds.", "hint"));
   for (const job of view.jobs) {
     const box = el("div", null, "job");
-    const smoothed = job.target.window > 1 ? " (the mean of " + job.target.window + " rounds)" : "";
-    const target = (job.target.accuracy !== null ? "accuracy ≥ " + job.target.accuracy : job.target.loss !== null ? "loss ≤ " + job.target.loss : "none")
-      + (job.target.accuracy !== null || job.target.loss !== null ? smoothed : "");
+    const goal = job.target.accuracy !== null ? "accuracy ≥ " + job.target.accuracy : job.target.loss !== null ? "loss ≤ " + job.target.loss : "none";
+    const target = goal !== "none" && job.target.window > 1 ? goal + " (the mean of " + job.target.window + " rounds)" : goal;
     const reached = job.time_to_target_s === null ? "not reached" : "reached at " + fmt(job.time_to_target_s) + " s";
     box.append(el("h3", job.job + " (" + job.model + " on " + job.dataset + ")"),
       el("p", "target " + target + ", " + reached + "; rounds " + job.rounds + " of " + job.max_rounds + " (" + job.rounds_left + " left in the budget); final accuracy " + fmt(job.final_accuracy, 3)

@@ -56,7 +56,8 @@ def report_run(
     out_dir: str | os.PathLike[str], results: Results, choices: Sequence[SchedulerChoice], *, console: Console,
     plots: bool = True,
 ) -> dict[str, Any]:
-    """The end of a run: write its files and plots into ``out_dir``, print its table; returns the summary.
+    """The end of a run: write its files and plots into ``out_dir``, print its table (a quiet console: not even
+    rendered); returns the summary.
 
     ``choices``: Meta-Greedy's candidates, for ``meta-greedy-wins.png`` (none: no plot). ``plots`` False: no
     plots (a study's many runs; `mjfl report FOLDER --plots DIR` draws them from the files).
@@ -69,6 +70,8 @@ def report_run(
     if plots:
         plot_accuracy(folder, {method: [run] for method, run in results.items()})
         plot_meta_greedy_wins(folder / "meta-greedy-wins.png", choices)
+    if console.quiet:  # rich renders before it drops a quiet console's text: a study's many runs skip both
+        return figures
     jobs = next(iter(results.values()))[0]
     console.print(results_table(figures, jobs))
     _print_energy(console, figures["methods"], jobs, devices=f"each device's energy: {ENERGY_FILE}")

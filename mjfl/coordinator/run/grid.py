@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import io
 import json
 import multiprocessing
 import os
@@ -106,16 +105,24 @@ _TRAINING: list[Executor] = []
 
 
 def _one_thread() -> None:
-    """Each parallel simulation computes on one thread: the cores are shared out between them already."""
+    """Each parallel simulation computes on one thread: the cores are shared out between them already.
+
+    Not only torch's: numpy's and scipy's BLAS and OpenMP keep their own pools, whose idle threads spin
+    on the other cores after each product (BODS's process, RLDS's policy): measured, a third more CPU
+    time for the same results, taken from the next worker. Libraries loaded later read the variables.
+    """
     import torch
+    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(1)
+    os.environ.update({name: "1" for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+    threadpool_limits(1)
     _TRAINING.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="training"))
 
 
 def simulate(config: RunConfig, folder: Path, methods: Sequence[str]) -> dict[str, float | None]:
     """Run each of ``methods`` on ``config`` into ``folder/<method>``; their group times to target (None: missed)."""
-    quiet = Console(file=io.StringIO(), width=160)  # each run's own table: in its folder, not here
+    quiet = Console(quiet=True)  # each run's own table: `mjfl report FOLDER` prints it from the folder's files
     times: dict[str, float | None] = {}
     folder.mkdir(parents=True, exist_ok=True)
     executor = _TRAINING[0] if _TRAINING else None

@@ -267,7 +267,9 @@ def run_study(study: Study, out: Path, *, console: Console, workers: int | None 
     """Run every (variant, seed, method) not yet done, ``workers`` at once, then report; returns the variants' figures.
 
     The pilot seeds run first, the methods of ``best_of`` (what choosing
-    needs); the test seeds then run only what scoring needs (``_test_methods``).
+    needs), and with them the judged method's test runs, which no choice
+    waits on (so the pilot's last, longest runs do not leave cores idle);
+    the test seeds then run only what else scoring needs (``_test_methods``).
     """
     raws = {path: read_toml(path) for path in dict.fromkeys(v.config for v in study.variants)}
     configs = {v.name: parse_config(apply(raws[v.config], v.overrides), base=v.config.parent, source=v.config)
@@ -275,8 +277,13 @@ def run_study(study: Study, out: Path, *, console: Console, workers: int | None 
     pilot: Runs | None = None
     choosers = tuple(m for m in study.methods if study.ratio is not None and m in study.ratio.best_of)
     if study.pilot_seeds:
-        console.print(f"pilot seeds {list(study.pilot_seeds)}: {', '.join(choosers)}", highlight=False)
-        run_cells(_cells(study, configs, out, study.pilot_seeds, lambda v: choosers), workers=workers, console=console)
+        judged = tuple(m for m in study.methods if study.ratio is not None and m == study.ratio.method)
+        console.print(
+            f"pilot seeds {list(study.pilot_seeds)}: {', '.join(choosers)}; test seeds {list(study.seeds)}: {', '.join(judged)}",
+            highlight=False,
+        )
+        cells = _cells(study, configs, out, study.pilot_seeds, lambda v: choosers)
+        run_cells(cells + _cells(study, configs, out, study.seeds, lambda v: judged), workers=workers, console=console)
         pilot = _outcomes(study, out, study.pilot_seeds, lambda v: choosers)
     methods = _test_methods(study, pilot)
     console.print(f"{'test ' if pilot else ''}seeds {list(study.seeds)}", highlight=False)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from digits import digits as _digits
 
 from mjfl.jobs.base import LocalTraining, ModelSpec
-from mjfl.jobs.batched import BatchedTask, BatchedTrainer
+from mjfl.jobs.batched import BatchedTask, BatchedTrainer, _sgd
 from mjfl.jobs.models import MODELS, initial_weights
 from mjfl.jobs.trainers import TorchTrainer
 
@@ -87,3 +88,23 @@ def test_devices_of_one_batch_stay_apart() -> None:
     alone = trainer.train(tasks[2].weights, tasks[2].x, tasks[2].y, TRAINING, seed=tasks[2].seed)
     assert relative_difference(together[2].weights, alone.weights) <= 1e-5
     assert relative_difference(together[0].weights, together[2].weights) > 1e-3  # other shards, other seeds
+
+
+@pytest.mark.parametrize(("momentum", "weight_decay"), [(0.0, 0.0), (0.0, 1e-3), (0.9, 0.0), (0.9, 1e-3)])
+def test_the_batched_sgd_step_is_torchs_to_the_bit(momentum: float, weight_decay: float) -> None:
+    """The batched trainer's own SGD step equals `torch.optim.SGD`'s exactly, momentum and weight decay included;
+    a parameter left out of the loss stays as it was."""
+    generator = torch.Generator().manual_seed(0)
+    theirs = [torch.randn(5, 7, generator=generator, requires_grad=True) for _ in range(3)]
+    ours = [t.detach().clone().requires_grad_() for t in theirs]
+    optimizer = torch.optim.SGD(theirs, lr=0.05, momentum=momentum, weight_decay=weight_decay)
+    step = _sgd(ours, LocalTraining(epochs=1, batch_size=4, lr=0.05, momentum=momentum, weight_decay=weight_decay))
+    for _ in range(4):
+        x = torch.randn(7, generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        ((theirs[0] @ x).sin().sum() + theirs[1].pow(2).sum()).backward()  # theirs[2]: in no loss
+        optimizer.step()
+        ((ours[0] @ x).sin().sum() + ours[1].pow(2).sum()).backward()
+        step()
+    assert all(torch.equal(a, b) for a, b in zip(theirs, ours))
+    assert all(p.grad is None for p in ours)

@@ -192,3 +192,27 @@ def test_profile_runs_a_session_by_default_and_shows_a_file_as_its_sub_command(
         assert given == seen, args
     text = " ".join(CliRunner().invoke(app, ["profile", "--help"]).output.split())
     assert "`mjfl profile [CONFIG] [OPTIONS]` is short for `mjfl profile run [CONFIG] [OPTIONS]`" in text
+
+
+BLAS_THREADS = """
+import sys
+from mjfl.cli import main
+sys.argv = ["mjfl", "--help"]
+try:
+    main()
+except SystemExit:
+    pass
+import numpy, threadpoolctl  # as a command imports it: after the entry point
+print(sorted({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}))
+"""
+
+
+@pytest.mark.parametrize(("given", "threads"), [(None, "[1]"), ("2", "[2]")])
+def test_mjfl_runs_numpys_blas_on_one_thread_unless_the_user_says(given: str | None, threads: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS")}
+    if given is not None:
+        env["OPENBLAS_NUM_THREADS"] = given
+    done = subprocess.run(
+        [sys.executable, "-c", BLAS_THREADS], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=True,
+    )
+    assert done.stdout.strip().splitlines()[-1] == threads

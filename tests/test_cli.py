@@ -203,7 +203,8 @@ try:
 except SystemExit:
     pass
 import numpy, threadpoolctl  # as a command imports it: after the entry point
-print(sorted({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}))
+import torch
+print(sorted({i["num_threads"] for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"}), torch.get_num_threads())
 """
 
 
@@ -215,4 +216,10 @@ def test_mjfl_runs_numpys_blas_on_one_thread_unless_the_user_says(given: str | N
     done = subprocess.run(
         [sys.executable, "-c", BLAS_THREADS], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120, check=True,
     )
-    assert done.stdout.strip().splitlines()[-1] == threads
+    blas, torch_threads = done.stdout.strip().splitlines()[-1].rsplit(" ", 1)
+    assert blas == threads
+    alone = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+        capture_output=True, text=True, env=env, timeout=120, check=True,
+    )
+    assert torch_threads == alone.stdout.strip()  # torch keeps its own default

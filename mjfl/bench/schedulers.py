@@ -35,18 +35,19 @@ Row = dict[str, Any]
 
 def measure(
     method: str, devices: int, jobs: int, rounds: int, fraction: float, seed: int,
-    options: dict[str, dict[str, Any]] | None = None,
+    options: dict[str, dict[str, Any]] | None = None, members: Sequence[str] | None = None,
 ) -> Row:
     """One method on one fleet size: latency percentiles, mean TotalCost (and Meta-Greedy's wins).
 
-    ``options`` as in the config's ``[scheduler.options.<method>]``.
+    ``options`` as in the config's ``[scheduler.options.<method>]``; ``members``
+    as its ``scheduler.members`` (None: the method's own).
     """
     rng = np.random.default_rng(seed)
     fleet = synthetic_fleet(devices, rng)
     # The jobs run `rounds` rounds and have no target: the run's objective is the
     # paper's, TotalCost summed over the rounds, which is what mean_cost measures.
     job_models = synthetic_jobs(jobs, devices, rng, fraction=fraction, budget=rounds)
-    schedulers = [make_scheduler(method, seed=seed * 1000 + m, options=options) for m in range(jobs)]
+    schedulers = [make_scheduler(method, seed=seed * 1000 + m, options=options, members=members) for m in range(jobs)]
     latencies: list[float] = []
     costs: list[float] = []
 

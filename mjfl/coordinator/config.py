@@ -30,7 +30,7 @@ from mjfl.coordinator.storage.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
 from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES, LocalTraining
-from mjfl.schedulers.base import META_MEMBERS, CostWeights
+from mjfl.schedulers.base import CostWeights
 
 PARTITIONS = ("iid", "noniid", "dirichlet")
 RUNTIMES = ("executorch", "torch", "batched")  # batched: many devices in one computation (mjfl/jobs/batched.py)
@@ -91,7 +91,7 @@ class SchedulerConfig:
     beta: float = CostWeights.beta
     omega: str = CostWeights.omega
     utility: float = CostWeights.utility  # gamma: time per learning share^gamma (docs/cost-model.md); 0: the paper's
-    members: tuple[str, ...] = META_MEMBERS
+    members: tuple[str, ...] | None = None  # None: the method's own (schedulers/registry.py MEMBERS)
     min_plan: int = 1
     min_returns: int = 1
     max_update_norm_ratio: float | None = 10.0  # None: off
@@ -253,8 +253,8 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
 
     f = Fields(raw, "scheduler")
     d = defaults_of(SchedulerConfig)
-    members = f.take("members", list, default=list(d["members"]))
-    for member in members:
+    members = f.take("members", list, default=None)
+    for member in members or ():
         if member not in SINGLE:
             raise ConfigError("scheduler.members", f"unknown method {member!r}; choose from {', '.join(SINGLE)}")
     options = f.take("options", dict, default={})
@@ -267,7 +267,7 @@ def _scheduler(raw: dict[str, Any]) -> SchedulerConfig:
         beta=f.take("beta", float, default=d["beta"], check=lambda v: v >= 0, need=">= 0"),
         omega=f.take("omega", str, default=d["omega"], check=lambda v: v in OMEGAS, need=f"one of {OMEGAS}"),
         utility=f.take("utility", float, default=d["utility"], check=lambda v: v >= 0, need=">= 0 (0 turns it off)"),
-        members=tuple(members),
+        members=None if members is None else tuple(members),
         min_plan=f.take("min_plan", int, default=d["min_plan"], check=lambda v: v >= 1, need=">= 1"),
         min_returns=f.take("min_returns", int, default=d["min_returns"], check=lambda v: v >= 1, need=">= 1"),
         max_update_norm_ratio=f.take_limit(

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from mjfl.schedulers import round_time
-from mjfl.schedulers.base import Decision, PlanContext, RoundOutcome, Stateless, as_plan
+from mjfl.schedulers.base import Decision, Plan, PlanContext, RoundOutcome, Stateless, as_plan
 from mjfl.schedulers.cost import cost_model
 
 Seed = int | np.random.Generator
@@ -59,6 +59,13 @@ class RandomScheduler(Draws):
         pass
 
 
+def fastest(ctx: PlanContext) -> Plan:
+    """The ``ctx.size`` free devices with the shortest expected round time per learning weight (ties: the lower index)."""
+    free = ctx.free_indices
+    order = np.argsort(cost_model(ctx).learning_device_times[free], kind="stable")
+    return as_plan(free[order[: ctx.size]])
+
+
 class GreedyScheduler(Stateless):
     """The free devices with the shortest expected round time (Shi et al. 2020).
 
@@ -73,9 +80,7 @@ class GreedyScheduler(Stateless):
         del seed  # nothing random; the argument keeps every scheduler's signature alike
 
     def plan(self, ctx: PlanContext) -> Decision:
-        free = ctx.free_indices
-        order = np.argsort(cost_model(ctx).learning_device_times[free], kind="stable")
-        return Decision(as_plan(free[order[: ctx.size]]))
+        return Decision(fastest(ctx))
 
 
 class FedCSScheduler(Draws):

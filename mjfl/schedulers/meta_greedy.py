@@ -112,7 +112,9 @@ class MetaGreedyScheduler:
     def plan(self, ctx: PlanContext) -> Decision:
         plans = {member.name: member.plan(ctx).plan for member in self.members}
         prices = self.selector.price(ctx, np.asarray(list(plans.values()), dtype=np.intp))
-        winner = list(plans)[int(np.argmin(prices.costs))]
+        cheapest = plans[list(plans)[int(np.argmin(prices.costs))]]
+        # The first member that proposed it: the same plan's cost can differ in its last bits by its row.
+        winner = next(name for name, plan in plans.items() if plan == cheapest)
         costs = dict(zip(plans, map(float, prices.costs)))
         self.choices.append(Choice(ctx.round, winner, plans, costs, prices.fairness_weight))
         return Decision(plans[winner], chosen_by=winner, candidates=costs)

@@ -27,6 +27,7 @@ from mjfl.schedulers.meta_greedy import (
 )
 from mjfl.schedulers.oort import OortScheduler
 from mjfl.schedulers.rlds import RLDSScheduler
+from mjfl.schedulers.sweep import SweepScheduler
 
 SINGLE: dict[str, Callable[..., Scheduler]] = {
     "random": RandomScheduler,
@@ -37,6 +38,7 @@ SINGLE: dict[str, Callable[..., Scheduler]] = {
     "rlds": RLDSScheduler,
     "sa": AnnealingScheduler,
     "oort": OortScheduler,  # beyond the paper: Lai et al. 2021, a member only when listed
+    "sweep": SweepScheduler,  # beyond the paper: the least-used of the fastest devices (sweep.py)
 }
 # Meta-Greedy's selectors, by the name its ``selector`` option gives (meta_greedy.py says why each).
 SELECTORS: dict[str, Callable[..., Selector]] = {
@@ -53,7 +55,15 @@ META = {"meta-greedy": "learned", "meta-greedy-paper": "recost"}
 # ReCost, whose fairness weight grows with the round (Formula 13), RLDS's return over the rounds
 # left weighs fairness most early and proposes plans the selector rejects; a fixed H = 10 proposes
 # plans ReCost keeps (docs/cost-model.md).
-MEMBER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {"meta-greedy-paper": {"rlds": {"horizon": 10.0}}}
+# Inside mjfl's, Sweep plans a job with a target with its fastest cut, Greedy's plan (Greedy, listed
+# first, wins the tie), so its least return changes only the plans of jobs without a target.
+MEMBER_DEFAULTS: dict[str, dict[str, dict[str, Any]]] = {
+    "meta-greedy": {"sweep": {"targets": "fastest"}},
+    "meta-greedy-paper": {"rlds": {"horizon": 10.0}},
+}
+# Each Meta-Greedy method's members unless ``scheduler.members`` lists others: the paper's six, and
+# for mjfl's Sweep as well (beyond the paper; docs/cost-model.md, "Sweep").
+MEMBERS: dict[str, tuple[str, ...]] = {"meta-greedy": (*META_MEMBERS, "sweep"), "meta-greedy-paper": META_MEMBERS}
 METHODS = (*SINGLE, *META)
 
 T = TypeVar("T")
@@ -64,12 +74,13 @@ def make_scheduler(
     seed: Seed = 0,
     *,
     options: dict[str, dict[str, Any]] | None = None,
-    members: Sequence[str] = META_MEMBERS,
+    members: Sequence[str] | None = None,
 ) -> Scheduler:
     """A scheduler by name; ``options[name]`` holds keyword arguments for that method.
 
-    Meta-Greedy's members each get their own generator spawned from ``seed``,
-    so adding a member does not change the others' draws. ``options[method]``
+    Meta-Greedy's members are ``members``, or the method's own (``MEMBERS``);
+    each gets its own generator spawned from ``seed``, so adding a member does
+    not change the others' draws. ``options[method]``
     of a Meta-Greedy method names its ``selector`` (``SELECTORS``; ``META``
     gives the default) and that selector's options; ``options[member]``
     overrides the member's, and ``MEMBER_DEFAULTS`` those a Meta-Greedy
@@ -77,6 +88,7 @@ def make_scheduler(
     """
     options = options or {}
     if method in META:
+        members = MEMBERS[method] if members is None else members
         unknown = [m for m in members if m not in SINGLE]
         if unknown:
             raise ConfigError("scheduler.members", f"unknown method(s) {unknown}; choose from {list(SINGLE)}")

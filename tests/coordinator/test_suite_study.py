@@ -167,10 +167,13 @@ def test_a_study_runs_other_seeds_its_pilot_seeds_alone_or_a_subset_of_its_metho
     assert (study.pilot_seeds, study.seeds) == ((0,), (3, 4, 5))
     assert study.methods == ("meta-greedy", "greedy")  # the study's order
     assert study.ratio is not None and study.ratio.best_of == ("greedy",)  # random was not run
-    assert load_study(tmp_path / "study.toml", methods=["random", "greedy"]).ratio is None  # its method was not
+    unscored = load_study(tmp_path / "study.toml", methods=["random", "greedy"])  # the ratio's method was not run:
+    assert (unscored.ratio, unscored.pilot_seeds, unscored.seeds) == (None, (), (1,))  # no ratio, nothing to choose
     assert load_study(tmp_path / "study.toml", first_seed=7).seeds == (7,)  # as many test seeds as the file's
     pilot = load_study(tmp_path / "study.toml", pilot_only=True)
     assert (pilot.pilot_seeds, pilot.seeds) == ((), (0,))  # every method, the comparator chosen on them
+    alone = load_study(tmp_path / "study.toml", pilot_only=True, methods=["meta-greedy"])
+    assert (alone.ratio, alone.pilot_seeds, alone.seeds) == (None, (), (0,))  # one method on the pilot seeds
     (tmp_path / "plain.toml").write_text(STUDY.replace("pilot_seeds = [0]\ntest_seeds = [1]", "seeds = 2"))
     assert load_study(tmp_path / "plain.toml").seeds == (0, 1)
     for bad, message in (({"methods": ["bods"]}, "--methods"), ({"methods": []}, "--methods"), ({"first_seed": -1}, "--first-seed")):

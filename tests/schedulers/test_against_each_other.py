@@ -28,11 +28,15 @@ def test_genetic_keeps_its_edge_over_random_on_a_thousand_devices():
     assert mean_cost("genetic", 1000) < mean_cost("random", 1000)
 
 
-def test_meta_greedy_plans_cheaper_than_every_member_and_its_learners_win():
+def test_meta_greedy_plans_cheaper_than_the_papers_members_and_its_learners_win_among_them():
     # The benchmark's jobs run 30 rounds without a target, so the default Meta-Greedy
     # prices each plan by what their summed TotalCost charges it (H = the rounds left).
-    row = measure("meta-greedy", 100, jobs=3, rounds=30, fraction=0.1, seed=0)
     members = {m: mean_cost(m, 100) for m in META_MEMBERS}
-    assert row["mean_cost"] < min(members.values()), (row, members)
-    # The learning members earn their place inside it: each wins rounds.
-    assert row["wins"]["rlds"] > 0.2 and row["wins"]["bods"] > 0.05, row["wins"]
+    # Among the paper's six alone, the learning members earn their place: each wins rounds.
+    papers = measure("meta-greedy", 100, jobs=3, rounds=30, fraction=0.1, seed=0, members=META_MEMBERS)
+    assert papers["mean_cost"] < min(members.values()), (papers, members)
+    assert papers["wins"]["rlds"] > 0.2 and papers["wins"]["bods"] > 0.05, papers["wins"]
+    # mjfl's members add Sweep, whose cut plans win most rounds and lower the cost further.
+    row = measure("meta-greedy", 100, jobs=3, rounds=30, fraction=0.1, seed=0)
+    assert row["mean_cost"] < papers["mean_cost"], (row, papers)
+    assert max(row["wins"], key=row["wins"].get) == "sweep", row["wins"]

@@ -7,6 +7,7 @@ from mjfl.schedulers.cost import cost_model
 from mjfl.schedulers.meta_greedy import (
     LearnedSelector,
     MetaGreedyScheduler,
+    Prices,
     ReCostSelector,
     ReturnSelector,
 )
@@ -61,16 +62,34 @@ def test_meta_greedy_ties_go_to_the_first_member(context_factory):
     assert meta.plan(ctx).chosen_by == "a"
 
 
-def test_meta_greedy_has_the_six_members_and_never_loses_to_them():
+class LastBit:
+    """A selector pricing the second plan one unit in the last place below the first, as rows of one
+    plan can come out of a vectorised cost."""
+
+    def price(self, ctx, plans):
+        return Prices(np.array([1.0, np.nextafter(1.0, 0.0), 2.0]), 0.0)
+
+    def observe(self, ctx, outcome):
+        pass
+
+
+def test_a_plan_several_members_propose_is_credited_to_the_first_of_them(context_factory):
+    ctx = context_factory([1.0, 1.0], [1.0, 1.0], [1, 1], size=1)
+    meta = MetaGreedyScheduler([Fixed("a", (0,)), Fixed("b", (0,)), Fixed("c", (1,))], LastBit())
+    decision = meta.plan(ctx)
+    assert (decision.chosen_by, decision.plan, meta.choices[-1].winner) == ("a", (0,), "a")
+
+
+def test_meta_greedy_has_the_six_members_and_sweep_and_never_loses_to_them():
     rng = np.random.default_rng(2)
     fleet, jobs = synthetic_fleet(60, rng), synthetic_jobs(3, 60, rng)
     meta = make_scheduler("meta-greedy", seed=0, options={"rlds": {"pretrain_rounds": 5}})
-    assert [m.name for m in meta.members] == list(META_MEMBERS)
+    assert [m.name for m in meta.members] == [*META_MEMBERS, "sweep"]
     others = [make_scheduler("meta-greedy", seed=m + 1, options={"rlds": {"pretrain_rounds": 5}}) for m in range(2)]
     drive([meta, *others], fleet, jobs, 6, rng)
     for choice in meta.choices:
-        assert choice.costs[choice.winner] == min(choice.costs.values())
-        assert set(choice.plans) == set(META_MEMBERS)
+        assert choice.costs[choice.winner] == pytest.approx(min(choice.costs.values()), rel=1e-12)
+        assert set(choice.plans) == {*META_MEMBERS, "sweep"}
     assert sum(meta.wins().values()) == 6
 
 

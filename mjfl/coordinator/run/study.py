@@ -133,7 +133,8 @@ def load_study(
     ``seeds`` and ``first_seed`` replace its scoring seeds (its test seeds,
     or its ``seeds``) by ``first_seed .. first_seed + N - 1``; ``methods``
     runs only these of its methods (a ``[ratio]`` table then needs its method
-    and at least one of its ``best_of`` among them, and keeps those);
+    and at least one of its ``best_of`` among them, and keeps those; without
+    them the study has no ratio and its pilot seeds do not run);
     ``pilot_only``: only its pilot seeds, every method, the comparators
     chosen on them.
     """
@@ -155,6 +156,8 @@ def load_study(
         if not pilot:
             raise UserError(f"--pilot-only: {path} declares no pilot_seeds")
         pilot, test = (), pilot
+    elif ratio is None:
+        pilot = ()  # --methods left the ratio out: its pilot seeds have nothing to choose
     return Study(tuple(chosen), test, _variants(path, raw), ratio, pilot)
 
 

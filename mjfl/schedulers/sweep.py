@@ -58,13 +58,13 @@ class SweepScheduler(Stateless):
         """The swept plans, one row per cut (sorted device indices), the fastest cut first."""
         model = cost_model(ctx)
         free = ctx.free_indices
-        fastest = free[np.argsort(model.learning_device_times[free], kind="stable")]
-        used = ctx.frequencies[ctx.job][fastest]
-        cuts = np.unique(np.linspace(ctx.size, fastest.size, self.steps).round().astype(np.intp))
+        by_speed = free[np.argsort(model.learning_device_times[free], kind="stable")]
+        used = ctx.frequencies[ctx.job][by_speed]
+        cuts = np.unique(np.linspace(ctx.size, by_speed.size, self.steps).round().astype(np.intp))
         plans = np.empty((cuts.size, ctx.size), dtype=np.intp)
         for row, cut in enumerate(cuts):
             by_use = np.argsort(used[:cut], kind="stable")[: ctx.size]  # stable: the faster first on ties
-            plans[row] = np.sort(fastest[by_use])
+            plans[row] = np.sort(by_speed[by_use])
         return plans
 
     def plan(self, ctx: PlanContext) -> Decision:

@@ -19,6 +19,8 @@ from mjfl.coordinator.results.comparison import (
     comparison_lines,
     comparison_table,
     geometric_mean,
+    miss_rate_bound,
+    paired_misses,
     single_best,
     t_quantile,
     upper_bound,
@@ -79,6 +81,48 @@ def test_the_statistics_match_a_table_worked_by_hand():
     printed = io.StringIO()
     Console(file=printed, width=240).print(comparison_table(figures, ["m", "x", "y"]))
     assert "1.260 [0.466, 3.405]" in printed.getvalue() and "(1/3 missed)" in printed.getvalue()
+
+
+def test_misses_are_counted_with_the_rates_bound_and_paired_run_for_run_as_worked_by_hand():
+    """The method m missed 1 of 6 test runs; its rate's one-sided 95% upper bound u solves P(X <= 1) = 0.05 for X ~
+    Binomial(6, u), that is (1 - u)^6 + 6u(1 - u)^5 = 0.05: u = 0.5818. Against the single best solver y (and the
+    comparators, x on B) run for run: only m missed, once: p = 2 x P(X <= 0 | 1, 1/2) = 1, capped at 1.
+
+    Paired by hand: 8 pairs, m missed in pairs 1 and 2, the other in 2 to 6: only m 1, only the other 4, discordant
+    5; p = 2 x P(X <= 1 | 5, 1/2) = 2 x 6/32 = 0.375. No pair differs: p = 1. 0 of 3: u = 1 - 0.05^(1/3) = 0.6316.
+    """
+    pilot = {"A": {"x": times(4, 4), "y": times(2, 3)}, "B": {"x": times(10, 10), "y": times(12, 12)}}
+    test = {
+        "A": {"m": times(2, 4, 3, first=10), "y": times(2, 2, 3, first=10)},
+        "B": {"m": {10: Outcome(8.0), 11: Outcome(10.0), 12: Outcome(16.0, ("job",))}, "x": times(8, 8, 8, first=10),
+              "y": times(16, 16, 16, first=10)},
+    }
+    figures = compare(pilot, test, method="m", best_of=["x", "y"], penalty=1)
+    reliability = figures["reliability"]
+    u = reliability["rate_bound"]
+    assert (reliability["runs"], reliability["misses"]) == (6, 1) and u == pytest.approx(0.5818, abs=1e-4)
+    assert (1 - u) ** 6 + 6 * u * (1 - u) ** 5 == pytest.approx(0.05, abs=1e-9)
+    assert reliability["single_best"] == {"runs": 6, "own": 1, "other": 0, "only_own": 1, "only_other": 0, "p": 1.0}
+    assert reliability["comparators"] == reliability["single_best"]  # x and y both reached every target
+    lines = comparison_lines(figures)
+    assert "m missed its targets in 1 of 6 test run(s) (counted at their budget's time); the miss rate's one-sided 95%" \
+        " upper bound 0.582" in lines
+    assert "misses run for run against the single best solver (y): 1 and 0 of 6; 1 missed by m alone, 0 by the other" \
+        " alone (exact McNemar p = 1.00)" in lines
+
+    def run(missed: bool) -> Outcome:
+        return Outcome(1.0, ("job",) if missed else ())
+
+    pairs = [(run(own), run(other)) for own, other in
+             [(True, False), (True, True), (False, True), (False, True), (False, True), (False, True), (False, False), (False, False)]]
+    assert paired_misses(pairs) == {"runs": 8, "own": 2, "other": 5, "only_own": 1, "only_other": 4, "p": pytest.approx(0.375)}
+    assert paired_misses([(run(True), run(True)), (run(False), run(False))])["p"] == 1.0
+    assert miss_rate_bound(0, 3) == pytest.approx(1 - 0.05 ** (1 / 3)) and miss_rate_bound(2, 2) == 1.0
+    assert miss_rate_bound(0, 0) is None
+    y_misses = {s: Outcome(1.0, ("job",)) for s in range(8)}  # y misses all 8, m none: p = 2 / 2^8 = 0.0078
+    lines = comparison_lines(compare(None, {"A": {"m": times(*[1] * 8), "y": y_misses}}, method="m", best_of=["y"]))
+    assert "misses run for run against the comparators: 0 and 8 of 8; 0 missed by m alone, 8 by the other alone" \
+        " (exact McNemar p < 0.01)" in lines
 
 
 def test_choosing_a_miss_costs_ten_times_its_budgets_time_and_scoring_its_budgets_time():

@@ -52,6 +52,15 @@ over the whole suite. The rules, written once here:
   method closes the share ``1 - L_method / L_sbs`` of it (1: at the virtual
   best; 0: no better than the single best solver; below 0: worse). Measured
   on the test seeds, on what ran there; none when ``L_sbs <= 0``.
+* **misses, counted and paired.** The method's missed test runs out of those
+  it made, with the miss rate's one-sided 95% upper bound (Clopper-Pearson:
+  the rate at which so few misses or fewer happen 5% of the time); and, run
+  for run on the same (configuration, test seed), its misses against the
+  single best solver's and against the comparators': how many runs only the
+  method missed and only the other did, with the exact McNemar test's
+  two-sided p (``2 P(X <= min)`` for X ~ Binomial(discordant, 1/2), at most
+  1). A method that misses no more often than running one method everywhere
+  shows it here even when a miss somewhere fails the third verdict.
 * **the verdicts**: PASS when the upper bound is at most ``BOUND`` (1.05), no
   configuration's ratio is above ``WORST`` (1.20), and the method missed in
   no run of the test seeds.
@@ -70,7 +79,7 @@ from scipy import stats
 
 __all__ = [
     "BOUND", "MISS_PENALTY", "WORST", "LogRatio", "Outcome", "comparator", "compare", "comparison_lines", "comparison_table",
-    "geometric_mean", "log_ratio", "single_best", "t_quantile", "upper_bound",
+    "geometric_mean", "log_ratio", "miss_rate_bound", "paired_misses", "single_best", "t_quantile", "upper_bound",
 ]
 
 BOUND = 1.05  # the geometric mean's one-sided 95% upper bound must be at most this
@@ -141,6 +150,29 @@ def log_ratio(own: Mapping[int, Outcome], other: Mapping[int, Outcome]) -> LogRa
     return LogRatio(seeds, mean, sd, math.exp(mean - half), math.exp(mean + half))
 
 
+def miss_rate_bound(misses: int, runs: int) -> float | None:
+    """The one-sided 95% Clopper-Pearson upper bound of a miss rate seen as ``misses`` of ``runs``; None for no runs."""
+    if runs < 1:
+        return None
+    return 1.0 if misses >= runs else float(stats.beta.ppf(0.95, misses + 1, runs - misses))
+
+
+def paired_misses(pairs: Sequence[tuple[Outcome, Outcome]]) -> dict[str, Any]:
+    """Misses of two methods run for run (each pair: the same configuration and seed), with the exact McNemar p.
+
+    ``only_own``: the first missed and the second reached; ``only_other``
+    the reverse; ``p``: two-sided, ``min(1, 2 P(X <= min(only_own,
+    only_other)))`` for X ~ Binomial(only_own + only_other, 1/2), 1 when no
+    pair differs.
+    """
+    only_own = sum(1 for own, other in pairs if own.missed and not other.missed)
+    only_other = sum(1 for own, other in pairs if other.missed and not own.missed)
+    discordant = only_own + only_other
+    p = min(1.0, 2 * float(stats.binom.cdf(min(only_own, only_other), discordant, 0.5))) if discordant else 1.0
+    return {"runs": len(pairs), "own": sum(1 for own, _ in pairs if own.missed),
+            "other": sum(1 for _, other in pairs if other.missed), "only_own": only_own, "only_other": only_other, "p": p}
+
+
 def upper_bound(means: Sequence[float]) -> float | None:
     """The one-sided 95% upper bound of ``exp(mean(means))``, configurations as random effects; None under two."""
     if len(means) < 2:
@@ -188,9 +220,13 @@ def compare(
     sbs = single_best(pilot, best_of, penalty=penalty)
     configurations: dict[str, Any] = {}
     means, sbs_means = [], []
+    with_sbs: list[tuple[Outcome, Outcome]] = []  # (the method's run, the other's) on the same configuration and seed
+    with_comparator: list[tuple[Outcome, Outcome]] = []
     for name, by_method in test.items():
         chosen = comparator(pilot.get(name, {}), best_of, penalty=penalty)
         own = by_method.get(method, {})
+        for other, pairs in ((by_method.get(sbs, {}), with_sbs), (by_method.get(chosen, {}), with_comparator)):
+            pairs.extend((own[s], other[s]) for s in sorted(set(own) & set(other)))
         against = log_ratio(own, by_method[chosen]) if chosen in by_method else None
         to_sbs = log_ratio(by_method[sbs], by_method[chosen]) if sbs in by_method and chosen in by_method else None
         if against is not None:
@@ -203,8 +239,15 @@ def compare(
             "sbs_to_comparator": to_sbs.figures() if to_sbs else None,
             "methods": {m: _runs(runs) for m, runs in by_method.items()},
         }
-    return _overall(configurations, means, sbs_means, method=method, best_of=best_of, sbs=sbs,
-                    hindsight=hindsight, penalty=penalty)
+    figures = _overall(configurations, means, sbs_means, method=method, best_of=best_of, sbs=sbs,
+                       hindsight=hindsight, penalty=penalty)
+    runs = sum(len(by_method.get(method, {})) for by_method in test.values())
+    figures["reliability"] = {
+        "runs": runs, "misses": figures["misses"], "rate_bound": miss_rate_bound(figures["misses"], runs),
+        "single_best": paired_misses(with_sbs) if with_sbs else None,
+        "comparators": paired_misses(with_comparator) if with_comparator else None,
+    }
+    return figures
 
 
 def _runs(runs: Mapping[int, Outcome]) -> dict[str, Any]:
@@ -271,6 +314,22 @@ def comparison_table(figures: Mapping[str, Any], methods: Sequence[str]) -> Tabl
     return table
 
 
+def _miss_lines(figures: Mapping[str, Any]) -> list[str]:
+    """How often the method missed, the rate's bound, and its misses paired with the single best solver's and the comparators'."""
+    method, reliability = figures["method"], figures["reliability"]
+    bound = reliability["rate_bound"]
+    lines = [f"{method} missed its targets in {reliability['misses']} of {reliability['runs']} test run(s)"
+             " (counted at their budget's time)" + (f"; the miss rate's one-sided 95% upper bound {bound:.3f}" if bound is not None else "")]
+    for key, other in (("single_best", f"the single best solver ({figures['single_best']})"), ("comparators", "the comparators")):
+        paired = reliability[key]
+        if paired is not None:
+            p = "p < 0.01" if paired["p"] < 0.01 else f"p = {paired['p']:.2f}"
+            lines.append(f"misses run for run against {other}: {paired['own']} and {paired['other']} of {paired['runs']};"
+                         f" {paired['only_own']} missed by {method} alone, {paired['only_other']} by the other alone"
+                         f" (exact McNemar {p})")
+    return lines
+
+
 def comparison_lines(figures: Mapping[str, Any]) -> list[str]:
     """The verdict: the geometric mean and its bound, the single best solver and the gap, PASS/FAIL lines."""
     method, limits, verdicts = figures["method"], figures["limits"], figures["verdicts"]
@@ -283,7 +342,7 @@ def comparison_lines(figures: Mapping[str, Any]) -> list[str]:
         + (f"{geomean:.3f}" if geomean is not None else "none")
         + (f", one-sided 95% upper bound {bound:.3f} (configurations as random effects)" if bound is not None else ""),
         chosen,
-        f"{method} missed its targets in {figures['misses']} test run(s) (counted at their budget's time)",
+        *_miss_lines(figures),
     ]
     if figures["single_best"] is not None:
         gap, share = figures["single_best_gap"], figures["gap_share"]

@@ -239,15 +239,11 @@ def compare(
             "sbs_to_comparator": to_sbs.figures() if to_sbs else None,
             "methods": {m: _runs(runs) for m, runs in by_method.items()},
         }
-    figures = _overall(configurations, means, sbs_means, method=method, best_of=best_of, sbs=sbs,
-                       hindsight=hindsight, penalty=penalty)
-    runs = sum(len(by_method.get(method, {})) for by_method in test.values())
-    figures["reliability"] = {
-        "runs": runs, "misses": figures["misses"], "rate_bound": miss_rate_bound(figures["misses"], runs),
-        "single_best": paired_misses(with_sbs) if with_sbs else None,
-        "comparators": paired_misses(with_comparator) if with_comparator else None,
-    }
-    return figures
+    reliability = {"runs": sum(len(by_method.get(method, {})) for by_method in test.values()),
+                   "single_best": paired_misses(with_sbs) if with_sbs else None,
+                   "comparators": paired_misses(with_comparator) if with_comparator else None}
+    return _overall(configurations, means, sbs_means, reliability, method=method, best_of=best_of, sbs=sbs,
+                    hindsight=hindsight, penalty=penalty)
 
 
 def _runs(runs: Mapping[int, Outcome]) -> dict[str, Any]:
@@ -256,7 +252,7 @@ def _runs(runs: Mapping[int, Outcome]) -> dict[str, Any]:
 
 
 def _overall(
-    configurations: dict[str, Any], means: list[float], sbs_means: list[float], *, method: str,
+    configurations: dict[str, Any], means: list[float], sbs_means: list[float], reliability: dict[str, Any], *, method: str,
     best_of: Sequence[str], sbs: str | None, hindsight: bool, penalty: float,
 ) -> dict[str, Any]:
     geomean = math.exp(statistics.fmean(means)) if means else None
@@ -277,6 +273,7 @@ def _overall(
         "counted": len(means), "unscored": unscored, "geomean": geomean, "upper_bound": bound, "worst": worst,
         "misses": misses, "single_best": sbs, "single_best_gap": math.exp(gap) if gap is not None else None,
         "gap_share": share, "verdicts": verdicts, "limits": {"bound": BOUND, "worst": WORST},
+        "reliability": {**reliability, "misses": misses, "rate_bound": miss_rate_bound(misses, reliability["runs"])},
     }
 
 

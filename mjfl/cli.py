@@ -26,10 +26,10 @@ from mjfl.cli_syntax import DefaultRun, Typer, comma_list
 from mjfl.errors import MjflError, UserError
 
 if TYPE_CHECKING:
-    from mjfl.android_bridge.devices.ray_cluster import RayOptions
-    from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.coordinator.config import RunConfig
     from mjfl.coordinator.run.driver import Output
+    from mjfl.device.emulated.ray_cluster import RayOptions
+    from mjfl.device.phones.attached import PhoneOptions
 
 app = Typer(name="mjfl", no_args_is_help=True, pretty_exceptions_enable=False)
 bench_app = Typer(help="Benchmarks that print a table and write JSON figures (the code: mjfl/bench).", no_args_is_help=True)
@@ -546,7 +546,7 @@ AddressOption = Annotated[str | None, typer.Option(help="With --ray: the cluster
 
 
 def _ray(ray: bool, address: str | None) -> RayOptions | None:
-    from mjfl.android_bridge.devices.ray_cluster import RayOptions
+    from mjfl.device.emulated.ray_cluster import RayOptions
 
     if address is not None and not ray:
         raise UserError("--address goes with --ray")
@@ -558,7 +558,7 @@ ConnectOption = Annotated[list[str] | None, typer.Option("--connect", metavar="H
 
 
 def _phones(phones: bool, adb: str | None, apk: Path | None, connect: list[str] | None = None) -> PhoneOptions | None:
-    from mjfl.android_bridge.phones.attached import PhoneOptions
+    from mjfl.device.phones.attached import PhoneOptions
 
     if not phones and (adb is not None or apk is not None or connect):
         raise UserError("--adb, --apk and --connect go with --phones")
@@ -568,8 +568,8 @@ def _phones(phones: bool, adb: str | None, apk: Path | None, connect: list[str] 
 @device_app.command("list")
 def devices_list(adb: AdbOption = None, connect: ConnectOption = None) -> None:
     """The phones attached over adb: model, Android, ABI, cores, RAM, battery, thermal, and the mjfl app."""
-    from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.commands.devices import list_phones
+    from mjfl.device.phones.attached import PhoneOptions
 
     list_phones(PhoneOptions(adb=adb, connect=tuple(connect or ())), console=console)
 
@@ -581,8 +581,8 @@ def devices_prepare(
     connect: ConnectOption = None,
 ) -> None:
     """Install the mjfl app on every attached phone and set it up to train unattended."""
-    from mjfl.android_bridge.phones.attached import PhoneOptions
     from mjfl.commands.devices import prepare_phones
+    from mjfl.device.phones.attached import PhoneOptions
 
     prepare_phones(PhoneOptions(adb=adb, apk=apk, connect=tuple(connect or ())), console=console)
 
@@ -596,9 +596,9 @@ def devices_check(
     timeout_s: Annotated[float, typer.Option(help="Seconds a phone's self-test may say nothing before the phone is given up.")] = 300.0,
 ) -> None:
     """The first-day check: each phone trains every zoo model on golden data, compared with the Python runtime."""
-    from mjfl.android_bridge.phones.attached import PhoneOptions
-    from mjfl.android_bridge.phones.selftest import Waits
     from mjfl.commands.device_check import check_phones
+    from mjfl.device.phones.attached import PhoneOptions
+    from mjfl.device.phones.selftest import Waits
 
     if not timeout_s > 0:
         raise UserError(f"--timeout-s {timeout_s}: must be > 0 seconds")

@@ -78,7 +78,7 @@ def cluster() -> Iterator[object]:
     """
     import ray  # in the dev extras: make test runs the tests that need it, never skips them
 
-    from mjfl.android_bridge.devices.ray_cluster import RayOptions
+    from mjfl.device.emulated.ray_cluster import RayOptions
 
     assert not ray.is_initialized()
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)

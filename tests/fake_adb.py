@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-PHONES = Path(__file__).parent / "android_bridge" / "phones" / "outputs"
+PHONES = Path(__file__).parent / "device" / "phones" / "outputs"
 # The JVM launcher of the phone client's core (`mjfl-device`), which plays a phone's app.
 LAUNCHER = Path(__file__).resolve().parents[1] / "android" / "client-core" / "bin" / "mjfl-device"
 APP = "org.mjfl.app"

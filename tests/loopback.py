@@ -19,16 +19,16 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.android_bridge import protocol
-from mjfl.android_bridge.devices.emulator.device import EmulatedDevice, devices_running
-from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.device import protocol
+from mjfl.device.emulated.emulator.device import EmulatedDevice, devices_running
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import ModelSpec
+from mjfl.testkit.echo import echo_trainer
 
 _FLEETS: weakref.WeakKeyDictionary[CoordinatorServer, RemoteFleet] = weakref.WeakKeyDictionary()
 

@@ -42,16 +42,14 @@ Benchmarks:
 
 Tools:
 
-- ``echo``: ``EchoTrainer``, devices that answer without training (the
-  coordinator under test, not learning).
-- ``faultproxy``: a user-space TCP proxy between devices and coordinator
-  that delays, caps bandwidth, drops, cuts and reorders.
-- ``fuzzer``: the seeded mutation fuzzer of protocol v1.
 - ``output``: what every benchmark does with its figures: the table, the
   JSON file, the log file beside it.
 
+The test-only tooling the benchmarks share with the tests (the echo trainer,
+the fault proxy, the protocol fuzzer) is its own package, ``mjfl.testkit``.
+
 The package sits below the command line and above the coordinator
 (pyproject.toml, ``tool.importlinter``): the runtime (``mjfl.coordinator``,
-``mjfl.android_bridge``, ``mjfl.jobs``) never imports it. It imports nothing
-here, so a worker process that unpickles ``echo_trainer`` loads only ``echo``.
+``mjfl.device``, ``mjfl.jobs``) never imports it. It imports nothing
+here, 
 """

@@ -5,7 +5,7 @@ processes than the coordinator so that the coordinator's event loop is
 measured honestly:
 
 overhead_fraction
-    100 emulated devices (``run_emulated_fleet``, ``mjfl.bench.echo``: no real
+    100 emulated devices (``run_emulated_fleet``, ``mjfl.testkit.echo``: no real
     training, so they fit on two cores) impersonate a steady phone whose
     Formula 4 time is ``round_s`` (``mu`` so large that the exponential part
     vanishes). The real Engine runs a job with C = 1 (every device, every
@@ -89,11 +89,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from rich.console import Console
 
-from mjfl.android_bridge.protocol.codec import (
+from mjfl.bench import output
+from mjfl.device.protocol.codec import (
     DEFAULT_HEARTBEAT_INTERVAL_S,
     DEFAULT_HEARTBEAT_TIMEOUT_S,
 )
-from mjfl.bench import output
 from mjfl.errors import UserError
 
 if TYPE_CHECKING:
@@ -205,8 +205,6 @@ class _Run:
 
 async def _engine_run(devices: int, rounds: int, round_s: float, workers: int, *, dashboard: bool = False) -> _Run:
     """The real Engine over ``devices`` emulated steady phones (module docstring); with ``dashboard``, the live dashboard watched by a page."""
-    from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
-    from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.config import JobConfig
     from mjfl.coordinator.engine.clock import RealClock
     from mjfl.coordinator.engine.engine import Engine, EngineJob
@@ -214,11 +212,13 @@ async def _engine_run(devices: int, rounds: int, round_s: float, workers: int, *
     from mjfl.coordinator.engine.fleet import JobArtifacts
     from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer
+    from mjfl.device.emulated.emulator.fleet import run_emulated_fleet
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.base import LocalTraining
     from mjfl.jobs.models import ModelSpec, initial_weights
     from mjfl.profiling.profiles import DeviceProfile
     from mjfl.schedulers.registry import make_scheduler
+    from mjfl.testkit.echo import echo_trainer
 
     spec = ModelSpec("lenet5", (1, 28, 28), 10)
     samples, epochs = 20, 1
@@ -486,11 +486,11 @@ def _arrival_worker(
     out: multiprocessing.queues.Queue[list[tuple[str, int, float]]],
 ) -> None:
     """Emulated devices that report when each task arrived (``time.monotonic``)."""
-    from mjfl.android_bridge.devices.emulator.device import EmulatedDevice
-    from mjfl.android_bridge.devices.emulator.lane import TrainingLane
-    from mjfl.bench.echo import echo_trainer
+    from mjfl.device.emulated.emulator.device import EmulatedDevice
+    from mjfl.device.emulated.emulator.lane import TrainingLane
     from mjfl.ids import DeviceId
     from mjfl.profiling.profiles import DeviceProfile
+    from mjfl.testkit.echo import echo_trainer
 
     # Answer 3 s after the task arrived: after every device has its copy.
     wait = DeviceProfile(DeviceId("bench-wait"), a=3.0 / 4, mu=1e9)
@@ -522,10 +522,10 @@ def _arrival_worker(
 
 
 async def _connections(count: int, heartbeat_s: float, hold_s: float, workers: int) -> tuple[int, float, str]:
-    from mjfl.android_bridge.devices.emulator.backoff import Backoff
-    from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
-    from mjfl.bench.echo import echo_trainer
     from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+    from mjfl.device.emulated.emulator.backoff import Backoff
+    from mjfl.device.emulated.emulator.fleet import run_emulated_fleet
+    from mjfl.testkit.echo import echo_trainer
 
     timeout = max(DEFAULT_HEARTBEAT_TIMEOUT_S, 6 * heartbeat_s)
     settings = ServerSettings(heartbeat_interval=heartbeat_s, heartbeat_timeout=timeout)

@@ -20,7 +20,7 @@ Four scenarios (docs/faults.md, "The fault suite"):
    after room is made, ``--resume`` finishes the run (skipped where a tmpfs
    cannot be mounted: it needs root).
 
-In 1 and 2 the devices train echo models (``mjfl.bench.echo``: the coordinator is
+In 1 and 2 the devices train echo models (``mjfl.testkit.echo``: the coordinator is
 under test, not learning): a job's accuracy there is the share of its target
 progress its global model shows, so a job reaches its target only through
 enough aggregated rounds. 3 and 4 train real models on real data.
@@ -46,11 +46,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from mjfl.android_bridge.devices.emulator.backoff import Backoff
-from mjfl.android_bridge.devices.emulator.device import EmulatedDevice, devices_running
 from mjfl.bench import output
-from mjfl.bench.echo import echo_trainer
-from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
@@ -60,11 +56,15 @@ from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import database_path
+from mjfl.device.emulated.emulator.backoff import Backoff
+from mjfl.device.emulated.emulator.device import EmulatedDevice, devices_running
 from mjfl.errors import UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers.registry import make_scheduler
+from mjfl.testkit.echo import echo_trainer
+from mjfl.testkit.faultproxy import FaultProxy, Faults
 
 Figures = dict[str, Any]
 

@@ -1,6 +1,6 @@
 """`mjfl bench fuzz`: the protocol decoder and sessions under a seeded mutation fuzzer.
 
-Runs the fuzzer (``mjfl.bench.fuzzer``) for ``inputs`` inputs and prints
+Runs the fuzzer (``mjfl.testkit.fuzzer``) for ``inputs`` inputs and prints
 what came of them: how many decoded, the rejections by protocol error code,
 how the sessions ended, and ``unhandled``, anything else (an exception other
 than ``ProtocolError``, an undocumented code or state): the figure that must
@@ -17,8 +17,8 @@ import numpy as np
 from rich.console import Console
 
 from mjfl.bench import output
-from mjfl.bench.fuzzer import Fuzzer
 from mjfl.errors import UserError
+from mjfl.testkit.fuzzer import Fuzzer
 
 
 def run_fuzz_bench(
@@ -38,7 +38,7 @@ def run_fuzz_bench(
         "seed": seed,
         "seconds": round(seconds, 2),
         "inputs_per_s": round(inputs / seconds, 1),
-        "fuzzer": "seeded mutation fuzzer over the codec's own valid messages (mjfl.bench.fuzzer)",
+        "fuzzer": "seeded mutation fuzzer over the codec's own valid messages (mjfl.testkit.fuzzer)",
     }
     rejected, closed = report["rejected"], report["session_closed"]
     rows = [("accepted / still open", str(report["decoded"]), str(report["session_still_open"]))]

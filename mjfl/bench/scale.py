@@ -54,7 +54,7 @@ def run_scale_bench(
     console: Console | None = None,
 ) -> dict[str, Any]:
     """Measure every backend at every fleet size (module docstring); print a table, write ``json_path``."""
-    from mjfl.android_bridge.devices.ray_cluster import (
+    from mjfl.device.emulated.ray_cluster import (
         RayContext,
         RayOptions,
         cluster_cpus,
@@ -102,10 +102,10 @@ def run_scale_bench(
 
 
 async def _measure(devices: int, rounds: int, workers: int, context: Any) -> dict[str, float]:
-    from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
     from mjfl.coordinator.engine.fleet import JobArtifacts, Task
     from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.server import CoordinatorServer
+    from mjfl.device.emulated.emulator.fleet import run_emulated_fleet
     from mjfl.ids import DeviceId, JobId
     from mjfl.jobs.base import LocalTraining
     from mjfl.jobs.models import ModelSpec, initial_weights

@@ -17,15 +17,15 @@ from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from mjfl import logs
-from mjfl.android_bridge.devices.golden import cached_set, golden_set
-from mjfl.android_bridge.phones.adb import Adb
-from mjfl.android_bridge.phones.attached import (
+from mjfl.device.emulated.golden import cached_set, golden_set
+from mjfl.device.phones.adb import Adb
+from mjfl.device.phones.attached import (
     BUILT_APK,
     PhoneOptions,
     attached_or_fail,
     on_each_phone,
 )
-from mjfl.android_bridge.phones.selftest import (
+from mjfl.device.phones.selftest import (
     DEFAULT_WAITS,
     CaseCheck,
     PhoneCheck,

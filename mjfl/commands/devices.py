@@ -8,20 +8,20 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from mjfl.android_bridge.phones.adb import Adb, PhoneFacts
-from mjfl.android_bridge.phones.attached import (
+from mjfl.coordinator.remote.keys import (
+    EnrolledDevice,
+    KeyStore,
+    append_key_file,
+    default_key_store,
+)
+from mjfl.device.phones.adb import Adb, PhoneFacts
+from mjfl.device.phones.attached import (
     BUILT_APK,
     PhoneOptions,
     attached_or_fail,
     describe,
     on_each_phone,
     prepare,
-)
-from mjfl.coordinator.remote.keys import (
-    EnrolledDevice,
-    KeyStore,
-    append_key_file,
-    default_key_store,
 )
 from mjfl.errors import PhoneError
 

@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 from rich.console import Console
 
-from mjfl.android_bridge.devices.emulator.fleet import (
+from mjfl.coordinator.remote.keys import read_key_file
+from mjfl.device.emulated.emulator.fleet import (
     EmulatedFleet,
     WorkerContext,
     default_id_prefix,
     run_emulated_fleet,
 )
-from mjfl.android_bridge.devices.ray_cluster import RayOptions, connect, emulator_workers
-from mjfl.coordinator.remote.keys import read_key_file
+from mjfl.device.emulated.ray_cluster import RayOptions, connect, emulator_workers
 from mjfl.errors import RunError, UserError
 from mjfl.profiling.profiles import draw_fleet, load_profiles
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mjfl.android_bridge.phones.attached import PhoneOptions
 from mjfl.commands.testbed import attached_phones
 from mjfl.coordinator.config import FleetConfig, JobConfig, RunConfig
 from mjfl.coordinator.run.driver import Driver, Output
 from mjfl.coordinator.run.testbed import RemoteDevices
+from mjfl.device.phones.attached import PhoneOptions
 from mjfl.errors import UserError
 from mjfl.ids import JobId
 from mjfl.jobs.base import LocalTraining

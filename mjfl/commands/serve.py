@@ -8,10 +8,10 @@ from pathlib import Path
 from rich.console import Console
 
 from mjfl import logs
-from mjfl.android_bridge.phones.attached import PhoneOptions
 from mjfl.commands.testbed import phones_for
 from mjfl.coordinator.lab.config import load_lab_config
 from mjfl.coordinator.lab.service import ServeOptions, serve_lab
+from mjfl.device.phones.attached import PhoneOptions
 from mjfl.errors import UserError
 
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mjfl.android_bridge.devices.ray_cluster import RayOptions
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.run.driver import Driver, Output
 from mjfl.coordinator.run.simulated import SimulatedDevices
+from mjfl.device.emulated.ray_cluster import RayOptions
 from mjfl.errors import UserError
 from mjfl.schedulers.registry import METHODS
 

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from mjfl import logs
-from mjfl.android_bridge.devices.ray_cluster import RayOptions
-from mjfl.android_bridge.phones.attached import PhoneOptions, Phones
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.run.driver import Driver, Output
 from mjfl.coordinator.run.testbed import RemoteDevices
+from mjfl.device.emulated.ray_cluster import RayOptions
+from mjfl.device.phones.attached import PhoneOptions, Phones
 from mjfl.errors import ConfigError, UserError
 
 

@@ -19,14 +19,14 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mjfl.android_bridge.protocol.codec import (
+from mjfl.coordinator.storage.layout import database_path
+from mjfl.coordinator.storage.records import Target
+from mjfl.device.protocol.codec import (
     DEFAULT_HANDSHAKE_TIMEOUT_S,
     DEFAULT_HEARTBEAT_INTERVAL_S,
     DEFAULT_HEARTBEAT_TIMEOUT_S,
     DEFAULT_MAX_MESSAGE_BYTES,
 )
-from mjfl.coordinator.storage.layout import database_path
-from mjfl.coordinator.storage.records import Target
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
 from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES, LocalTraining

@@ -115,7 +115,7 @@ class DeviceProfile:
     values are JSON scalars; treat it as read-only. ``power_w`` is the power the
     device draws while it trains, watts (> 0), for the modelled energy of
     emulated and simulated devices (``power_w x compute_s``); None: the device
-    model's default, ``android_bridge.devices.device_model.TRAINING_POWER_W``
+    model's default, ``device.emulated.device_model.TRAINING_POWER_W``
     (3 W, docs/profiles.md).
 
     A fit's unbiased ``a`` can be negative when the floor is small next to the

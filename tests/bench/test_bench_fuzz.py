@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from mjfl.bench.fuzz import run_fuzz_bench
-from mjfl.bench.fuzzer import Fuzzer
 from mjfl.errors import UserError
+from mjfl.testkit.fuzzer import Fuzzer
 
 
 def test_the_json_holds_the_fuzzers_figures_and_the_table_shows_them(tmp_path):

@@ -119,12 +119,12 @@ def test_limits_turned_off_reach_the_server_and_the_remote_fleet_as_none(tmp_pat
 
 def test_each_default_has_one_home():
     """What a run configures by default is what the server, the sessions and the engine use alone."""
-    from mjfl.android_bridge.protocol import CoordinatorSession
     from mjfl.coordinator.config import SchedulerConfig, TestbedConfig
     from mjfl.coordinator.engine.engine import EngineSettings
     from mjfl.coordinator.remote.fleet import RemoteFleet
     from mjfl.coordinator.remote.registry import DeviceRegistry
     from mjfl.coordinator.remote.server import ServerSettings
+    from mjfl.device.protocol import CoordinatorSession
     from mjfl.schedulers.base import CostWeights
 
     testbed, server, session = TestbedConfig(), ServerSettings(), CoordinatorSession("c")

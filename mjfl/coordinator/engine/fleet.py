@@ -9,7 +9,7 @@ profiling sessions (``coordinator/run/calibration.py``), cannot tell them apart.
 
 ``Task``, ``TaskResult`` and ``Timing`` are the engine's words for a device's
 round; the wire protocol has messages of similar names
-(``mjfl.android_bridge.protocol``: ``Task``, ``Result``, ``Timing``), which the
+(``mjfl.device.protocol``: ``Task``, ``Result``, ``Timing``), which the
 remote fleet translates to and from, always naming them ``protocol.X``.
 """
 

@@ -10,13 +10,13 @@ The service, in the order it starts (docs/lab.md):
 3. The device server (the lab's ``[server]``, a run's ``[testbed]`` keys)
    and its registry, the lobby where devices wait between runs; emulated
    devices (``--emulate N``) and attached phones (``--phones``) join it.
-   The phones are prepared once (``android_bridge/phones/attached.py``:
+   The phones are prepared once (``device/phones/attached.py``:
    the app installed with ``--apk``, pointed at the server over ``adb
    reverse``, given its secret and the certificate's pin) and followed for
    the service's whole life: one unplugged and back, or rebooted, is
    pointed again and its app relaunched; one plugged in later is prepared
    and joins. Each phone's log is copied to ``LAB_DIR/phones/`` all along,
-   and to ``runs/<run>/phones/`` while that run runs (``android_bridge/
+   and to ``runs/<run>/phones/`` while that run runs (``device/
    phones/logcat.py``). When the service ends, after the server's bye, the
    app is force-stopped on every phone and the port forwards are taken back.
 4. The researchers' API (``api.py``, docs/lab-api.yaml) on ``[api]``, and
@@ -39,13 +39,6 @@ from pathlib import Path
 from rich.console import Console
 
 from mjfl import logs
-from mjfl.android_bridge.devices.emulator.fleet import (
-    EmulatedFleet,
-    default_id_prefix,
-    run_emulated_fleet,
-)
-from mjfl.android_bridge.phones.attached import Phones
-from mjfl.android_bridge.protocol.credentials import new_secret
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.dashboard.server import listening
 from mjfl.coordinator.engine.occupancy import FairShare, Occupancy
@@ -67,6 +60,13 @@ from mjfl.coordinator.run.testbed import (
     hand_credentials,
     where_to_connect,
 )
+from mjfl.device.emulated.emulator.fleet import (
+    EmulatedFleet,
+    default_id_prefix,
+    run_emulated_fleet,
+)
+from mjfl.device.phones.attached import Phones
+from mjfl.device.protocol.credentials import new_secret
 from mjfl.errors import UserError
 from mjfl.profiling.planning import PlanningProfiles
 from mjfl.profiling.profiles import load_profiles

@@ -32,11 +32,11 @@ from typing import Any
 
 import numpy as np
 
-from mjfl.android_bridge import protocol
-from mjfl.android_bridge.connection import Connection
 from mjfl.coordinator.config import TestbedConfig
 from mjfl.coordinator.engine.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
 from mjfl.coordinator.remote.registry import DeviceRegistry
+from mjfl.device import protocol
+from mjfl.device.connection import Connection
 from mjfl.errors import ConfigError, DeviceFailure, EncodeError, SessionClosed
 from mjfl.ids import DeviceId, JobId
 

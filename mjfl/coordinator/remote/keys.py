@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mjfl.android_bridge.protocol.credentials import is_secret, new_secret, proof_matches
+from mjfl.device.protocol.credentials import is_secret, new_secret, proof_matches
 from mjfl.errors import DataError, UserError
 
 _SCHEMA = """

@@ -38,10 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mjfl.android_bridge import protocol
-from mjfl.android_bridge.connection import Connection
 from mjfl.coordinator.engine.fleet import DeviceProfileView
 from mjfl.coordinator.storage.records import DeviceStatus
+from mjfl.device import protocol
+from mjfl.device.connection import Connection
 from mjfl.errors import DeviceFailure, RunError
 from mjfl.ids import DeviceId
 from mjfl.profiling.planning import PlanningProfiles, ProfileSource

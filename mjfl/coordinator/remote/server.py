@@ -2,7 +2,7 @@
 
 Phones and emulated devices connect here and speak protocol v1
 (docs/protocol.md). One connection, one device session, served by the
-connection runner (``mjfl.android_bridge.connection``: reader, writer,
+connection runner (``mjfl.device.connection``: reader, writer,
 heartbeats, close; the same runner serves emulated devices), whose task is
 owned by websockets' ``Server``, which ``CoordinatorServer`` closes and awaits.
 
@@ -50,18 +50,18 @@ from typing import Any, Self
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 
-from mjfl.android_bridge import protocol
-from mjfl.android_bridge.connection import Connection
-from mjfl.android_bridge.protocol.credentials import (
+from mjfl.coordinator.config import TestbedConfig
+from mjfl.coordinator.remote.keys import KeyStore
+from mjfl.coordinator.remote.registry import DeviceRegistry
+from mjfl.coordinator.storage.records import DeviceStatus
+from mjfl.device import protocol
+from mjfl.device.connection import Connection
+from mjfl.device.protocol.credentials import (
     NONCE_HEADER,
     new_nonce,
     proof_matches,
     token_matches,
 )
-from mjfl.coordinator.config import TestbedConfig
-from mjfl.coordinator.remote.keys import KeyStore
-from mjfl.coordinator.remote.registry import DeviceRegistry
-from mjfl.coordinator.storage.records import DeviceStatus
 from mjfl.errors import ConfigError, DeviceFailure, UserError
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,7 @@ emulated devices and phones (ExecuTorch by default, PyTorch selectable), in a
 pool of worker processes (the ExecuTorch runtime holds the GIL while it trains,
 so threads would not run two devices at once). How long a round takes, whether
 the device drops out and what a deadline does is the device model's
-(``mjfl.android_bridge.devices.device_model``, shared with emulated devices): the round time
+(``mjfl.device.emulated.device_model``, shared with emulated devices): the round time
 a device reports is not how long training took on this machine but a draw from
 its shifted-exponential profile (Formula 4) for the task's epochs and its
 shard size, slept on the virtual clock. Its energy is modelled the same way
@@ -48,15 +48,15 @@ from typing import Any, Self, TypeVar
 import numpy as np
 
 from mjfl import logs
-from mjfl.android_bridge.devices.device_model import DeviceModel, TrainerCache, modelled_energy
-from mjfl.android_bridge.devices.microbatch import MicroBatcher
-from mjfl.android_bridge.devices.ray_cluster import RayOptions, TrainingPool, cluster_gpus, connect
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.engine.clock import Clock, VirtualClock, run_virtual
 from mjfl.coordinator.engine.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
 from mjfl.coordinator.run.driver import Output, ReadyFleet
 from mjfl.coordinator.run.preparation import fleet_profiles
 from mjfl.coordinator.storage.records import RunMode
+from mjfl.device.emulated.device_model import DeviceModel, TrainerCache, modelled_energy
+from mjfl.device.emulated.microbatch import MicroBatcher
+from mjfl.device.emulated.ray_cluster import RayOptions, TrainingPool, cluster_gpus, connect
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining, ModelSpec

@@ -3,7 +3,7 @@
 `mjfl testbed run` and `mjfl profile` train on these: phones and emulated
 devices elsewhere connect to the server (``coordinator/remote/server.py``,
 protocol v1), attached phones this command points at it over adb join them
-(``phones``, ``android_bridge/phones/attached.py``), and so do ``emulate``
+(``phones``, ``device/phones/attached.py``), and so do ``emulate``
 emulated devices it starts itself (the embedded default: no phone needed).
 The server registers them in a device registry (``remote/registry.py``),
 over which ``RemoteFleet`` (``remote/fleet.py``) is the engine's fleet; the
@@ -28,20 +28,6 @@ from typing import Any, TypeVar
 
 from rich.console import Console
 
-from mjfl.android_bridge.devices.emulator.fleet import (
-    counted,
-    default_id_prefix,
-    run_emulated_fleet,
-)
-from mjfl.android_bridge.devices.ray_cluster import (
-    RayOptions,
-    connect,
-    emulator_workers,
-    node_count,
-    this_node_address,
-)
-from mjfl.android_bridge.phones.attached import Phones
-from mjfl.android_bridge.protocol.credentials import new_secret
 from mjfl.coordinator.config import RunConfig, TestbedConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.remote.certs import certificate_sha256
@@ -52,6 +38,20 @@ from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.coordinator.run.driver import Output, ReadyFleet
 from mjfl.coordinator.run.preparation import fleet_profiles
 from mjfl.coordinator.storage.records import RunMode
+from mjfl.device.emulated.emulator.fleet import (
+    counted,
+    default_id_prefix,
+    run_emulated_fleet,
+)
+from mjfl.device.emulated.ray_cluster import (
+    RayOptions,
+    connect,
+    emulator_workers,
+    node_count,
+    this_node_address,
+)
+from mjfl.device.phones.attached import Phones
+from mjfl.device.protocol.credentials import new_secret
 from mjfl.errors import ConfigError, RunError, UserError
 from mjfl.ids import DeviceId
 from mjfl.profiling.planning import PlanningProfiles

@@ -1,7 +1,7 @@
 """Faults between devices and the coordinator (docs/faults.md): a bad network, lost devices.
 
 Emulated devices reach a real loopback server through the user-space fault
-proxy (mjfl.bench.faultproxy), and the engine runs real rounds over
+proxy (mjfl.testkit.faultproxy), and the engine runs real rounds over
 them. The small, fast versions of what `mjfl bench faults` runs bigger.
 """
 
@@ -14,17 +14,17 @@ import numpy as np
 import pytest
 from loopback import FAST, SPEC, WEIGHTS, artifacts, device, fleet_of
 
-from mjfl.android_bridge.devices.emulator.backoff import Backoff
-from mjfl.android_bridge.devices.emulator.device import devices_running
-from mjfl.bench.echo import echo_trainer
-from mjfl.bench.faultproxy import FaultProxy, Faults
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
 from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.device.emulated.emulator.backoff import Backoff
+from mjfl.device.emulated.emulator.device import devices_running
 from mjfl.ids import DeviceId, JobId
 from mjfl.schedulers.registry import make_scheduler
+from mjfl.testkit.echo import echo_trainer
+from mjfl.testkit.faultproxy import FaultProxy, Faults
 
 pytestmark = pytest.mark.timeout(60)
 

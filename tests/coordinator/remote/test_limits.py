@@ -32,9 +32,6 @@ from loopback import (
 )
 from websockets.asyncio.client import connect
 
-from mjfl.android_bridge.devices.emulator.device import devices_running
-from mjfl.android_bridge.protocol import Result, Timing, encode, split_message
-from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob
@@ -43,10 +40,13 @@ from mjfl.coordinator.engine.fedavg import fedavg, norm_outliers, update_sizes
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.device.emulated.emulator.device import devices_running
+from mjfl.device.protocol import Result, Timing, encode, split_message
 from mjfl.errors import ConfigError, DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers.registry import make_scheduler
+from mjfl.testkit.echo import echo_trainer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,9 +18,9 @@ from loopback import (
     task,
 )
 
-from mjfl.android_bridge.devices.emulator.device import devices_running
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.device.emulated.emulator.device import devices_running
 from mjfl.errors import DeviceFailure, RunError
 from mjfl.ids import DeviceId
 from mjfl.profiling.planning import DEFAULT_A, DEFAULT_MU, PlanningProfiles

@@ -31,10 +31,6 @@ from loopback import (
     task,
 )
 
-from mjfl.android_bridge import protocol
-from mjfl.android_bridge.devices.emulator.device import devices_running
-from mjfl.android_bridge.devices.emulator.fleet import run_emulated_fleet
-from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
 from mjfl.coordinator.engine.engine import Engine, EngineJob
@@ -42,12 +38,16 @@ from mjfl.coordinator.engine.events import RoundLog
 from mjfl.coordinator.engine.fedavg import fedavg
 from mjfl.coordinator.engine.fleet import JobArtifacts
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.device import protocol
+from mjfl.device.emulated.emulator.device import devices_running
+from mjfl.device.emulated.emulator.fleet import run_emulated_fleet
 from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import build_model, initial_weights, load_weights
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers.registry import make_scheduler
+from mjfl.testkit.echo import echo_trainer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -34,10 +34,10 @@ from loopback import (
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.android_bridge import protocol
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.device import protocol
 from mjfl.errors import ConfigError, DeviceFailure
 from mjfl.ids import DeviceId
 from mjfl.profiling.profiles import DeviceProfile

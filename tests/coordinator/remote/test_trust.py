@@ -18,20 +18,20 @@ from loopback import fleet_of
 from processes import mjfl_args, query
 from websockets.asyncio.client import connect
 
-from mjfl.android_bridge.devices.emulator.device import EmulatedDevice, devices_running
-from mjfl.android_bridge.protocol import decode_text
-from mjfl.android_bridge.protocol.credentials import NONCE_HEADER, hello_proof, proof_message
-from mjfl.bench.echo import echo_trainer
 from mjfl.coordinator.config import config_to_dict, parse_config
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.certs import create_certificates
 from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
 from mjfl.coordinator.storage.layout import database_path
+from mjfl.device.emulated.emulator.device import EmulatedDevice, devices_running
+from mjfl.device.protocol import decode_text
+from mjfl.device.protocol.credentials import NONCE_HEADER, hello_proof, proof_message
 from mjfl.errors import ConfigError, DataError, ProtocolError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import ModelSpec
+from mjfl.testkit.echo import echo_trainer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -183,7 +183,7 @@ async def test_wss_refuses_clients_that_do_not_trust_it_and_trusts_a_pinned_cert
         with pytest.raises(ssl.SSLCertVerificationError):
             await first_answer(server, hello("pixel"), ssl=wrong)
         # Pinning the server's own certificate works without the CA.
-        from mjfl.android_bridge.tls import client_context
+        from mjfl.device.tls import client_context
 
         pinned = client_context(certs.server_cert)
         answer, _ = await first_answer(server, lambda n: hello("pixel", proof=hello_proof(secret, n, "pixel")), ssl=pinned)
@@ -318,7 +318,7 @@ def test_emulate_refuses_credentials_that_cannot_work_before_starting_anything(t
 
 async def test_the_lab_ca_vouches_only_for_the_names_in_the_certificate(store, tmp_path):
     """A certificate of the lab CA for another host is no good for 127.0.0.1: the name is checked."""
-    from mjfl.android_bridge.tls import client_context
+    from mjfl.device.tls import client_context
 
     certs = create_certificates(tmp_path / "certs", hosts=["coordinator.lab"], ips=["10.1.2.3"], loopback=False)
     async with server_with(store, **tls_settings(certs)) as server:

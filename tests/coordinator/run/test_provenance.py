@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from storage_records import job_infos, run_info
 
-from mjfl.android_bridge import protocol
 from mjfl.coordinator import config as configs
 from mjfl.coordinator.config import JobConfig, RunConfig
 from mjfl.coordinator.engine.fleet import DeviceProfileView
@@ -25,6 +24,7 @@ from mjfl.coordinator.run.provenance import (
     versions,
 )
 from mjfl.coordinator.storage.database import Storage
+from mjfl.device import protocol
 from mjfl.ids import DeviceId
 from mjfl.jobs.base import ModelSpec
 

@@ -7,11 +7,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from mjfl.android_bridge.devices.device_model import TRAINING_POWER_W
 from mjfl.coordinator.engine.clock import VirtualClock, run_virtual
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.run import simulated
 from mjfl.coordinator.run.simulated import SimulatedDevice, SimulatedFleet
+from mjfl.device.emulated.device_model import TRAINING_POWER_W
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining, ModelSpec
 

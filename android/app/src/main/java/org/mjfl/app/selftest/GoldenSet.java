@@ -13,7 +13,7 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * A golden set as mjfl writes it ({@code mjfl/android_bridge/devices/golden.py}): a folder of
+ * A golden set as mjfl writes it ({@code mjfl/device/emulated/golden.py}): a folder of
  * case folders and {@code manifest.json}, which names the cases in order and the tolerance.
  *
  * @param folder where the set is

@@ -23,7 +23,7 @@ import org.mjfl.client.train.TrainingResult;
  * the Python runtime's ({@link Comparison}, within the set's tolerance).
  *
  * <p>It reports in JSON lines, one object a line, which the Android entry writes to logcat
- * under {@link #TAG} and mjfl reads back over adb ({@code mjfl/android_bridge/phones/selftest.py}):
+ * under {@link #TAG} and mjfl reads back over adb ({@code mjfl/device/phones/selftest.py}):
  *
  * <pre>
  * {"event":"start","run":R,"set":KEY,"cases":[...],"tolerance":1e-4,"device_state":{...}}

@@ -16,7 +16,7 @@ class ComparisonTest {
 
     @Test
     void theDifferenceIsTheLargestAgainstTheTensorsLargestValue() {
-        // The same examples as tests/android_bridge/devices/test_golden.py.
+        // The same examples as tests/device/emulated/test_golden.py.
         assertEquals(0.0, Comparison.relativeDifference(new double[] {1, -2}, new double[] {1, -2}));
         assertEquals(0.25, Comparison.relativeDifference(new double[] {1.5, -2}, new double[] {1, -2}));
         assertEquals(Double.POSITIVE_INFINITY, Comparison.relativeDifference(new double[] {1e-9}, new double[] {0}));

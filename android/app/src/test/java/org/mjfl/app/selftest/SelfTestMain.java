@@ -9,7 +9,7 @@ import org.mjfl.client.net.Clock;
 
 /**
  * The self-test on the JVM, printing its lines on stdout exactly as the app logs them; what the
- * stand-in adb server serves as a phone's logcat (tests/android_bridge/phones/test_selftest.py).
+ * stand-in adb server serves as a phone's logcat (tests/device/phones/test_selftest.py).
  *
  * <pre>
  * android/app/bin/mjfl-selftest --run R --dir SET --work DIR [--runtime CLASS] [--state JSON]

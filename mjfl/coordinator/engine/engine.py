@@ -46,6 +46,7 @@ from mjfl.coordinator.engine.events import (
     DeviceLeft,
     DeviceResult,
     JobStopped,
+    JobWaiting,
     Observer,
     ProfileRefitted,
     RoundAggregated,
@@ -233,6 +234,7 @@ class Engine:
             if job.name in samples:
                 job.samples[device] = samples[job.name]
         self._emit(DeviceJoined(device, self.now()))
+        self.occupancy.wake()  # a job waiting for devices may plan it
 
     def leave(self, device: DeviceId, reason: str) -> None:
         """``device`` is gone (the fleet no longer offers it); a task it had fails on its own."""
@@ -253,9 +255,7 @@ class Engine:
                 self._stop(job, "no devices")
                 break
             await self._run_round(job, ctx)
-        async with self.occupancy.released:
-            self.occupancy.planned((self.run_id, job.name), 0)
-            self.occupancy.released.notify_all()
+        self.occupancy.ended((self.run_id, job.name))
 
     def _stop(self, job: EngineJob, reason: StopReason) -> None:
         job.stopped = reason
@@ -277,28 +277,39 @@ class Engine:
     async def _wait_and_plan(self, job: EngineJob) -> tuple[PlanContext, Decision, list[DeviceId]] | None:
         """Wait until enough devices are free, then plan and occupy them (no await in between).
 
-        Devices are released by other jobs' tasks (which notify); a remote
-        fleet can also gain devices that (re)connect, which nobody notifies,
-        so while nothing is busy the fleet is polled for ``device_wait_s``.
+        The occupancy wakes the job whenever a device is released, a job ends
+        or a device joins (``Occupancy.changed``). While no device is busy
+        anywhere, nothing will be released: the job waits ``device_wait_s``
+        for devices to (re)connect, then gives up (None).
         """
-        idle_since: float | None = None
-        occupancy = self.occupancy
-        async with occupancy.released:
-            while True:
-                planned = self._plan(job)
-                if planned is not None:
-                    return planned
-                if occupancy.busy:
-                    idle_since = None
-                    await occupancy.released.wait()
-                    continue
-                idle_since = self.clock.now() if idle_since is None else idle_since
-                if self.clock.now() - idle_since >= self.settings.device_wait_s:
-                    return None  # nothing busy, nobody coming: this job cannot run
-                try:
-                    await asyncio.wait_for(occupancy.released.wait(), timeout=1.0)
-                except TimeoutError:
-                    pass
+        deadline: float | None = None
+        occupancy, waiting = self.occupancy, False
+        while True:
+            planned = self._plan(job)
+            if planned is not None:
+                return planned
+            if not waiting:
+                waiting = True
+                self._emit(self._waiting(job))
+            if occupancy.any_busy():
+                deadline = None
+                await occupancy.changed()
+                continue
+            now = self.clock.now()
+            deadline = now + self.settings.device_wait_s if deadline is None else deadline
+            if now >= deadline or not await occupancy.changed(timeout=deadline - now):
+                if not occupancy.any_busy():
+                    return None  # nothing busy, nobody came: this job cannot run
+
+    def _waiting(self, job: EngineJob) -> JobWaiting:
+        """What keeps ``job`` from planning now, as its ``JobWaiting`` event says it."""
+        devices = [p.device for p in self.fleet.profiles() if p.device in job.samples]
+        minimum = self.settings.min_plan
+        wanted = plan_size(job.config.fraction, len(devices), len(devices), minimum)
+        free = sum(1 for d in devices if self.occupancy.free(d))
+        return JobWaiting(
+            job.name, job.rounds_done + 1, wanted, minimum, free, self.occupancy.allowance(self.run_id), self.now()
+        )
 
     def _plan(self, job: EngineJob) -> tuple[PlanContext, Decision, list[DeviceId]] | None:
         profiles = [p for p in self.fleet.profiles() if p.device in job.samples]
@@ -308,8 +319,8 @@ class Engine:
         a = np.array([self._refined.get(p.device, (p.a, p.mu))[0] for p in profiles])
         mu = np.array([self._refined.get(p.device, (p.a, p.mu))[1] for p in profiles])
         fleet = FleetModel(tuple(devices), np.maximum(a, 1e-12), np.maximum(mu, 1e-12))
-        occupancy = self.occupancy
-        free = np.array([d not in occupancy.busy and d not in occupancy.claimed for d in devices])
+        occupancy, holder = self.occupancy, (self.run_id, job.name)
+        free = np.array([occupancy.free(d) for d in devices])
         wait = None
         if self.settings.plan_busy:
             wait = self._expected_waits(fleet)
@@ -321,7 +332,7 @@ class Engine:
             offered = min(offered, allowance)
         size = plan_size(job.config.fraction, len(devices), offered, self.settings.min_plan)
         wanted = plan_size(job.config.fraction, len(devices), len(devices), self.settings.min_plan)
-        occupancy.planned((self.run_id, job.name), wanted - size)
+        occupancy.planned(holder, wanted, size)
         if size == 0:
             return None
         index = {d: k for k, d in enumerate(devices)}
@@ -351,11 +362,10 @@ class Engine:
         if len(chosen) != size or any(not free[k] for k in decision.plan):
             raise AssertionError(f"{job.scheduler.name} planned unavailable or too many devices: {chosen}")
         for device in chosen:
-            if device in occupancy.busy:
-                occupancy.claimed[device] = (self.run_id, job.name)  # its task starts when the other job releases it
+            if occupancy.free(device):
+                occupancy.take(device, holder, self.clock.now())
             else:
-                occupancy.busy[device] = (self.run_id, job.name)
-                occupancy.task_started[device] = self.clock.now()
+                occupancy.claim(device, holder)  # its task starts when the other job releases it
             self.frequencies[job.name][device] = self.frequencies[job.name].get(device, 0) + 1
         self._in_flight[job.name] = set(chosen)
         return ctx, decision, chosen
@@ -451,32 +461,23 @@ class Engine:
 
         A device claimed while another job held it starts when that job releases it.
         """
-        occupancy, holder = self.occupancy, (self.run_id, job.name)
-        if occupancy.claimed.get(device) == holder:
-            async with occupancy.released:
-                await occupancy.released.wait_for(lambda: device not in occupancy.busy)
-                del occupancy.claimed[device]
-                occupancy.busy[device] = holder
-        started = self.now()
-        occupancy.task_started[device] = self.clock.now()
-        self._emit(TaskSent(job.name, task.round, device, started))
         outcome: TaskResult | DeviceFailure
         try:
-            outcome = await self.fleet.run_task(device, task)
-            problem = check_update(job.weights, outcome.weights)
-            if problem is None and outcome.samples <= 0:
-                problem = f"reported {outcome.samples} samples"
-            if problem is not None:
-                outcome = DeviceFailure(device, problem, status="rejected", after_s=self.now() - started)
-        except DeviceFailure as failure:
-            failure.after_s = failure.after_s or self.now() - started
-            outcome = failure
+            async with self.occupancy.hold(device, (self.run_id, job.name), self.clock.now):
+                started = self.now()
+                self._emit(TaskSent(job.name, task.round, device, started))
+                try:
+                    outcome = await self.fleet.run_task(device, task)
+                    problem = check_update(job.weights, outcome.weights)
+                    if problem is None and outcome.samples <= 0:
+                        problem = f"reported {outcome.samples} samples"
+                    if problem is not None:
+                        outcome = DeviceFailure(device, problem, status="rejected", after_s=self.now() - started)
+                except DeviceFailure as failure:
+                    failure.after_s = failure.after_s or self.now() - started
+                    outcome = failure
         finally:
-            async with occupancy.released:
-                occupancy.busy.pop(device, None)
-                occupancy.task_started.pop(device, None)
-                self._in_flight[job.name].discard(device)
-                occupancy.released.notify_all()
+            self._in_flight[job.name].discard(device)
         self._emit(DeviceResult(job.name, task.round, _device_round(device, outcome, started - round_started), self.now()))
         return outcome, started
 
@@ -495,15 +496,16 @@ class Engine:
         now = self.clock.now()
         occupancy = self.occupancy
         for k, device in enumerate(fleet.ids):
-            holder = occupancy.busy.get(device)
-            if device in occupancy.claimed or (holder is not None and holder[0] != self.run_id):
+            holder = occupancy.holder(device)
+            if occupancy.claimed(device) or (holder is not None and holder[0] != self.run_id):
                 wait[k] = np.inf
             elif holder is not None:
                 other = names[holder[1]]
                 shift, rate = round_time.shift_and_rate(
                     fleet.a[k], fleet.mu[k], other.config.training.epochs, other.samples.get(device, 1)
                 )
-                elapsed = now - occupancy.task_started.get(device, now)
+                started = occupancy.started_at(device)
+                elapsed = now - (now if started is None else started)
                 wait[k] = max(float(shift) - elapsed, 0.0) + 1.0 / float(rate)
         return wait
 

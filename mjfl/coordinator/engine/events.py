@@ -7,7 +7,8 @@ records)::
     RunStarted -> (TaskSent -> DeviceResult)* -> RoundAggregated [-> JobStopped] ... -> RunFinished
 
 with ``DeviceJoined`` / ``DeviceLeft`` whenever the run driver tells the engine
-that a device came or went, and ``ProfileRefitted`` after a round whose
+that a device came or went, ``JobWaiting`` when a job cannot plan for want of
+devices, and ``ProfileRefitted`` after a round whose
 devices' profiles were refitted online. Storage (rounds, checkpoints, refits),
 the terminal's live view and any later observer (a dashboard) subscribe to
 the same stream and never decide anything the engine decided: whether a job
@@ -67,6 +68,34 @@ class TaskSent:
     round: int
     device: DeviceId
     at_s: float
+
+
+@dataclass(frozen=True)
+class JobWaiting:
+    """A job cannot plan a round now, and waits for devices: once each time it starts waiting.
+
+    It wants ``wanted`` devices and trains no round on fewer than
+    ``minimum``; ``free`` of the devices holding its shards are free, and its
+    run may take ``allowance`` more of them (None: no limit; else the run is
+    at its share of a fleet that other runs wait for). It plans as soon as a
+    device is released or joins, or stops with "no devices" once nothing is
+    busy and nobody comes (``EngineSettings.device_wait_s``).
+    """
+
+    job: JobId
+    round: int  # the round it waits to plan
+    wanted: int
+    minimum: int
+    free: int
+    allowance: int | None
+    at_s: float
+
+    def why(self) -> str:
+        """The wait in words, for a log line or a run's state."""
+        if self.allowance is not None and self.allowance < min(self.free, self.minimum):
+            held = "holds its share of the devices" if self.allowance == 0 else f"may take {self.allowance} more"
+            return f"needs {self.minimum} devices, {self.free} free; its run {held} while other runs wait"
+        return f"needs {self.minimum} devices, {self.free} free"
 
 
 @dataclass(frozen=True)
@@ -133,7 +162,7 @@ class RunFinished:
 
 
 RunEvent: TypeAlias = (
-    RunStarted | DeviceJoined | DeviceLeft | TaskSent | DeviceResult | RoundAggregated | JobStopped
+    RunStarted | DeviceJoined | DeviceLeft | JobWaiting | TaskSent | DeviceResult | RoundAggregated | JobStopped
     | ProfileRefitted | RunFinished
 )
 
@@ -163,6 +192,7 @@ __all__ = [
     "DeviceLeft",
     "DeviceResult",
     "JobStopped",
+    "JobWaiting",
     "Observer",
     "ProfileRefitted",
     "RoundAggregated",

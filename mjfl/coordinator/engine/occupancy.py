@@ -1,27 +1,33 @@
 """Which job each device serves now: one device, one job at a time, across every engine over one fleet.
 
-A run's engine plans its jobs over the free devices and marks the chosen
-ones busy until their tasks end (``engine.py``). The lab service runs one
-engine per running run over one fleet of devices; they share one
-``Occupancy``, so that a device serves one job at a time whichever run the
-job belongs to, and a release by any run wakes the jobs of every run.
+A run's engine plans its jobs over the free devices and holds the chosen
+ones until their tasks end (``engine.py``). The lab service runs one engine
+per running run over one fleet of devices; they share one ``Occupancy``, so
+that a device serves one job at a time whichever run the job belongs to, and
+a release by any run wakes the jobs of every run.
 
 Holders are ``(run, job)`` pairs: two runs may each have a job called
-``lenet``. A job whose last plan got fewer devices than it wanted (none, if
-it waits) is ``short``. With a ``share`` (the lab's policy between runs,
-``FairShare``), a run may hold at most its share of the devices while a job
-of another run is short; alone, or with nobody short, it may use them all.
-Without one (a single run) nothing but the devices' being free limits a
-plan.
+``lenet``. A device is *busy* with at most one holder, and *claimed* by at
+most one other (a plan that took a device another job will release soon: its
+task starts when that job releases it). A job also says, each time it plans,
+how many devices it wanted and how many it got: a job that got fewer is
+*short*. With a ``share`` (the lab's policy between runs, ``lab/sharing.py``),
+a run may hold at most its share of the devices while another run waits;
+alone, or with nobody waiting, it may use them all. Without one (a single
+run) nothing but the devices' being free limits a plan.
 
-Pure bookkeeping on the event loop: no awaits but the condition's.
+Every change goes through a verb (``take``, ``claim``, ``hold``, ``planned``,
+``ended``) that keeps those invariants and wakes whoever waits for a change
+(``changed``); so does ``wake``, which the run driver calls when a device
+joins. Nobody polls. The object belongs to the event loop: no thread touches
+it, and no verb awaits but ``hold`` and ``changed``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Protocol
 
 from mjfl.ids import DeviceId, JobId
@@ -33,25 +39,60 @@ class Share(Protocol):
     """How many devices a run may hold at once while others wait (the policy between runs)."""
 
     def limit(self, run: str, occupancy: Occupancy) -> int | None:
-        """The most devices ``run`` may hold now (busy or claimed by its jobs); None: no limit."""
+        """The most devices ``run`` may hold now (busy with or claimed by its jobs); None: no limit."""
         ...
 
 
 class Occupancy:
-    """Which job holds each device (``busy``), which job will take it once released (``claimed``), and since when."""
+    """Which job holds each device, which job will take it once released, since when; who is short."""
 
     def __init__(self, share: Share | None = None) -> None:
         self.share = share
-        self.busy: dict[DeviceId, Holder] = {}
-        self.claimed: dict[DeviceId, Holder] = {}
-        self.task_started: dict[DeviceId, float] = {}  # clock time each busy device's task began
-        self.released = asyncio.Condition()  # notified whenever a device is released or a job ends
-        self.short: dict[Holder, int] = {}  # jobs whose last plan got fewer devices than they wanted, by how many
+        self._busy: dict[DeviceId, Holder] = {}
+        self._claimed: dict[DeviceId, Holder] = {}
+        self._started: dict[DeviceId, float] = {}  # clock time each busy device's task began
+        self._wanted: dict[Holder, int] = {}  # each job's last plan: the devices it wanted
+        self._short: dict[Holder, int] = {}  # jobs whose last plan got fewer devices than they wanted, by how many
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    # -- what is known ---------------------------------------------------------------
+
+    def free(self, device: DeviceId) -> bool:
+        """Neither busy nor claimed: a plan may take it now."""
+        return device not in self._busy and device not in self._claimed
+
+    def holder(self, device: DeviceId) -> Holder | None:
+        """The job ``device`` is busy with (None: none)."""
+        return self._busy.get(device)
+
+    def claimed(self, device: DeviceId) -> bool:
+        return device in self._claimed
+
+    def started_at(self, device: DeviceId) -> float | None:
+        """The clock time the task ``device`` is busy with began (None: not busy)."""
+        return self._started.get(device)
+
+    def serving(self) -> dict[DeviceId, Holder]:
+        """Every busy device and the job it serves."""
+        return dict(self._busy)
+
+    def any_busy(self) -> bool:
+        """Whether some device is busy, so that a release (and a wake-up) is to come."""
+        return bool(self._busy)
 
     def held_by(self, run: str) -> int:
-        """Devices ``run``'s jobs hold: busy with or claimed by one of them."""
-        held = {d for d, (holder, _) in self.busy.items() if holder == run}
-        return len(held | {d for d, (holder, _) in self.claimed.items() if holder == run})
+        """Devices ``run``'s jobs hold: busy with or claimed by one of them, each counted once."""
+        held = {d for d, (holder, _) in self._busy.items() if holder == run}
+        return len(held | {d for d, (holder, _) in self._claimed.items() if holder == run})
+
+    def wanted(self, run: str) -> int | None:
+        """The devices ``run``'s jobs going wanted at their last plans (None: none has planned yet)."""
+        plans = [wanted for (holder, _), wanted in self._wanted.items() if holder == run]
+        return sum(plans) if plans else None
+
+    def short(self, run: str) -> bool:
+        """Whether a job of ``run`` got fewer devices than it wanted at its last plan."""
+        return any(holder == run for holder, _ in self._short)
 
     def allowance(self, run: str) -> int | None:
         """How many more devices ``run`` may take now (None: as many as are free)."""
@@ -60,36 +101,86 @@ class Occupancy:
         limit = self.share.limit(run, self)
         return None if limit is None else max(limit - self.held_by(run), 0)
 
-    def planned(self, holder: Holder, missing: int) -> None:
-        """``holder``'s plan got ``missing`` fewer devices than it wanted (0: all it wanted, or it ended)."""
-        if missing > 0:
-            self.short[holder] = missing
+    # -- the verbs ---------------------------------------------------------------------
+
+    def take(self, device: DeviceId, holder: Holder, now: float) -> None:
+        """``holder``'s task starts on the free ``device`` at clock time ``now``."""
+        if not self.free(device):
+            raise AssertionError(f"{device} is not free: {self._busy.get(device) or self._claimed.get(device)} holds it")
+        self._busy[device] = holder
+        self._started[device] = now
+
+    def claim(self, device: DeviceId, holder: Holder) -> None:
+        """``holder`` takes ``device`` once the job it is busy with releases it (``hold`` starts the task)."""
+        if device not in self._busy or device in self._claimed or self._busy[device] == holder:
+            raise AssertionError(f"{device} cannot be claimed by {holder}: busy {self._busy.get(device)}, claimed {self._claimed.get(device)}")
+        self._claimed[device] = holder
+
+    @contextlib.asynccontextmanager
+    async def hold(self, device: DeviceId, holder: Holder, now: Callable[[], float]) -> AsyncIterator[None]:
+        """``holder``'s task on ``device``: taken, or waited for where claimed; released (waking every waiter) on exit.
+
+        A claim whose wait is cancelled is given up, so the device stays free for others.
+        """
+        if self._claimed.get(device) == holder:
+            try:
+                while device in self._busy:
+                    await self.changed()
+            except BaseException:
+                self._claimed.pop(device, None)
+                self.wake()
+                raise
+            del self._claimed[device]
+        if self._busy.get(device) != holder:
+            self.take(device, holder, now())
         else:
-            self.short.pop(holder, None)
+            self._started[device] = now()
+        try:
+            yield
+        finally:
+            self._busy.pop(device, None)
+            self._started.pop(device, None)
+            self.wake()
 
-    def others_short(self, run: str) -> bool:
-        """Whether a job of a run other than ``run`` got fewer devices than it wanted."""
-        return any(holder[0] != run for holder in self.short)
+    def planned(self, holder: Holder, wanted: int, got: int) -> None:
+        """``holder``'s plan wanted ``wanted`` devices and got ``got`` (0: it waits)."""
+        self._wanted[holder] = wanted
+        if got < wanted:
+            self._short[holder] = wanted - got
+        elif self._short.pop(holder, None) is not None:
+            self.wake()  # those held back for its sake may grow again
 
+    def ended(self, holder: Holder) -> None:
+        """``holder`` will plan no more: it is neither short nor wanting, and its run's share may go to others."""
+        self._wanted.pop(holder, None)
+        self._short.pop(holder, None)
+        self.wake()
 
-class FairShare:
-    """Each running run's share of the fleet: an equal part of the devices present, rounded up.
+    def forget(self, run: str, jobs: Iterable[JobId]) -> None:
+        """A run is over: whatever its jobs said of their plans is dropped."""
+        for job in jobs:
+            self.ended((run, job))
 
-    A run may go past its share while no other run is short of devices, so
-    the fleet is never idle for the policy's sake; once another run is
-    short, the run plans no further device until it holds less than its
-    share. Rounds end often, so a short run gets its share within a round or
-    so of the others' (no run starves: the others cannot grow while it is
-    short).
-    ``devices`` and ``runs`` count the fleet's devices and the running runs now.
-    """
+    # -- waiting -----------------------------------------------------------------------
 
-    def __init__(self, devices: Callable[[], int], runs: Callable[[], int]) -> None:
-        self.devices = devices
-        self.runs = runs
+    def wake(self) -> None:
+        """Something changed that may let a waiting job plan (a release, a job's end, a device that joined)."""
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
-    def limit(self, run: str, occupancy: Occupancy) -> int | None:
-        if not occupancy.others_short(run):
-            return None
-        return math.ceil(self.devices() / max(self.runs(), 1))
-
+    async def changed(self, timeout: float | None = None) -> bool:
+        """Wait for the next ``wake``; False if ``timeout`` seconds (of the loop's clock) passed first."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        try:
+            if timeout is None:
+                await waiter
+                return True
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.discard(waiter)

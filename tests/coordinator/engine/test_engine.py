@@ -28,7 +28,8 @@ from mjfl.coordinator.engine.events import (
     TaskSent,
 )
 from mjfl.coordinator.engine.fleet import DeviceProfileView, TaskResult
-from mjfl.coordinator.engine.occupancy import FairShare, Occupancy
+from mjfl.coordinator.engine.occupancy import Occupancy
+from mjfl.coordinator.lab.sharing import FairShare, run_needs
 from mjfl.coordinator.results.outcomes import job_outcomes
 from mjfl.coordinator.storage.records import JobInfo
 from mjfl.errors import DeviceFailure
@@ -452,12 +453,15 @@ def two_runs(share: bool, late_s: float = 5.0):
         return made
 
     async def main():
-        clock, running = VirtualClock(), [2]
+        clock = VirtualClock()
         fleet = StepFleet(10, clock, 0)
-        occupancy = Occupancy(FairShare(devices=lambda: 10, runs=lambda: running[0]) if share else None)
+        policy = FairShare(devices=lambda: 10)
+        occupancy = Occupancy(policy if share else None)
         events = {"a": Events(), "b": Events()}
 
         def engine(run, count):
+            policy.admit(run, run_needs(1, [1.0] * count, 10))
+            policy.ready(run, occupancy)
             return Engine(jobs(run, count), fleet, clock, evaluate, run_id=run, settings=EngineSettings(seed=1),
                           observers=[events[run]], occupancy=occupancy)
 
@@ -479,7 +483,7 @@ def test_the_runs_of_a_lab_share_one_fleet_device_by_device_and_none_starves():
     assert {r.job for r in a} == {"a0", "a1"} and {r.job for r in b} == {"b0"}
     assert max(r.accuracy for r in b) >= 0.8 and max(r.accuracy for r in a) >= 0.8
     # Round by round: b's first round starts within a second of its arrival (run clocks: b's starts at 5 s),
-    # its rounds run while a's do, and from its second round on b holds its share, ceil(10 / 2) devices.
+    # its rounds run while a's do, and from its second round on b holds its share, half of the 10 devices.
     a_ends = max(r.ended_s for r in a)
     assert min(r.started_s for r in b) < 1.0 and sum(r.started_s + 5.0 < a_ends for r in b) >= 3
     assert all(len(r.plan) >= 5 for r in b[1:]), [len(r.plan) for r in b]
@@ -490,17 +494,22 @@ def test_the_runs_of_a_lab_share_one_fleet_device_by_device_and_none_starves():
 
 
 def test_a_run_holds_at_most_its_share_while_another_run_is_short():
-    occupancy = Occupancy(FairShare(devices=lambda: 10, runs=lambda: 3))
+    policy = FairShare(devices=lambda: 10)
+    occupancy = Occupancy(policy)
+    for run in "abc":
+        policy.admit(run, run_needs(2, [0.5], 10))
+        policy.ready(run, occupancy)
     for k in range(6):
-        occupancy.busy[DeviceId(f"d{k}")] = ("a", JobId("a0"))
-    occupancy.claimed[DeviceId("d0")] = ("a", JobId("a1"))  # a device counts once however a run holds it
+        occupancy.take(DeviceId(f"d{k}"), ("a", JobId("a0")), 0.0)
+    occupancy.claim(DeviceId("d0"), ("a", JobId("a1")))  # a device counts once however a run holds it
     assert occupancy.held_by("a") == 6 and occupancy.held_by("b") == 0
     assert occupancy.allowance("a") is None  # nobody else is short: a may take every free device
-    occupancy.planned(("a", JobId("a1")), 3)
+    occupancy.planned(("a", JobId("a1")), 5, 2)
     assert occupancy.allowance("a") is None  # its own short jobs do not limit it
-    occupancy.planned(("b", JobId("b0")), 2)
-    assert occupancy.allowance("a") == 0  # ceil(10 / 3) = 4 <= the 6 it holds
-    assert occupancy.allowance("b") == 4
-    occupancy.planned(("b", JobId("b0")), 0)  # b got what it wanted
+    occupancy.planned(("b", JobId("b0")), 5, 3)
+    # a wants 5 + 5, b 5, c 5 before it plans: floors 2 each, then one at a time to the fewest: 4 / 3 / 3
+    assert occupancy.allowance("a") == 0  # its share 4 <= the 6 it holds
+    assert occupancy.allowance("b") == 3
+    occupancy.planned(("b", JobId("b0")), 5, 5)  # b got what it wanted
     assert occupancy.allowance("a") is None
     assert Occupancy().allowance("a") is None  # one run alone: no share at all

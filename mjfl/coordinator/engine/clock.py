@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import selectors
+import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar
@@ -35,6 +36,11 @@ class Clock(Protocol):
     async def run_blocking(self, executor: Executor | None, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` off the event loop and wait for its result."""
         ...
+
+
+def wall_offset() -> float:
+    """What turns the running event loop's time into the wall clock's (Unix seconds): add it."""
+    return time.time() - asyncio.get_running_loop().time()
 
 
 class RealClock:

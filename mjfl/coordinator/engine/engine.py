@@ -297,9 +297,9 @@ class Engine:
                 continue
             now = self.clock.now()
             deadline = now + self.settings.device_wait_s if deadline is None else deadline
-            if now >= deadline or not await occupancy.changed(timeout=deadline - now):
-                if not occupancy.any_busy():
-                    return None  # nothing busy, nobody came: this job cannot run
+            timed_out = now >= deadline or not await occupancy.changed(timeout=deadline - now)
+            if timed_out and not occupancy.any_busy():
+                return None  # nothing busy, nobody came: this job cannot run
 
     def _waiting(self, job: EngineJob) -> JobWaiting:
         """What keeps ``job`` from planning now, as its ``JobWaiting`` event says it."""

@@ -4,6 +4,7 @@
 
     out_dir = "lab"            # LAB_DIR: the lab's database and every run's folder (--out overrides)
     seed = 0                   # emulated devices' profiles and round times (--emulate)
+    program_cache = "programs" # the runs' exported programs, kept between runs (default: LAB_DIR/programs)
 
     [fleet]                    # the lab's devices, as a run's [fleet] (docs/config.md)
     size = 8                   # how many the lab has: a run made for more can never run here
@@ -76,6 +77,11 @@ class LabConfig:
     out_dir: Path = Path("lab")
     seed: int = 0
     source: Path | None = None
+    program_cache: Path | None = None  # None: LAB_DIR/programs, wherever the service's folder is
+
+    def programs(self, out_dir: Path) -> Path:
+        """Where the lab's runs keep their exported programs, the service's folder being ``out_dir``."""
+        return self.program_cache if self.program_cache is not None else out_dir / "programs"
 
     @property
     def size(self) -> int:
@@ -101,8 +107,10 @@ def parse_lab_config(raw: dict[str, Any], *, base: Path = Path("."), source: Pat
     d = defaults_of(LabConfig)
     out_dir = Path(top.take("out_dir", str, default=str(d["out_dir"]))).expanduser()
     seed = top.take("seed", int, default=d["seed"])
+    cache = top.take("program_cache", str, default=None)
     top.done()
-    return LabConfig(fleet, server, api, limits, out_dir, seed, source)
+    program_cache = None if cache is None else base / Path(cache).expanduser()
+    return LabConfig(fleet, server, api, limits, out_dir, seed, source, program_cache)
 
 
 def _api(raw: dict[str, Any]) -> ApiConfig:

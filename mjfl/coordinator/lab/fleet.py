@@ -12,6 +12,9 @@ own views, which close when the run ends:
 * ``RunMembers``: the registry's comings and goings (``Membership``), told
   to the run while it goes; the ``Lobby`` listens to the registry once for
   every run.
+* ``LabDevices``: one run's devices, the run driver's ``Devices``, made of
+  both; ``LabFleet``: what every run shares (the lobby, the remote fleet, the
+  occupancy, the policy between runs).
 
 A device serves one job at a time across runs because every run's engine
 shares the lab's ``Occupancy`` (``engine/occupancy.py``).
@@ -19,13 +22,22 @@ shares the lab's ``Occupancy`` (``engine/occupancy.py``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from mjfl.coordinator.engine.clock import RealClock, wall_offset
+from mjfl.coordinator.engine.events import Observer
 from mjfl.coordinator.engine.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult
+from mjfl.coordinator.engine.occupancy import Occupancy
+from mjfl.coordinator.lab.sharing import FairShare
 from mjfl.coordinator.remote.fleet import RemoteFleet
 from mjfl.coordinator.remote.registry import ConnectedDevice, DeviceRegistry, Transfer
-from mjfl.ids import DeviceId, JobId
+from mjfl.coordinator.run.driver import ReadyFleet
+from mjfl.coordinator.storage.records import RunMode
+from mjfl.ids import DeviceId, JobId, wire_job
 
 
 class RunFleet:
@@ -39,7 +51,7 @@ class RunFleet:
 
     def wire_id(self, job: JobId) -> JobId:
         """The job's id on the wire, where every run's jobs meet."""
-        return JobId(f"{self.run_id}/{job}")
+        return wire_job(self.run_id, job)
 
     def profiles(self) -> list[DeviceProfileView]:
         offered = self.fleet.profiles()
@@ -120,3 +132,94 @@ class RunMembers:
         self._lobby._gone(self)
         for listeners in self._listeners.values():
             listeners.clear()
+
+
+@dataclass
+class LabFleet:
+    """The lab's devices, as every run shares them: the registry's lobby, the remote fleet, the occupancy.
+
+    Under the ``equal`` policy (``limits.share``) every run plans over every
+    device, held to its share while others wait (``share``, ``sharing.py``);
+    under ``reserved`` a run holds its own devices, as many as it needs, for
+    its life (``reserve``/``release``).
+    """
+
+    lobby: Lobby
+    remote: RemoteFleet
+    occupancy: Occupancy
+    device_wait_s: float
+    policy: str = "equal"
+    share: FairShare | None = None
+    reserved: dict[str, list[DeviceId]] = field(default_factory=dict)
+    apps: Mapping[str, str | None] = field(default_factory=dict)  # the attached phones' app builds (``Phones.apps``)
+
+    def connected(self) -> int:
+        return len(self.lobby.registry.connected())
+
+    def unreserved(self) -> list[DeviceId]:
+        """Connected devices no run holds, in a stable order."""
+        held = {d for devices in self.reserved.values() for d in devices}
+        return sorted(d for d in self.lobby.registry.connected() if d not in held)
+
+    def reserve(self, run_id: str, needs: int) -> list[DeviceId] | None:
+        """``needs`` devices of its own for ``run_id`` (None: not enough are free); only under ``reserved``."""
+        if self.policy != "reserved":
+            return None
+        free = self.unreserved()
+        if len(free) < needs:
+            return None
+        self.reserved[run_id] = free[:needs]
+        return self.reserved[run_id]
+
+    def release(self, run_id: str) -> None:
+        self.reserved.pop(run_id, None)
+
+    def devices(self) -> list[dict[str, Any]]:
+        """The lobby as the API shows it: each connected device, since when (wall clock), and what it serves."""
+        to_wall = wall_offset()
+        serving = self.occupancy.serving()
+        rows = []
+        for device, info in self.lobby.registry.connected().items():
+            holder = serving.get(device)
+            rows.append({
+                "device": device, "connected_at": info.connected_at + to_wall, "address": info.address,
+                "serving": None if holder is None else {"run": holder[0], "job": holder[1]},
+            })
+        return rows
+
+
+class LabDevices:
+    """One run's devices in the lab (the run driver's ``Devices``): every device of the lab, shared.
+
+    ``observers`` follow the run's events beside the run's own (the lab's
+    policy and its state of the run).
+    """
+
+    mode: RunMode = "real"
+    kind = "lab"
+
+    def __init__(self, fleet: LabFleet, run_id: str, needs: int, observers: Sequence[Observer] = ()) -> None:
+        self.lab = fleet
+        self.run_id = run_id
+        self.needs = needs
+        self.observers = tuple(observers)
+
+    @contextlib.asynccontextmanager
+    async def fleet(self) -> AsyncIterator[ReadyFleet]:
+        registry = self.lab.lobby.registry
+        await registry.wait_until(lambda connected: len(connected) >= self.needs, None, needed=self.needs)
+        if self.lab.policy == "reserved" and self.run_id not in self.lab.reserved:  # resumed after a restart
+            await registry.wait_until(lambda _: self.lab.reserve(self.run_id, self.needs) is not None, None)
+        reserved = self.lab.reserved.get(self.run_id) if self.lab.policy == "reserved" else None
+        members, view = self.lab.lobby.members(), RunFleet(self.lab.remote, self.run_id, reserved)
+        try:
+            connected = registry.connected()
+            present = sorted(connected) if reserved is None else sorted(d for d in reserved if d in connected)
+            yield ReadyFleet(
+                view, RealClock(), present, device_wait_s=self.lab.device_wait_s,
+                hardware={d: dict(c.hello.hardware) for d, c in connected.items()},
+                members=members, occupancy=self.lab.occupancy, apps=self.lab.apps, observers=self.observers,
+            )
+        finally:
+            members.close()
+            view.close()

@@ -8,16 +8,22 @@ its state forward in the lab's database (``store.py``):
   submission order, with why it waits.
 * **admit**: whenever something changes (a submission, a run's end, a
   device that comes or goes, a cancel), queued runs are admitted in order
-  while a place is free (``limits.max_running``) and the devices a run
-  needs are connected. A run that must wait says why in its ``reason``.
+  while a place is free (``limits.max_running``), the devices a run needs
+  are connected, and (``equal``) the fleet holds the smallest plan of its
+  jobs beside every running run's (``sharing.py``). A run that must wait
+  says why in its ``reason``.
 * **run**: an admitted run trains through the run driver, exactly as
   `mjfl testbed run` would, in its own folder (``runs/<run>``), on the
   lab's devices through its own views (``fleet.py``, ``LabDevices``), its
-  log lines in its folder's ``mjfl.log``. Every running run's engine shares
-  the lab's ``Occupancy``: one job per device at a time, each running run's
-  share of the devices while others are short (``FairShare``).
-* **end**: completed (with whether every job reached its target), failed
-  (why), cancelled (by its owner or an admin, in any state; again is the
+  log lines in its folder's ``mjfl.log`` (one a round of each job, and why
+  it waits when it waits). Every running run's engine shares the lab's
+  ``Occupancy``: one job per device at a time, each running run's share of
+  the devices while others wait (``sharing.py``). A running run whose jobs
+  wait for devices says so in its ``reason``. Its preparation and report
+  run in the service's child process (``work``), its database on a thread
+  of its own: nothing of a run blocks the loop that carries the others.
+* **end**: completed (with whether every job reached its target, as the
+  run's engine decided), failed (why, also the last line of its log), cancelled (by its owner or an admin, in any state; again is the
   same answer), or abandoned (its config no longer loads where it did).
 
 A service that stops (Ctrl-C, SIGTERM, a crash) leaves running runs
@@ -29,121 +35,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
-import functools
-import gc
 import logging
-import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
 
-from mjfl.coordinator.engine.clock import RealClock
-from mjfl.coordinator.engine.occupancy import Occupancy
+from rich.console import Console
+
+from mjfl.coordinator.engine.events import JobWaiting, RoundAggregated, RunEvent, RunStarted
 from mjfl.coordinator.lab.admission import Submission, check, check_data, placed
 from mjfl.coordinator.lab.config import LabConfig
-from mjfl.coordinator.lab.fleet import Lobby, RunFleet
+from mjfl.coordinator.lab.fleet import LabDevices, LabFleet
+from mjfl.coordinator.lab.memory import give_back_free_memory
 from mjfl.coordinator.lab.runlogs import RunLogs
+from mjfl.coordinator.lab.sharing import RunNeeds, run_needs
 from mjfl.coordinator.lab.store import LabRun, LabStore, RunState
-from mjfl.coordinator.remote.fleet import RemoteFleet
-from mjfl.coordinator.results.targets import job_rounds
-from mjfl.coordinator.run.driver import Driver, Output, ReadyFleet
+from mjfl.coordinator.run.driver import Driver, Output
+from mjfl.coordinator.run.preparation import PROGRAM_CACHE
 from mjfl.coordinator.storage.database import Storage
-from mjfl.coordinator.storage.records import RunMode
 from mjfl.errors import MjflError, Refusal
-from mjfl.ids import DeviceId
+from mjfl.ids import JobId
 
 log = logging.getLogger(__name__)
 
 RUNS = "runs"  # LAB_DIR's folder of run folders
-
-
-@dataclass
-class LabFleet:
-    """The lab's devices, as every run shares them: the registry's lobby, the remote fleet, the occupancy.
-
-    Under the ``reserved`` policy (``limits.share``) a run holds its own
-    devices, as many as it needs, for its life (``reserve``/``release``);
-    under ``equal`` every run plans over every device.
-    """
-
-    lobby: Lobby
-    remote: RemoteFleet
-    occupancy: Occupancy
-    device_wait_s: float
-    policy: str = "equal"
-    reserved: dict[str, list[DeviceId]] = field(default_factory=dict)
-    apps: Mapping[str, str | None] = field(default_factory=dict)  # the attached phones' app builds (``Phones.apps``)
-
-    def connected(self) -> int:
-        return len(self.lobby.registry.connected())
-
-    def unreserved(self) -> list[DeviceId]:
-        """Connected devices no run holds, in a stable order."""
-        held = {d for devices in self.reserved.values() for d in devices}
-        return sorted(d for d in self.lobby.registry.connected() if d not in held)
-
-    def reserve(self, run_id: str, needs: int) -> list[DeviceId] | None:
-        """``needs`` devices of its own for ``run_id`` (None: not enough are free); only under ``reserved``."""
-        if self.policy != "reserved":
-            return None
-        free = self.unreserved()
-        if len(free) < needs:
-            return None
-        self.reserved[run_id] = free[:needs]
-        return self.reserved[run_id]
-
-    def release(self, run_id: str) -> None:
-        self.reserved.pop(run_id, None)
-
-    def devices(self) -> list[dict[str, Any]]:
-        """The lobby as the API shows it: each connected device, since when (wall clock), and what it serves."""
-        to_wall = time.time() - asyncio.get_running_loop().time()
-        rows = []
-        for device, info in self.lobby.registry.connected().items():
-            holder = self.occupancy.busy.get(device)
-            rows.append({
-                "device": device, "connected_at": info.connected_at + to_wall, "address": info.address,
-                "serving": None if holder is None else {"run": holder[0], "job": holder[1]},
-            })
-        return rows
-
-
-class LabDevices:
-    """One run's devices in the lab (the run driver's ``Devices``): every device of the lab, shared."""
-
-    mode: RunMode = "real"
-    kind = "lab"
-
-    def __init__(self, fleet: LabFleet, run_id: str, needs: int) -> None:
-        self.lab = fleet
-        self.run_id = run_id
-        self.needs = needs
-
-    def run(self, main: Any) -> Any:
-        raise AssertionError("a lab run goes on the service's event loop (Driver.train_one)")
-
-    @contextlib.asynccontextmanager
-    async def fleet(self) -> AsyncIterator[ReadyFleet]:
-        registry = self.lab.lobby.registry
-        await registry.wait_until(lambda connected: len(connected) >= self.needs, None, needed=self.needs)
-        if self.lab.policy == "reserved" and self.run_id not in self.lab.reserved:  # resumed after a restart
-            await registry.wait_until(lambda _: self.lab.reserve(self.run_id, self.needs) is not None, None)
-        reserved = self.lab.reserved.get(self.run_id) if self.lab.policy == "reserved" else None
-        members, view = self.lab.lobby.members(), RunFleet(self.lab.remote, self.run_id, reserved)
-        try:
-            connected = registry.connected()
-            present = sorted(connected) if reserved is None else sorted(d for d in reserved if d in connected)
-            yield ReadyFleet(
-                view, RealClock(), present, device_wait_s=self.lab.device_wait_s,
-                hardware={d: dict(c.hello.hardware) for d, c in connected.items()},
-                members=members, occupancy=self.lab.occupancy, apps=self.lab.apps,
-            )
-        finally:
-            members.close()
-            view.close()
 
 
 class LabRuns:
@@ -153,6 +68,7 @@ class LabRuns:
         self, store: LabStore, lab: LabConfig, out_dir: Path, fleet: LabFleet, logs: RunLogs,
         spawn: Callable[..., asyncio.Task[None]], said: Callable[[LabRun], None] = lambda run: None,
         keeps: Callable[[Path], contextlib.AbstractContextManager[object]] = lambda folder: contextlib.nullcontext(),
+        *, work: Executor | None = None, program_cache: Path = PROGRAM_CACHE,
     ) -> None:
         self.store = store
         self.lab = lab
@@ -162,6 +78,8 @@ class LabRuns:
         self.spawn = spawn  # starts a task in the service's task group
         self.said = said  # told of every run's change of state
         self.keeps = keeps  # what else a run's folder gets while the run runs (its phones' log lines)
+        self.work = work  # where runs prepare and report (the service's child process; None: a thread)
+        self.program_cache = program_cache
         self.draining = False
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancelled: set[str] = set()
@@ -286,23 +204,37 @@ class LabRuns:
             )
         if connected < run.needs:
             return f"waiting for devices: needs {run.needs} connected, {connected} are"
+        if self.fleet.share is not None:
+            return self.fleet.share.room(self._needs(run, connected))
         if self.fleet.policy == "reserved" and self.fleet.reserve(run.run_id, run.needs) is None:
             return f"waiting for devices: needs {run.needs} of its own (limits.share = \"reserved\"), {len(self.fleet.unreserved())} are free"
         return None
 
-    def reconcile(self) -> list[LabRun]:
+    def _needs(self, run: LabRun, connected: int) -> RunNeeds:
+        """What ``run``'s jobs ask of the shared fleet (``sharing.py``), from its config as the lab loads it."""
+        submission = check(run.config_toml, self.lab)
+        config = submission.config
+        return run_needs(config.scheduler.min_plan, [job.fraction for job in config.jobs], max(connected, run.needs))
+
+    async def reconcile(self) -> list[LabRun]:
         """After a restart, before any device is answered: runs admitted or running resume (returned).
 
         Under ``reserved``, a resumed run takes its devices once they connect (``LabDevices``).
         """
         resumed = self.store.runs("admitted", "running")
         for run in resumed:
-            self._start(run, resume=self._recorded(run.run_id))
+            self._start(run, resume=await asyncio.to_thread(self._recorded, run.run_id))
         return resumed
 
     # -- one run ---------------------------------------------------------------
 
     def _start(self, run: LabRun, *, resume: bool) -> None:
+        if self.fleet.share is not None:
+            try:
+                needs = self._needs(run, self.fleet.connected())
+            except Refusal:  # its config no longer loads: it is abandoned as it starts (``_loaded``)
+                needs = RunNeeds(1, 1)
+            self.fleet.share.admit(run.run_id, needs)
         task = self.spawn(self._run(run, resume=resume), name=f"run {run.run_id}")
         self._tasks[run.run_id] = task
         task.add_done_callback(lambda _: self._ended(run.run_id))
@@ -310,8 +242,10 @@ class LabRuns:
     def _ended(self, run_id: str) -> None:
         self._tasks.pop(run_id, None)
         self.fleet.release(run_id)
+        if self.fleet.share is not None:
+            self.fleet.share.end(run_id, self.fleet.occupancy)
         self._cancelled.discard(run_id)
-        give_back_free_memory()
+        self.spawn(give_back_free_memory(), name=f"memory after {run_id}")
         self._idle.set()
         self.changed()
 
@@ -325,23 +259,34 @@ class LabRuns:
                     return
                 if run.state != "running":
                     self._move(run.run_id, "running")
-                output = Output(folder, console, live=False, log_here=False)
+                output = Output(folder, console, live=False, log_here=False, program_cache=self.program_cache)
                 driver = Driver(placed(submission, folder), output, config_text=run.config_toml)
-                devices = LabDevices(self.fleet, run.run_id, submission.needs)
+                devices = LabDevices(self.fleet, run.run_id, submission.needs, observers=[RunFollower(self, run.run_id)])
                 with self.keeps(folder):  # ended before the run's final state is said
-                    await driver.train_one(submission.method, devices, run_id=run.run_id, resume=resume)
-                reached = self._targets_reached(folder, run.run_id)
-                why = "every job reached its target" if reached else "a job stopped short of its target"
-                self._move(run.run_id, "completed", why, reached=reached)
+                    outcome = await driver.train_one(
+                        submission.method, devices, run_id=run.run_id, resume=resume, work=self.work
+                    )
+                why = "every job reached its target" if outcome.reached else "a job stopped short of its target"
+                console.print(f"run {run.run_id} completed: {why}", highlight=False)
+                self._move(run.run_id, "completed", why, reached=outcome.reached)
             except asyncio.CancelledError:
                 if run.run_id in self._cancelled:  # by a researcher; else the service stops and it resumes later
+                    console.print(f"run {run.run_id} cancelled: its rounds so far are kept", highlight=False)
                     self._move(run.run_id, "cancelled", "cancelled while it ran; its rounds so far are kept")
                 raise
-            except MjflError as exc:
-                self._move(run.run_id, "failed", str(exc))
-            except Exception as exc:  # one run's bug must not end the lab's other runs
-                log.exception("run %s failed", run.run_id)
-                self._move(run.run_id, "failed", f"internal error: {type(exc).__name__}: {exc} (see lab.log)")
+            except Exception as exc:  # noqa: BLE001 - one run's failure, or our bug, must not end the lab's other runs
+                self._failed(run, exc, console)
+
+    def _failed(self, run: LabRun, exc: Exception, console: Console) -> None:
+        """The run failed: why, in its log (the last line) and its state; our bug's traceback in the logs too."""
+        ours = _mjfl_error(exc)
+        if ours is not None:
+            why = str(ours)
+        else:
+            log.error("run %s failed", run.run_id, exc_info=exc)
+            why = f"internal error: {type(exc).__name__}: {exc} (see lab.log)"
+        console.print(f"run {run.run_id} failed: {why}", highlight=False, soft_wrap=True)
+        self._move(run.run_id, "failed", why)
 
     def _loaded(self, run: LabRun) -> Submission | None:
         """The run's config as checked again now; a run whose config no longer loads here is abandoned."""
@@ -359,35 +304,41 @@ class LabRuns:
         with Storage(database) as storage:
             return any(info.run_id == run_id and status != "finished" for info, status in storage.runs())
 
-    @staticmethod
-    def _targets_reached(folder: Path, run_id: str) -> bool:
-        with Storage(folder / "mjfl.db") as storage:
-            rounds = storage.rounds(run_id)
-            return all(job_rounds(job, rounds).reached_at is not None for job in storage.jobs(run_id))
+
+class RunFollower:
+    """What the lab follows of a running run's events: its start (the policy between runs hears it plan from now
+    on) and its jobs' waits for devices, said in the run's ``reason`` while they last (`mjfl runs`, its page)."""
+
+    def __init__(self, runs: LabRuns, run_id: str) -> None:
+        self.runs = runs
+        self.run_id = run_id
+        self._waiting: dict[JobId, str] = {}
+
+    def __call__(self, event: RunEvent) -> None:
+        if isinstance(event, RunStarted):
+            if self.runs.fleet.share is not None:
+                self.runs.fleet.share.ready(self.run_id, self.runs.fleet.occupancy)
+        elif isinstance(event, JobWaiting):
+            self._waiting[event.job] = event.why()
+            self._say()
+        elif isinstance(event, RoundAggregated) and self._waiting.pop(event.job, None) is not None:
+            self._say()
+
+    def _say(self) -> None:
+        waits = "; ".join(f"job {job} waits for devices: {why}" for job, why in sorted(self._waiting.items()))
+        self.runs.store.note(self.run_id, waits or None)
 
 
-def give_back_free_memory() -> None:
-    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere it does nothing).
-
-    What a run allocates for its life (its data, programs, evaluations, plots) is freed when it ends, but glibc
-    keeps freed pages inside its arenas: `mjfl bench serve`'s service grew from 628 to 695 MiB between its 10th
-    and 100th tiny run with no object of an ended run left (gc and tracemalloc: under 2 KiB a run). Collected
-    and trimmed after each run, it held 602 MiB after 10 runs and 605 after 100 (trimmed without the collection,
-    617 and 685: the run's cycles were freed after the trim). Once a run, a full collection (0.1-0.3 s) and a trim (ms).
-    """
-    trim = _malloc_trim()
-    if trim is not None:
-        gc.collect()  # the ended run's reference cycles first, or what they hold is freed after the trim
-        trim(0)
-
-
-@functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
-    name = ctypes.util.find_library("c")
-    try:
-        return ctypes.CDLL(name).malloc_trim if name is not None else None
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to hand back this way
-        return None
+def _mjfl_error(exc: BaseException) -> MjflError | None:
+    """The MjflError that ended a run, however deep a task group wrapped it."""
+    if isinstance(exc, MjflError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _mjfl_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _runs(count: int) -> str:

@@ -30,46 +30,35 @@ The service, in the order it starts (docs/lab.md):
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
+import multiprocessing
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console
 
 from mjfl import logs
-from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.dashboard.server import listening
-from mjfl.coordinator.engine.occupancy import FairShare, Occupancy
+from mjfl.coordinator.engine.occupancy import Occupancy
 from mjfl.coordinator.lab.api import LabApi, lab_app
 from mjfl.coordinator.lab.config import LabConfig
-from mjfl.coordinator.lab.fleet import Lobby
+from mjfl.coordinator.lab.fleet import LabFleet, Lobby
+from mjfl.coordinator.lab.loop import LoopWatch
+from mjfl.coordinator.lab.memory import settle
 from mjfl.coordinator.lab.pages import add_pages, dashboard_token
 from mjfl.coordinator.lab.runlogs import RunLogs
-from mjfl.coordinator.lab.runs import RUNS, LabFleet, LabRuns
+from mjfl.coordinator.lab.runs import RUNS, LabRuns
+from mjfl.coordinator.lab.sharing import FairShare
 from mjfl.coordinator.lab.store import LabRun, LabStore
 from mjfl.coordinator.lab.view import LabView
-from mjfl.coordinator.remote.fleet import RemoteFleet
-from mjfl.coordinator.remote.registry import DeviceRegistry
-from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
-from mjfl.coordinator.run.preparation import fleet_profiles
-from mjfl.coordinator.run.testbed import (
-    RemoteDevices,
-    admission,
-    hand_credentials,
-    where_to_connect,
-)
-from mjfl.device.emulated.emulator.fleet import (
-    EmulatedFleet,
-    default_id_prefix,
-    run_emulated_fleet,
-)
+from mjfl.coordinator.run.host import DeviceHost, HostOptions, where_to_connect
+from mjfl.coordinator.run.preparation import warm
+from mjfl.device.emulated.ray_cluster import RayOptions
 from mjfl.device.phones.attached import Phones
-from mjfl.device.protocol.credentials import new_secret
 from mjfl.errors import UserError
-from mjfl.profiling.planning import PlanningProfiles
-from mjfl.profiling.profiles import load_profiles
 
 ADMIN = "admin"  # the researcher made on a lab's first start
 ADMIN_TOKEN = "admin.token"
@@ -79,8 +68,9 @@ ADMIN_TOKEN = "admin.token"
 class ServeOptions:
     """What `mjfl serve` starts beside the lab's server."""
 
-    emulate: int = 0  # emulated devices on this machine
+    emulate: int = 0  # emulated devices on this machine (or, with ``ray``, on that cluster)
     phones: Phones | None = None  # the phones attached over adb (checked: Phones.attached), for the service's life
+    ray: RayOptions | None = None
     drain: bool = False  # finish the runs admitted or running, admit none, exit
     verbose: bool = False
 
@@ -91,74 +81,71 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
     logs.setup(out_dir / "lab.log", verbose=options.verbose, stream=None)
     run_logs = RunLogs()
     logs.add_handler(run_logs)
-    with LabStore(out_dir / "lab.db") as store:
+    store = await asyncio.to_thread(LabStore, out_dir / "lab.db")
+    with store, _child_work() as work:
         _first_admin(store, out_dir, console)
-        profiles = load_profiles(lab.fleet.profiles) if lab.fleet.profiles is not None else []
-        registry = DeviceRegistry(PlanningProfiles(profiles))
-        settings, limits = RemoteDevices.limits(lab.server)
-        async with asyncio.TaskGroup() as group, contextlib.AsyncExitStack() as phones_served:
-            remote = RemoteFleet(registry, **limits)
-            runs = _runs(lab, out_dir, store, registry, remote, run_logs, group, console, options.phones)
-            resumed = runs.reconcile()  # before any device is answered
+        host = DeviceHost(
+            lab.server, lab.fleet, seed=lab.seed, section="server",
+            options=HostOptions(options.emulate, options.phones, options.ray, out_dir / "lab.log", options.verbose),
+        )
+        async with asyncio.TaskGroup() as group:
+            runs = _runs(lab, out_dir, store, host, run_logs, group, console, options.phones, work)
+            resumed = await runs.reconcile()  # before any device is answered
             if resumed:
                 console.print(f"resuming {', '.join(r.run_id for r in resumed)}", highlight=False)
             if options.drain:
                 runs.drain()
-            async with CoordinatorServer(lab.server.host, lab.server.port, registry=registry, settings=settings,
-                                         run_secrets=(own := _own_secrets(settings, options))) as server:
-                console.print(f"lab {out_dir}: {where_to_connect(server)}", highlight=False, soft_wrap=True)
-                if settings.keys is not None or settings.token is not None:
-                    console.print(admission(server), highlight=False, soft_wrap=True)
-                if options.phones is not None:  # left after the server's bye, so that the apps hear it first
-                    await _serve_phones(options.phones, server, registry, lab, phones_served)
+            async with host.serving(console):
+                console.print(f"lab {out_dir}: {where_to_connect(host.server)}", highlight=False, soft_wrap=True)
                 api = LabApi(
-                    store, runs, runs.fleet.devices, lambda: list(remote.task_log), max_request_kb=lab.limits.max_request_kb
+                    store, runs, runs.fleet.devices, lambda: list(host.remote.task_log),
+                    max_request_kb=lab.limits.max_request_kb,
                 )
                 view = LabView(store, out_dir / RUNS, lab.limits, draining=lambda: runs.draining)
-                async with _api(api, lab, console, view), _emulated(lab, out_dir, server, own, options, console):
+                async with _api(api, lab, console, view), LoopWatch.watching() as loop:
+                    api.loop = loop
+                    settle()  # up: what the service holds now stays for its life (``memory.py``)
                     keeper = group.create_task(runs.keep(), name="lab admission")
                     await runs.drained()
                     keeper.cancel()
-        console.print("drained: no run is left going", highlight=False)
+    console.print("drained: no run is left going", highlight=False)
 
 
 def _runs(
-    lab: LabConfig, out_dir: Path, store: LabStore, registry: DeviceRegistry, remote: RemoteFleet, run_logs: RunLogs,
-    group: asyncio.TaskGroup, console: Console, phones: Phones | None,
+    lab: LabConfig, out_dir: Path, store: LabStore, host: DeviceHost, run_logs: RunLogs, group: asyncio.TaskGroup,
+    console: Console, phones: Phones | None, work: concurrent.futures.Executor,
 ) -> LabRuns:
     """The lab's runs over its one fleet, sharing it by ``limits.share``, saying each change of state;
     with ``phones``, each run's folder gets their log lines while it runs."""
-    lobby = Lobby(registry)
-    holder: list[LabRuns] = []
-    share = FairShare(devices=lambda: len(registry.connected()), runs=lambda: holder[0].running())
-    occupancy = Occupancy(share if lab.limits.share == "equal" else None)  # reserved devices are never shared
+    registry = host.registry
+    share = FairShare(devices=lambda: len(registry.connected())) if lab.limits.share == "equal" else None
+    occupancy = Occupancy(share)  # reserved devices are never shared
     fleet = LabFleet(
-        lobby, remote, occupancy, device_wait_s=lab.server.wait_timeout_s, policy=lab.limits.share,
-        apps=phones.apps if phones is not None else {},
+        Lobby(registry), host.remote, occupancy, device_wait_s=lab.server.wait_timeout_s, policy=lab.limits.share,
+        share=share, apps=phones.apps if phones is not None else {},
     )
     runs = LabRuns(
         store, lab, out_dir, fleet, run_logs, spawn=group.create_task, said=lambda run: _say(console, run),
-        keeps=_phone_lines(phones),
+        keeps=_phone_lines(phones), work=work, program_cache=lab.programs(out_dir),
     )
-    holder.append(runs)
     registry.on_join(lambda device: runs.changed())
     registry.on_leave(lambda device, reason: runs.changed())
     return runs
 
 
-async def _serve_phones(
-    phones: Phones, server: CoordinatorServer, registry: DeviceRegistry, lab: LabConfig, served: contextlib.AsyncExitStack
-) -> None:
-    """The attached phones pointed at ``server`` until ``served`` closes; an app whose connection was lost
-    (not ended by a bye from either side) is started again if it no longer runs (``Phones.lost``), and the
-    leaving's reason says how the app ended, when the phone's log says (``Phones.explain``)."""
-    hand_credentials(phones, server, lab.server.tls_cert)
-    await served.enter_async_context(phones.serving(server.port))
-    # A phone's device id is its serial (Phones._launch). A crash or a kill ends the connection
-    # with no bye: the server says "connection lost"; a bye (the app's, or the server's at its
-    # shutdown) is meant and is not undone.
-    registry.on_leave(lambda device, reason: phones.lost(device) if reason.startswith("connection lost") else None)
-    server.explain_loss = phones.explain  # the leaving's event says how the app ended, when its log says
+@contextlib.contextmanager
+def _child_work() -> Iterator[concurrent.futures.Executor]:
+    """The child process where runs prepare (data, partitions, program exports) and write their reports: the
+    torch work away from the process whose loop carries every run, and killed at once when the service stops
+    (a run's export does not hold up its exit)."""
+    work = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    work.submit(warm)  # its imports done before the first run needs it
+    try:
+        yield work
+    finally:
+        for process in list(getattr(work, "_processes", {}).values()):
+            process.kill()
+        work.shutdown(wait=False, cancel_futures=True)
 
 
 def _phone_lines(phones: Phones | None) -> Callable[[Path], contextlib.AbstractContextManager[object]]:
@@ -188,13 +175,6 @@ def _first_admin(store: LabStore, out_dir: Path, console: Console) -> None:
     )
 
 
-def _own_secrets(settings: ServerSettings, options: ServeOptions) -> dict[str, str]:
-    """Secrets for the emulated devices the service starts itself, where the server checks credentials."""
-    checked = settings.keys is not None or settings.token is not None
-    prefix = default_id_prefix()
-    return {f"{prefix}-{i}": new_secret() for i in range(options.emulate)} if checked else {}
-
-
 @contextlib.asynccontextmanager
 async def _api(api: LabApi, lab: LabConfig, console: Console, view: LabView) -> AsyncIterator[None]:
     """The researchers' API and, beside it, the lab's dashboard (``pages.py``), on ``[api]``'s host and port."""
@@ -207,26 +187,3 @@ async def _api(api: LabApi, lab: LabConfig, console: Console, view: LabView) -> 
         # On the terminal only: the address carries the pages' token off a loopback address.
         console.print(f"lab's dashboard: {url.rstrip('/')}{page}", highlight=False, soft_wrap=True)
         yield
-
-
-@contextlib.asynccontextmanager
-async def _emulated(
-    lab: LabConfig, out_dir: Path, server: CoordinatorServer, secrets: dict[str, str], options: ServeOptions,
-    console: Console,
-) -> AsyncIterator[EmulatedFleet | None]:
-    """``--emulate N`` emulated devices that impersonate the lab's fleet, for the service's whole life."""
-    if not options.emulate:
-        yield None
-        return
-    fleet = dataclasses.replace(lab.fleet, size=options.emulate)
-    profiles = fleet_profiles(RunConfig(jobs=(), fleet=fleet, seed=lab.seed))
-    emulated = run_emulated_fleet(
-        server.url, options.emulate, runtime=lab.fleet.runtime, profiles=profiles, dropout=lab.fleet.dropout,
-        workers=lab.fleet.workers, seed=lab.seed, log_file=out_dir / "lab.log", verbose=options.verbose,
-        id_prefix=default_id_prefix(), secrets=secrets, ca=lab.server.tls_cert,
-    )
-    console.print(f"started {emulated.describe()} ({lab.fleet.runtime}) for {server.url}", highlight=False)
-    try:
-        yield emulated
-    finally:
-        await emulated.aclose()

@@ -29,9 +29,12 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import io
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,20 +53,23 @@ from mjfl.coordinator.dashboard.state import epochs_of
 from mjfl.coordinator.engine.budget import round_budget
 from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
-from mjfl.coordinator.engine.events import DeviceJoined, Observer, TaskSent
+from mjfl.coordinator.engine.events import DeviceJoined, Observer, StopReason, TaskSent
 from mjfl.coordinator.engine.fleet import Fleet
 from mjfl.coordinator.engine.occupancy import Occupancy
 from mjfl.coordinator.results.live import LiveView
 from mjfl.coordinator.results.report import report_run
 from mjfl.coordinator.run.calibration import calibration_jobs, run_session
 from mjfl.coordinator.run.coverage import explain, shortfalls
+from mjfl.coordinator.run.database import RunDatabase
 from mjfl.coordinator.run.preparation import (
+    PROGRAM_CACHE,
     Assignment,
     PreparedJob,
     evaluate_job,
     prepare_jobs,
     shard_count,
 )
+from mjfl.coordinator.run.progress import RoundLines
 from mjfl.coordinator.run.provenance import Admissions, run_provenance, source_text
 from mjfl.coordinator.run.recorder import FleetRecorder, Membership, Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints, JobCheckpoint, write_atomically
@@ -108,6 +114,8 @@ class Output:
     log_here: bool = True
     # Draw each run's plots into its folder; False where many runs are gathered (a study: `mjfl report RUN --plots DIR`).
     plots: bool = True
+    # Where the jobs' exported programs are kept between runs (the lab's: under LAB_DIR).
+    program_cache: Path = PROGRAM_CACHE
 
     @property
     def log_file(self) -> Path:
@@ -132,21 +140,45 @@ class ReadyFleet:
     # Each phone's installed app (sha256 of its base.apk, None: unreadable) by device id, as the adb bridge read it
     # (``Phones.apps``); kept with the run's provenance.
     apps: Mapping[str, str | None] = field(default_factory=dict)
+    # Who else follows the run's events (the lab's: its policy hears the run start and its jobs wait).
+    observers: Sequence[Observer] = ()
 
 
 class Devices(Protocol):
-    """The devices a command runs on and their clock: all a command chooses."""
+    """The devices a run trains on and their clock: all a command (or the lab) chooses."""
 
     mode: RunMode  # "virtual" or "real"
-    kind: str  # in run ids: "simulate", "testbed"
+    kind: str  # in run ids: "simulate", "testbed", "lab"
+
+    def fleet(self) -> AbstractAsyncContextManager[ReadyFleet]:
+        """The fleet, once its devices are there (started, connected); closed on exit."""
+        ...
+
+
+class OwnLoop(Devices, Protocol):
+    """Devices a command runs on an event loop of their own (``Driver.train``): the lab's run on its loop instead."""
 
     def run(self, main: Coroutine[Any, Any, T]) -> T:
         """Run ``main`` on an event loop that keeps these devices' time."""
         ...
 
-    def fleet(self) -> AbstractAsyncContextManager[ReadyFleet]:
-        """The fleet, once its devices are there (started, connected); closed on exit."""
-        ...
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run of one method ended, as its engine decided, and what it recorded (what its report reads)."""
+
+    run_id: str
+    method: str
+    stopped: Mapping[JobId, StopReason | None]  # each job's verdict (None: stopped by no verdict)
+    jobs: list[JobInfo]
+    rounds: list[RoundRecord]
+    choices: list[SchedulerChoice]
+    summary: Mapping[str, Any] = field(default_factory=dict)  # the report's summary.json, once written
+
+    @property
+    def reached(self) -> bool:
+        """Whether every job reached its target."""
+        return all(reason == "target" for reason in self.stopped.values())
 
 
 class Driver:
@@ -170,71 +202,84 @@ class Driver:
         # The configuration as given, kept with each run (``provenance.py``): read now, before any wait.
         self.config_text = config_text if config_text is not None else source_text(config)
         self._prepared: dict[int, list[PreparedJob]] = {}
+        self.work: Executor | None = None  # where preparation and reports run (None: a thread of this process)
+        self._current: _Run | None = None  # the run going, for what Ctrl-C says
         self._warned: set[str] = set()  # coverage warnings already shown (once a command, not once a method)
 
     # -- training runs --------------------------------------------------------
 
     def train(
-        self, methods: Sequence[str], devices: Devices, *, resume: bool = False, force: bool = False
+        self, methods: Sequence[str], devices: OwnLoop, *, resume: bool = False, force: bool = False
     ) -> dict[str, Any]:
-        """One run per scheduling method on identical jobs and seed; returns the summary also written.
+        """One run per scheduling method on identical jobs and seed, each on its devices' own event loop;
+        returns the summary also written.
 
         Before the first round, devices too few for the jobs' data refuse the
         run unless ``force`` (``coverage.py``).
         """
-        results: dict[str, tuple[list[JobInfo], list[RoundRecord]]] = {}
-        choices: list[SchedulerChoice] = []
-        with Storage(self.config.database_path) as storage:
+        outcomes: list[RunOutcome] = []
+        with RunDatabase(self.config.database_path) as database:
             clock = "virtual" if devices.mode == "virtual" else "wall"
             view = LiveView(enabled=self.output.live, console=self.output.console, clock=clock)
             with view:
                 for method in methods:
-                    run = _Run.begin(storage, self.config, self.output.out_dir, method, devices, resume)
-                    self._run(storage, run, devices, view, force=force)
-                    results[method] = (storage.jobs(run.info.run_id), storage.rounds(run.info.run_id))
-                    choices += storage.choices(run.info.run_id)
-            try:
-                return self._report(results, choices)
-            except OSError as exc:
-                raise RunError(
-                    f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
-                    f" every round is saved in {self.config.database_path}; `mjfl report` writes it again"
-                ) from None
+                    try:
+                        outcomes.append(devices.run(self._train_one(database, method, devices, view, resume=resume, force=force)))
+                    except KeyboardInterrupt:
+                        self._interrupted()
+                        raise
+        return self._report(outcomes)
 
-    def _run(self, storage: Storage, run: _Run, devices: Devices, view: LiveView, *, force: bool) -> None:
-        """One method's run on its devices' event loop; its end (finished, interrupted, failed) is recorded whatever happens."""
-        console = self.output.console
-        if run.resumed:
-            console.print(f"resuming run {run.info.run_id} after {run.progress(storage)}")
-        try:
-            with self._ending(storage, run):
-                devices.run(self._train(storage, run, devices, view, force=force))
-        except KeyboardInterrupt:
-            if run.checkpoints is not None and run.recorded:
-                console.print(
-                    f"[yellow]interrupted[/]: every finished round is saved;"
-                    f" continue with --resume (run {run.info.run_id})"
-                )
-            raise
-
-    async def train_one(self, method: str, devices: Devices, *, run_id: str, resume: bool = False) -> dict[str, Any]:
+    async def train_one(
+        self, method: str, devices: Devices, *, run_id: str, resume: bool = False, work: Executor | None = None
+    ) -> RunOutcome:
         """One run of ``method`` as ``run_id``, on the event loop already going (the lab service's), reported.
 
         ``resume`` continues the run recorded in the output folder. A
-        cancelled run is recorded as interrupted, and can be resumed.
+        cancelled run is recorded as interrupted, and can be resumed. The
+        database is read and written on its own thread (``database.py``), and
+        the run's preparation and report go to ``work`` (the lab's child
+        process; None: a thread), so nothing of the run blocks the loop.
         """
-        with Storage(self.config.database_path) as storage:
-            run = _Run.begin(storage, self.config, self.output.out_dir, method, devices, resume, run_id=run_id)
-            if run.resumed:
-                self.output.console.print(f"resuming run {run.info.run_id} after {run.progress(storage)}")
-            with self._ending(storage, run):
-                view = LiveView(enabled=False, console=self.output.console, clock="wall")
-                await self._train(storage, run, devices, view, force=False)
-            rid = run.info.run_id
-            return self._report({method: (storage.jobs(rid), storage.rounds(rid))}, storage.choices(rid))
+        self.work = work
+        database = await RunDatabase.open(self.config.database_path)
+        try:
+            view = LiveView(enabled=False, console=self.output.console, clock="wall")
+            outcome = await self._train_one(database, method, devices, view, resume=resume)
+        finally:
+            await asyncio.to_thread(database.close)
+        summary, text = await asyncio.get_running_loop().run_in_executor(work, report_text, self._report_of([outcome]))
+        self.output.console.out(text, highlight=False)
+        return dataclasses.replace(outcome, summary=summary)
+
+    async def _train_one(
+        self, database: RunDatabase, method: str, devices: Devices, view: LiveView, *, resume: bool,
+        force: bool = False, run_id: str | None = None,
+    ) -> RunOutcome:
+        """The one path of a run: begun (or resumed), trained, its end recorded whatever happens, its outcome."""
+        config, out = self.config, self.output.out_dir
+        run = await database.call(lambda storage: _Run.begin(storage, config, out, method, devices, resume, run_id=run_id))
+        self._current = run
+        if run.resumed:
+            self.output.console.print(f"resuming run {run.info.run_id} after {await database.call(run.progress)}")
+        with self._ending(database, run):
+            jobs = await self._train(database, run, devices, view, force=force)
+            await database.drain()
+        rid = run.info.run_id
+        jobs_, rounds, choices = await database.call(lambda s: (s.jobs(rid), s.rounds(rid), s.choices(rid)))
+        return RunOutcome(rid, method, {job.name: job.stopped for job in jobs}, jobs_, rounds, choices)
+
+    def _interrupted(self) -> None:
+        """Ctrl-C during a run: say what is kept and how to go on."""
+        run = self._current
+        if run is not None and run.checkpoints is not None and run.recorded:
+            self.output.console.print(
+                f"[yellow]interrupted[/]: every finished round is saved;"
+                f" continue with --resume (run {run.info.run_id})"
+            )
 
     @contextlib.contextmanager
-    def _ending(self, storage: Storage, run: _Run) -> Iterator[None]:
+    def _ending(self, database: RunDatabase, run: _Run) -> Iterator[None]:
         """Mark the run's end in its database whatever happens: finished, interrupted (Ctrl-C, cancelled) or failed."""
         status = "failed"
         try:
@@ -245,7 +290,8 @@ class Driver:
             raise
         finally:
             if run.recorded:
-                self._finish(storage, run.info.run_id, status)
+                run_id = run.info.run_id
+                database.put(lambda storage: self._finish(storage, run_id, status))
 
     @staticmethod
     def _finish(storage: Storage, run_id: str, status: str) -> None:
@@ -255,24 +301,30 @@ class Driver:
         except StorageError as exc:
             log.info("could not mark run %s %s (resume still finds it): %s", run_id, status, exc)
 
-    async def _train(self, storage: Storage, run: _Run, devices: Devices, view: LiveView, *, force: bool) -> None:
+    async def _train(
+        self, database: RunDatabase, run: _Run, devices: Devices, view: LiveView, *, force: bool
+    ) -> list[EngineJob]:
         """The run's steps: the dashboard (real time) -> the fleet ready -> shards and jobs -> the run recorded ->
         the engine's jobs (resumed where the checkpoints say) -> the engine, observed, with the fleet's comings
-        and goings."""
+        and goings; its jobs as the engine left them."""
         live = self._live_run(run) if devices.mode == "real" else None
         transfers = _Transfers()
         async with self._dashboard(live, transfers), devices.fleet() as ready:
             transfers.members = ready.members
             assignment, prepared = await self._shards_and_jobs(run, ready, real_time=devices.mode == "real", force=force)
-            infos = self._record_start(storage, run, prepared, assignment)
-            admitted = self._keep_provenance(storage, run, prepared, assignment, ready)
-            resumed = run.resumed_state(storage, [job.config.name for job in prepared])
-            jobs = self._engine_jobs(prepared, run.info.method, assignment, self._budgets(storage, run, infos), resumed)
+            infos = await database.call(lambda storage: self._record_start(storage, run, prepared, assignment))
+            admitted = self._keep_provenance(database, run, prepared, assignment, ready)
+            names = [job.config.name for job in prepared]
+            resumed, budgets = await database.call(
+                lambda storage: (run.resumed_state(storage, names), self._budgets(storage, run, infos))
+            )
+            jobs = self._engine_jobs(prepared, run.info.method, assignment, budgets, resumed)
             view.add_jobs(run.info.method, infos)
             ready.fleet.prepare([job.artifacts(assignment) for job in prepared])
-            observers: list[Observer] = [Recorder(storage, run.checkpoints), view.observer(run.info.method)]
+            recorder = Recorder(database, run.checkpoints, wall_clock=devices.mode == "real")
+            observers: list[Observer] = [recorder, view.observer(run.info.method), RoundLines(), *ready.observers]
             if live is not None:
-                self._show_jobs(live, storage, run, infos, ready)
+                await self._show_jobs(live, database, run, infos, ready)
                 observers.append(live)
             engine = Engine(
                 jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, observers=observers,
@@ -285,10 +337,11 @@ class Driver:
                     run.joined(engine, ready.fleet, prepared, assignment, device)
                     admitted(device)
 
-                self._follow_fleet(storage, run, engine, ready, joined, live)
+                self._follow_fleet(database, run, engine, ready, joined, live)
             await engine.run()
         if all(job.stopped == "no devices" for job in jobs):
             raise RunError("no job could run: too few devices")
+        return jobs
 
     async def _shards_and_jobs(
         self, run: _Run, ready: ReadyFleet, *, real_time: bool, force: bool
@@ -300,7 +353,7 @@ class Driver:
         """
         slots = shard_count(self.config, len(ready.devices), real_time=real_time)
         assignment = run.assignment(ready.devices, slots)
-        prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
+        prepared = await self._prepare(ready.clock, assignment.slots)
         self._check_fleet(prepared, assignment, force=force or run.resumed)
         run.save(assignment)
         return assignment, prepared
@@ -318,14 +371,16 @@ class Driver:
         return infos
 
     def _keep_provenance(
-        self, storage: Storage, run: _Run, prepared: Sequence[PreparedJob], assignment: Assignment, ready: ReadyFleet
+        self, database: RunDatabase, run: _Run, prepared: Sequence[PreparedJob], assignment: Assignment,
+        ready: ReadyFleet,
     ) -> Admissions:
         """What the run runs on, kept as it starts, and the devices present admitted; returns who admits the others.
 
         A resumed run keeps what it had; a device whose hello, profile, shard or app changed is kept again.
         """
-        storage.record_provenance(run_provenance(run.info.run_id, self.config, self.config_text, prepared))
-        admitted = Admissions(storage, run.info.run_id, assignment, ready.fleet, members=ready.members, apps=ready.apps)
+        run_id, config, text = run.info.run_id, self.config, self.config_text
+        database.put(lambda storage: storage.record_provenance(run_provenance(run_id, config, text, prepared)))
+        admitted = Admissions(database, run_id, assignment, ready.fleet, members=ready.members, apps=ready.apps)
         admitted.admit(sorted(assignment.slot_of))
         return admitted
 
@@ -344,17 +399,19 @@ class Driver:
         """What the live dashboard shows of this run (None without a dashboard), from before its devices are there."""
         return None if self.output.dashboard_port is None else LiveRun(run.info, [])
 
-    def _show_jobs(self, live: LiveRun, storage: Storage, run: _Run, infos: Sequence[JobInfo], ready: ReadyFleet) -> None:
+    async def _show_jobs(
+        self, live: LiveRun, database: RunDatabase, run: _Run, infos: Sequence[JobInfo], ready: ReadyFleet
+    ) -> None:
         """The live dashboard's jobs once prepared, with each device's planned speed; a resumed run's rounds so far."""
         profiles = {str(p.device): p for p in ready.fleet.profiles()}
         live.begin(infos, profiles=profiles, epochs=epochs_of(config_to_dict(self.config)))
         if run.resumed:
-            run_id = run.info.run_id
-            live.recorded(storage.rounds(run_id), storage.choices(run_id), storage.fleet_events(run_id))
+            rid = run.info.run_id
+            live.recorded(*await database.call(lambda s: (s.rounds(rid), s.choices(rid), s.fleet_events(rid))))
 
     @staticmethod
     def _follow_fleet(
-        storage: Storage, run: _Run, engine: Engine, ready: ReadyFleet, joined: Callable[[DeviceId], None],
+        database: RunDatabase, run: _Run, engine: Engine, ready: ReadyFleet, joined: Callable[[DeviceId], None],
         live: LiveRun | None,
     ) -> None:
         """Devices that come, go or are refused while the run goes (the registry's word), kept and shown live.
@@ -365,7 +422,7 @@ class Driver:
         """
         assert ready.members is not None
         also = None if live is None else live.fleet
-        FleetRecorder(run.info.run_id, engine.now, ready.members, storage=storage, also=also).present()
+        FleetRecorder(run.info.run_id, engine.now, ready.members, database=database, also=also).present()
         ready.members.on_join(joined)
         ready.members.on_leave(engine.leave)
         for profile in ready.fleet.profiles():
@@ -449,13 +506,17 @@ class Driver:
             raise UserError(text)
         self.output.console.print(f"[yellow]warning:[/] {text}", highlight=False)
 
-    def _prepare(self, slots: int) -> list[PreparedJob]:
-        """The jobs' data cut into ``slots`` shards and their programs, prepared once per shard count."""
+    async def _prepare(self, clock: Clock, slots: int) -> list[PreparedJob]:
+        """The jobs' data cut into ``slots`` shards and their programs (cached), prepared once per shard count,
+        off the event loop (in ``work``, else a thread); the time it took is said and logged."""
         if slots not in self._prepared:
-            with self.output.console.status(
-                f"preparing {len(self.config.jobs)} jobs over {slots} shards (data, partitions, programs) ..."
-            ):
-                self._prepared[slots] = prepare_jobs(self.config, slots)
+            what = f"{len(self.config.jobs)} jobs over {slots} shards (data, partitions, programs)"
+            log.info("preparing %s", what)
+            started = time.monotonic()
+            with self.output.console.status(f"preparing {what} ..."):
+                self._prepared[slots] = await clock.run_blocking(
+                    self.work, prepare_jobs, self.config, slots, self.output.program_cache
+                )
             for job in self._prepared[slots]:
                 # What a device must hold to train the job: the program, and the memory
                 # the runtime plans for it at the job's batch size (docs/models.md).
@@ -464,21 +525,23 @@ class Driver:
                     f" {job.planned_memory / 1e6:.1f} MB (batches up to {job.config.training.batch_size})",
                     highlight=False,
                 )
+            self.output.console.print(f"prepared {what} in {time.monotonic() - started:.1f} s", highlight=False)
         return self._prepared[slots]
 
-    def _report(
-        self, results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]], choices: Sequence[SchedulerChoice]
-    ) -> dict[str, Any]:
-        out, console = self.output.out_dir, self.output.console
-        summary = report_run(out, results, choices, console=console, plots=self.output.plots)
-        runs = ", ".join(jobs[0].run_id for jobs, _ in results.values() if jobs)
-        plots = " and plots" if self.output.plots else ""
-        console.print(
-            f"wrote {out}/summary.json, rounds.csv, energy.csv (each device's energy){plots}; records in"
-            f" {self.config.database_path} (run {runs}); log in {self.output.log_file}", highlight=False, soft_wrap=True,
-        )
-        console.print(f"the runs in a browser: mjfl dashboard {self.config.database_path.parent}", highlight=False, soft_wrap=True)
-        return summary
+    def _report(self, outcomes: Sequence[RunOutcome]) -> dict[str, Any]:
+        """The runs' report files and tables (``results/report.py``), on the console; the summary."""
+        try:
+            return written_report(self._report_of(outcomes), self.output.console)
+        except OSError as exc:
+            raise RunError(
+                f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
+                f" every round is saved in {self.config.database_path}; `mjfl report` writes it again"
+            ) from None
+
+    def _report_of(self, outcomes: Sequence[RunOutcome]) -> Report:
+        results = {o.method: (o.jobs, o.rounds) for o in outcomes}
+        choices = [c for o in outcomes for c in o.choices]
+        return Report(self.output.out_dir, results, choices, self.output.plots, self.config.database_path, self.output.log_file)
 
     # -- profiling sessions ---------------------------------------------------
 
@@ -511,7 +574,7 @@ class Driver:
         async with self._dashboard(live, transfers), devices.fleet() as ready:
             transfers.members = ready.members
             assignment = Assignment(len(ready.devices), ready.devices)
-            prepared = await ready.clock.run_blocking(None, self._prepare, assignment.slots)
+            prepared = await self._prepare(ready.clock, assignment.slots)
             jobs = calibration_jobs([(p.artifacts(assignment), p.initial, p.config.training) for p in prepared])
             if live is not None:
                 self._show_devices(live, ready)
@@ -704,3 +767,35 @@ def _resumable_run(storage: Storage, out_dir: Path, mode: RunMode, method: str) 
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
+
+
+@dataclass(frozen=True)
+class Report:
+    """What a report is made of: plain data, so that it can be written in another process."""
+
+    out_dir: Path
+    results: Mapping[str, tuple[list[JobInfo], list[RoundRecord]]]
+    choices: Sequence[SchedulerChoice]
+    plots: bool
+    database: Path
+    log_file: Path
+
+
+def written_report(report: Report, console: Console) -> dict[str, Any]:
+    """The report's files written and its tables printed on ``console``; the summary."""
+    out = report.out_dir
+    summary = report_run(out, report.results, report.choices, console=console, plots=report.plots)
+    runs = ", ".join(jobs[0].run_id for jobs, _ in report.results.values() if jobs)
+    plots = " and plots" if report.plots else ""
+    console.print(
+        f"wrote {out}/summary.json, rounds.csv, energy.csv (each device's energy){plots}; records in"
+        f" {report.database} (run {runs}); log in {report.log_file}", highlight=False, soft_wrap=True,
+    )
+    console.print(f"the runs in a browser: mjfl dashboard {report.database.parent}", highlight=False, soft_wrap=True)
+    return summary
+
+
+def report_text(report: Report, width: int = 120) -> tuple[dict[str, Any], str]:
+    """``written_report`` where no console is at hand (another process): the summary and the tables as text."""
+    console = Console(file=io.StringIO(), width=width, record=True, color_system=None)
+    return written_report(report, console), console.export_text()

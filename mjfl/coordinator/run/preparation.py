@@ -182,7 +182,13 @@ def slow_tail(
     return out
 
 
-def prepare_jobs(config: RunConfig, slots: int, *, cache_dir: Path = PROGRAM_CACHE) -> list[PreparedJob]:
+def warm() -> None:
+    """Import what preparing a job takes (torch, the export and the data), once, in a process that will."""
+    import mjfl.jobs.datasets
+    import mjfl.jobs.export  # noqa: F401
+
+
+def prepare_jobs(config: RunConfig, slots: int, cache_dir: Path = PROGRAM_CACHE) -> list[PreparedJob]:
     """Load each job's data, cut it into ``slots`` shards and export its program (cached).
 
     A job's program is exported for batches up to the job's batch_size, the

@@ -27,6 +27,7 @@ from typing import Any
 import mjfl
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.engine.fleet import Fleet
+from mjfl.coordinator.run.database import RunDatabase
 from mjfl.coordinator.run.preparation import Assignment, PreparedJob
 from mjfl.coordinator.run.recorder import Membership
 from mjfl.coordinator.storage.database import Storage
@@ -114,7 +115,7 @@ def _commit() -> str | None:
 
 
 class Admissions:
-    """Each device as the run admits it, kept in the run database (``Storage.record_admission``).
+    """Each device as the run admits it, kept in the run database (``Storage.record_admissions``, on its thread).
 
     Call it with a device once its shard is settled (``assignment``): at the
     start for the devices present, then for each that joins. ``members`` (a
@@ -125,10 +126,10 @@ class Admissions:
     """
 
     def __init__(
-        self, storage: Storage, run_id: str, assignment: Assignment, fleet: Fleet, *,
+        self, database: RunDatabase, run_id: str, assignment: Assignment, fleet: Fleet, *,
         members: Membership | None = None, apps: Mapping[str, str | None] | None = None,
     ) -> None:
-        self.storage = storage
+        self.database = database
         self.run_id = run_id
         self.assignment = assignment
         self.members = members
@@ -142,10 +143,15 @@ class Admissions:
         """Keep the admission of ``devices`` (those connected, with a registry), in one transaction."""
         connected = None if self.members is None else self.members.connected()
         admissions = [self.admission(d) for d in devices if connected is None or d in connected]
-        try:
-            self.storage.record_admissions(admissions)
-        except (OSError, StorageError) as exc:  # the rounds are what must not be lost; this only warns
-            log.warning("the admission of %s into run %s is not kept: %s", ", ".join(devices), self.run_id, exc)
+        run_id = self.run_id
+
+        def keep(storage: Storage) -> None:
+            try:
+                storage.record_admissions(admissions)
+            except (OSError, StorageError) as exc:  # the rounds are what must not be lost; this only warns
+                log.warning("the admission of %s into run %s is not kept: %s", ", ".join(devices), run_id, exc)
+
+        self.database.put(keep)
 
     def admission(self, device: DeviceId) -> DeviceAdmission:
         """What the run knows of ``device`` now."""

@@ -10,8 +10,8 @@ from loopback import expect_bye, hello, raw_client
 from websockets.asyncio.client import connect
 
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
+from mjfl.coordinator.run.database import RunDatabase
 from mjfl.coordinator.run.recorder import FleetRecorder
-from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.records import FleetEvent, RunInfo
 from mjfl.ids import DeviceId
 
@@ -40,13 +40,13 @@ class Shown:
 
 
 async def test_joins_leaves_and_refusals_are_kept_and_handed_on(tmp_path) -> None:
-    storage = Storage(tmp_path / "mjfl.db")
-    storage.start_run(RunInfo("r1", "random", "real", 0, "{}", "t"), [])
+    database = await RunDatabase.open(tmp_path / "mjfl.db")
+    await database.call(lambda s: s.start_run(RunInfo("r1", "random", "real", 0, "{}", "t"), []))
     shown = Shown()
     clock = iter(range(100))
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(token="lab")) as server:
         early = await raw_client(server, "early", token="lab", hardware=PIXEL)
-        recorder = FleetRecorder("r1", lambda: float(next(clock)), server.registry, storage=storage,
+        recorder = FleetRecorder("r1", lambda: float(next(clock)), server.registry, database=database,
                                  also=shown)
         recorder.present()  # the device there before the recorder listened
         late = await raw_client(server, "late", token="lab", hardware={"model": "emulated", "emulated": True})
@@ -57,7 +57,9 @@ async def test_joins_leaves_and_refusals_are_kept_and_handed_on(tmp_path) -> Non
         await asyncio.wait_for(shown.left("late").wait(), 10)
         await early.close()
         await asyncio.wait_for(shown.left("early").wait(), 10)
-    events = storage.fleet_events("r1")
+    await database.drain()
+    events = await database.call(lambda s: s.fleet_events("r1"))
+    database.close()
     assert [(e.at_s, e.kind, e.device) for e in events] == [
         (0.0, "joined", "early"), (1.0, "joined", "late"), (2.0, "refused", "intruder"), (3.0, "left", "late"),
         (4.0, "left", "early")]
@@ -67,21 +69,21 @@ async def test_joins_leaves_and_refusals_are_kept_and_handed_on(tmp_path) -> Non
     # The live view got the same events, joins with the profile the device is planned with.
     assert [event for event, _ in shown.events] == events
     assert [profile.device for event, profile in shown.events if event.kind == "joined"] == ["early", "late"]
-    storage.close()
 
 
 async def test_a_view_that_fails_or_a_database_that_cannot_keep_an_event_stops_nothing(tmp_path, caplog) -> None:
-    storage = Storage(tmp_path / "mjfl.db")  # no run r1: every event is refused by the database
+    database = await RunDatabase.open(tmp_path / "mjfl.db")  # no run r1: every event is refused by the database
     broken = Shown(fail=True)
     async with CoordinatorServer("127.0.0.1", 0) as server:
-        FleetRecorder("r1", lambda: 0.0, server.registry, storage=storage, also=broken)
+        FleetRecorder("r1", lambda: 0.0, server.registry, database=database, also=broken)
         with caplog.at_level(logging.WARNING):
             device = await raw_client(server, "d1")
             assert list(server.registry.connected()) == [DeviceId("d1")]  # welcomed all the same
             await device.close()
             await asyncio.wait_for(broken.left("d1").wait(), 10)
+            await database.drain()  # a fleet event that cannot be kept only warns: the database goes on
+    database.close()
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("joined event of d1 not saved") for m in messages)
     assert any(m == "the live view failed on a joined event of d1" for m in messages)
     assert any(m == "the live view failed on a left event of d1" for m in messages)
-    storage.close()

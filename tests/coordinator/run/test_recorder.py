@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mjfl.coordinator.engine.events import RoundAggregated
+from mjfl.coordinator.run.database import RunDatabase
 from mjfl.coordinator.run.recorder import Recorder
 from mjfl.coordinator.storage.checkpoints import Checkpoints
 from mjfl.coordinator.storage.database import Storage
@@ -35,11 +36,17 @@ def small_disk(tmp_path):
         subprocess.run(["umount", "-l", str(folder)], check=False)
 
 
-def recorder_over(folder):
-    storage = Storage(database_path(folder))
+def recorder_over(folder, *, start=True):
+    """The run database (on its own thread, as a run has it) and its recorder."""
+    database = RunDatabase(database_path(folder))
     info = RunInfo("run-1", "random", "real", 0, "{}", "2026-01-01T00:00:00+00:00")
-    storage.start_run(info, [JobInfo("run-1", JobId("j"), "lenet5", "digits", None, None, 10, "lenet5/digits")])
-    return storage, Recorder(storage, Checkpoints(folder / "checkpoints"))
+    if start:
+        database.sync(lambda s: s.start_run(info, [JobInfo("run-1", JobId("j"), "lenet5", "digits", None, None, 10, "lenet5/digits")]))
+    return database, Recorder(database, Checkpoints(folder / "checkpoints"))
+
+
+def rounds(database):
+    return [r.round for r in database.sync(lambda s: s.rounds("run-1"))]
 
 
 def finished(n):
@@ -57,14 +64,18 @@ def fill(folder):
 
 
 def test_a_full_output_folder_stops_the_run_with_one_clear_error_and_keeps_every_finished_round(small_disk):
-    storage, recorder = recorder_over(small_disk)
-    with storage:
+    database, recorder = recorder_over(small_disk)
+    with database:
         for n in (1, 2):
             recorder(finished(n))
+        database.flush()
         fill(small_disk)
-        with pytest.raises(RunError, match=r"cannot save round 3 of job j \(.*\); every round before it is saved.*--resume"):
-            recorder(finished(3))
-        assert [r.round for r in storage.rounds("run-1")] == [1, 2]
+        recorder(finished(3))  # written on the database's thread: the run hears of it at its next event or drain
+        with pytest.raises(RunError, match=r"cannot save round 3 of job j \(.*\); every round before it is saved.*resuming"):
+            database.flush()
+        with pytest.raises(RunError, match="round 3"):
+            recorder(finished(4))  # nothing after an unsaved round is saved
+        assert rounds(database) == [1, 2]
     (small_disk / "filler").unlink()  # room again: resume redoes round 3
     storage = Storage(database_path(small_disk))
     with storage:
@@ -74,19 +85,39 @@ def test_a_full_output_folder_stops_the_run_with_one_clear_error_and_keeps_every
 
 
 def test_an_unwritable_checkpoint_folder_stops_the_run_before_the_round_is_committed(tmp_path):
-    storage, recorder = recorder_over(tmp_path)
+    database, recorder = recorder_over(tmp_path)
     folder = tmp_path / "checkpoints" / "j"
-    with storage:
+    with database:
         recorder(finished(1))
+        database.flush()
         locked = lock(folder)
         try:
-            with pytest.raises(RunError, match="cannot save round 2 of job j .*--resume"):
-                recorder(finished(2))
+            recorder(finished(2))
+            with pytest.raises(RunError, match="cannot save round 2 of job j .*resuming"):
+                database.flush()
         finally:
             locked()
-        assert [r.round for r in storage.rounds("run-1")] == [1]  # not half a round: no checkpoint, no record
+        assert rounds(database) == [1]  # not half a round: no checkpoint, no record
+    database, recorder = recorder_over(tmp_path, start=False)  # resumed: the round is redone
+    with database:
         recorder(finished(2))
-        assert [r.round for r in storage.rounds("run-1")] == [1, 2]
+        database.flush()
+        assert rounds(database) == [1, 2]
+
+
+def test_rounds_are_written_off_the_callers_thread_in_the_order_they_came(tmp_path):
+    import threading
+
+    database, recorder = recorder_over(tmp_path)
+    seen = []
+    with database:
+        database.put(lambda s: seen.append(threading.current_thread().name))
+        for n in range(1, 6):
+            recorder(finished(n))
+        database.flush()
+        assert rounds(database) == [1, 2, 3, 4, 5]
+    assert seen[0].startswith("mjfl-database") and seen[0] != threading.current_thread().name
+    assert sorted(p.name for p in (tmp_path / "checkpoints" / "j").iterdir())  # checkpoints written too
 
 
 def lock(folder):

@@ -19,7 +19,7 @@ rest" is mostly third-party noise, of three kinds:
   own process (`mjfl bench trainers`, `mjfl export`) does that work inside
   ``native_output``, which sends both to where ``setup`` sends the rest.
 
-Every process calls ``setup`` (the command line, in ``cli.py``, again for a
+Every process calls ``setup`` (the command line, in ``mjfl.cli``, again for a
 bench's log; the run driver once it knows the output folder) or
 ``setup_worker`` (worker processes) before importing torch or ExecuTorch.
 """

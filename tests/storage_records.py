@@ -1,4 +1,5 @@
-"""Run records made up for the run database's tests: a run, its two jobs, device rounds and round records.
+"""Run records made up for the run database's tests: a run, its two jobs, device rounds and round records;
+and a database file as an earlier mjfl left it.
 
 Importable as ``storage_records`` (pytest puts tests/ on the path for its conftest.py), also from the
 child process of the crash test, which imports no test module.
@@ -6,7 +7,11 @@ child process of the crash test, which imports no test module.
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 from mjfl.coordinator.storage.records import DeviceRound, JobInfo, RoundRecord, RunInfo
+from mjfl.coordinator.storage.schema import MIGRATIONS
 from mjfl.ids import DeviceId, JobId
 
 A, B = JobId("cnn"), JobId("lenet")
@@ -65,3 +70,23 @@ def round_record(
         cost=12.25,
         winner=winner,
     )
+
+
+def database_at(path: Path, version: int, *statements: str) -> None:
+    """A file of schema ``version`` as an earlier mjfl left it (migrations only append), one run and one job in it,
+    then what ``statements`` add, committed."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        for statement in (*(s for migration in MIGRATIONS[:version] for s in migration), *_RUN_AND_JOB, *statements):
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+        conn.commit()
+    finally:
+        conn.close()
+
+
+_RUN_AND_JOB = (
+    "INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')",
+    "INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')",
+)

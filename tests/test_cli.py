@@ -156,7 +156,7 @@ def test_a_list_given_twice_or_not_a_list_of_numbers_is_an_error_naming_it() -> 
 
 
 def test_comma_lists_parse_alike_in_every_command() -> None:
-    from mjfl.cli_syntax import comma_list
+    from mjfl.cli.syntax import comma_list
 
     assert comma_list("--fleet-sizes", "100, 1000", int) == [100, 1000]
     assert comma_list("--models", "lenet5,vgg6,") == ["lenet5", "vgg6"]

@@ -3,7 +3,9 @@
 Checkpoints once pickled the scheduler object itself (``storage/checkpoints.py``
 reads them). There each mjfl object stands in as a placeholder that keeps its
 class's name (``kind``) and its attributes; ``state_of`` turns one into the
-plain state today's scheduler of that kind takes (``Resumable.load_state``).
+plain state today's scheduler of that kind takes (``Resumable.load_state``);
+RLDS's reader is its persistence module's (``rlds.persistence.from_pickled``),
+beside the formats it writes.
 The class and attribute names below are those of format 0, frozen: they need
 not follow today's code, which is the point.
 """
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from mjfl.schedulers.bods import FEATURES, fitted_kernel
+from mjfl.schedulers.rlds.persistence import from_pickled as rlds_state
 
 Reader = Callable[[dict[str, Any]], dict[str, Any]]
 
@@ -58,26 +61,6 @@ def _bods(a: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _rlds(a: dict[str, Any]) -> dict[str, Any]:
-    optimizer = vars(a["optimizer"])
-    drawn = [
-        {"round": r, "features": d["features"], "free": d["free"], "order": list(d["order"]), "epsilon": d["epsilon"]}
-        for r, d in ((r, vars(d)) for r, d in a["_decisions"].items())
-    ]
-    return {
-        **_draws(a),
-        # The whole vector: in a pickle the named parameters are copies, no longer views of it.
-        "parameters": vars(a["policy"])["parameters"],
-        "optimizer": {
-            "step": optimizer["step_count"], "lr": optimizer["lr"],
-            "exp_avg": optimizer["exp_avg"], "exp_avg_sq": optimizer["exp_avg_sq"],
-        },
-        "baseline": a["baseline"],
-        "pretrained": a["pretrained"],
-        "drawn": drawn,
-    }
-
-
 # Members' names were class attributes, which a pickle does not keep.
 _NAMES = {
     "RandomScheduler": "random", "FedCSScheduler": "fedcs", "GreedyScheduler": "greedy",
@@ -107,6 +90,6 @@ _READERS: dict[str, Reader] = {
     "AnnealingScheduler": _draws,
     "OortScheduler": _oort,
     "BODSScheduler": _bods,
-    "RLDSScheduler": _rlds,
+    "RLDSScheduler": rlds_state,
     "MetaGreedyScheduler": _meta_greedy,
 }

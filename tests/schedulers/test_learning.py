@@ -16,6 +16,7 @@ from mjfl.schedulers.rlds import (
     PolicyNetwork,
     RLDSScheduler,
     device_features,
+    draw,
     order_log_probability,
 )
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
@@ -80,12 +81,13 @@ def test_rlds_pretraining_lowers_total_cost_of_sampled_plans():
     # A fixed 10-round return: these jobs have a target, where "auto" would be
     # the myopic H = 1, whose greedy plans pile up unfairness as pre-training goes on.
     rlds = RLDSScheduler(0, pretrain_rounds=0, horizon=10)
-    rlds.pretrained = True
+    rlds.learner.pretrained = True
 
     def sampled_cost():
         # Draws from the policy itself: plan() would also learn online and may propose the policy's mode.
-        logits = rlds.policy(device_features(ctx, 10.0)).astype(np.float64)
-        plans = np.asarray([sorted(rlds._draw(logits, ctx.free, ctx.size, rlds.epsilon)) for _ in range(200)])
+        logits = rlds.learner.policy(device_features(ctx, 10.0)).astype(np.float64)
+        epsilon = rlds.learner.epsilon
+        plans = np.asarray([sorted(draw(logits, ctx.free, ctx.size, epsilon, rlds.rng)) for _ in range(200)])
         return float(cost_model(ctx).total(plans).mean())
 
     before = sampled_cost()
@@ -96,20 +98,21 @@ def test_rlds_pretraining_lowers_total_cost_of_sampled_plans():
     assert len(history) == 60 and np.all(np.isfinite(history))
 
 
-def test_rlds_policy_saves_and_loads(tmp_path):
+def test_rlds_policy_saves_and_loads():
     rng = np.random.default_rng(4)
     fleet = synthetic_fleet(20, rng)
     jobs = synthetic_jobs(1, 20, rng)
     ctx = PlanContext(0, 1, fleet, jobs, np.ones(20, bool), np.zeros((1, 20), np.int64), (None,), 3)
     trained = RLDSScheduler(0, pretrain_rounds=5)
     trained.pretrain(ctx)
-    trained.save(tmp_path / "policy.npz")
-    loaded = RLDSScheduler(99, policy_path=tmp_path / "policy.npz")
-    assert loaded.pretrained
-    for name, value in trained.policy.state_dict().items():
-        assert np.array_equal(value, loaded.policy.state_dict()[name]), name
+    loaded = RLDSScheduler(99)
+    loaded.load_state(trained.state())
+    assert loaded.learner.pretrained
+    saved, restored = trained.learner.policy, loaded.learner.policy
+    for name, value in saved.params.items():
+        assert np.array_equal(value, restored.params[name]), name
     with pytest.raises(ValueError, match="hidden"):
-        RLDSScheduler(0, hidden=8, policy_path=tmp_path / "policy.npz")
+        RLDSScheduler(0, hidden=8).load_state(trained.state())
 
 
 def _context(ids, *, round_=1, frequencies=None, weights=CostWeights()):  # noqa: B008 - frozen dataclass
@@ -166,11 +169,12 @@ def test_rlds_gradient_matches_finite_differences(epsilon):
     # differences, for a few entries of every parameter array.
     rng = np.random.default_rng(5)
     K, H = 6, 4
-    rlds = RLDSScheduler(0, hidden=H, epsilon=epsilon)
-    rlds.policy = PolicyNetwork(H, rng, dtype=np.float64)
+    scheduler = RLDSScheduler(0, hidden=H, epsilon=epsilon)
+    rlds = scheduler.learner
+    rlds.use(PolicyNetwork(H, rng, dtype=np.float64))
     features = rng.normal(size=(K, FEATURES))
     free = np.array([True, True, False, True, True, True])
-    orders = [rlds._draw(rlds.policy(features), free, 3, epsilon) for _ in range(4)]
+    orders = [draw(rlds.policy(features), free, 3, epsilon, scheduler.rng) for _ in range(4)]
     advantage = rng.normal(size=4)
     _, grad = rlds.loss_and_gradient(features, free, orders, advantage)
     analytic = rlds.policy.named(grad)
@@ -200,7 +204,7 @@ def test_rlds_gradient_matches_finite_differences(epsilon):
 @pytest.mark.parametrize("epsilon", [0.0, 0.3, 1.0])
 def test_rlds_log_probability_sums_to_one_over_all_orders(epsilon):
     rng = np.random.default_rng(6)
-    rlds = RLDSScheduler(1, epsilon=epsilon)
+    rlds = RLDSScheduler(1, epsilon=epsilon).learner
     features = rng.normal(size=(5, FEATURES)).astype(np.float32)
     free = np.array([True, False, True, True, True])  # 4 free devices
     orders = list(permutations(np.flatnonzero(free).tolist(), 2))
@@ -212,13 +216,13 @@ def test_rlds_log_probability_sums_to_one_over_all_orders(epsilon):
 
 
 def test_rlds_draws_orders_with_the_probability_it_credits():
-    # _draw and log_probability describe the same epsilon mixture: empirical
+    # draw and order_log_probability describe the same epsilon mixture: empirical
     # frequencies of 20000 draws within 5 standard errors of exp(log P).
     rlds = RLDSScheduler(2, epsilon=0.3)
     logits = np.array([1.5, -0.5, 0.3, 2.0, 0.0])
     free = np.array([True, True, False, True, True])
     draws = 20000
-    counts = Counter(rlds._draw(logits, free, 2, 0.3) for _ in range(draws))
+    counts = Counter(draw(logits, free, 2, 0.3, rlds.rng) for _ in range(draws))
     orders = list(permutations(np.flatnonzero(free).tolist(), 2))
     assert set(counts) <= set(orders)
     expected = np.exp(order_log_probability(logits, free, orders, 0.3)[0])
@@ -226,7 +230,7 @@ def test_rlds_draws_orders_with_the_probability_it_credits():
     assert np.all(np.abs(observed - expected) < 5 * np.sqrt(expected * (1 - expected) / draws))
 
 
-def test_rlds_saved_policy_plans_like_the_original(tmp_path):
+def test_rlds_saved_policy_plans_like_the_original():
     # Pre-train, save, load into a scheduler of another seed; with the same
     # generator from then on, both plan and learn identically round after round
     # (policy, Adam's moments and step, and the baseline all come back).
@@ -237,15 +241,15 @@ def test_rlds_saved_policy_plans_like_the_original(tmp_path):
     ctx = PlanContext(0, 1, fleet, jobs, free, frequencies, (None, None), 4)
     trained = RLDSScheduler(0, pretrain_rounds=5)
     trained.pretrain(ctx)
-    trained.save(tmp_path / "policy.npz")
-    loaded = RLDSScheduler(3, policy_path=tmp_path / "policy.npz")
-    assert loaded.baseline == trained.baseline
+    loaded = RLDSScheduler(3)
+    loaded.load_state(trained.state())
+    assert loaded.learner.baseline == trained.learner.baseline
     runs = []
     for scheduler in (trained, loaded):
         scheduler.rng = np.random.default_rng(11)
         outcomes = drive([scheduler], fleet, jobs[:1], 6, np.random.default_rng(12))[0]
         runs.append([o.plan for o in outcomes])
     assert runs[0] == runs[1]
-    assert np.array_equal(trained.policy.parameters, loaded.policy.parameters)
+    assert np.array_equal(trained.learner.policy.parameters, loaded.learner.policy.parameters)
     # 5 pre-training steps, then per round one update on its sampled plans and one on the outcome.
-    assert trained.optimizer.step_count == loaded.optimizer.step_count == 5 + 2 * 6
+    assert trained.learner.optimizer.step_count == loaded.learner.optimizer.step_count == 5 + 2 * 6

@@ -34,7 +34,7 @@ def test_auto_is_the_rounds_the_job_has_left_as_for_meta_greedy(round_, budget, 
 def learned(horizon, ctx):
     rlds = RLDSScheduler(3, horizon=horizon, pretrain_rounds=3, plans_per_round=6)
     plan = rlds.plan(ctx).plan
-    return plan, rlds.policy.parameters.copy()
+    return plan, rlds.learner.policy.parameters.copy()
 
 
 def test_the_return_rlds_learns_from_uses_that_horizon():

@@ -1,4 +1,4 @@
-"""What a run leaves behind: runs, rounds and device-rounds as plain records.
+"""What a run leaves behind: runs, rounds and device-rounds as plain records, and the run clock's anchors.
 
 The engine produces these; storage (SQLite) persists them and the reports
 (summary.json, rounds.csv, plots, tables) are computed from them, so a report
@@ -7,6 +7,7 @@ can be rebuilt from the database alone.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
@@ -21,6 +22,23 @@ FleetEventKind = Literal["joined", "left", "refused"]
 
 Score: TypeAlias = tuple[float, float]
 """A job's (test accuracy, test loss) after one of its rounds."""
+
+ClockAnchor: TypeAlias = tuple[float, float]
+"""(run_s, wall_s): at run-clock time ``run_s`` the wall clock read ``wall_s`` (Unix seconds); ``Storage.clocks``."""
+
+
+def wall_time(anchors: Sequence[ClockAnchor], run_s: float) -> float | None:
+    """The wall clock (Unix seconds) at run-clock time ``run_s``, by the latest anchor at or before it.
+
+    The one rule for putting a run's times on the wall clock. ``anchors`` are by ``run_s`` ascending, as
+    ``Storage.clocks`` gives them; of several at one ``run_s`` (a run resumed before a round ended) the last
+    holds. None for a time before the first anchor, or a run with none (one recorded before anchors were kept).
+    """
+    at = bisect.bisect_right(anchors, run_s, key=lambda anchor: anchor[0])
+    if at == 0:
+        return None
+    anchor_run_s, anchor_wall_s = anchors[at - 1]
+    return anchor_wall_s + (run_s - anchor_run_s)
 
 
 @dataclass(frozen=True)

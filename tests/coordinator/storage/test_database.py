@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from repository import ROOT
-from storage_records import A, B, device, job_infos, round_record, run_info
+from storage_records import A, B, database_at, device, job_infos, round_record, run_info
 
 from mjfl.coordinator.storage.database import SCHEMA_VERSION, Storage
 from mjfl.coordinator.storage.records import (
@@ -25,6 +25,7 @@ from mjfl.coordinator.storage.records import (
     RunProvenance,
     SchedulerChoice,
 )
+from mjfl.coordinator.storage.schema import MIGRATIONS
 from mjfl.errors import (
     DataError,
     DuplicateRoundError,
@@ -293,33 +294,17 @@ def test_file_database_uses_wal_and_survives_reopening(tmp_path: Path) -> None:
         assert db.rounds("r1") == [round_record(A, 1)]
 
 
-def database_at(path: Path, version: int) -> sqlite3.Connection:
-    """A file of schema ``version`` as an earlier mjfl left it (migrations only append), one run and one job in it."""
-    from mjfl.coordinator.storage import database as storage_module
-
-    conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    for migration in storage_module._MIGRATIONS[:version]:
-        for statement in migration:
-            conn.execute(statement)
-    conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
-    conn.execute("INSERT INTO runs (run_id, method, mode, seed, config_json, started_at) VALUES ('r1', 'm', 'real', 7, '{}', 't')")
-    conn.execute("INSERT INTO jobs (run_id, job, position, model, dataset, max_rounds, job_key) VALUES ('r1', 'cnn', 0, 'cnn', 'd', 5, 'k')")
-    return conn
-
-
 def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
-    conn = database_at(path, 1)
-    conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)")
-    conn.execute(
+    database_at(
+        path,
+        1,
+        "INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)",
         "INSERT INTO device_rounds (run_id, job, round, position, device, status, samples, duration_s)"
-        " VALUES ('r1', 'cnn', 1, 0, 'p1', 'ok', 10, 1.0)"
+        " VALUES ('r1', 'cnn', 1, 0, 'p1', 'ok', 10, 1.0)",
     )
-    conn.commit()
-    conn.close()
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 8
+        assert db.schema_version == SCHEMA_VERSION == 9
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
         assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none
@@ -334,14 +319,13 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
 
 def test_a_version_3_database_gains_energy_and_keeps_its_rounds(tmp_path: Path) -> None:
     path = tmp_path / "v3.sqlite"
-    conn = database_at(path, 3)
-    conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)")
-    conn.execute(
+    database_at(
+        path,
+        3,
+        "INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated) VALUES ('r1', 'cnn', 1, 0, 1, 1)",
         "INSERT INTO device_rounds (run_id, job, round, position, device, status, samples, duration_s, wait_s)"
-        " VALUES ('r1', 'cnn', 1, 0, 'p1', 'ok', 10, 1.0, 0.5)"
+        " VALUES ('r1', 'cnn', 1, 0, 'p1', 'ok', 10, 1.0, 0.5)",
     )
-    conn.commit()
-    conn.close()
     with pytest.raises(DataError, match="older"):
         Storage.read_only(path)  # a reader never migrates
     with Storage(path) as db:
@@ -354,14 +338,14 @@ def test_a_version_3_database_gains_energy_and_keeps_its_rounds(tmp_path: Path) 
 
 def version_5_database(path: Path) -> None:
     """A database as mjfl wrote it before the candidates' column was renamed: one round with two candidates."""
-    conn = database_at(path, 5)
-    conn.execute("INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated, winner) VALUES ('r1', 'cnn', 1, 0, 1, 1, 'bods')")
-    conn.execute(
+    database_at(
+        path,
+        5,
+        "INSERT INTO rounds (run_id, job, round, started_s, ended_s, aggregated, winner)"
+        " VALUES ('r1', 'cnn', 1, 0, 1, 1, 'bods')",
         "INSERT INTO scheduler_choices (run_id, job, round, position, member, recost, won)"
-        " VALUES ('r1', 'cnn', 1, 0, 'random', 4.5, 0), ('r1', 'cnn', 1, 1, 'bods', NULL, 1)"
+        " VALUES ('r1', 'cnn', 1, 0, 'random', 4.5, 0), ('r1', 'cnn', 1, 1, 'bods', NULL, 1)",
     )
-    conn.commit()
-    conn.close()
 
 
 def test_a_version_5_database_is_read_as_it_is_and_its_candidates_column_renamed_by_a_writer(tmp_path: Path) -> None:
@@ -388,9 +372,7 @@ def test_a_version_5_database_is_read_as_it_is_and_its_candidates_column_renamed
 
 def test_a_version_7_database_reads_its_jobs_with_a_window_of_1_and_keeps_new_windows(tmp_path: Path) -> None:
     path = tmp_path / "v7.sqlite"
-    conn = database_at(path, 7)
-    conn.commit()
-    conn.close()
+    database_at(path, 7)
     before = path.read_bytes()
     with Storage.read_only(path) as reader:  # read as it is: the column it lacks reads as its default
         (job,) = reader.jobs("r1")
@@ -424,7 +406,7 @@ def test_fleet_events_are_kept_in_order_with_what_a_device_said(tmp_path: Path) 
 
 def test_foreign_keys_and_sync_pragmas_are_on(tmp_path: Path) -> None:
     with Storage(tmp_path / "db.sqlite") as db:
-        conn = db._conn  # the pragmas are per connection: check this one
+        conn = db._db.sqlite  # the pragmas are per connection: check this one
         assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
         assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
 
@@ -537,7 +519,7 @@ class DiesBeforeDeviceRows:
 
 
 db = Storage(sys.argv[1])
-db._conn = DiesBeforeDeviceRows(db._conn)
+db._db.sqlite = DiesBeforeDeviceRows(db._db.sqlite)
 db.record_round(round_record(A, 2))
 """
 
@@ -602,15 +584,13 @@ def test_a_reader_counts_a_round_recorded_by_two_runs_twice(tmp_path: Path) -> N
 
 
 def test_a_reader_reads_a_schema_still_being_created_as_empty(tmp_path: Path) -> None:
-    from mjfl.coordinator.storage import database as storage_module
-
     path = tmp_path / "mjfl.db"
     path.touch()  # the writer has created the file, nothing in it yet
     with Storage.read_only(path) as reader:
         assert reader.runs() == [] and reader.recorded_rounds() == []
     conn = sqlite3.connect(path)  # the writer's first migration is committed, not the later ones
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-    for statement in storage_module._SCHEMA_V1:
+    for statement in MIGRATIONS[0]:
         conn.execute(statement)
     conn.execute("INSERT INTO schema_version (version) VALUES (1)")
     conn.commit()

@@ -20,7 +20,11 @@ from typing import Any
 
 from processes import Process, mjfl_args
 
+# Every test's lab keeps the runs' exported programs where the repository's runs do, so no test exports them again.
+PROGRAMS = Path(__file__).resolve().parent.parent / ".mjfl-cache" / "programs"
+
 LAB = """
+program_cache = "{programs}"
 [fleet]
 size = {size}
 workers = 2
@@ -87,7 +91,7 @@ class Lab:
         """The service with ``devices`` connected; ``options``, its devices' options (default: ``--emulate DEVICES``)."""
         if lab_file is None:
             lab_file = folder / "lab.toml"
-            lab_file.write_text(LAB.format(size=devices, max_running=max_running, max_queued=max_queued))
+            lab_file.write_text(LAB.format(size=devices, max_running=max_running, max_queued=max_queued, programs=PROGRAMS))
         out = folder / "out"
         options = ("--emulate", str(devices)) if options is None else options
         process = processes(mjfl_args("serve", str(lab_file), *options, "--out", str(out)), read=True)

@@ -245,7 +245,7 @@ class Driver:
         database = await RunDatabase.open(self.config.database_path)
         try:
             view = LiveView(enabled=False, console=self.output.console, clock="wall")
-            outcome = await self._train_one(database, method, devices, view, resume=resume)
+            outcome = await self._train_one(database, method, devices, view, resume=resume, run_id=run_id)
         finally:
             await asyncio.to_thread(database.close)
         summary, text = await asyncio.get_running_loop().run_in_executor(work, report_text, self._report_of([outcome]))

@@ -91,24 +91,20 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
-import os
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import tomllib
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rich.console import Console
 
-from mjfl.bench import output
+from mjfl.bench import labs, output, serve_load
 from mjfl.bench.coordinator import _raise_open_files_limit
+from mjfl.coordinator.run.preparation import PROGRAM_CACHE
 from mjfl.errors import UserError
 from mjfl.schedulers.registry import METHODS
 
@@ -119,55 +115,17 @@ GOALS = {
     "makespan_ratio_sequential": ("<", 1.0),
     "submit_p99_ms": ("<", 100.0),
     "rss_growth": ("<=", 0.10),
+    "capacity_completed_share": (">=", 1.0),
+    "capacity_over_holds": ("<=", 0.0),
+    "capacity_idle_over_round": ("<=", 1.0),
+    "loop_lag_p99_ms": ("<", 20.0),
+    "heartbeats_missed": ("<=", 0.0),
 }
+PARTS = ("makespan", "submit", "memory", "capacity", "loop")
 POLICIES = ("equal", "reserved")
-FINAL = ("completed", "failed", "cancelled", "abandoned")
 
 _WARM_UP = 5  # submits before the measured ones (the service's first requests load code)
 _MEMORY_DEVICES = 4
-_POLL_S = 0.5  # how often the bench asks a lab how its runs stand
-_STOP_S = 30.0  # how long a stopped service or run may take to exit before its group is killed
-
-_LAB = """
-seed = {seed}
-[fleet]
-size = {size}
-{profiles}
-[server]
-port = 0
-wait_timeout_s = 300
-[api]
-port = 0
-[limits]
-max_running = {max_running}
-max_queued_per_researcher = {queued}
-share = "{share}"
-"""
-
-_RUN = """
-seed = {seed}
-[fleet]
-size = {size}
-[scheduler]
-method = "{method}"
-min_plan = 2
-[testbed]
-port = 0
-"""
-
-_JOB = """
-[[jobs]]
-name = "{name}"
-model = "{model}"
-image_size = {image_size}
-partition = "iid"
-epochs = 1
-batch_size = 8
-fraction = {fraction}
-target_accuracy = {target}
-max_rounds = {rounds}
-"""
-
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
@@ -186,6 +144,12 @@ class Settings:
     seed: int = 0
     profiles: str | None = None  # the phones impersonated, drawn from this file (None: the synthetic fleet of seed)
     timeout_s: float = 1800.0
+    parts: tuple[str, ...] = PARTS
+    capacity_devices: int = 8
+    capacity_min_plan: int = 3
+    capacity_runs: int = 5
+    loop_runs: int = 4
+    baseline: str | None = None  # another mjfl checkout whose service the loop part measures too
 
     def check(self) -> None:
         """A UserError naming the option that is out of range."""
@@ -202,6 +166,10 @@ class Settings:
             raise UserError("--timeout-s must be > 0")
         if self.profiles is not None and not Path(self.profiles).is_file():
             raise UserError(f"--profiles: no file {self.profiles}")
+        if not self.parts or set(self.parts) - set(PARTS):
+            raise UserError(f"--parts: choose from {', '.join(PARTS)}")
+        if self.baseline is not None and not (Path(self.baseline) / "mjfl" / "__init__.py").is_file():
+            raise UserError(f"--baseline: {self.baseline} is not an mjfl checkout (no mjfl/__init__.py)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,9 +191,9 @@ def bench_runs(settings: Settings) -> list[BenchRun]:
     out = []
     for n in range(settings.runs):
         size, method = settings.sizes[n % len(settings.sizes)], settings.methods[n % len(settings.methods)]
-        toml = _RUN.format(seed=settings.seed + n, size=size, method=method) + "".join((
-            _JOB.format(name="lenet", model="lenet5", image_size=12, fraction=0.5, target=0.9, rounds=settings.rounds),
-            _JOB.format(name="cnn", model="cnn-a-noniid", image_size=8, fraction=0.5, target=0.85, rounds=settings.rounds),
+        toml = labs.RUN.format(seed=settings.seed + n, size=size, method=method) + "".join((
+            labs.JOB.format(name="lenet", model="lenet5", image_size=12, fraction=0.5, target=0.9, rounds=settings.rounds),
+            labs.JOB.format(name="cnn", model="cnn-a-noniid", image_size=8, fraction=0.5, target=0.85, rounds=settings.rounds),
         ))
         out.append(BenchRun(f"run{n + 1:02d}", size, method, toml))
     return out
@@ -248,17 +216,35 @@ def run_serve_bench(
         folder.mkdir(parents=True, exist_ok=True)
         with output.step(console, "preparing the runs' data and programs (exported once per machine) ..."):
             _warm_up(runs[0])
-        makespan = {policy: _shared(policy, runs, settings, folder / policy, console) for policy in POLICIES}
-        makespan["sequential"] = _sequential(runs, settings, folder / "sequential", console)
-        submit = _submit_latency(settings, folder / "submit", console)
-        memory = _memory(settings, folder / "memory", console)
-    figures = _summary(settings, makespan, submit, memory)
+        parts = _parts(settings, runs, folder, console)
+    figures = _summary(settings, parts)
     console.print(output.table(
         f"lab service benchmark ({output.machine()})", ("figure", "measured", "goal", "met", "how"),
         (_row(name, figures[name], how) for name, how in _hows(figures).items()), left=("how",),
     ))
     output.write(figures, json_path, console)
     return figures
+
+
+def _parts(settings: Settings, runs: Sequence[BenchRun], folder: Path, console: Console) -> dict[str, Figures]:
+    """Each part asked for, in order (module docstring; the capacity and loop parts: ``serve_load.py``)."""
+    parts: dict[str, Figures] = {}
+    if "makespan" in settings.parts:
+        parts["makespan"] = {policy: _shared(policy, runs, settings, folder / policy, console) for policy in POLICIES}
+        parts["makespan"]["sequential"] = _sequential(runs, settings, folder / "sequential", console)
+    if "submit" in settings.parts:
+        parts["submit"] = _submit_latency(settings, folder / "submit", console)
+    if "memory" in settings.parts:
+        parts["memory"] = _memory(settings, folder / "memory", console)
+    if "capacity" in settings.parts:
+        count = settings.capacity_runs
+        lab_toml = _lab_toml(settings, size=settings.capacity_devices, max_running=settings.max_running, queued=count)
+        parts["capacity"] = serve_load.capacity(settings, lab_toml, folder / "capacity", console)
+    if "loop" in settings.parts:
+        chosen = runs[: settings.loop_runs]
+        lab_toml = _lab_toml(settings, size=settings.devices, max_running=len(chosen), queued=len(chosen))
+        parts["loop"] = serve_load.loop(settings, chosen, lab_toml, folder / "loop", console)
+    return parts
 
 
 def _warm_up(run: BenchRun) -> None:
@@ -269,115 +255,15 @@ def _warm_up(run: BenchRun) -> None:
     prepare_jobs(parse_config(tomllib.loads(run.toml)), 2)
 
 
-# -- the processes: a lab service, a testbed run ------------------------------------------------
-
-
-class _Process:
-    """A `mjfl` command in a session of its own, its terminal output in a file (a pipe could fill)."""
-
-    def __init__(self, args: Sequence[str], log: Path) -> None:
-        self.log = log
-        with open(log, "w") as f:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "mjfl.cli", *args], stdout=f, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def said(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> None:
-        """SIGTERM (the command stops as on Ctrl-C), then SIGKILL to its process group, until none of it is left."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(_STOP_S)
-        deadline = time.monotonic() + _STOP_S
-        while time.monotonic() < deadline:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)  # its worker processes, were any left
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        self.proc.wait(_STOP_S)
-
-
-@contextlib.contextmanager
-def _started(args: Sequence[str], log: Path) -> Iterator[_Process]:
-    process = _Process(args, log)
-    try:
-        yield process
-    finally:
-        process.stop()
-
-
-@dataclasses.dataclass
-class _Lab:
-    """A started `mjfl serve`, asked over its API as any client asks it."""
-
-    process: _Process
-    url: str
-    admin: str
-
-    def call(self, method: str, path: str, body: Any = None, *, token: str | None = None) -> Any:
-        """One request; its JSON answer (a RuntimeError with the lab's reason if refused)."""
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method)
-        request.add_header("Content-Type", "application/json")
-        request.add_header("Authorization", f"Bearer {token or self.admin}")
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"the lab refused {method} {path}: {exc.code} {exc.read()[:300]!r}") from None
-
-    def researchers(self, count: int) -> list[str]:
-        """Tokens of ``count`` new researchers."""
-        return [self.call("POST", "/api/lab/researchers", {"name": f"r{k + 1}"})["token"] for k in range(count)]
-
-    def submit(self, toml: str, token: str) -> str:
-        return str(self.call("POST", "/api/lab/runs", {"config": toml}, token=token)["run"]["id"])
-
-    def runs(self) -> dict[str, dict[str, Any]]:
-        return {run["id"]: run for run in self.call("GET", "/api/lab/runs")["runs"]}
-
-    def until(self, holds: Callable[[], bool], deadline: float, what: str) -> None:
-        """Poll ``holds`` until it does; a RuntimeError if the service exits or the deadline passes."""
-        while not holds():
-            if self.process.proc.poll() is not None:
-                raise RuntimeError(f"mjfl serve exited ({self.process.proc.returncode}): {self.process.said()[-2000:]}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"timed out waiting for {what}")
-            time.sleep(_POLL_S)
-
-
-@contextlib.contextmanager
-def _lab(folder: Path, lab_toml: str, emulate: int, deadline: float) -> Iterator[_Lab]:
-    """`mjfl serve` of ``lab_toml`` with ``emulate`` emulated devices, once they are all connected; stopped after."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "lab.toml").write_text(lab_toml)
-    args = ["serve", str(folder / "lab.toml"), "--emulate", str(emulate), "--out", str(folder / "lab")]
-    with _started(args, folder / "serve.out") as process:
-        lab = _Lab(process, "", "")
-        lab.until(lambda: "researchers' API: " in process.said(), deadline, "the service's API")
-        lab.url = process.said().split("researchers' API: ")[1].split("/api/lab")[0]
-        lab.admin = (folder / "lab" / "admin.token").read_text().strip()
-        lab.until(lambda: lab.call("GET", "/api/lab/health")["devices"] >= emulate, deadline, f"{emulate} devices")
-        yield lab
-
-
 def _lab_toml(settings: Settings, *, size: int, share: str = "equal", max_running: int, queued: int) -> str:
-    return _LAB.format(seed=settings.seed, size=size, max_running=max_running, queued=queued, share=share,
-                       profiles=_profiles_key(settings))
+    return labs.LAB.format(seed=settings.seed, size=size, max_running=max_running, queued=queued, share=share,
+                           profiles=_profiles_key(settings), programs=PROGRAM_CACHE.resolve())
 
 
 def _profiles_key(settings: Settings) -> str:
     """LAB.toml's ``fleet.profiles`` line for ``--profiles``, else nothing (the synthetic fleet of the seed)."""
     return "" if settings.profiles is None else f"profiles = {json.dumps(str(Path(settings.profiles).resolve()))}"
+
 
 
 # -- makespan -----------------------------------------------------------------------------------
@@ -389,27 +275,16 @@ def _shared(policy: str, runs: Sequence[BenchRun], settings: Settings, folder: P
     deadline = started + settings.timeout_s
     lab_toml = _lab_toml(settings, size=settings.devices, share=policy, max_running=settings.max_running, queued=len(runs))
     with output.step(console, f"{policy}: {len(runs)} runs on a lab of {settings.devices} devices ...") as update, \
-            _lab(folder, lab_toml, settings.devices, deadline) as lab:
+            labs.lab(folder, lab_toml, settings.devices, deadline) as lab:
         tokens = lab.researchers(settings.researchers)
         ids = [lab.submit(run.toml, tokens[n % len(tokens)]) for n, run in enumerate(runs)]
-        views = _until_ended(lab, ids, deadline, update)
+        views = labs.until_ended(lab, ids, deadline, update)
     rows = [_lab_row(run, views[run_id]) for run, run_id in zip(runs, ids, strict=True)]
     ended = [views[i] for i in ids if views[i]["ended_at"] is not None]
-    last = max((_wall(v["ended_at"]) for v in ended), default=time.time())
-    figures = _makespan(last - min(_wall(views[i]["submitted_at"]) for i in ids), rows, time.monotonic() - started)
+    last = max((labs.wall(v["ended_at"]) for v in ended), default=time.time())
+    figures = _makespan(last - min(labs.wall(views[i]["submitted_at"]) for i in ids), rows, time.monotonic() - started)
     console.print(f"{policy}: {_said(figures)}", highlight=False)
     return figures
-
-
-def _until_ended(lab: _Lab, ids: Sequence[str], deadline: float, update: Callable[[str], None]) -> dict[str, dict[str, Any]]:
-    """The runs as the lab shows them once all have ended (or at the deadline, as they stand)."""
-    while True:
-        views = lab.runs()
-        ended = sum(views[i]["state"] in FINAL for i in ids)
-        update(f"{ended}/{len(ids)} runs ended")
-        if ended == len(ids) or time.monotonic() > deadline or lab.process.proc.poll() is not None:
-            return views
-        time.sleep(_POLL_S)
 
 
 def _lab_row(run: BenchRun, view: dict[str, Any]) -> Figures:
@@ -417,8 +292,8 @@ def _lab_row(run: BenchRun, view: dict[str, Any]) -> Figures:
     return {
         "run": run.name, "id": view["id"], "owner": view["owner"], "size": run.size, "method": run.method,
         "state": view["state"], "reached": bool(view["targets_reached"]),
-        "waited_s": None if admitted is None else round(_wall(admitted) - _wall(view["submitted_at"]), 2),
-        "ran_s": None if admitted is None or ended is None else round(_wall(ended) - _wall(admitted), 2),
+        "waited_s": None if admitted is None else round(labs.wall(admitted) - labs.wall(view["submitted_at"]), 2),
+        "ran_s": None if admitted is None or ended is None else round(labs.wall(ended) - labs.wall(admitted), 2),
     }
 
 
@@ -455,7 +330,7 @@ def _testbed_run(run: BenchRun, profiles: Path, devices: int, folder: Path, dead
     config.write_text(run.impersonating(profiles))
     args = ["testbed", "run", str(config), "--emulate", str(devices), "--out", str(out), "--no-live", "--no-dashboard"]
     started = time.monotonic()
-    with _started(args, folder / f"{run.name}.out") as process:
+    with labs.started(args, folder / f"{run.name}.out") as process:
         try:
             code: int | None = process.proc.wait(max(0.0, deadline - started))
         except subprocess.TimeoutExpired:
@@ -478,7 +353,7 @@ def _reached(summary: Path) -> bool:
 def _makespan(seconds: float, rows: list[Figures], part_s: float) -> Figures:
     """A way's makespan; ``part_s``: the whole part, a lab's start and stop included."""
     return {
-        "seconds": round(seconds, 1), "runs": len(rows), "ended": sum(r["state"] in FINAL for r in rows),
+        "seconds": round(seconds, 1), "runs": len(rows), "ended": sum(r["state"] in labs.FINAL for r in rows),
         "reached": sum(r["reached"] for r in rows), "each": rows, "part_s": round(part_s, 1),
     }
 
@@ -486,10 +361,6 @@ def _makespan(seconds: float, rows: list[Figures], part_s: float) -> Figures:
 def _said(figures: Figures) -> str:
     return (f"{figures['runs']} runs in {figures['seconds']:.1f} s; {figures['ended']} ended,"
             f" {figures['reached']} reached every target ({figures['part_s']:.0f} s)")
-
-
-def _wall(iso: str) -> float:
-    return dt.datetime.fromisoformat(iso).timestamp()
 
 
 # -- submit latency -------------------------------------------------------------------------------
@@ -502,10 +373,10 @@ def _submit_latency(settings: Settings, folder: Path, console: Console) -> Figur
     size = settings.connections + 1
     count = _WARM_UP + settings.submits
     lab_toml = _lab_toml(settings, size=size, max_running=1, queued=count)
-    run = _RUN.format(seed=settings.seed, size=size, method="random") + _JOB.format(
+    run = labs.RUN.format(seed=settings.seed, size=size, method="random") + labs.JOB.format(
         name="lenet", model="lenet5", image_size=12, fraction=0.1, target=0.9, rounds=2)
     with output.step(console, f"submit latency: {settings.connections} devices connecting ...") as update, \
-            _lab(folder, lab_toml, settings.connections, deadline) as lab:
+            labs.lab(folder, lab_toml, settings.connections, deadline) as lab:
         tokens = lab.researchers(settings.researchers)
         update(f"submit latency: {settings.submits} submits with {settings.connections} devices connected ...")
         took = []
@@ -538,16 +409,16 @@ def _memory(settings: Settings, folder: Path, console: Console) -> Figures:
     deadline = started + settings.timeout_s
     last = settings.memory_runs[-1]
     lab_toml = _lab_toml(settings, size=_MEMORY_DEVICES, max_running=2, queued=last)
-    tiny = _RUN.format(seed=settings.seed, size=2, method="random") + _JOB.format(
+    tiny = labs.RUN.format(seed=settings.seed, size=2, method="random") + labs.JOB.format(
         name="lenet", model="lenet5", image_size=12, fraction=0.5, target=0.99, rounds=2)
     rss: dict[str, float] = {}
     ids: list[str] = []
     with output.step(console, f"memory: {last} tiny runs on a lab of {_MEMORY_DEVICES} devices ...") as update, \
-            _lab(folder, lab_toml, _MEMORY_DEVICES, deadline) as lab:
+            labs.lab(folder, lab_toml, _MEMORY_DEVICES, deadline) as lab:
         rss["0"] = _rss_mb(lab.process.pid)
         for count in settings.memory_runs:
             ids += [lab.submit(tiny, lab.admin) for _ in range(count - len(ids))]
-            views = _until_ended(lab, ids, deadline, update)
+            views = labs.until_ended(lab, ids, deadline, update)
             rss[str(count)] = _rss_mb(lab.process.pid)
             console.print(f"memory: RSS {rss[str(count)]:.0f} MiB after {count} runs ({time.monotonic() - started:.0f} s)",
                           highlight=False)
@@ -570,31 +441,64 @@ def _rss_mb(pid: int) -> float:
 # -- the figures ----------------------------------------------------------------------------------
 
 
-def _summary(settings: Settings, makespan: dict[str, Figures], submit: Figures, memory: Figures) -> Figures:
-    equal, reserved, sequential = (makespan[k]["seconds"] for k in ("equal", "reserved", "sequential"))
-    return {
-        "makespan_equal_s": equal, "makespan_reserved_s": reserved, "makespan_sequential_s": sequential,
-        "makespan_ratio_reserved": round(equal / reserved, 3), "makespan_ratio_sequential": round(equal / sequential, 3),
-        "submit_p50_ms": submit["p50_ms"], "submit_p99_ms": submit["p99_ms"], "submit_connections": submit["connected"],
-        "rss_mb": memory["rss_mb"], "rss_growth": memory["growth"],
-        "makespan": makespan, "submit": submit, "memory": memory,
-        "settings": dataclasses.asdict(settings), "machine": output.machine(),
-    }
+def _summary(settings: Settings, parts: dict[str, Figures]) -> Figures:
+    """The figures of the parts that ran, their goals' names first."""
+    figures: Figures = {}
+    if "makespan" in parts:
+        equal, reserved, sequential = (parts["makespan"][k]["seconds"] for k in ("equal", "reserved", "sequential"))
+        figures |= {
+            "makespan_equal_s": equal, "makespan_reserved_s": reserved, "makespan_sequential_s": sequential,
+            "makespan_ratio_reserved": round(equal / reserved, 3), "makespan_ratio_sequential": round(equal / sequential, 3),
+        }
+    if "submit" in parts:
+        submit = parts["submit"]
+        figures |= {"submit_p50_ms": submit["p50_ms"], "submit_p99_ms": submit["p99_ms"], "submit_connections": submit["connected"]}
+    if "memory" in parts:
+        figures |= {"rss_mb": parts["memory"]["rss_mb"], "rss_growth": parts["memory"]["growth"]}
+    if "capacity" in parts:
+        c = parts["capacity"]
+        figures |= {
+            "capacity_completed_share": round(c["completed_with_targets"] / c["runs"], 3),
+            "capacity_over_holds": c["most_at_once"] - c["holds"], "capacity_idle_over_round": c["idle_over_round"],
+        }
+    if "loop" in parts:
+        this = parts["loop"]["this"]
+        lag, beats = this["loop"] or {}, this["heartbeats"] or {}
+        figures |= {
+            "loop_lag_p50_ms": lag.get("p50_ms"), "loop_lag_p99_ms": lag.get("p99_ms"), "loop_lag_max_ms": lag.get("max_ms"),
+            "heartbeat_rtt_p99_ms": (beats.get("rtt") or {}).get("p99_ms"), "heartbeats_missed": beats.get("missed"),
+            "health_p99_ms": this["health"]["p99_ms"],
+        }
+        if "baseline" in parts["loop"]:
+            base = parts["loop"]["baseline"]
+            figures |= {"baseline_health_p99_ms": base["health"]["p99_ms"], "health_p99_ratio": parts["loop"]["health_p99_ratio"]}
+    return figures | parts | {"settings": dataclasses.asdict(settings), "machine": output.machine()}
 
 
 def _hows(figures: Figures) -> dict[str, str]:
-    makespan, submit, memory = figures["makespan"], figures["submit"], figures["memory"]
-    ways = ", ".join(f"{k} {v['seconds']:.0f} s ({v['reached']}/{v['runs']} reached)" for k, v in makespan.items())
-    rss = ", ".join(f"{n}: {mb:.0f} MiB" for n, mb in memory["rss_mb"].items())
-    return {
-        "makespan_ratio_reserved": ways,
-        "makespan_ratio_sequential": f"equal over one testbed run after another ({figures['settings']['devices']} devices)",
-        "submit_p99_ms": f"{submit['submits']} submits, {submit['connected']} devices connected, p50 {submit['p50_ms']:.1f} ms",
-        "rss_growth": f"RSS after runs {rss}",
-    }
+    hows: dict[str, str] = {}
+    if "makespan" in figures:
+        ways = ", ".join(f"{k} {v['seconds']:.0f} s ({v['reached']}/{v['runs']} reached)" for k, v in figures["makespan"].items())
+        hows["makespan_ratio_reserved"] = ways
+        hows["makespan_ratio_sequential"] = f"equal over one testbed run after another ({figures['settings']['devices']} devices)"
+    if "submit" in figures:
+        submit = figures["submit"]
+        hows["submit_p99_ms"] = f"{submit['submits']} submits, {submit['connected']} devices connected, p50 {submit['p50_ms']:.1f} ms"
+    if "memory" in figures:
+        hows["rss_growth"] = "RSS after runs " + ", ".join(f"{n}: {mb:.0f} MiB" for n, mb in figures["memory"]["rss_mb"].items())
+    if "capacity" in figures:
+        c = figures["capacity"]
+        hows["capacity_completed_share"] = f"{c['runs']} runs of min_plan {c['min_plan']} on {c['devices']} devices"
+        hows["capacity_over_holds"] = f"at most {c['most_at_once']} at once; the fleet holds {c['holds']}"
+        hows["capacity_idle_over_round"] = "a device's longest idle between tasks, over the longest round"
+    if "loop" in figures:
+        this = figures["loop"]["this"]
+        hows["loop_lag_p99_ms"] = f"{this['runs']} runs on {figures['settings']['devices']} devices; max {figures['loop_lag_max_ms']} ms"
+        hows["heartbeats_missed"] = f"heartbeat round trip p99 {figures['heartbeat_rtt_p99_ms']} ms"
+    return {name: how for name, how in hows.items() if isinstance(figures.get(name), int | float)}
 
 
 def _row(name: str, value: float, how: str) -> tuple[str, ...]:
     op, goal = GOALS[name]
-    met = value < goal if op == "<" else value <= goal
+    met = {"<": value < goal, "<=": value <= goal, ">=": value >= goal}[op]
     return name, f"{value:,.3f}" if abs(value) < 10 else f"{value:,.1f}", f"{op} {goal:g}", "yes" if met else "[red]no[/]", how

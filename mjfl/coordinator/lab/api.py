@@ -70,6 +70,9 @@ class LabApi:
         self.devices = devices  # the lobby: each connected device and what it serves (``LabFleet.devices``)
         self.tasks = tasks  # the fleet's latest tasks: (device, wire job, round, sent, ended, outcome), loop time
         self.max_request_kb = max_request_kb
+        # The service's own health: its event loop's lag (``loop.py``) and its devices' heartbeats, once it serves.
+        self.loop: Callable[[], dict[str, Any]] | None = None
+        self.heartbeats: Callable[[], dict[str, Any]] | None = None
 
     # -- runs -----------------------------------------------------------------
 
@@ -143,7 +146,12 @@ class LabApi:
     async def health(self, request: web.Request) -> web.Response:
         counts = {state: len(self.store.runs(state)) for state in ("queued", "running")}  # type: ignore[arg-type]
         status = "draining" if self.runs.draining else "up"
-        return _json({"status": status, "version": __version__, "devices": len(self.devices()), "runs": counts})
+        body = {"status": status, "version": __version__, "devices": len(self.devices()), "runs": counts}
+        if self.loop is not None:
+            body["loop"] = self.loop()
+        if self.heartbeats is not None:
+            body["heartbeats"] = self.heartbeats()
+        return _json(body)
 
     async def lobby(self, request: web.Request) -> web.Response:
         """Every connected device: since when (wall clock), from where, and the run's job it serves now, if any."""

@@ -18,11 +18,14 @@ from typing import Any
 
 import numpy as np
 
+RECENT = 30_000  # samples a summary reads: five minutes of the loop's, at its 10 ms
+
+
 
 class LoopWatch:
     """The loop's lag, sampled every ``every_s`` seconds; the newest ``keep`` samples kept."""
 
-    def __init__(self, every_s: float = 0.01, keep: int = 60_000) -> None:
+    def __init__(self, every_s: float = 0.01, keep: int = RECENT) -> None:
         self.every_s = every_s
         self.lags: deque[float] = deque(maxlen=keep)
 

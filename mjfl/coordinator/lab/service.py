@@ -33,6 +33,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import itertools
 import multiprocessing
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -46,7 +47,7 @@ from mjfl.coordinator.engine.occupancy import Occupancy
 from mjfl.coordinator.lab.api import LabApi, lab_app
 from mjfl.coordinator.lab.config import LabConfig
 from mjfl.coordinator.lab.fleet import LabFleet, Lobby
-from mjfl.coordinator.lab.loop import LoopWatch
+from mjfl.coordinator.lab.loop import RECENT, LoopWatch, summary_ms
 from mjfl.coordinator.lab.memory import settle
 from mjfl.coordinator.lab.pages import add_pages, dashboard_token
 from mjfl.coordinator.lab.runlogs import RunLogs
@@ -103,7 +104,12 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
                 )
                 view = LabView(store, out_dir / RUNS, lab.limits, draining=lambda: runs.draining)
                 async with _api(api, lab, console, view), LoopWatch.watching() as loop:
-                    api.loop = loop
+                    server = host.server
+                    api.loop = loop.figures
+                    api.heartbeats = lambda: {
+                        "rtt": summary_ms(itertools.islice(reversed(server.heartbeat_rtts), RECENT)),
+                        "missed": server.heartbeats_missed,
+                    }
                     settle()  # up: what the service holds now stays for its life (``memory.py``)
                     keeper = group.create_task(runs.keep(), name="lab admission")
                     await runs.drained()

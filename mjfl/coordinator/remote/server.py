@@ -215,6 +215,8 @@ class CoordinatorServer:
         self.explain_loss: Callable[[str, str], Awaitable[str]] | None = None
         self.heartbeat_rtts: deque[float] = deque(maxlen=self.settings.heartbeat_samples)
         """Round-trip times (seconds) of the coordinator's heartbeats, newest last."""
+        self.heartbeats_missed = 0
+        """Connections this server closed because a heartbeat went unanswered for ``heartbeat_timeout``."""
         self._ssl = _server_tls(self.settings)
         self._nonces: weakref.WeakKeyDictionary[ServerConnection, str] = weakref.WeakKeyDictionary()
         self._served: set[_Served] = set()  # every connection being served
@@ -394,6 +396,7 @@ class CoordinatorServer:
             else:
                 served.end_reason = f"{event.code}: {event.reason}"
                 log.warning("closed device %s: %s (%s)", served.device, event.code, event.reason)
+                self.heartbeats_missed += event.code == "heartbeat_timeout"
                 if event.code not in _FAILED_CODES:
                     served.end_status = "rejected"
 

@@ -62,7 +62,7 @@ from mjfl.device.protocol.credentials import (
     proof_matches,
     token_matches,
 )
-from mjfl.errors import ConfigError, DeviceFailure, UserError
+from mjfl.errors import ConfigError, DataError, DeviceFailure, UserError
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +169,8 @@ class _Served:
     refused: bool = False  # the registry was told that it was refused
     end_reason: str | None = None
     end_status: DeviceStatus = "failed"
+    tasks: asyncio.TaskGroup | None = None  # what serving it awaits beside its connection
+    checking: asyncio.Task[None] | None = None  # its hello, checked against the key store
 
 
 class CoordinatorServer:
@@ -347,7 +349,12 @@ class CoordinatorServer:
             conn.close("too_many_connections", f"at most {limit} connections per address")
         self._served.add(served)
         try:
-            await conn.run()
+            async with asyncio.TaskGroup() as served.tasks:
+                try:
+                    await conn.run()
+                finally:
+                    if served.checking is not None:
+                        served.checking.cancel()
         except Exception:
             # Our bug (the peer's faults never raise): log it, end only this device.
             log.exception("connection handler failed for %s", served.device)
@@ -409,7 +416,28 @@ class CoordinatorServer:
         if self._closing:
             conn.close("going_away", "coordinator shutdown")
             return
-        if not self._credentials_ok(hello, served.nonce) or (self.authorize is not None and not self.authorize(hello)):
+        checked = self._credentials_ok(hello, served.nonce)
+        if checked is None and self.keys is not None and served.tasks is not None:
+            # The key store is a file (SQLite): read on a thread, so that no hello waits on the loop for it.
+            served.checking = served.tasks.create_task(self._check_enrolled(served, hello), name="hello check")
+            return
+        self._welcome(served, hello, bool(checked))
+
+    async def _check_enrolled(self, served: _Served, hello: protocol.Hello) -> None:
+        """An enrolled device's proof, checked against the key store off the loop; then welcomed or refused."""
+        assert self.keys is not None and hello.proof is not None
+        keys, nonce, proof = self.keys, served.nonce, hello.proof
+        try:
+            ok = await asyncio.to_thread(keys.verify, hello.device_id, nonce, proof)
+        except DataError as exc:
+            log.warning("the key store could not check %s: %s", hello.device_id, exc)
+            ok = False
+        if served.conn.session.state is protocol.State.HELLO and not self._closing:
+            self._welcome(served, hello, ok)
+
+    def _welcome(self, served: _Served, hello: protocol.Hello, credentials: bool) -> None:
+        conn = served.conn
+        if not credentials or (self.authorize is not None and not self.authorize(hello)):
             log.warning("refused device %s from %s: bad credentials", hello.device_id, conn.ws.remote_address)
             served.refused = True
             self.registry.refused(hello.device_id, _address(conn.ws), "unauthorized: credentials refused")
@@ -424,8 +452,9 @@ class CoordinatorServer:
             hello.device_id, conn.ws.remote_address, hello.runtime, info.profile_source,
         )
 
-    def _credentials_ok(self, hello: protocol.Hello, nonce: str) -> bool:
-        """An enrolled device's proof of this connection's nonce, or the shared lab token (docs/security.md)."""
+    def _credentials_ok(self, hello: protocol.Hello, nonce: str) -> bool | None:
+        """The shared lab token, or a proof of this connection's nonce by a device this process started
+        (docs/security.md); None: only the key store can tell (``_check_enrolled``)."""
         token = self.settings.token
         if token is None and self.keys is None and not self.run_secrets:
             return True  # an open lab: nothing to check
@@ -436,7 +465,7 @@ class CoordinatorServer:
         own = self.run_secrets.get(hello.device_id)
         if own is not None:
             return proof_matches(own, nonce, hello.device_id, hello.proof)
-        return self.keys is not None and self.keys.verify(hello.device_id, nonce, hello.proof)
+        return None if self.keys is not None else False
 
     def _end(self, served: _Served) -> None:
         """The connection is over: the registry lets its device go, with the reason."""

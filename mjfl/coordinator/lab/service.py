@@ -105,7 +105,7 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
             if options.drain:
                 runs.drain()
             async with CoordinatorServer(lab.server.host, lab.server.port, registry=registry, settings=settings,
-                                         run_secrets=(own := _own_secrets(settings, options))) as server:
+                                         run_secrets=(own := _own_secrets(settings, options)), port_setting="server.port") as server:
                 console.print(f"lab {out_dir}: {where_to_connect(server)}", highlight=False, soft_wrap=True)
                 if settings.keys is not None or settings.token is not None:
                     console.print(admission(server), highlight=False, soft_wrap=True)

@@ -123,7 +123,7 @@ def test_no_adb_server_is_one_clear_error() -> None:
     port = closed_port()
     with pytest.raises(PhoneError, match=f"no adb server at 127.0.0.1:{port}: .*adb start-server"):
         Adb(f"127.0.0.1:{port}").phones()
-    with pytest.raises(PhoneError, match="--adb nowhere: expected HOST:PORT"):
+    with pytest.raises(PhoneError, match="adb server address nowhere: expected HOST:PORT"):
         Adb("nowhere")
 
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from run_records import CNN, LENET, jobs_of
 
@@ -75,16 +77,23 @@ def records(run_id: str = "live-0", devices: int = 4) -> list[RoundRecord]:
     return out
 
 
-def write_run(folder: Path, run_id: str = "mg-0", *, devices: int = 4, finished: bool = True) -> None:
-    """``records`` as a finished (or interrupted) run ``run_id`` in ``folder``'s run database, d0 profiled."""
+def write_run(
+    folder: Path, run_id: str = "mg-0", *, devices: int = 4, finished: bool = True, status: str = "interrupted",
+    clocks: Sequence[tuple[float, float]] = (), started_at: str = "2026-11-27T01:00:00",
+) -> None:
+    """``records`` as a finished run ``run_id`` in ``folder``'s run database, d0 profiled; not ``finished``: in
+    ``status`` (interrupted, failed, or still running). ``clocks``: its run clock's anchors (``Storage.record_clock``);
+    ``started_at``: its driver's start."""
     with Storage(database_path(folder)) as storage:
-        storage.start_run(RunInfo(run_id, "meta-greedy", "virtual", 0, json.dumps(CONFIG), "2026-11-27T01:00:00"),
+        storage.start_run(RunInfo(run_id, "meta-greedy", "virtual", 0, json.dumps(CONFIG), started_at),
                           jobs_of(run_id))
+        for run_s, wall_s in clocks:
+            storage.record_clock(run_id, run_s, wall_s)
         for record in records(run_id, devices):
             storage.record_round(record, MEMBERS)
         storage.save_profiles([DeviceProfile(DeviceId("d0"), a=0.01, mu=50.0)])
-        if finished:
-            storage.finish_run(run_id, "finished", "2026-11-27T01:05:00")
+        if finished or status != "running":
+            storage.finish_run(run_id, "finished" if finished else status, "2026-11-27T01:05:00")
 
 
 def write_provenance(folder: Path, run_id: str = "mg-0") -> None:
@@ -109,3 +118,17 @@ def aggregated(record: RoundRecord) -> RoundAggregated:
 def new_live() -> LiveRun:
     """A live run of ``INFO`` with both jobs and their epochs, before any event."""
     return LiveRun(INFO, jobs_of("live-0"), epochs=epochs_of(CONFIG))
+
+
+def bars_of(timeline: Mapping[str, Any] | bytes) -> list[dict[str, Any]]:
+    """A timeline's bars (``dashboard/timeline.py``'s columns, or their JSON) as a dict each, its indices turned into
+    what they name (device, job, status, error) and the details it has (a column absent or a null: not told)."""
+    document = json.loads(timeline) if isinstance(timeline, bytes) else timeline
+    columns = document["bars"]
+    names = {"device": document["devices"], "job": document["jobs"], "status": document["statuses"],
+             "error": document["errors"]}
+    bars = []
+    for at in range(len(columns["round"])):
+        bar = {name: names[name][column[at]] if name in names else column[at] for name, column in columns.items()}
+        bars.append({name: value for name, value in bar.items() if value is not None})
+    return bars

@@ -10,7 +10,6 @@ tests/ on the path for its conftest.py).
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from processes import Process, mjfl_args
+from waiting import eventually
 
 # Every test's lab keeps the runs' exported programs where the repository's runs do, so no test exports them again.
 PROGRAMS = Path(__file__).resolve().parent.parent / ".mjfl-cache" / "programs"
@@ -98,7 +98,7 @@ class Lab:
         line = process.line_with("researchers' API: ", 300)
         url = line.split("researchers' API: ")[1].split("/api/lab")[0]
         lab = cls(process, out, url, (out / "admin.token").read_text().strip())
-        lab.until(lambda: lab.call("GET", "/api/lab/health")[1]["devices"] == devices, 300)
+        lab.until(lambda: lab.call("GET", "/api/lab/health")[1]["devices"] == devices, 300, what=f"{devices} devices connected")
         return lab
 
     def call(self, method: str, path: str, body: Any = None, *, token: str | None = None, raw: bytes | None = None,
@@ -137,23 +137,21 @@ class Lab:
 
     def ended(self, run_id: str, timeout: float = 300) -> dict[str, Any]:
         """The run once it has ended (its state final)."""
-        self.until(lambda: self.run(run_id)["state"] in ("completed", "failed", "cancelled", "abandoned"), timeout)
+        final = ("completed", "failed", "cancelled", "abandoned")
+        self.until(lambda: self.run(run_id)["state"] in final, timeout, what=f"run {run_id} to end")
         return self.run(run_id)
 
-    def until(self, holds: Callable[[], bool], timeout: float) -> None:
-        """Poll ``holds`` until it does; fail at once if the service exits."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.process.proc.poll() is not None:
-                raise AssertionError(f"mjfl serve exited ({self.process.proc.returncode}):\n{''.join(self.process.output)}")
-            try:
-                if holds():
-                    return
-            except (urllib.error.URLError, ConnectionError):
-                pass  # not listening yet
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out:\n{''.join(self.process.output)[-3000:]}")
-            time.sleep(0.2)
+    def until(self, holds: Callable[[], Any], timeout: float, *, what: str | None = None) -> Any:
+        """Poll ``holds`` until it does (its value); fail at once if the service exits."""
+        return eventually(
+            holds, timeout=timeout, interval=0.2, what=what,
+            ignoring=(urllib.error.URLError, ConnectionError),  # not listening yet
+            stop_if=self._exited, explain=lambda: "its output, the end:\n" + "".join(self.process.output)[-6000:],
+        )
+
+    def _exited(self) -> str | None:
+        code = self.process.proc.poll()
+        return None if code is None else f"mjfl serve exited ({code})"
 
 
 def _decoded(data: bytes) -> Any:

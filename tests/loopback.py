@@ -3,7 +3,9 @@
 Good devices are EmulatedDevices (in-process) with echo trainers; bad ones
 are raw websockets clients writing hand-made frames (``raw_client``,
 ``result_for``). ``fleet_of(server)`` is the engine's fleet over a server's
-registry, one per server.
+registry, one per server. A ``HeldTrainer`` keeps its device training until
+the test lets it go: a device that is certainly busy, however slow the
+machine.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ import asyncio
 import contextlib
 import functools
 import json
+import threading
 import weakref
 
 import numpy as np
 import pytest
+from waiting import PATIENCE_S
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -28,7 +32,7 @@ from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining
 from mjfl.jobs.models import ModelSpec
-from mjfl.testkit.echo import echo_trainer
+from mjfl.testkit.echo import EchoTrainer, echo_trainer
 
 _FLEETS: weakref.WeakKeyDictionary[CoordinatorServer, RemoteFleet] = weakref.WeakKeyDictionary()
 
@@ -63,6 +67,39 @@ def device(server, device_id, **kw):
     return EmulatedDevice(server.url, device_id, runtime="torch", **kw)
 
 
+class HeldTrainer(EchoTrainer):
+    """An echo trainer (``delta`` added) whose trainings wait while it is held; also its own factory.
+
+    Held from the start unless ``held`` is False; ``release()`` lets every
+    training waiting and to come go on, ``hold()`` holds the next ones again.
+    ``training`` is set once a training has begun. A wait is bounded by
+    ``PATIENCE_S`` so that a test that fails before releasing it leaves no
+    thread behind for ever.
+    """
+
+    def __init__(self, delta: float = 1.0, *, held: bool = True) -> None:
+        super().__init__(delta=delta)
+        self.training = threading.Event()
+        self._released = threading.Event()
+        if not held:
+            self._released.set()
+
+    def __call__(self, runtime, model, program):
+        return self
+
+    def train(self, weights, x, y, training, *, seed=0):
+        self.training.set()
+        self._released.wait(PATIENCE_S)
+        return super().train(weights, x, y, training, seed=seed)
+
+    def hold(self) -> None:
+        self.training.clear()
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+
 async def outcome(run):
     """A run_task's TaskResult, or its DeviceFailure as a value (so a TaskGroup keeps going)."""
     try:
@@ -88,7 +125,7 @@ async def raw_client(server, device_id="raw", **kw):
 
 async def expect_bye(ws, code, close_code):
     """Read until the coordinator's bye; then the WebSocket closes with ``close_code``."""
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE_S):
         while True:
             message = await ws.recv()
             if isinstance(message, str) and json.loads(message)["type"] == "bye":
@@ -102,7 +139,7 @@ async def expect_bye(ws, code, close_code):
 
 async def received_task(ws):
     """Skip text messages and the provision; the decoded task."""
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(PATIENCE_S):
         while True:
             message = await ws.recv()
             if isinstance(message, bytes):
@@ -120,7 +157,7 @@ async def coordinator_with_a_good_device(**settings):
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | settings))) as server:
         good = device(server, "good")
         async with devices_running(good):
-            await server.registry.wait_for_devices(1, 5)
+            await server.registry.wait_for_devices(1, PATIENCE_S)
             fleet_of(server).prepare([artifacts(["good", "raw"])])
             yield server, good
             # The run went on: the good device still trains, on its first session.

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from waiting import eventually
+
 
 class Process:
     """A started process; ``lines`` gets its merged stdout/stderr when ``read`` is set."""
@@ -93,18 +95,16 @@ def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
             return []
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float, *processes: Process) -> None:
-    """Poll ``predicate`` until it holds; fail at once if one of ``processes`` exits first."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
+def wait_for(predicate: Callable[[], Any], timeout: float, *processes: Process, what: str | None = None) -> Any:
+    """Poll ``predicate`` until it holds (its value); fail at once if one of ``processes`` exits first."""
+
+    def exited() -> str | None:
         for process in processes:
             if process.proc.poll() is not None:
-                raise AssertionError(
-                    f"{process.proc.args[:4]} exited early ({process.proc.returncode}):\n{''.join(process.output)}"
-                )
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out")
-        time.sleep(0.2)
+                return f"{process.proc.args[:4]} exited early ({process.proc.returncode}):\n{''.join(process.output)}"
+        return None
+
+    return eventually(predicate, timeout=timeout, interval=0.2, what=what, stop_if=exited)
 
 
 # A testbed run of one small job on emulated devices: two to start, room for more to join

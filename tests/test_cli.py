@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from repository import EXAMPLES
 
 CONFIG = """
 seed = 0
@@ -53,9 +54,22 @@ def test_a_port_in_use_is_named_with_what_to_do(config: Path, tmp_path: Path) ->
         taken.listen()
         port = taken.getsockname()[1]
         result = mjfl("testbed", "run", str(config), "--port", str(port), "--no-live", cwd=tmp_path)
-    assert_one_error_line(result, f"127.0.0.1:{port}", "in use", "--port")
+    # The setting the server was given, and the flag this command sets it with.
+    assert_one_error_line(result, f"127.0.0.1:{port}", "in use", "config field 'testbed.port' (or --port)")
     # Nothing was recorded for a run that never started.
     assert "no run" not in result.stderr
+
+
+def test_a_labs_port_in_use_names_its_setting_and_no_flag_serve_lacks(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        lab = tmp_path / "LAB.toml"
+        lab.write_text(f'out_dir = "{tmp_path / "lab"}"\n[fleet]\nsize = 1\n[server]\nport = {port}\n[api]\nport = 0\n')
+        result = mjfl("serve", str(lab), cwd=tmp_path)
+    line = assert_one_error_line(result, f"127.0.0.1:{port}", "in use", "config field 'server.port':")
+    assert "--port" not in line  # mjfl serve has none: LAB.toml's [server] port is the one way
 
 
 def test_out_naming_a_file_is_a_clear_error_not_a_traceback(config: Path, tmp_path: Path) -> None:
@@ -153,6 +167,20 @@ def test_a_list_given_twice_or_not_a_list_of_numbers_is_an_error_naming_it() -> 
     assert parse_error("export", "lenet5", "--out", "x.pte", "--input-shape", "1,x,8").startswith("--input-shape")
     # A count is still a count where --devices remains (one value, never a list).
     assert parse_error("bench", "coordinator", "--devices", "10", "20") == "unexpected argument(s): 20"
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (["certs", "create", "{tmp}/certs", "--days", "0"], "--days: must be >= 1, got 0"),
+    (["certs", "create", "{tmp}/certs", "--ip-addresses", "10.0.0.5,lab"], "--ip-addresses: 'lab' does not appear to be"),
+    (["devices", "emulate", "--url", "ws://127.0.0.1:9", "--count", "0"], "--count: must be >= 1, got 0"),
+    (["devices", "emulate", "--url", "ws://127.0.0.1:9", "--runtime", "jax"], "--runtime: must be executorch, torch or"),
+    (["study", str(EXAMPLES / "study-digits.toml"), "--out", "{tmp}/study", "--first-seed", "-1"], "--first-seed: must be >= 0"),
+    (["study", str(EXAMPLES / "study-digits.toml"), "--out", "{tmp}/study", "--methods", "fedcs"], "--methods: choose among"),
+])
+def test_an_error_below_the_command_layer_names_its_setting_and_the_command_its_flag(
+    args: list[str], error: str, tmp_path: Path
+) -> None:
+    assert parse_error(*(arg.format(tmp=tmp_path) for arg in args)).startswith(error)
 
 
 def test_comma_lists_parse_alike_in_every_command() -> None:

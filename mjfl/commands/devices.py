@@ -8,6 +8,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from mjfl.commands.secrets import owner_only_stdout
 from mjfl.coordinator.remote.keys import (
     EnrolledDevice,
     KeyStore,
@@ -106,6 +107,7 @@ def enroll_device(name: str, keys: Path | None, *, save: Path | None, console: C
     Then says what enrolment does to later runs: a coordinator that uses
     this store admits only its enrolled devices (docs/security.md).
     """
+    owner_only_stdout()  # before the secret exists: `mjfl devices enroll NAME > FILE`
     store = KeyStore(keys or default_key_store(), create=True)
     secret = store.enroll(name)
     if save is not None:

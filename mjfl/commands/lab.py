@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from mjfl.commands.secrets import owner_only_stdout
 from mjfl.errors import Refusal, UserError
 
 DEFAULT_LAB = "http://127.0.0.1:8790"
@@ -68,10 +69,19 @@ def client(lab: str | None, token: str | None) -> LabClient:
     return LabClient(url, token)
 
 
+# What this command line adds to the lab's refusals, which the API words for any client (docs/lab-api.yaml).
+_ON_THE_COMMAND_LINE = {
+    "unauthorized": "give yours with --token or MJFL_TOKEN (an admin makes one: mjfl lab researcher add NAME)",
+    "last_admin": "mjfl lab researcher add NAME --admin",
+}
+
+
 def _refusal(exc: urllib.error.HTTPError) -> Refusal:
     try:
         error = json.loads(exc.read())["error"]
-        return Refusal(error["code"], error["message"], status=exc.code, field=error.get("field"))
+        hint = _ON_THE_COMMAND_LINE.get(error["code"])
+        message = error["message"] + (f"; {hint}" if hint else "")
+        return Refusal(error["code"], message, status=exc.code, field=error.get("field"))
     except (ValueError, KeyError, TypeError):
         return Refusal("internal", f"the lab answered {exc.code} {exc.reason}", status=exc.code)
 
@@ -104,11 +114,15 @@ def submit(lab: LabClient, config: Path, *, key: str | None, wait: bool, as_json
 
 
 def runs(lab: LabClient, *, as_json: bool, console: Console) -> None:
+    """Every run of the lab as a table on ``console`` (stdout, for `mjfl runs | less`), or as JSON."""
     listed = lab.call("GET", "/api/lab/runs")["runs"]
     if as_json:
         print(json.dumps({"runs": listed}))  # stdout, as submit --json: for scripts and jq
         return
-    table = Table("run", "owner", "state", "method", "queued at", "why / how it ended", title=f"runs of {lab.url}")
+    table = Table(title=f"runs of {lab.url}")
+    for column in ("run", "owner", "state", "method", "queued at"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("why / how it ended", overflow="fold")  # whole, wrapped: a word longer than the column folds
     for run in listed:
         position = str(run["position"]) if run["position"] is not None else ""
         table.add_row(run["id"], run["owner"], run["state"], run["method"], position, run["reason"] or "")
@@ -154,6 +168,8 @@ def pull(lab: LabClient, run: str, out: Path, *, console: Console) -> Path:
 
 
 def add_researcher(lab: LabClient, name: str, *, admin: bool, console: Console) -> None:
+    """Make ``name`` a token and print it alone on stdout (``owner_only_stdout``: a file there is made 0600 first)."""
+    owner_only_stdout()
     made = lab.call("POST", "/api/lab/researchers", {"name": name, "admin": admin})
     console.print(f"{name}{' (admin)' if admin else ''}: give them this token, shown once:", highlight=False)
     print(made["token"])  # stdout alone, so a script can take it

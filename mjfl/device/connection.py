@@ -29,7 +29,7 @@ from collections.abc import Callable
 from websockets.asyncio.connection import Connection as WebSocket
 from websockets.exceptions import ConnectionClosed
 
-from mjfl.device.protocol.session import CoordinatorSession, DeviceSession, Event, State
+from mjfl.device.protocol import CoordinatorSession, DeviceSession, Event, State
 
 log = logging.getLogger(__name__)
 

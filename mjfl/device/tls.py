@@ -27,9 +27,9 @@ def client_context(ca: Path | None) -> ssl.SSLContext:
     try:
         context.load_verify_locations(cafile=ca)
     except FileNotFoundError:
-        raise UserError(f"--ca {ca}: no such file") from None
+        raise UserError(f"CA file {ca}: no such file") from None
     except (ssl.SSLError, OSError, ValueError) as exc:
-        raise UserError(f"--ca {ca}: not a PEM certificate file ({exc})") from None
+        raise UserError(f"CA file {ca}: not a PEM certificate file ({exc})") from None
     return context
 
 

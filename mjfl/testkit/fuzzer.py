@@ -39,6 +39,8 @@ from mjfl.device.protocol.codec import (
     encode,
     split_message,
 )
+from mjfl.device.protocol.coordinator import CoordinatorSession
+from mjfl.device.protocol.device import DeviceSession
 from mjfl.device.protocol.messages import (
     Bye,
     Cancel,
@@ -57,12 +59,7 @@ from mjfl.device.protocol.messages import (
     Timing,
     Welcome,
 )
-from mjfl.device.protocol.session import (
-    WEBSOCKET_CLOSE_CODES,
-    CoordinatorSession,
-    DeviceSession,
-    State,
-)
+from mjfl.device.protocol.session import WEBSOCKET_CLOSE_CODES, State
 from mjfl.device.protocol.tensors import align
 from mjfl.errors import ProtocolError
 from mjfl.ids import DeviceId, JobId

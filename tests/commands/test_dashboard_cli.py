@@ -27,6 +27,22 @@ def test_the_dashboard_serves_its_folders_until_ctrl_c(tmp_path: Path, processes
     assert "Traceback" not in "".join(dashboard.output)
 
 
+def test_a_cancelled_runs_pulled_folder_is_served_labelled_interrupted(
+    tmp_path: Path, processes: Callable[..., Process],
+) -> None:
+    record_run(tmp_path / "pulled", "meta-greedy", 0, [2.0, 4.0], [0.5, 0.6], finished=False)  # as a lab's cancel leaves it
+    dashboard = processes(mjfl_args("dashboard", str(tmp_path / "pulled"), "--port", "0"), read=True)
+    url = re.search(r"http://127\.0\.0\.1:\d+/", dashboard.line_with("mjfl dashboard: open", timeout=60))
+    assert url is not None
+    with urllib.request.urlopen(url.group(0) + "api/runs", timeout=10) as response:
+        (run,) = json.load(response)
+    assert (run["run_id"], run["status"]) == ("meta-greedy-0-2", "interrupted")
+    with urllib.request.urlopen(url.group(0) + "api/runs/0%3Ameta-greedy-0-2", timeout=10) as response:
+        assert [job["rounds"] for job in json.load(response)["jobs"]] == [2]
+    dashboard.proc.send_signal(signal.SIGINT)
+    assert dashboard.wait(timeout=20) == 0
+
+
 def test_a_folder_without_a_run_database_is_named(tmp_path: Path) -> None:
     result = subprocess.run(mjfl_args("dashboard", str(tmp_path)), capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 2

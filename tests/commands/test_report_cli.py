@@ -16,16 +16,16 @@ def test_report_gathers_the_runs_of_several_folders_per_method(tmp_path: Path) -
     record_run(seed0, "meta-greedy", 0, [1.0, 2.0], [0.7, 0.9], winners=["genetic", "rlds"])
     record_run(seed1, "meta-greedy", 1, [1.0, 2.0, 3.0], [0.5, 0.6, 0.7], winners=["genetic"] * 3)  # never reached
     record_run(seed1, "meta-greedy", 2, [1.0], [0.9], options={"meta-greedy": {"horizon": 10.0}})
-    record_run(seed1, "genetic", 2, [1.0], [0.9], finished=False)  # interrupted: left out
+    record_run(seed1, "genetic", 2, [1.0], [0.9], finished=False)  # interrupted: shown apart, labelled so
     out = tmp_path / "report.json"
     result = subprocess.run(
         mjfl_args("report", str(seed0), str(seed1), "--json", str(out), "--plots", str(tmp_path / "plots")),
         capture_output=True, text=True, timeout=120, check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "left out 1 unfinished run" in result.stderr
+    assert "left out" not in result.stderr  # nothing running or failed
     methods = json.loads(out.read_text())["methods"]
-    assert list(methods) == ["random", "meta-greedy", "meta-greedy (horizon=10.0)"]
+    assert list(methods) == ["random", "meta-greedy", "meta-greedy (horizon=10.0)", "genetic (interrupted)"]
     random = methods["random"]
     assert random["runs"] == 2 and random["seeds"] == [0, 1]
     assert random["group_time_s"] == {"mean": 6.0, "sd": 0.0, "reached": 2, "runs": 2}
@@ -43,6 +43,18 @@ def test_report_gathers_the_runs_of_several_folders_per_method(tmp_path: Path) -
     # The plots: accuracy against time per job, and Meta-Greedy's member wins over the rounds.
     for name in ("accuracy-lenet.png", "member-wins.png"):
         assert (tmp_path / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_of_a_cancelled_runs_pulled_folder_shows_its_rounds_labelled_interrupted(tmp_path: Path) -> None:
+    # A lab's cancelled run (mjfl pull): its records end "interrupted".
+    record_run(tmp_path, "meta-greedy", 0, [2.0, 4.0], [0.5, 0.6], finished=False)
+    out = tmp_path / "report.json"
+    result = subprocess.run(mjfl_args("report", str(tmp_path), "--json", str(out)),
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "meta-greedy (interrupted)" in result.stderr
+    stopped = json.loads(out.read_text())["methods"]["meta-greedy (interrupted)"]
+    assert stopped["runs"] == 1 and stopped["jobs"]["lenet"]["final_accuracy"]["mean"] == 0.6  # its last round's
 
 
 def test_report_names_a_folder_without_runs(tmp_path: Path) -> None:

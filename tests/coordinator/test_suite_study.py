@@ -220,10 +220,10 @@ def test_a_study_runs_other_seeds_its_pilot_seeds_alone_or_a_subset_of_its_metho
     assert (alone.ratio, alone.pilot_seeds, alone.seeds) == (None, (), (0,))  # one method on the pilot seeds
     (tmp_path / "plain.toml").write_text(STUDY.replace("pilot_seeds = [0]\ntest_seeds = [1]", "seeds = 2"))
     assert load_study(tmp_path / "plain.toml").seeds == (0, 1)
-    for bad, message in (({"methods": ["bods"]}, "--methods"), ({"methods": []}, "--methods"), ({"first_seed": -1}, "--first-seed")):
+    for bad, message in (({"methods": ["bods"]}, "'methods'"), ({"methods": []}, "'methods'"), ({"first_seed": -1}, "'first_seed'")):
         with pytest.raises(UserError, match=message):
             load_study(tmp_path / "study.toml", **bad)
-    with pytest.raises(UserError, match="--pilot-only"):
+    with pytest.raises(UserError, match="'pilot_only'"):
         load_study(tmp_path / "plain.toml", pilot_only=True)
 
 

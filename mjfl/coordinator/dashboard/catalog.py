@@ -1,29 +1,42 @@
-"""The finished runs of some output folders, read back from their run databases, read-only.
+"""The runs a dashboard serves: the interface (``RunCatalog``) and `mjfl dashboard`'s, the runs of output folders.
 
-Each request opens the databases afresh with ``Storage.read_only`` (nothing
-is created or written, and a run another process writes is never blocked),
-so the catalog holds no connection between requests. A finished run never
-changes again (``Storage.resume_run`` refuses one), so its line of the runs
-list is computed once and kept. A run is named
-``<folder index>:<run id>``: run ids are unique within a folder, not across.
+``RunCatalog`` is what the server asks of any catalog (this module's
+``Catalog``, and the lab's ``lab/pages.py: LabCatalog``), always in a
+worker thread: each call opens the databases it reads with
+``Storage.read_only`` (nothing is created or written, and a run another
+process writes is never blocked), so no connection is held between calls.
+
+``Catalog`` lists the runs of some output folders that ended, finished or
+interrupted (Ctrl-C, a lab's cancel: ``interrupted``, as its status says);
+a running or failed one is left out, as `mjfl report` leaves it out. A run
+is named ``<folder index>:<run id>``: run ids are unique within a folder,
+not across. A finished run never changes again (``Storage.resume_run``
+refuses one), so its line of the runs list is computed once and kept, and
+its view and its timeline's JSON for the newest few opened (``KEPT``); an
+interrupted run may be resumed and is read afresh.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
+from mjfl.coordinator.dashboard.device_logs import device_log
 from mjfl.coordinator.dashboard.state import (
     RunView,
+    Speed,
     epochs_of,
     round_devices,
     run_entry,
     run_view,
-    timeline,
 )
+from mjfl.coordinator.dashboard.timeline import PlacedRun, TimelineBars, shared_busy, timeline
 from mjfl.coordinator.results.provenance import provenance_document
 from mjfl.coordinator.results.runs import run_label
 from mjfl.coordinator.storage.database import Storage
@@ -31,7 +44,62 @@ from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
 from mjfl.errors import UserError
 
-__all__ = ["Catalog", "entry_of", "view_of"]
+__all__ = ["KEPT", "SHOWN", "Catalog", "Kept", "RunCatalog", "encoded", "entry_of", "timeline_of", "view_of"]
+
+SHOWN = ("finished", "interrupted")  # the statuses of the runs `mjfl dashboard` lists
+KEPT = 4  # the ended runs whose view and timeline stay ready (a timeline of 100,000 bars is about 6 MB)
+T = TypeVar("T")
+
+
+class RunCatalog(Protocol):
+    """What the dashboard's server asks of the runs it serves (called in a worker thread); None: no such run."""
+
+    def runs(self) -> list[dict[str, Any]]:
+        """The runs list: a ``state.run_entry`` each."""
+        ...
+
+    def run(self, key: str) -> RunView | None:
+        """All the page shows of run ``key`` (``state.run_view``)."""
+        ...
+
+    def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
+        """``state.round_devices`` of round ``number`` of ``job`` in run ``key`` (None: no such round either)."""
+        ...
+
+    def timeline(self, key: str, since: int = 0) -> bytes | None:
+        """Run ``key``'s device timeline (``timeline.timeline``'s shape) from its ``since``-th bar on, as JSON."""
+        ...
+
+    def device_log(self, key: str, device: str) -> dict[str, Any] | None:
+        """``device_logs.device_log`` of ``device`` in run ``key``'s folder."""
+        ...
+
+
+class Kept:
+    """The answers of the newest ``most`` ended runs asked for, by key (an ended run's never change); thread-safe.
+
+    A key is built outside the lock (two threads asking for one key at once
+    may both build it; either answer is the same).
+    """
+
+    def __init__(self, most: int = KEPT) -> None:
+        self.most = most
+        self._found: OrderedDict[str, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, build: Callable[[], tuple[T | None, bool]]) -> T | None:
+        """The kept answer of ``key``, else ``build()``'s (the answer, and whether to keep it)."""
+        with self._lock:
+            if key in self._found:
+                self._found.move_to_end(key)
+                return self._found[key]  # type: ignore[no-any-return]
+        answer, keep = build()
+        if keep and answer is not None:
+            with self._lock:
+                self._found[key] = answer
+                while len(self._found) > self.most:
+                    self._found.popitem(last=False)
+        return answer
 
 
 class Catalog:
@@ -45,56 +113,67 @@ class Catalog:
             if not database_path(folder).is_file():
                 raise UserError(f"{folder}: no run database ({DATABASE_FILE}) here; give a run's output folder")
         self._entries: dict[str, dict[str, Any]] = {}  # finished runs' lines of the runs list, by key
+        self._views, self._timelines = Kept(), Kept()
 
     def runs(self) -> list[dict[str, Any]]:
-        """Every finished run of the folders (folder order, then start order): ``state.run_entry``."""
+        """Every finished or interrupted run of the folders (folder order, then start order): ``state.run_entry``."""
         entries = []
         for index, folder in enumerate(self.folders):
-            with self._open(folder) as storage:
+            with _open(folder) as storage:
                 for info, status in storage.runs():
-                    if status != "finished":
+                    if status not in SHOWN:
                         continue
                     key = f"{index}:{info.run_id}"
-                    if key not in self._entries:
-                        jobs, rounds = storage.jobs(info.run_id), storage.rounds(info.run_id)
-                        self._entries[key] = _entry(index, folder, info, status, jobs, rounds)
-                    entries.append(self._entries[key])
+                    entry = self._entries.get(key)
+                    if entry is None:
+                        entry = entry_of(key, folder, info, status, storage.jobs(info.run_id), storage.rounds(info.run_id))
+                        if status == "finished":
+                            self._entries[key] = entry
+                    entries.append(entry)
         return entries
 
     def run(self, key: str) -> RunView | None:
-        """One finished run, all the page shows of it (``state.run_view``); None if no such run."""
-        found = self._locate(key)
-        if found is None:
-            return None
-        _, folder, run_id = found
-        with self._open(folder) as storage:
-            info = _finished(storage, run_id)
-            if info is None:
-                return None
-            return view_of(storage, key, folder, info, "finished")
+        """One run, all the page shows of it (``state.run_view``; kept for a finished run: do not change it)."""
+
+        def build() -> tuple[RunView | None, bool]:
+            with self._shown(key) as found:
+                if found is None:
+                    return None, False
+                storage, folder, info, status = found
+                return view_of(storage, key, folder, info, status), status == "finished"
+
+        return self._views.get(key, build)
 
     def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
-        """Who round ``number`` of ``job`` planned in the finished run ``key``, and what each answered; None if no such round."""
-        with self._finished_run(key) as found:
+        """Who round ``number`` of ``job`` planned in run ``key``, and what each answered; None if no such round."""
+        with self._shown(key) as found:
             if found is None:
                 return None
-            storage, run_id = found
-            rounds = [r for r in storage.rounds(run_id, job) if r.round == number]
+            rounds = [r for r in found[0].rounds(found[2].run_id, job) if r.round == number]
         return round_devices(rounds[0]) if rounds else None
 
-    def timeline(self, key: str, since: int = 0) -> dict[str, Any] | None:
-        """The device timeline of the finished run ``key`` (``state.timeline``), its bars from the ``since``-th on; None if no such run.
+    def timeline(self, key: str, since: int = 0) -> bytes | None:
+        """The device timeline of run ``key`` (``timeline_of``) as JSON, its bars from the ``since``-th on.
 
-        Its rows: the devices of its rounds and those that joined and were never planned.
+        Kept, whole, for a finished run (a page opening one asks for all of it).
         """
-        with self._finished_run(key) as found:
-            if found is None:
-                return None
-            storage, run_id = found
-            return timeline_of(storage, run_id, since)
+
+        def build() -> tuple[bytes | None, bool]:
+            with self._shown(key) as found:
+                if found is None:
+                    return None, False
+                storage, _, info, status = found
+                return encoded(timeline_of(storage, info.run_id, since)), status == "finished" and since == 0
+
+        return self._timelines.get(key, build) if since == 0 else build()[0]
+
+    def device_log(self, key: str, device: str) -> dict[str, Any] | None:
+        """``device``'s log lines in the folder of run ``key`` (a folder's, not one run's); None for no such folder."""
+        found = self._locate(key)
+        return None if found is None else device_log(found[1], device)
 
     def folder(self, key: str) -> Path | None:
-        """The output folder of the run named ``key`` (where its logs are); None for a key naming no folder."""
+        """The output folder of the run named ``key``; None for a key naming no folder."""
         found = self._locate(key)
         return None if found is None else found[1]
 
@@ -106,31 +185,22 @@ class Catalog:
         return int(index_text), self.folders[int(index_text)], run_id
 
     @contextmanager
-    def _finished_run(self, key: str) -> Iterator[tuple[Storage, str] | None]:
-        """The database holding the finished run ``key``, open, and its run id; None if there is no such finished run."""
+    def _shown(self, key: str) -> Iterator[tuple[Storage, Path, RunInfo, str] | None]:
+        """The database holding run ``key``, open, its folder, the run and its status; None unless it finished or was
+        interrupted."""
         found = self._locate(key)
         if found is None:
             yield None
             return
-        with self._open(found[1]) as storage:
-            yield None if _finished(storage, found[2]) is None else (storage, found[2])
-
-    @staticmethod
-    @contextmanager
-    def _open(folder: Path) -> Iterator[Storage]:
-        with Storage.read_only(database_path(folder)) as storage:
-            yield storage
+        with _open(found[1]) as storage:
+            run = next(((i, s) for i, s in storage.runs() if i.run_id == found[2] and s in SHOWN), None)
+            yield None if run is None else (storage, found[1], *run)
 
 
-def _finished(storage: Storage, run_id: str) -> RunInfo | None:
-    """Run ``run_id`` of ``storage`` if it finished (an interrupted or running one may still change)."""
-    return next((info for info, status in storage.runs() if info.run_id == run_id and status == "finished"), None)
-
-
-def _entry(
-    index: int, folder: Path, info: RunInfo, status: str, jobs: Sequence[JobInfo], rounds: Sequence[RoundRecord]
-) -> dict[str, Any]:
-    return entry_of(f"{index}:{info.run_id}", folder, info, status, jobs, rounds)
+@contextmanager
+def _open(folder: Path) -> Iterator[Storage]:
+    with Storage.read_only(database_path(folder)) as storage:
+        yield storage
 
 
 def entry_of(
@@ -142,21 +212,63 @@ def entry_of(
 
 
 def view_of(storage: Storage, key: str, folder: Path, info: RunInfo, status: str) -> RunView:
-    """All the page shows of run ``info`` of ``storage`` (``state.run_view``), named ``key``, in ``status``."""
+    """All the page shows of run ``info`` of ``storage`` (``state.run_view``), named ``key``, in ``status``.
+
+    A device's expected round time is by its stored profile, else by the
+    one it was planned with (its latest online refit, else its admission's:
+    a testbed's or a lab's run stores no profile of its own); what it is, by
+    its hello (a ``joined`` event's, else its admission's).
+    """
     run_id = info.run_id
     jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
-    profiles = {p.device_id: p for p in storage.load_profiles()}
+    provenance, admissions = storage.provenance(run_id)
     entry = entry_of(key, folder, info, status, jobs, rounds)
-    return run_view(entry, jobs, rounds, storage.choices(run_id), profiles,
+    hellos = {str(a.device): a.hello["hardware"] for a in admissions if a.hello and "hardware" in a.hello}
+    return run_view(entry, jobs, rounds, storage.choices(run_id), _planned(storage, run_id),
                     epochs_of(json.loads(info.config_json)), storage.fleet_events(run_id),
-                    provenance_document(*storage.provenance(run_id)))
+                    provenance_document(provenance, admissions), hardware=hellos)
 
 
-def timeline_of(storage: Storage, run_id: str, since: int = 0) -> dict[str, Any]:
-    """The device timeline of ``run_id`` in ``storage`` (``state.timeline``), its bars from the ``since``-th on.
+@dataclass(frozen=True)
+class _Profile:
+    a: float
+    mu: float
 
-    Its rows: the devices of its rounds and those that joined and were never planned.
+
+def _planned(storage: Storage, run_id: str) -> dict[str, Speed]:
+    """Each device's Formula 4 parameters: stored, else its latest refit in the run, else its admission's."""
+    _, admissions = storage.provenance(run_id)
+    found: dict[str, Speed] = {}
+    for admission in admissions:
+        profile = admission.profile
+        if isinstance(profile.get("a"), int | float) and isinstance(profile.get("mu"), int | float):
+            found[str(admission.device)] = _Profile(float(profile["a"]), float(profile["mu"]))
+    found.update({str(r.device): _Profile(r.a, r.mu) for r in storage.refits(run_id)})
+    found.update({str(p.device_id): p for p in storage.load_profiles()})
+    return found
+
+
+def timeline_of(
+    storage: Storage, run_id: str, since: int = 0, *, others: Sequence[PlacedRun] | None = None,
+) -> dict[str, Any]:
+    """The device timeline of ``run_id`` in ``storage`` (``timeline.timeline``), its bars from the ``since``-th on.
+
+    Its rows: the devices of its rounds and those that joined and were never
+    planned. ``others``: the runs that shared its devices (a lab's), each
+    placed on the wall clock; its busy fractions then count their tasks too
+    (``timeline.shared_busy``).
     """
-    jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
+    info, _ = storage.run(run_id)
+    jobs, rounds = [str(j.job) for j in storage.jobs(run_id)], storage.rounds(run_id)
     joined = [str(e.device) for e in storage.fleet_events(run_id) if e.kind == "joined" and e.device is not None]
-    return timeline([str(j.job) for j in jobs], rounds, list(dict.fromkeys(joined)), since=since)
+    devices = list(dict.fromkeys(joined))
+    bars = TimelineBars(jobs).extend(rounds)
+    busy = None
+    if others is not None:
+        busy = shared_busy(PlacedRun(run_id, bars, tuple(storage.clocks(run_id)), info.started_at), others, devices)
+    return timeline(jobs, rounds, devices, bars=bars, since=since, busy=busy)
+
+
+def encoded(data: Any) -> bytes:
+    """``data`` as the JSON the server sends (compact; NaN refused: ``state.py`` makes each one null)."""
+    return json.dumps(data, allow_nan=False, separators=(",", ":")).encode()

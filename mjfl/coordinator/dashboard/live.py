@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mjfl.coordinator.dashboard import state
+from mjfl.coordinator.dashboard.timeline import TimelineBars, timeline
 from mjfl.coordinator.engine.events import (
     DeviceJoined,
     DeviceLeft,
@@ -75,7 +76,7 @@ class LiveRun:
         self._rows: dict[str, dict[str, Any]] = {}  # state.devices_table's rows, plus "state"
         self._tasks: dict[str, str] = {}  # device -> the job it has a task of
         self._choices: list[dict[str, Any]] = []
-        self._bars: list[dict[str, Any]] = []  # the timeline's bars (state.timeline_bars), a round's added as it ends
+        self._bars = TimelineBars()  # the timeline's bars, a round's added as it ends
         self._events: deque[dict[str, Any]] = deque(maxlen=state.EVENTS_SHOWN)
         self._stopped: dict[str, str] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -209,13 +210,13 @@ class LiveRun:
         return None if found is None else state.round_devices(found)
 
     def timeline(self, since: int = 0) -> dict[str, Any]:
-        """The run's device timeline so far (``state.timeline``), its bars from the ``since``-th on.
+        """The run's device timeline so far (``timeline.timeline``), its bars from the ``since``-th on.
 
         The bars are kept as rounds end; the busy fractions are counted afresh
         (a page asks once per push at most, and only when bars were added).
         """
         rounds = [record for own in self._rounds.values() for record in own]
-        return state.timeline([str(j.job) for j in self.jobs], rounds, list(self._rows), bars=self._bars, since=since)
+        return timeline([str(j.job) for j in self.jobs], rounds, list(self._rows), bars=self._bars, since=since)
 
     def recorded(
         self, rounds: Sequence[RoundRecord], choices: Sequence[SchedulerChoice], events: Sequence[FleetEvent] = ()
@@ -243,7 +244,7 @@ class LiveRun:
             self._row(str(part.device))  # a row with its state before state.add_round counts the round
             self._done(str(part.device), job)  # its round is over, whatever came of its task
         state.add_round(self._rows, record, self._profiles, self._epochs)
-        self._bars.extend(state.timeline_bars(record))
+        self._bars.add(record)
         self._events.extend(state.round_events(record))
         members = [
             {"member": name, "cost": cost if math.isfinite(cost) else None, "won": name == record.winner}

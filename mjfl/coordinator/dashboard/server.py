@@ -3,13 +3,15 @@
 ``/`` is the page (``static/index.html``), ``/static/...`` its script and
 style, ``/api/runs`` the runs list, ``/api/runs/{id}`` one run and
 ``/api/runs/{id}/timeline?since=N`` its device timeline, its bars from the
-N-th on (``state.py``'s shapes; the timeline is apart from the run's view
-so that a live run's pushes stay small: a page fetches only the bars it
-lacks). With a live run (``live.py``, during ``mjfl testbed
-run``), ``/api/live`` is its snapshot (the same shapes, each device with its
-``state``) and ``/api/live/events`` a Server-Sent-Events stream that pushes
-the snapshot after each change, at most every ``PUSH_INTERVAL_S`` (a burst of
-events is one push).
+N-th on (``state.py``'s and ``timeline.py``'s shapes; the timeline is apart
+from the run's view so that a live run's pushes stay small: a page fetches
+only the bars it lacks), built and encoded in a worker thread. With a live
+run (``live.py``, during ``mjfl testbed run``), ``/api/live`` is its
+snapshot (the same shapes, each device with its ``state``) and
+``/api/live/events`` a Server-Sent-Events stream that pushes the snapshot
+after each change, at most every ``PUSH_INTERVAL_S`` (a burst of events is
+one push). The page says whether there is a live run (its ``<body
+data-live>``), so a page without one asks for none.
 
 The token rule (docs/security.md, "The dashboard"): bound to a loopback
 address the dashboard is open to that machine's users; on any other address
@@ -23,7 +25,6 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
-import json
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -35,8 +36,7 @@ from urllib.parse import quote
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from mjfl.coordinator.dashboard.catalog import Catalog
-from mjfl.coordinator.dashboard.device_logs import device_log
+from mjfl.coordinator.dashboard.catalog import RunCatalog, encoded
 from mjfl.coordinator.dashboard.live import POLL_INTERVAL_S, LiveRun, Transfer
 from mjfl.coordinator.dashboard.sources import NO_LIVE_RUN, LiveSource, NotHere, Runs, RunSource
 from mjfl.coordinator.dashboard.state import RunView
@@ -78,7 +78,7 @@ def new_token() -> str:
 
 
 def make_app(
-    catalog: Catalog | None, *, token: str | None = None, live: LiveRun | None = None, live_folder: Path | None = None,
+    catalog: RunCatalog | None, *, token: str | None = None, live: LiveRun | None = None, live_folder: Path | None = None,
     middlewares: Sequence[Middleware] = (),
 ) -> web.Application:
     """The dashboard's app over ``catalog`` (and ``live``, the run going on, writing to ``live_folder``); with ``token``, every request must carry it.
@@ -87,7 +87,8 @@ def make_app(
     coordinator`` times the handlers with one).
     """
     app = web.Application(middlewares=[*middlewares, token_guard(token)])
-    app[_PAGE] = (_STATIC / "index.html").read_text(encoding="utf-8").replace("{{query}}", _query(token))
+    page = (_STATIC / "index.html").read_text(encoding="utf-8").replace("{{query}}", _query(token))
+    app[_PAGE] = page.replace("{{live}}", "yes" if live is not None else "no")
     app[_RUNS] = Runs(catalog, LiveSource(live, live_folder))
     stream = _LiveStream(live)
     app.on_shutdown.append(stream.close)
@@ -138,7 +139,7 @@ async def _view(source: RunSource, request: web.Request) -> RunView:
 
 
 async def _log(source: RunSource, request: web.Request) -> dict[str, Any]:
-    return await asyncio.to_thread(device_log, source.folder(), request.match_info["device"])
+    return await source.device_log(request.match_info["device"])
 
 
 async def _round(source: RunSource, request: web.Request) -> dict[str, Any]:
@@ -149,9 +150,11 @@ async def _round(source: RunSource, request: web.Request) -> dict[str, Any]:
     return found
 
 
-async def _timeline(source: RunSource, request: web.Request) -> dict[str, Any]:
+async def _timeline(source: RunSource, request: web.Request) -> bytes:
     since = request.query.get("since", "0")
-    return await source.timeline(int(since) if since.isdigit() else 0)
+    found = await source.timeline(int(since) if since.isdigit() else 0)
+    # A live run's first answer may be 100,000 bars: encoded off the loop that runs the rounds.
+    return found if isinstance(found, bytes) else await asyncio.to_thread(encoded, found)
 
 
 class _LiveStream:
@@ -205,8 +208,7 @@ class _LiveStream:
     def _event(self) -> bytes:
         assert self.live is not None
         if self._pushed[0] != self.live.version:
-            body = json.dumps(self.live.snapshot(), allow_nan=False, separators=(",", ":"))
-            self._pushed = (self.live.version, f"event: run\ndata: {body}\n\n".encode())
+            self._pushed = (self.live.version, b"event: run\ndata: " + encoded(self.live.snapshot()) + b"\n\n")
         return self._pushed[1]
 
 
@@ -255,13 +257,13 @@ def _url(runner: web.AppRunner, host: str, port: int, token: str | None) -> str:
 
 
 def _json(data: Any, *, status: int = 200) -> web.Response:
-    # allow_nan=False: state.py turns every NaN into None; a NaN here is our bug.
-    return web.Response(text=json.dumps(data, allow_nan=False, separators=(",", ":")),
-                        status=status, content_type="application/json")
+    """``data`` as JSON (``catalog.encoded``: a NaN is our bug), or ``data`` itself when it is JSON already (bytes)."""
+    body = data if isinstance(data, bytes) else encoded(data)
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 async def serve(
-    catalog: Catalog, *, host: str = DEFAULT_HOST, port: int = 8080, token: str | None = None,
+    catalog: RunCatalog, *, host: str = DEFAULT_HOST, port: int = 8080, token: str | None = None,
     ready: Callable[[str], None] = lambda url: None,
 ) -> None:
     """Serve the dashboard until cancelled; ``ready(url)`` once it listens (the URL carries the token).
@@ -281,7 +283,7 @@ async def serve(
 
 @asynccontextmanager
 async def live_dashboard(
-    catalog: Catalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = 8780, token: str | None = None,
+    catalog: RunCatalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = 8780, token: str | None = None,
     folder: Path | None = None, transfer: Transfer | None = None, warn: Callable[[str], None] = lambda line: None,
     middlewares: Sequence[Middleware] = (),
 ) -> AsyncIterator[str | None]:

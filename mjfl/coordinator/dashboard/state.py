@@ -13,19 +13,8 @@ emulated, JVM) and its model and OS come from its hello's ``hardware``
 (``identity``); the events list merges a real-time run's fleet events with
 the failures and refused updates of its rounds (``events_table``).
 
-The device timeline (``timeline``) is its own shape, served by its own route
-(``/api/runs/{id}/timeline``), not a part of the run view: it is the run's
-whole history, a bar per device round (100,000 at 1,000 devices x 100
-rounds), while the view is pushed whole after every change of a live run.
-Its shape, which ``static/timeline.js`` draws::
-
-    {"devices": [id, ...],            # one row each, in this order
-     "jobs": [name, ...],             # the colour of a bar: its job's index here
-     "bars": [{"device", "job", "round", "start_s", "end_s", "status",   # ok | failed | rejected
-               "samples", "wait_s", "duration_s", "download_s", "compute_s", "upload_s",
-               "loss", "error"}, ...],   # times on the run's clock (s, to the ms); a detail not told is absent
-     "utilisation": {"span_s", "fleet", "devices": {id: fraction}, "least", "most"},  # Utilisation.figures
-     "total": n}                      # bars in the run (``bars`` may be those from ``since`` on)
+The device timeline is its own shape, built apart (``timeline.py``), served by
+its own route (``/api/runs/{id}/timeline``), not a part of the run view.
 """
 
 from __future__ import annotations
@@ -37,7 +26,6 @@ from typing import Any, Protocol
 from mjfl.coordinator.results.energy import energy_resolution, job_energy, task_energy
 from mjfl.coordinator.results.outcomes import run_summary
 from mjfl.coordinator.results.targets import group_time
-from mjfl.coordinator.results.utilisation import busy_interval, utilisation
 from mjfl.coordinator.storage.records import (
     DeviceRound,
     FleetEvent,
@@ -48,9 +36,9 @@ from mjfl.coordinator.storage.records import (
 )
 
 __all__ = [
-    "EVENTS_SHOWN", "RunView", "add_round", "choice_row", "choices_table", "device_row", "devices_table", "epochs_of",
+    "EVENTS_SHOWN", "RunView", "Speed", "add_round", "choice_row", "choices_table", "device_row", "devices_table", "epochs_of",
     "event_row", "events_table", "identity", "jobs_view", "round_devices", "round_events", "run_entry", "run_line",
-    "run_view", "timeline", "timeline_bars", "told_state",
+    "run_view", "told_state", "unrecorded_view",
 ]
 
 RunView = dict[str, Any]
@@ -339,69 +327,34 @@ def run_view(
     epochs: Mapping[str, int],
     events: Sequence[FleetEvent] = (),
     provenance: Mapping[str, Any] | None = None,
+    *,
+    hardware: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> RunView:
     """Everything the page shows of one run: ``{"run", "jobs", "devices", "choices", "events", "provenance"}``.
 
-    A device's identity is what its last ``joined`` event said of it.
-    ``provenance``: what the run ran on (``results.provenance.provenance_document``; None: not kept).
+    A device's identity is what its last ``joined`` event said of it, else
+    its ``hardware`` here (device -> its hello's facts, as its admission kept
+    them). ``provenance``: what the run ran on
+    (``results.provenance.provenance_document``; None: not kept).
     """
-    hardware = {str(e.device): e.hardware for e in events if e.kind == "joined" and e.device is not None}
+    told = dict(hardware or {})
+    told.update({str(e.device): e.hardware for e in events if e.kind == "joined" and e.device is not None})
     return {
         "run": dict(entry),
         "jobs": jobs_view(jobs, rounds),
-        "devices": devices_table(rounds, profiles, epochs, hardware),
+        "devices": devices_table(rounds, profiles, epochs, told),
         "choices": choices_table(rounds, choices),
         "events": events_table(events, rounds),
         "provenance": provenance,
     }
 
 
-def timeline(
-    jobs: Sequence[str], rounds: Sequence[RoundRecord], devices: Sequence[str] = (), *,
-    bars: Sequence[Mapping[str, Any]] | None = None, since: int = 0,
-) -> dict[str, Any]:
-    """The device timeline of a run (the module docstring's shape): its bars from the ``since``-th on.
-
-    ``jobs``: the run's jobs in order (their colours); ``devices``: devices
-    to show besides those of the rounds (connected, never planned), rows
-    sorted by id. ``bars``: ``timeline_bars`` of ``rounds`` when the caller
-    keeps them (the live run adds a round's at a time); built here otherwise.
-    """
-    bars = [bar for record in rounds for bar in timeline_bars(record)] if bars is None else bars
-    busy = utilisation(rounds, devices)
-    names = list(jobs) + sorted({str(r.job) for r in rounds} - set(jobs))
-    return {
-        "devices": sorted(busy.devices),
-        "jobs": names,
-        "bars": list(bars[max(since, 0):]),
-        "utilisation": busy.figures(),
-        "total": len(bars),
-    }
-
-
-def timeline_bars(record: RoundRecord) -> list[dict[str, Any]]:
-    """A round's bars of the timeline, one per device in plan order, when each held its task (``busy_interval``).
-
-    Times are rounded to the millisecond, the loss to 6 decimals, and a detail the device did not tell
-    is left out, not null: a run of 1,000 devices x 100 rounds has 100,000 bars.
-    """
-    bars = []
-    for part in record.devices:
-        start, end = busy_interval(record, part)
-        bar = {"device": str(part.device), "job": str(record.job), "round": record.round,
-               "start_s": _round(start), "end_s": _round(end), "status": part.status, "samples": part.samples}
-        details = {"wait_s": _round(part.wait_s) if part.wait_s else None, "duration_s": _round(part.duration_s),
-                   "download_s": _round(part.download_s), "compute_s": _round(part.compute_s), "upload_s": _round(part.upload_s),
-                   "loss": _round(part.mean_loss, 6), "error": part.error}
-        bar.update((name, value) for name, value in details.items() if value is not None)
-        bars.append(bar)
-    return bars
-
-
-def _round(value: float | None, digits: int = 3) -> float | None:
-    """``value`` to ``digits`` decimals (seconds: to the millisecond), for JSON; None for None, NaN or infinity."""
-    number = _number(value)
-    return None if number is None else round(number, digits)
+def unrecorded_view(key: str, folder: str, method: str, status: str) -> RunView:
+    """What the page shows of a run that recorded nothing yet (a lab's queued run, or one whose fleet gathers):
+    ``run_view``'s shape, its line with what is known (no seed, no start), no jobs and no rounds."""
+    entry = {"id": key, "folder": folder, "run_id": key, "method": method, "label": method, "mode": None,
+             "seed": None, "started_at": None, "status": status, "jobs": [], "total_time_s": None}
+    return run_view(entry, [], [], [], {}, {})
 
 
 def epochs_of(config: Mapping[str, Any]) -> dict[str, int]:

@@ -28,11 +28,14 @@ internal               500     our bug (logged in lab.log, never detailed here)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
 import re
+import sqlite3
 import tarfile
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
@@ -200,7 +203,7 @@ class LabApi:
         admins = {r.name for r in self.store.researchers() if r.admin and r.revoked_at is None}
         if admins == {name}:
             raise Refusal(
-                "last_admin", f"{name} is the lab's last admin: make another admin first (mjfl lab researcher add NAME --admin)",
+                "last_admin", f"{name} is the lab's last admin: make another admin first (a researcher added with admin true)",
                 status=409, field="name",
             )
 
@@ -263,12 +266,13 @@ async def _tokens(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     header = request.headers.get("Authorization", "")
     scheme, _, credentials = header.partition(" ")
-    token = credentials.strip() if scheme.lower() == "bearer" else ""  # the scheme's name is case-insensitive (RFC 9110)
+    # An auth-scheme is a case-insensitive token (RFC 7235 section 2.1; RFC 9110 section 11.1): Bearer, bearer.
+    token = credentials.strip() if scheme.lower() == "bearer" else ""
     who = request.app[_LAB].store.holder_of(token) if token else None
     if who is None:
         said = "no token was given" if not token else "the token is unknown or revoked"
         raise Refusal(
-            "unauthorized", f"{said}: give your researcher's token (--token, or MJFL_TOKEN; mjfl lab researcher add)",
+            "unauthorized", f"{said}: send a researcher's token, Authorization: Bearer TOKEN (an admin makes one)",
             status=401,
         )
     request[_WHO] = who
@@ -318,13 +322,65 @@ def _read_from(path: Path, offset: int) -> tuple[str, int, bool]:
     return data[:cut].decode("utf-8", errors="replace"), offset + cut, len(data) < LOG_CHUNK and cut == len(data)
 
 
+# What SQLite keeps beside a database while it is open (https://sqlite.org/tempfiles.html), and the first bytes of a
+# database file (https://sqlite.org/fileformat.html, section 1.3.1).
+_SQLITE_BESIDE = ("-wal", "-shm", "-journal")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
 def _tar(folder: Path, name: str) -> bytes:
-    """The run's folder as a gzipped tar whose top folder is ``name``."""
+    """The run's folder as a gzipped tar whose top folder is ``name``.
+
+    A run may still be writing its database (``mjfl.db`` in WAL mode, its last commits in ``mjfl.db-wal``):
+    each database goes in as one file holding its last commit (``_snapshot``), and what SQLite keeps beside
+    it (-wal, -shm) stays out. Blocking work: callers run it off the event loop.
+    """
+    databases: list[tarfile.TarInfo] = []
+
+    def kept(member: tarfile.TarInfo) -> tarfile.TarInfo | None:
+        path = folder / Path(member.name).relative_to(name)
+        if member.isfile() and _is_database(path):
+            databases.append(member)  # added below, as its snapshot
+            return None
+        if member.isfile() and any(_is_database(path.with_name(path.name.removesuffix(end)))
+                                   for end in _SQLITE_BESIDE if path.name.endswith(end)):
+            return None
+        return member
+
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         if folder.is_dir():
-            tar.add(folder, arcname=name)
+            tar.add(folder, arcname=name, filter=kept)
+            for member in databases:
+                data = _snapshot(folder / Path(member.name).relative_to(name))
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
     return buffer.getvalue()
+
+
+def _is_database(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(_SQLITE_HEADER)) == _SQLITE_HEADER
+    except OSError:
+        return False
+
+
+def _snapshot(path: Path) -> bytes:
+    """The SQLite database at ``path`` as one file, as of its last commit (its WAL's included).
+
+    SQLite's online backup (https://sqlite.org/backup.html) copies it in one read transaction, while its
+    writer may go on; the copy keeps a rollback journal, so it opens alone, with no -wal or -shm. The
+    connection reads only (``query_only``), and closing it, when it is the database's last, folds the
+    WAL back into the file as any last connection does.
+    """
+    with tempfile.TemporaryDirectory(prefix="mjfl-archive-") as tmp:
+        copy_path = Path(tmp) / path.name
+        with contextlib.closing(sqlite3.connect(path)) as source, contextlib.closing(sqlite3.connect(copy_path)) as copy:
+            source.execute("PRAGMA query_only = ON")
+            source.backup(copy)
+            copy.execute("PRAGMA journal_mode = DELETE")
+        return copy_path.read_bytes()
 
 
 def _json(data: Any, *, status: int = 200) -> web.Response:

@@ -8,9 +8,9 @@
   database, written by their engines, with no one event to follow; a poll
   reads a few small databases.
 * ``/runs/`` is the run dashboard's page as `mjfl dashboard` serves it
-  (``dashboard/server.py: make_app``), over the lab's runs (``LabCatalog``),
-  finished or not: ``/runs/#<run>`` opens one, and the page reads a run
-  that has not finished again every few seconds.
+  (``dashboard/server.py: make_app``), over the lab's runs (``LabCatalog``,
+  a ``RunCatalog``), in any state: ``/runs/#<run>`` opens one, and the page
+  reads a run that has not ended again every few seconds.
 
 The token rule is the run dashboard's (docs/security.md, "The dashboard"):
 with the API on a loopback address the pages are open to that machine's
@@ -22,23 +22,29 @@ lab's log. The API (``/api/lab/...``) keeps its researchers' tokens.
 from __future__ import annotations
 
 import asyncio
-import json
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from urllib.parse import quote
 
 from aiohttp import web
 
-from mjfl.coordinator.dashboard.catalog import Catalog, timeline_of, view_of
+from mjfl.coordinator.dashboard.catalog import Kept, encoded, timeline_of, view_of
+from mjfl.coordinator.dashboard.device_logs import SharedLog, device_log
 from mjfl.coordinator.dashboard.server import make_app, needs_token, new_token, token_guard
-from mjfl.coordinator.dashboard.state import RunView, round_devices
+from mjfl.coordinator.dashboard.state import RunView, round_devices, unrecorded_view
 from mjfl.coordinator.lab.runs import LabFleet
-from mjfl.coordinator.lab.view import Connected, LabView
+from mjfl.coordinator.lab.view import Connected, LabView, lab_line, serving
+from mjfl.coordinator.results.wallclock import unix_time
 from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import database_path
 
-__all__ = ["LabCatalog", "add_pages", "connected", "dashboard_token"]
+__all__ = ["LAB_LOG", "LabCatalog", "add_pages", "connected", "dashboard_token"]
+
+LAB_LOG = "lab.log"  # LAB_DIR's own log (service.py: its device server's and its emulated devices' lines)
 
 _STATIC = resources.files("mjfl.coordinator.dashboard") / "static"
 # The lab page's files; timeline.js draws the lab's timeline where it is installed (the page works without it).
@@ -49,6 +55,9 @@ _ASSETS = {
 _VIEW = web.AppKey("view", LabView)
 _FLEET = web.AppKey("fleet", LabFleet)
 _PAGE = web.AppKey("page", str)
+# The devices connected when a run page's request came, read on the event loop (the registry's) and seen by the
+# worker thread that builds the answer (asyncio.to_thread runs it in a copy of the request's context).
+_CONNECTED: ContextVar[Sequence[Connected]] = ContextVar("mjfl_lab_connected", default=())
 
 
 def dashboard_token(host: str) -> str | None:
@@ -68,8 +77,8 @@ def add_pages(app: web.Application, view: LabView, fleet: LabFleet, token: str |
     pages.router.add_get("/timeline", _timeline)
     app.router.add_get("/", _to_lab)
     app.add_subapp("/lab", pages)
-    # LabCatalog answers what a Catalog does, for the lab's runs in any state.
-    app.add_subapp("/runs", make_app(cast(Catalog, LabCatalog(view)), token=token))
+    catalog = LabCatalog(view, view.runs_dir.parent / LAB_LOG)
+    app.add_subapp("/runs", make_app(catalog, token=token, middlewares=[_connected_now(fleet)]))
     return "/lab/" + query
 
 
@@ -80,6 +89,20 @@ def connected(fleet: LabFleet) -> list[Connected]:
         {**row, "hardware": dict(hellos[row["device"]].hello.hardware) if row["device"] in hellos else None}
         for row in fleet.devices()
     ]
+
+
+def _connected_now(fleet: LabFleet) -> Callable[..., Awaitable[web.StreamResponse]]:
+    """A middleware: the devices connected now (``connected``, on the loop) in ``_CONNECTED`` while a request runs."""
+
+    @web.middleware
+    async def now(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        token = _CONNECTED.set(connected(fleet))
+        try:
+            return await handler(request)
+        finally:
+            _CONNECTED.reset(token)
+
+    return now
 
 
 async def _to_lab(request: web.Request) -> web.StreamResponse:
@@ -102,56 +125,99 @@ async def _asset(request: web.Request) -> web.Response:
 
 async def _state(request: web.Request) -> web.Response:
     devices = connected(request.app[_FLEET])  # the registry, on the event loop; the databases in a thread
-    return _json(await asyncio.to_thread(request.app[_VIEW].state, devices))
+    return await _built(lambda: request.app[_VIEW].state(devices))
 
 
 async def _timeline(request: web.Request) -> web.Response:
     devices = connected(request.app[_FLEET])
-    return _json(await asyncio.to_thread(request.app[_VIEW].timeline, devices))
+    return await _built(lambda: request.app[_VIEW].timeline(devices))
 
 
-def _json(data: Any) -> web.Response:
-    return web.Response(text=json.dumps(data, allow_nan=False, separators=(",", ":")), content_type="application/json")
+async def _built(build: Callable[[], Any]) -> web.Response:
+    """``build()``'s answer as JSON, built and encoded in a worker thread (off the loop that runs the rounds)."""
+    body = await asyncio.to_thread(lambda: encoded(build()))
+    return web.Response(body=body, content_type="application/json")
 
 
 class LabCatalog:
-    """The lab's runs as the run dashboard's catalog (``Catalog``'s methods), a run named by its lab id.
+    """The lab's runs as the run dashboard's catalog (``RunCatalog``), a run named by its lab id.
 
-    Unlike `mjfl dashboard`'s catalog it lists runs still running (their
-    status ``running``), read afresh; a run that has recorded nothing yet
-    is not listed.
+    Unlike `mjfl dashboard`'s catalog it serves the lab's runs in any state,
+    read afresh: one that recorded nothing yet (queued, or its fleet
+    gathering) as ``state.unrecorded_view``, its runs list those that
+    recorded something. Every run's line says where it stands in the lab
+    (``run.lab``: ``view.lab_line``, its state and why); a run's devices say
+    whom they serve now (``view.serving``, from the devices connected when
+    the request came: ``_CONNECTED``); its timeline's busy fractions count a
+    device busy on any of the lab's runs' jobs (``timeline.shared_busy``),
+    and a device's log has the lines of ``lab_log`` naming it while the run
+    ran (the lab's device server and emulated devices write there). An
+    ended run's timeline is kept (``catalog.Kept``) once every run it ran
+    beside has ended too.
     """
 
-    def __init__(self, view: LabView) -> None:
+    def __init__(self, view: LabView, lab_log: Path | None = None) -> None:
         self.view = view
+        self.lab_log = lab_log
+        self._timelines = Kept()
 
     def runs(self) -> list[dict[str, Any]]:
-        return [entry for run in self.view.store.runs() if (entry := self.view.entry(run)) is not None]
+        return [{**entry, "lab": lab_line(run)} for run in self.view.store.runs() if (entry := self.view.entry(run)) is not None]
 
     def run(self, key: str) -> RunView | None:
-        folder = self.folder(key)
-        if folder is None or not database_path(folder).is_file():
+        run = self.view.store.run(key)
+        if run is None:
             return None
-        with Storage.read_only(database_path(folder)) as storage:
+        with self._storage(key) as storage:
             found = next(((info, status) for info, status in storage.runs() if info.run_id == key), None)
-            return None if found is None else view_of(storage, key, folder, *found)
+            shown = (unrecorded_view(key, str(self.view.folder(key)), run.method, run.state) if found is None
+                     else view_of(storage, key, self.view.folder(key), *found))
+        shown["run"]["lab"] = lab_line(run)
+        states = serving(_CONNECTED.get(), key)
+        for row in shown["devices"]:
+            row["state"] = states.get(row["device"], "offline")
+        return shown
 
-    def timeline(self, key: str, since: int = 0) -> dict[str, Any] | None:
-        """The device timeline of the lab's run ``key``, running or ended (``Catalog.timeline``)."""
-        folder = self.folder(key)
-        if folder is None or not database_path(folder).is_file():
+    def timeline(self, key: str, since: int = 0) -> bytes | None:
+        """The device timeline of the lab's run ``key``, running or ended (``catalog.timeline_of``), its busy fractions
+        over every run's jobs."""
+        run = self.view.store.run(key)
+        if run is None:
             return None
-        with Storage.read_only(database_path(folder)) as storage:
-            return timeline_of(storage, key, since)
+
+        def build() -> tuple[bytes | None, bool]:
+            others, ended = self.view.neighbours(run)
+            with self._storage(key) as storage:
+                if not any(info.run_id == key for info, _ in storage.runs()):
+                    return None, False
+                return encoded(timeline_of(storage, key, since, others=others)), run.final and ended and since == 0
+
+        return self._timelines.get(key, build) if run.final and since == 0 else build()[0]
 
     def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
-        folder = self.folder(key)
-        if folder is None or not database_path(folder).is_file():
+        if self.view.store.run(key) is None:
             return None
-        with Storage.read_only(database_path(folder)) as storage:
+        with self._storage(key) as storage:
             rounds = [r for r in storage.rounds(key, job) if r.round == number]
         return round_devices(rounds[0]) if rounds else None
+
+    def device_log(self, key: str, device: str) -> dict[str, Any] | None:
+        """``device``'s lines in the run's folder and, while the run ran, in the lab's log (``SharedLog``)."""
+        run = self.view.store.run(key)
+        if run is None:
+            return None
+        shared = None
+        if self.lab_log is not None and run.started_at is not None:
+            until = None if run.ended_at is None else unix_time(run.ended_at)
+            shared = SharedLog(self.lab_log, unix_time(run.started_at), until)
+        return device_log(self.view.folder(key), device, shared=shared)
 
     def folder(self, key: str) -> Path | None:
         """The run's folder, for a run of the lab only (no path from the request reaches the disk otherwise)."""
         return self.view.folder(key) if self.view.store.run(key) is not None else None
+
+    @contextmanager
+    def _storage(self, key: str) -> Iterator[Storage]:
+        """The run's database, read-only (an empty one where the run recorded nothing)."""
+        with Storage.read_only(database_path(self.view.folder(key))) as storage:
+            yield storage

@@ -13,6 +13,29 @@ restarted service resumes ``running`` runs, it does not rewind them). Every
 change is kept in ``run_states`` with its reason.
 
 Tokens are kept as SHA-256 digests; a token is shown once, when made.
+
+Who owns what: the store owns one SQLite connection, shared by the event
+loop (the API's submits, moves and notes, the scheduler of runs) and the
+``asyncio.to_thread`` workers that read it (the lab's page, ``LabView``,
+and its run pages). Every use of that connection, a read or a
+transaction, holds its one lock (``storage.connection.Connection``), so no
+two threads ever use it at once and each statement's rows are fetched
+before the lock is let go. One lock rather than a connection per thread:
+each use is one statement or one short transaction (well under a
+millisecond), SQLite lets one writer in at a time whatever the
+connections, and a worker pool's threads come and go, so their
+connections would be left open where ``close`` cannot reach them. A write
+waits up to ``storage.connection.BUSY_TIMEOUT_S`` for another process
+(a ``sqlite3`` shell, a backup) that holds the file's lock, as the run
+database does.
+
+The schema's version is ``PRAGMA user_version``; ``_MIGRATIONS[i]`` takes
+the file from version ``i`` to ``i + 1``, each in one transaction with the
+version's stamp (``storage.schema.upgrade``, as the run database is
+migrated): a new version appends a migration and never edits an earlier
+one, and a file newer than this mjfl is refused. Version 1 is the schema
+``lab.db`` had before it kept a version, its statements ``IF NOT EXISTS``
+so that such a file is taken up as it is.
 """
 
 from __future__ import annotations
@@ -23,8 +46,10 @@ import secrets
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Self, get_args
+from typing import Literal, Self, get_args
 
+from mjfl.coordinator.storage.connection import Connection, closed_on_error, connect
+from mjfl.coordinator.storage.schema import Table, record_of, upgrade
 from mjfl.errors import StorageError
 
 RunState = Literal["queued", "admitted", "running", "completed", "failed", "cancelled", "abandoned"]
@@ -32,7 +57,7 @@ STATES: tuple[RunState, ...] = get_args(RunState)
 FINAL: frozenset[RunState] = frozenset({"completed", "failed", "cancelled", "abandoned"})
 _RANK_SQL = "CASE {0} WHEN 'queued' THEN 0 WHEN 'admitted' THEN 1 WHEN 'running' THEN 2 ELSE 3 END"
 
-_SCHEMA = (
+_SCHEMA_V1 = (
     """
     CREATE TABLE IF NOT EXISTS researchers (
         name          TEXT PRIMARY KEY,
@@ -76,6 +101,9 @@ _SCHEMA = (
     """,
 )
 
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1,)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
 
 @dataclass(frozen=True)
 class Researcher:
@@ -110,18 +138,14 @@ class LabRun:
 
 
 class LabStore:
-    """``lab.db``: open with ``with LabStore(path) as store``; every write is one transaction."""
+    """``lab.db``: open with ``with LabStore(path) as store``; every write is one transaction.
+
+    Safe to share between the event loop and worker threads (the module docstring says how).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        try:
-            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA journal_mode = WAL")
-            self._conn.execute("PRAGMA foreign_keys = ON")
-            for statement in _SCHEMA:
-                self._conn.execute(statement)
-        except sqlite3.Error as exc:
-            raise StorageError(f"{path}: cannot open the lab's database ({exc})") from None
+        self._db = _open(path)
 
     def __enter__(self) -> Self:
         return self
@@ -130,14 +154,20 @@ class LabStore:
         self.close()
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
+
+    @property
+    def schema_version(self) -> int:
+        """The schema version of the open file (``PRAGMA user_version``)."""
+        with self._db.reading() as conn:
+            return _version(conn)
 
     # -- researchers ----------------------------------------------------------
 
     def add_researcher(self, name: str, *, admin: bool = False) -> str:
         """A new researcher (or one revoked before, afresh); returns the token, shown this once."""
         token = secrets.token_urlsafe(32)
-        with self._write() as conn:
+        with self._db.transaction() as conn:
             conn.execute(
                 "INSERT INTO researchers (name, token_sha256, admin, created_at) VALUES (?, ?, ?, ?)"
                 " ON CONFLICT (name) DO UPDATE SET token_sha256 = excluded.token_sha256, admin = excluded.admin,"
@@ -148,38 +178,32 @@ class LabStore:
 
     def revoke(self, name: str) -> bool:
         """Revoke ``name``'s token; False if there is no such researcher (revoking twice is fine)."""
-        with self._write() as conn:
+        with self._db.transaction() as conn:
             found = conn.execute("UPDATE researchers SET revoked_at = coalesce(revoked_at, ?) WHERE name = ?", (_now(), name))
         return found.rowcount > 0
 
     def researcher(self, name: str) -> Researcher | None:
-        row = self._conn.execute(
-            "SELECT name, admin, created_at, revoked_at FROM researchers WHERE name = ?", (name,)
-        ).fetchone()
-        return None if row is None else Researcher(row[0], bool(row[1]), row[2], row[3])
+        found = _RESEARCHERS.rows(self._db, "name = ?", (name,), order="name")
+        return _researcher(found[0]) if found else None
 
     def researchers(self) -> list[Researcher]:
-        rows = self._conn.execute("SELECT name, admin, created_at, revoked_at FROM researchers ORDER BY name")
-        return [Researcher(r[0], bool(r[1]), r[2], r[3]) for r in rows]
+        return [_researcher(row) for row in _RESEARCHERS.rows(self._db, None, (), order="name")]
 
     def holder_of(self, token: str) -> Researcher | None:
         """The researcher whose token this is, unless revoked."""
-        row = self._conn.execute(
-            "SELECT name, admin, created_at, revoked_at FROM researchers WHERE token_sha256 = ? AND revoked_at IS NULL",
-            (_digest(token),),
-        ).fetchone()
-        return None if row is None else Researcher(row[0], bool(row[1]), row[2], row[3])
+        found = _RESEARCHERS.rows(self._db, "token_sha256 = ? AND revoked_at IS NULL", (_digest(token),), order="name")
+        return _researcher(found[0]) if found else None
 
     # -- runs -----------------------------------------------------------------
 
     def submit(self, owner: str, *, method: str, needs: int, config_toml: str, key: str | None) -> tuple[LabRun, bool]:
         """Queue a run; with ``key``, a run ``owner`` submitted before under it is returned instead. (run, new?)"""
-        with self._write() as conn:
+        with self._db.transaction() as conn:
             if key is not None:
                 found = conn.execute("SELECT run_id FROM runs WHERE owner = ? AND submit_key = ?", (owner, key)).fetchone()
                 if found is not None:
-                    return self._run(found[0]), False
-            seq = conn.execute("SELECT coalesce(max(seq), 0) + 1 FROM runs").fetchone()[0]
+                    return self._run(found["run_id"]), False
+            seq = conn.execute("SELECT coalesce(max(seq), 0) + 1 AS seq FROM runs").fetchone()["seq"]
             run_id = f"{seq:04d}-{owner}"
             now = _now()
             conn.execute(
@@ -195,7 +219,7 @@ class LabStore:
         now = _now()
         stamp = {"admitted": "admitted_at", "running": "started_at"}.get(state, "ended_at" if state in FINAL else None)
         try:
-            with self._write() as conn:
+            with self._db.transaction() as conn:
                 sets = "state = ?, reason = ?, targets_reached = ?" + (f", {stamp} = coalesce({stamp}, ?)" if stamp else "")
                 values = (state, reason, None if reached is None else int(reached), *((now,) if stamp else ()))
                 conn.execute(f"UPDATE runs SET {sets} WHERE run_id = ?", (*values, run_id))
@@ -206,58 +230,73 @@ class LabStore:
 
     def note(self, run_id: str, reason: str | None) -> None:
         """Why a run waits (its state unchanged)."""
-        with self._write() as conn:
+        with self._db.transaction() as conn:
             conn.execute("UPDATE runs SET reason = ? WHERE run_id = ?", (reason, run_id))
 
     def run(self, run_id: str) -> LabRun | None:
-        return self._run(run_id) if self._conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() else None
+        found = _RUNS.rows(self._db, "run_id = ?", (run_id,), order="seq")
+        return _lab_run(found[0]) if found else None
 
     def runs(self, *states: RunState) -> list[LabRun]:
         """Runs in submission order (those in ``states``, or all)."""
-        where = f" WHERE state IN ({', '.join('?' * len(states))})" if states else ""
-        rows = self._conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs{where} ORDER BY seq", states)
-        return [_lab_run(row) for row in rows]
+        where = f"state IN ({', '.join('?' * len(states))})" if states else None
+        return [_lab_run(row) for row in _RUNS.rows(self._db, where, states, order="seq")]
 
     def history(self, run_id: str) -> list[tuple[str, str, str | None]]:
         """(at, state, reason) of every state a run took, in order."""
-        rows = self._conn.execute("SELECT at, state, reason FROM run_states WHERE run_id = ? ORDER BY rowid", (run_id,))
-        return [tuple(row) for row in rows]  # type: ignore[misc]
+        with self._db.reading() as conn:
+            rows = conn.execute("SELECT at, state, reason FROM run_states WHERE run_id = ? ORDER BY rowid", (run_id,))
+            return [(row["at"], row["state"], row["reason"]) for row in rows]
 
     def _run(self, run_id: str) -> LabRun:
-        return _lab_run(self._conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,)).fetchone())
+        found = self.run(run_id)
+        assert found is not None, f"run {run_id} was just written"
+        return found
 
-    def _write(self) -> _Transaction:
-        return _Transaction(self._conn, self.path)
 
-
-_RUN_COLUMNS = (
-    "run_id, seq, owner, submit_key, state, method, needs, config_toml, submitted_at, admitted_at, started_at,"
-    " ended_at, reason, targets_reached"
+_RUNS = Table(
+    "runs",
+    ("run_id", "seq", "owner", "submit_key", "state", "method", "needs", "config_toml", "submitted_at", "admitted_at",
+     "started_at", "ended_at", "reason", "targets_reached"),
 )
+_RESEARCHERS = Table("researchers", ("name", "admin", "created_at", "revoked_at"))  # what is read: not the digest
 
 
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (or ``ROLLBACK``), a full disk or a locked file said as a StorageError."""
+def _open(path: Path) -> Connection:
+    """``lab.db`` at ``path``, migrated to ``SCHEMA_VERSION``; a file SQLite cannot open is a StorageError."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
-        self.conn, self.path = conn, path
+    def refusal(exc: sqlite3.Error) -> StorageError:
+        return StorageError(f"{path}: cannot open the lab's database ({exc})")
 
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute("BEGIN IMMEDIATE")
-        return self.conn
+    try:
+        db = Connection(connect(path), str(path))
+    except sqlite3.Error as exc:
+        raise refusal(exc) from None
+    with closed_on_error(db, refusal):
+        db.sqlite.execute("PRAGMA journal_mode = WAL")
+        db.sqlite.execute("PRAGMA foreign_keys = ON")
+        with db.reading() as conn:
+            at = _version(conn)
+        upgrade(db, _MIGRATIONS, at, _stamp)
+    return db
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if kind is None:
-            self.conn.execute("COMMIT")
-            return
-        self.conn.execute("ROLLBACK")
-        if isinstance(exc, sqlite3.OperationalError):
-            raise StorageError(f"{self.path}: {exc}") from None
+
+def _version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()["user_version"])
 
 
-def _lab_run(row: tuple[Any, ...]) -> LabRun:
-    *head, reached = row
-    return LabRun(*head, targets_reached=None if reached is None else bool(reached))
+def _stamp(conn: sqlite3.Connection, version: int) -> None:
+    # A pragma takes no bound parameter; the version is the code's own integer.
+    conn.execute(f"PRAGMA user_version = {int(version)}")
+
+
+def _researcher(row: sqlite3.Row) -> Researcher:
+    return record_of(Researcher, row, admin=bool(row["admin"]))
+
+
+def _lab_run(row: sqlite3.Row) -> LabRun:
+    reached = row["targets_reached"]
+    return record_of(LabRun, row, targets_reached=None if reached is None else bool(reached))
 
 
 def _digest(token: str) -> str:

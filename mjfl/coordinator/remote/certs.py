@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from mjfl.errors import UserError
+from mjfl.errors import ConfigError, UserError
 
 DEFAULT_HOSTS = ("localhost",)
 DEFAULT_IPS = ("127.0.0.1", "::1")
@@ -55,16 +55,16 @@ def create_certificates(
     or neither hosts nor ips are given.
     """
     if days < 1:
-        raise UserError(f"--days must be >= 1, got {days}")
+        raise ConfigError("days", f"must be >= 1, got {days}")
     if loopback:
         hosts = list(dict.fromkeys([*hosts, *DEFAULT_HOSTS]))
         ips = list(dict.fromkeys([*ips, *DEFAULT_IPS]))
     if not hosts and not ips:
-        raise UserError("certs create: name the coordinator with --dns-names and/or --ip-addresses")
+        raise ConfigError("hosts", "give the coordinator's DNS names, or its IP addresses (ips)")
     try:
         addresses = list(dict.fromkeys(ipaddress.ip_address(ip) for ip in ips))
     except ValueError as exc:
-        raise UserError(f"--ip: {exc}") from None
+        raise ConfigError("ips", str(exc)) from None
     files = LabCertificates(out_dir / "ca.pem", out_dir / "ca.key", out_dir / "server.pem", out_dir / "server.key")
     existing = [str(p) for p in vars(files).values() if p.exists()]
     if existing:

@@ -176,7 +176,7 @@ def append_key_file(path: Path, name: str, secret: str) -> None:
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(f"{name} {secret}\n")
     except OSError as exc:
-        raise UserError(f"--save {path}: {exc.strerror or exc}") from None
+        raise UserError(f"key file {path}: {exc.strerror or exc}") from None
 
 
 def read_key_file(path: Path) -> dict[str, str]:
@@ -184,14 +184,14 @@ def read_key_file(path: Path) -> dict[str, str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise UserError(f"--key-file {path}: {exc.strerror or exc}") from None
+        raise UserError(f"key file {path}: {exc.strerror or exc}") from None
     secrets: dict[str, str] = {}
     for number, line in enumerate(lines, 1):
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
         if len(words) != 2:
-            raise UserError(f"--key-file {path}, line {number}: expected NAME SECRET")
+            raise UserError(f"key file {path}, line {number}: expected NAME SECRET")
         secrets[words[0]] = words[1]
     return secrets
 

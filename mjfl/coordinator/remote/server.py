@@ -195,6 +195,9 @@ class CoordinatorServer:
     reason (no bye from either side) what is known of why it was lost (the
     phones' bridge reads the phone's log: ``Phones.explain``) before the
     device leaves; it bounds its own wait.
+
+    ``port_setting`` names the setting the port came from in the error for a
+    port in use: a run's ``testbed.port``, a lab's ``server.port``.
     """
 
     def __init__(
@@ -206,9 +209,11 @@ class CoordinatorServer:
         settings: ServerSettings | None = None,
         authorize: Authorize | None = None,
         run_secrets: Mapping[str, str] | None = None,
+        port_setting: str = "testbed.port",
     ) -> None:
         self.host = host
         self.port = port
+        self.port_setting = port_setting
         self.registry = registry or DeviceRegistry()
         self.settings = settings or ServerSettings()
         self.authorize = authorize
@@ -248,9 +253,9 @@ class CoordinatorServer:
             self._server = await self._listen()
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
-                raise UserError(
-                    f"cannot listen on {self.host}:{self.port}: the port is in use; stop what holds it,"
-                    " or pick another with --port (0 picks a free one)"
+                raise ConfigError(
+                    self.port_setting, f"cannot listen on {self.host}:{self.port}: the port is in use; stop what"
+                    " holds it, or pick another (0 picks a free one)"
                 ) from None
             raise UserError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}") from None
         sockets = list(self._server.sockets)

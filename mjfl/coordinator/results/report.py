@@ -8,7 +8,8 @@ Two reports, one path each, both built from the records alone:
   paper's Tables 4-5 for these runs and each job's and the group's energy to
   target;
 - ``report_runs``: `mjfl report` and the end of `mjfl study`, every finished
-  run of some output folders gathered per method (``outcomes.gather``), the
+  run of some output folders gathered per method (``outcomes.gather``; an
+  interrupted one apart, its method labelled so: ``runs.INTERRUPTED``), the
   paper's own figures beside them (``paper.figures_for``): the tables, each
   run's provenance (``provenance.py``: a row each, in full in the JSON), and
   optionally the JSON, ``accuracy-<job>.png`` and ``member-wins.png``.
@@ -87,7 +88,7 @@ def report_runs(
     title: str = "",
     provenance: bool = True,
 ) -> dict[str, Any]:
-    """Gather the finished runs of ``folders`` per method; print the table, optionally write JSON and plots.
+    """Gather the finished and interrupted runs of ``folders`` per method; print the table, optionally write JSON and plots.
 
     Returns the gathered figures (``gathered_figures``, also what ``json_path``
     holds). ``plots``: a folder for ``accuracy-<job>.png`` (every run a line,
@@ -98,7 +99,7 @@ def report_runs(
     """
     found = finished_runs(folders)
     if not found.finished:
-        raise UserError(f"no finished run in {', '.join(map(str, folders))}")
+        raise UserError(f"no finished or interrupted run in {', '.join(map(str, folders))}")
     figures = gathered_figures(found.finished, provenance=provenance)
     jobs = list(_jobs(found.finished).values())
     console.print(gathered_table(figures, jobs, title))
@@ -109,7 +110,7 @@ def report_runs(
     if provenance:
         console.print(provenance_table(figures["provenance"]))
     if found.unfinished:
-        console.print(f"left out {found.unfinished} unfinished run(s)", highlight=False)
+        console.print(f"left out {found.unfinished} unfinished run(s) (running or failed)", highlight=False)
     # soft_wrap: a long path stays on one line, whole, for a person to copy.
     if plots is not None:
         runs = _records(found.finished)

@@ -1,10 +1,13 @@
-"""The finished runs of output folders, read back from their run databases.
+"""The ended runs of output folders, read back from their run databases.
 
 Each folder is a run's output folder (``out_dir``), its records in the run
 database (``storage/layout.py: database_path``). A run is named by its method
 and the settings that make it a variant (non-default cost weights, the
 method's options), so runs of one variant over several seeds or folders
-gather under one name (``outcomes.gather``).
+gather under one name (``outcomes.gather``). A run stopped before its end
+(Ctrl-C, a lab's cancel: its status ``interrupted``) is read too, its name
+saying so (``INTERRUPTED``): its rounds up to the stop gather apart from the
+finished runs'. A run still running, or one that failed, is left out.
 """
 
 from __future__ import annotations
@@ -23,21 +26,24 @@ from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
 from mjfl.errors import UserError
 
-__all__ = ["FinishedRun", "FoundRuns", "finished_runs", "partition_name", "run_label"]
+__all__ = ["INTERRUPTED", "REPORTED", "FinishedRun", "FoundRuns", "finished_runs", "partition_name", "run_label"]
 
+REPORTED = ("finished", "interrupted")  # the statuses of the runs read back
+INTERRUPTED = " (interrupted)"  # what an interrupted run's name ends with
 _WEIGHTS = ("alpha", "beta", "omega")  # the cost weights (schedulers/cost.py)
 
 
 @dataclass(frozen=True)
 class FinishedRun:
-    """A finished run: its record, its name, its jobs and rounds, and its jobs' partitions."""
+    """An ended run (finished or interrupted): its record, its name, its jobs and rounds, and its jobs' partitions."""
 
     info: RunInfo
-    label: str  # ``run_label``: the method and what makes the run a variant
+    label: str  # ``run_label``: the method and what makes the run a variant (and ``INTERRUPTED``)
     jobs: tuple[JobInfo, ...]
     rounds: tuple[RoundRecord, ...]
     partitions: Mapping[str, str]  # job -> ``partition_name``, where the run's configuration says
     provenance: Mapping[str, Any] | None = None  # ``provenance_document``: what it ran on (None: not kept)
+    status: str = "finished"  # or "interrupted"
 
     @property
     def records(self) -> RunRecords:
@@ -46,14 +52,15 @@ class FinishedRun:
 
 @dataclass(frozen=True)
 class FoundRuns:
-    """What the folders hold: the finished runs, in order, and how many others (unfinished) were left out."""
+    """What the folders hold: the ended runs (finished or interrupted), in order, and how many others (running or
+    failed) were left out."""
 
     finished: tuple[FinishedRun, ...]
     unfinished: int
 
 
 def finished_runs(folders: Iterable[Path]) -> FoundRuns:
-    """Every finished run of ``folders``, folder by folder in the order each database started them.
+    """Every finished or interrupted run of ``folders``, folder by folder in the order each database started them.
 
     A folder without a run database is the user's mistake (``UserError``): a
     report of nothing would hide it.
@@ -66,14 +73,15 @@ def finished_runs(folders: Iterable[Path]) -> FoundRuns:
             raise UserError(f"{folder}: no run database ({DATABASE_FILE}) here; give a run's output folder")
         with Storage(database) as storage:
             for info, status in storage.runs():
-                if status != "finished":
+                if status not in REPORTED:
                     unfinished += 1
                     continue
                 config = json.loads(info.config_json)
+                label = run_label(info.method, config.get("scheduler", {}))
                 finished.append(
                     FinishedRun(
                         info=info,
-                        label=run_label(info.method, config.get("scheduler", {})),
+                        label=label if status == "finished" else label + INTERRUPTED,
                         jobs=tuple(storage.jobs(info.run_id)),
                         rounds=tuple(storage.rounds(info.run_id)),
                         partitions={
@@ -82,6 +90,7 @@ def finished_runs(folders: Iterable[Path]) -> FoundRuns:
                             if "name" in job and "partition" in job
                         },
                         provenance=provenance_document(*storage.provenance(info.run_id)),
+                        status=status,
                     )
                 )
     return FoundRuns(tuple(finished), unfinished)

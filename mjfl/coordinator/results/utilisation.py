@@ -28,7 +28,7 @@ from typing import Any
 
 from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
 
-__all__ = ["Utilisation", "busy_interval", "busy_line", "utilisation"]
+__all__ = ["Utilisation", "busy_fractions", "busy_interval", "busy_line", "utilisation"]
 
 
 @dataclass(frozen=True)
@@ -89,12 +89,22 @@ def utilisation(rounds: Sequence[RoundRecord], devices: Iterable[str] = ()) -> U
         for part in record.devices:
             intervals.setdefault(str(part.device), []).append(busy_interval(record, part))
     if not rounds:
-        return Utilisation(0.0, {d: 0.0 for d in intervals}, None)
-    first = min(r.started_s for r in rounds)
-    span = max(r.ended_s for r in rounds) - first
+        return busy_fractions(intervals, 0.0, 0.0)
+    return busy_fractions(intervals, min(r.started_s for r in rounds), max(r.ended_s for r in rounds))
+
+
+def busy_fractions(intervals: Mapping[str, Sequence[tuple[float, float]]], first: float, last: float) -> Utilisation:
+    """Each device's busy fraction of the span from ``first`` to ``last``, its busy ``intervals`` counted once each
+    (their union, clipped to the span), and the fleet's; the devices in ``intervals``' order.
+
+    ``utilisation``'s rule for any intervals on one clock: a run's device rounds on its run clock, or
+    several runs' on the wall clock (the lab's, where a device busy on any run's job is busy).
+    """
+    span = last - first
     if span <= 0:
-        return Utilisation(0.0, {d: 0.0 for d in intervals}, None)
-    busy = {device: _union(spans) for device, spans in intervals.items()}
+        return Utilisation(0.0, {device: 0.0 for device in intervals}, None)
+    busy = {device: _union([(max(s, first), min(e, last)) for s, e in spans if e > first and s < last])
+            for device, spans in intervals.items()}
     fractions = {device: seconds / span for device, seconds in busy.items()}
     fleet = sum(busy.values()) / (len(busy) * span) if busy else None
     return Utilisation(span, fractions, fleet)

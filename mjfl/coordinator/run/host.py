@@ -119,7 +119,8 @@ class DeviceHost:
         c = self.config
         # The phones' serving ends after the server's bye, so they hear it before their port forward goes.
         async with contextlib.AsyncExitStack() as stack, CoordinatorServer(
-            c.host, c.port, registry=self.registry, settings=self.settings, run_secrets=self.own
+            c.host, c.port, registry=self.registry, settings=self.settings, run_secrets=self.own,
+            port_setting=f"{self.section}.port",
         ) as server:
             self._server = server
             if self.checks_credentials:

@@ -77,7 +77,7 @@ from mjfl.coordinator.results.comparison import (
 from mjfl.coordinator.results.files import write_json
 from mjfl.coordinator.results.report import report_runs
 from mjfl.coordinator.run.grid import Cell, outcome, run_cells
-from mjfl.errors import ConfigError, UserError
+from mjfl.errors import ConfigError
 from mjfl.schedulers.registry import METHODS
 
 __all__ = ["Ratio", "Study", "Variant", "apply", "load_study", "run_study"]
@@ -154,7 +154,7 @@ def load_study(
         raise ConfigError(f"{path}: pilot_seeds", "choose a [ratio] table's comparators: give one")
     if pilot_only:
         if not pilot:
-            raise UserError(f"--pilot-only: {path} declares no pilot_seeds")
+            raise ConfigError("pilot_only", f"{path} declares no pilot_seeds")
         pilot, test = (), pilot
     elif ratio is None:
         pilot = ()  # --methods left the ratio out: its pilot seeds have nothing to choose
@@ -170,14 +170,14 @@ def _methods(path: Path, raw: dict[str, Any], only: list[str] | None) -> list[st
     if only is None:
         return methods
     if not only or any(m not in methods for m in only):
-        raise UserError(f"--methods: choose among the study's methods ({', '.join(methods)}), got {', '.join(only) or 'none'}")
+        raise ConfigError("methods", f"choose among the study's methods ({', '.join(methods)}), got {', '.join(only) or 'none'}")
     return [m for m in methods if m in only]  # the study's order
 
 
 def _seeds(path: Path, raw: dict[str, Any], count: int | None, first: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """The pilot seeds and the seeds that score (the file's, or ``first .. first + count - 1``)."""
     if first is not None and first < 0:
-        raise UserError(f"--first-seed must be >= 0, got {first}")
+        raise ConfigError("first_seed", f"must be >= 0, got {first}")
     if "seeds" in raw and ("test_seeds" in raw or "pilot_seeds" in raw):
         raise ConfigError(f"{path}: seeds", "give either seeds or pilot_seeds and test_seeds")
     pilot = _seed_list(path, raw, "pilot_seeds", ())

@@ -27,7 +27,9 @@ from pathlib import Path
 
 from mjfl.errors import DataError, StorageError
 
-__all__ = ["BUSY_TIMEOUT_S", "Connection", "connect", "open_reader", "open_writer", "refused", "stand_in"]
+__all__ = [
+    "BUSY_TIMEOUT_S", "Connection", "closed_on_error", "connect", "open_reader", "open_writer", "refused", "stand_in",
+]
 
 BUSY_TIMEOUT_S = 5.0  # a reader (mjfl report) may briefly hold the WAL; wait, don't fail
 
@@ -97,7 +99,7 @@ def open_writer(target: str, prepare: Callable[[Connection], None]) -> Connectio
         db = Connection(connect(target), target)
     except sqlite3.Error as exc:
         raise DataError(f"{target}: cannot open the run database: {exc}") from exc
-    with _closed_on_error(db):
+    with closed_on_error(db, _unusable(db)):
         # Pragmas must run outside a transaction. WAL lets reports read
         # while a run writes; synchronous=NORMAL is safe from corruption
         # in WAL mode (docs/storage.md, "Guarantees").
@@ -117,7 +119,7 @@ def open_reader(file: Path, ready: Callable[[sqlite3.Connection, str], bool]) ->
         db = Connection(connect(f"{file.absolute().as_uri()}?mode=ro", uri=True), str(file))
     except sqlite3.Error as exc:
         raise DataError(f"{file}: cannot open the run database: {exc}") from exc
-    with _closed_on_error(db):
+    with closed_on_error(db, _unusable(db)):
         db.sqlite.execute("PRAGMA query_only = ON")
         if ready(db.sqlite, db.origin):
             return db
@@ -134,13 +136,18 @@ def stand_in(origin: str, prepare: Callable[[Connection], None]) -> Connection:
 
 
 @contextmanager
-def _closed_on_error(db: Connection) -> Iterator[None]:
-    """Close ``db`` if opening it goes wrong; a file SQLite cannot read is said as a ``DataError`` naming it."""
+def closed_on_error(db: Connection, refusal: Callable[[sqlite3.DatabaseError], Exception]) -> Iterator[None]:
+    """Close ``db`` if making it ready goes wrong; what SQLite refuses there is raised as ``refusal(its error)``."""
     try:
         yield
     except sqlite3.DatabaseError as exc:
         db.close()
-        raise DataError(f"{db.origin}: not a usable mjfl run database: {exc}") from exc
+        raise refusal(exc) from exc
     except BaseException:
         db.close()
         raise
+
+
+def _unusable(db: Connection) -> Callable[[sqlite3.DatabaseError], Exception]:
+    """A file SQLite cannot read as a run database, said as a ``DataError`` naming it."""
+    return lambda exc: DataError(f"{db.origin}: not a usable mjfl run database: {exc}")

@@ -64,7 +64,7 @@ def _ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise UserError(f"--ray needs Ray, which is not installed: {INSTALL_HINT}") from None
+        raise UserError(f"training on Ray needs Ray, which is not installed: {INSTALL_HINT}") from None
     return ray
 
 
@@ -91,7 +91,7 @@ def connect(options: RayOptions) -> Iterator[Any]:
         )
     except (ConnectionError, ValueError, RuntimeError) as exc:
         where = f"the Ray cluster at {options.address}" if options.address else "a local Ray"
-        raise UserError(f"--ray: could not start or join {where}: {exc}") from None
+        raise UserError(f"could not start or join {where}: {exc}") from None
     try:
         yield ray
     finally:

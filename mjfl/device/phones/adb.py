@@ -76,7 +76,7 @@ def adb_address(address: str | None = None) -> tuple[str, int]:
         try:
             return host or "127.0.0.1", int(port)
         except ValueError:
-            raise PhoneError(f"--adb {address}: expected HOST:PORT, e.g. 127.0.0.1:5037") from None
+            raise PhoneError(f"adb server address {address}: expected HOST:PORT, e.g. 127.0.0.1:5037") from None
     port_text = os.environ.get("ANDROID_ADB_SERVER_PORT", str(DEFAULT_PORT))
     try:
         port = int(port_text)

@@ -2,12 +2,17 @@
 
 One import for both ends of a session:
 
-- messages.py: the message dataclasses (also the events) and artifacts
-  (Program, Shard) addressed by sha256;
+- messages.py: the message dataclasses (also the events), each carrying its
+  wire name (``Hello.type``), and artifacts (Program, Shard) addressed by sha256;
 - tensors.py: named tensors in one aligned buffer (TensorPack);
 - codec.py: whole WebSocket messages <-> messages; decoding raises only
   ProtocolError;
-- session.py: CoordinatorSession and DeviceSession, the state machines.
+- session.py: what both ends of a session share (the receive path, closing,
+  heartbeats, limits; State, Closed);
+- coordinator.py: CoordinatorSession, the coordinator's end;
+- device.py: DeviceSession, a device's end;
+- credentials.py (imported on its own): the hello's HMAC proof of a
+  device's secret.
 
 Nothing here touches a socket or a clock. A server loop, in outline::
 
@@ -42,6 +47,8 @@ from mjfl.device.protocol.codec import (
     encode,
     split_message,
 )
+from mjfl.device.protocol.coordinator import CoordinatorSession
+from mjfl.device.protocol.device import DeviceSession
 from mjfl.device.protocol.messages import (
     RUNTIMES,
     Bye,
@@ -66,13 +73,12 @@ from mjfl.device.protocol.messages import (
 from mjfl.device.protocol.session import (
     WEBSOCKET_CLOSE_CODES,
     Closed,
-    CoordinatorSession,
-    DeviceSession,
     Event,
-    SessionClosed,
+    Session,
     State,
 )
 from mjfl.device.protocol.tensors import ALIGN, DTYPES, TensorInfo, TensorPack
+from mjfl.errors import SessionClosed
 
 __all__ = [
     "ALIGN",
@@ -107,6 +113,7 @@ __all__ = [
     "Provision",
     "Result",
     "Runtime",
+    "Session",
     "SessionClosed",
     "Settings",
     "Shard",

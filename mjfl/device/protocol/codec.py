@@ -495,7 +495,7 @@ def _task(f: _Fields, pack: TensorPack, verify: bool) -> Task:
         task_id=TaskId(f.ident("task_id")),
         job_id=JobId(f.ident("job_id")),
         round=f.integer("round"),
-        weights=_weights(pack, verify, "task"),
+        weights=_weights(pack, verify, Task.type),
         epochs=f.integer("epochs", low=1),
         batch_size=f.integer("batch_size", low=1),
         lr=f.number("lr", low=0.0),
@@ -514,7 +514,7 @@ def _result(f: _Fields, pack: TensorPack, verify: bool) -> Result:
         task_id=TaskId(f.ident("task_id")),
         job_id=JobId(f.ident("job_id")),
         round=f.integer("round"),
-        weights=_weights(pack, verify, "result"),
+        weights=_weights(pack, verify, Result.type),
         samples=f.integer("samples"),
         mean_loss=f.number("mean_loss"),
         timing=Timing(
@@ -527,19 +527,20 @@ def _result(f: _Fields, pack: TensorPack, verify: bool) -> Result:
     )
 
 
+# The parser of each message, under the wire name its class carries (messages.py).
 _TEXT_PARSERS: dict[str, Callable[[_Fields], Message]] = {
-    "hello": _hello,
-    "welcome": _welcome,
-    "cancel": _cancel,
-    "heartbeat": _heartbeat,
-    "heartbeat_ack": _heartbeat_ack,
-    "error": _error,
-    "bye": _bye,
+    Hello.type: _hello,
+    Welcome.type: _welcome,
+    Cancel.type: _cancel,
+    Heartbeat.type: _heartbeat,
+    HeartbeatAck.type: _heartbeat_ack,
+    Error.type: _error,
+    Bye.type: _bye,
 }
 _BINARY_PARSERS: dict[str, Callable[[_Fields, TensorPack, bool], Message]] = {
-    "provision": _provision,
-    "task": _task,
-    "result": _result,
+    Provision.type: _provision,
+    Task.type: _task,
+    Result.type: _result,
 }
 
 
@@ -600,12 +601,11 @@ def encode(message: Message, *, version: int = PROTOCOL_VERSIONS[-1]) -> str | b
     """
     if isinstance(message, (Provision, Task, Result)):
         return _encode_binary(message, version)
-    obj = _text_json(message)
-    text = _dumps(obj)
+    text = _dumps({"type": message.type, **_text_fields(message)})
     try:
-        _TEXT_PARSERS[obj["type"]](_Fields(json.loads(text), obj["type"]))
+        _TEXT_PARSERS[message.type](_Fields(json.loads(text), message.type))
     except ProtocolError as exc:
-        raise EncodeError(f"cannot encode {obj['type']}: {exc.reason}") from None
+        raise EncodeError(f"cannot encode {message.type}: {exc.reason}") from None
     return text
 
 
@@ -616,11 +616,11 @@ def _dumps(obj: dict[str, Any]) -> str:
         raise EncodeError(f"cannot encode {obj.get('type')}: {exc}") from None
 
 
-def _text_json(m: Message) -> dict[str, Any]:
+def _text_fields(m: Message) -> dict[str, Any]:
+    """A text message's JSON fields after ``type``, in the order they are written."""
     match m:
         case Hello():
             return {
-                "type": "hello",
                 "device_id": m.device_id,
                 "token": m.token,
                 "runtime": m.runtime,
@@ -633,7 +633,6 @@ def _text_json(m: Message) -> dict[str, Any]:
         case Welcome():
             s = m.settings
             return {
-                "type": "welcome",
                 "version": m.version,
                 "coordinator_id": m.coordinator_id,
                 "settings": {
@@ -644,86 +643,97 @@ def _text_json(m: Message) -> dict[str, Any]:
                 },
             }
         case Cancel():
-            return {"type": "cancel", "task_id": m.task_id, "reason": m.reason}
+            return {"task_id": m.task_id, "reason": m.reason}
         case Heartbeat():
-            return {"type": "heartbeat", "seq": m.seq, "sent_at": m.sent_at}
+            return {"seq": m.seq, "sent_at": m.sent_at}
         case HeartbeatAck():
-            return {"type": "heartbeat_ack", "seq": m.seq, "echo": m.echo}
+            return {"seq": m.seq, "echo": m.echo}
         case Error():
-            return {"type": "error", "code": m.code, "reason": m.reason, "task_id": m.task_id}
+            return {"code": m.code, "reason": m.reason, "task_id": m.task_id}
         case Bye():
-            return {"type": "bye", "code": m.code, "reason": m.reason}
+            return {"code": m.code, "reason": m.reason}
     raise TypeError(f"not a protocol message: {m!r}")
 
 
-def _binary_json(
+def _binary_fields(
     m: Provision | Task | Result,
 ) -> tuple[dict[str, Any], Mapping[str, npt.ArrayLike]]:
-    header: dict[str, Any]
+    """A binary message's JSON header fields after ``type`` (the table comes last) and its tensors."""
     match m:
         case Provision():
-            tensors: dict[str, npt.ArrayLike] = {}
-            if m.program is not None:
-                if m.program.sha256 != m.program_sha256:
-                    raise EncodeError("cannot encode provision: program_sha256 is not the program's")
-                tensors["program"] = np.frombuffer(m.program.data, dtype=np.uint8)
-            if m.shard is not None:
-                if m.shard.sha256 != m.shard_sha256:
-                    raise EncodeError("cannot encode provision: shard_sha256 is not the shard's")
-                tensors["x"], tensors["y"] = m.shard.x, m.shard.y
-            header = {
-                "type": "provision",
-                "job_id": m.job_id,
-                "model": {
-                    "name": m.model.name,
-                    "input_shape": list(m.model.input_shape),
-                    "num_classes": m.model.num_classes,
-                    # Written only for models with batch norm: older readers never see it.
-                    **({"batch_norm_pixels": list(m.model.batch_norm_pixels)} if m.model.batch_norm_pixels else {}),
-                    **({"dropout_shapes": [list(s) for s in m.model.dropout_shapes]} if m.model.dropout_shapes else {}),
-                },
-                "program_sha256": m.program_sha256,
-                "shard_sha256": m.shard_sha256,
-            }
-            return header, tensors
+            return _provision_fields(m), _provision_tensors(m)
         case Task():
-            header = {
-                "type": "task",
-                "task_id": m.task_id,
-                "job_id": m.job_id,
-                "round": m.round,
-                "epochs": m.epochs,
-                "batch_size": m.batch_size,
-                "lr": m.lr,
-                "momentum": m.momentum,
-                "weight_decay": m.weight_decay,
-                "deadline_s": m.deadline_s,
-                "program_sha256": m.program_sha256,
-                "shard_sha256": m.shard_sha256,
-                **({} if m.seed is None else {"seed": m.seed}),
-            }
-            return header, m.weights
+            return _task_fields(m), m.weights
         case Result():
-            t = m.timing
-            header = {
-                "type": "result",
-                "task_id": m.task_id,
-                "job_id": m.job_id,
-                "round": m.round,
-                "samples": m.samples,
-                "mean_loss": m.mean_loss,
-                "timing": {
-                    "download_s": t.download_s,
-                    "compute_s": t.compute_s,
-                    "upload_s": t.upload_s,
-                },
-                **({"device_state": dict(m.device_state)} if m.device_state is not None else {}),
-            }
-            return header, m.weights
+            return _result_fields(m), m.weights
+
+
+def _provision_fields(m: Provision) -> dict[str, Any]:
+    return {
+        "job_id": m.job_id,
+        "model": {
+            "name": m.model.name,
+            "input_shape": list(m.model.input_shape),
+            "num_classes": m.model.num_classes,
+            # Written only for models with batch norm: older readers never see it.
+            **({"batch_norm_pixels": list(m.model.batch_norm_pixels)} if m.model.batch_norm_pixels else {}),
+            **({"dropout_shapes": [list(s) for s in m.model.dropout_shapes]} if m.model.dropout_shapes else {}),
+        },
+        "program_sha256": m.program_sha256,
+        "shard_sha256": m.shard_sha256,
+    }
+
+
+def _provision_tensors(m: Provision) -> dict[str, npt.ArrayLike]:
+    tensors: dict[str, npt.ArrayLike] = {}
+    if m.program is not None:
+        if m.program.sha256 != m.program_sha256:
+            raise EncodeError("cannot encode provision: program_sha256 is not the program's")
+        tensors["program"] = np.frombuffer(m.program.data, dtype=np.uint8)
+    if m.shard is not None:
+        if m.shard.sha256 != m.shard_sha256:
+            raise EncodeError("cannot encode provision: shard_sha256 is not the shard's")
+        tensors["x"], tensors["y"] = m.shard.x, m.shard.y
+    return tensors
+
+
+def _task_fields(m: Task) -> dict[str, Any]:
+    return {
+        "task_id": m.task_id,
+        "job_id": m.job_id,
+        "round": m.round,
+        "epochs": m.epochs,
+        "batch_size": m.batch_size,
+        "lr": m.lr,
+        "momentum": m.momentum,
+        "weight_decay": m.weight_decay,
+        "deadline_s": m.deadline_s,
+        "program_sha256": m.program_sha256,
+        "shard_sha256": m.shard_sha256,
+        **({} if m.seed is None else {"seed": m.seed}),
+    }
+
+
+def _result_fields(m: Result) -> dict[str, Any]:
+    t = m.timing
+    return {
+        "task_id": m.task_id,
+        "job_id": m.job_id,
+        "round": m.round,
+        "samples": m.samples,
+        "mean_loss": m.mean_loss,
+        "timing": {
+            "download_s": t.download_s,
+            "compute_s": t.compute_s,
+            "upload_s": t.upload_s,
+        },
+        **({"device_state": dict(m.device_state)} if m.device_state is not None else {}),
+    }
 
 
 def _encode_binary(m: Provision | Task | Result, version: int) -> bytes:
-    header, tensors = _binary_json(m)
+    fields, tensors = _binary_fields(m)
+    header = {"type": m.type, **fields}
     if isinstance(tensors, TensorPack):
         table, parts = tensors.table, [tensors.payload]
     else:
@@ -731,15 +741,14 @@ def _encode_binary(m: Provision | Task | Result, version: int) -> bytes:
     header["tensors"] = [info.to_json() for info in table]
     header_bytes = _dumps(header).encode("ascii")
     payload_len = table[-1].offset + table[-1].nbytes if table else 0
-    kind = header["type"]
     try:
         # The JSON rules, checked on the header as the peer will read it; the
         # tensor values are ours and are not re-read (verify=False).
-        _BINARY_PARSERS[kind](
-            _Fields(json.loads(header_bytes), kind), TensorPack(table, b""), False
+        _BINARY_PARSERS[m.type](
+            _Fields(json.loads(header_bytes), m.type), TensorPack(table, b""), False
         )
     except ProtocolError as exc:
-        raise EncodeError(f"cannot encode {kind}: {exc.reason}") from None
+        raise EncodeError(f"cannot encode {m.type}: {exc.reason}") from None
     payload_offset = align(FIXED_HEADER.size + len(header_bytes))
     fixed = FIXED_HEADER.pack(MAGIC, version, 0, len(header_bytes), payload_offset, payload_len)
     padding = bytes(payload_offset - FIXED_HEADER.size - len(header_bytes))

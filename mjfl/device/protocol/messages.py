@@ -3,6 +3,10 @@
 Text messages (JSON): Hello, Welcome, Cancel, Heartbeat, HeartbeatAck, Error, Bye.
 Binary messages (JSON header + tensor section): Provision, Task, Result.
 Field names are the JSON keys. These are also the events a session hands out.
+
+Each message's wire name, the value of its JSON field ``type``, is written
+once, on its class (``Hello.type == "hello"``): the codec's encoder and
+decoder and the sessions read it from there.
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, NewType
+from typing import Any, ClassVar, Literal, NewType
 
 import numpy as np
 
@@ -112,6 +116,10 @@ class Timing:
 
 @dataclass(frozen=True)
 class Hello:
+    """The device's first message: who it is, what it speaks and what it holds (docs/protocol.md 5.1)."""
+
+    type: ClassVar[str] = "hello"
+
     device_id: DeviceId
     token: str
     runtime: Runtime
@@ -124,6 +132,10 @@ class Hello:
 
 @dataclass(frozen=True)
 class Welcome:
+    """The coordinator accepts the device: the version chosen and the session's settings (5.2)."""
+
+    type: ClassVar[str] = "welcome"
+
     version: int
     coordinator_id: str
     settings: Settings
@@ -131,11 +143,13 @@ class Welcome:
 
 @dataclass(frozen=True, eq=False)
 class Provision:
-    """Binds a job to its program, shard and model for this session.
+    """Binds a job to its program, shard and model for this session (5.3).
 
     ``program`` / ``shard`` are None when the device already holds them (it
     listed their sha256 in its hello or got them earlier in the session).
     """
+
+    type: ClassVar[str] = "provision"
 
     job_id: JobId
     model: ModelSpec
@@ -147,6 +161,10 @@ class Provision:
 
 @dataclass(frozen=True, eq=False)
 class Task:
+    """Train the job's program on the device's shard from ``weights`` (5.4)."""
+
+    type: ClassVar[str] = "task"
+
     task_id: TaskId
     job_id: JobId
     round: int
@@ -171,6 +189,10 @@ class Task:
 
 @dataclass(frozen=True, eq=False)
 class Result:
+    """A device's answer to a task: the trained weights, their sample count, its timing (5.5)."""
+
+    type: ClassVar[str] = "result"
+
     task_id: TaskId
     job_id: JobId
     round: int
@@ -183,25 +205,39 @@ class Result:
 
 @dataclass(frozen=True)
 class Cancel:
+    """Stop a pending task; the device still answers it, with a result or an error (5.6)."""
+
+    type: ClassVar[str] = "cancel"
+
     task_id: TaskId
     reason: str
 
 
 @dataclass(frozen=True)
 class Heartbeat:
+    """A liveness probe stamped on the sender's clock; the peer echoes the stamp (5.7)."""
+
+    type: ClassVar[str] = "heartbeat"
+
     seq: int
     sent_at: float
 
 
 @dataclass(frozen=True)
 class HeartbeatAck:
+    """The answer to heartbeat ``seq``, echoing its ``sent_at`` (5.7)."""
+
+    type: ClassVar[str] = "heartbeat_ack"
+
     seq: int
     echo: float
 
 
 @dataclass(frozen=True)
 class Error:
-    """A failure that does not end the session (e.g. a task that could not train)."""
+    """A failure that does not end the session, e.g. a task that could not train (5.8)."""
+
+    type: ClassVar[str] = "error"
 
     code: str
     reason: str
@@ -210,7 +246,9 @@ class Error:
 
 @dataclass(frozen=True)
 class Bye:
-    """The sender ends the session; ``code`` is "normal" or an error code."""
+    """The sender ends the session; ``code`` is "normal" or an error code (5.9)."""
+
+    type: ClassVar[str] = "bye"
 
     code: str
     reason: str

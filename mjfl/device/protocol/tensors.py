@@ -160,6 +160,47 @@ def signature(arrays: Mapping[str, npt.ArrayLike]) -> Signature:
     return tuple(out)
 
 
+def as_arrays(arrays: Mapping[str, npt.ArrayLike]) -> Mapping[str, np.ndarray]:
+    """The tensors as numpy arrays, without copying (a TensorPack is kept as is)."""
+    if isinstance(arrays, TensorPack):
+        return arrays
+    return {name: np.asarray(value) for name, value in arrays.items()}
+
+
+def all_finite(arrays: Mapping[str, np.ndarray]) -> bool:
+    """True when no floating-point tensor holds a NaN or an infinity."""
+    if isinstance(arrays, TensorPack):
+        return arrays.all_finite()
+    return all(a.dtype.kind != "f" or bool(np.isfinite(a).all()) for a in arrays.values())
+
+
+def mismatch(got: Signature, expected: Signature) -> str | None:
+    """How two tensor signatures differ, or None when they are the same."""
+    if got == expected:
+        return None
+    got_names, expected_names = [g[0] for g in got], [e[0] for e in expected]
+    if got_names != expected_names:
+        missing = [n for n in expected_names if n not in got_names]
+        extra = [n for n in got_names if n not in expected_names]
+        if missing or extra:
+            return f"missing {_show(missing)}, unexpected {_show(extra)}"
+        return "the tensors come in a different order"
+    for (name, dtype, shape), (_, want_dtype, want_shape) in zip(got, expected):
+        if (dtype, shape) != (want_dtype, want_shape):
+            return (
+                f"{_show(name)} is {dtype} {list(shape)}, expected {want_dtype} {list(want_shape)}"
+            )
+    raise AssertionError("signatures differ but no difference found")
+
+
+def payload_bytes(expected: Signature) -> int:
+    """The canonical payload length of tensors with these names, dtypes and shapes (protocol.md 3)."""
+    end = 0
+    for _name, dtype, shape in expected:
+        end = align(end) + math.prod(shape) * DTYPES[dtype].itemsize
+    return end
+
+
 def layout(arrays: Mapping[str, npt.ArrayLike]) -> tuple[tuple[TensorInfo, ...], list[Buffer]]:
     """The canonical table for ``arrays`` and the byte pieces that make the payload.
 

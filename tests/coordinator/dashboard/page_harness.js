@@ -54,7 +54,7 @@ function table(id, keys) {
 }
 for (const id of ["status", "compare", "run-section", "run-title", "jobs", "device-filter", "device-count", "device-log", "device-log-title",
   "device-log-source", "device-log-lines", "device-log-close", "event-kind", "event-count", "round-detail", "round-title", "round-close",
-  "timeline"]) add(body, "div", id);
+  "timeline", "run-standing"]) add(body, "div", id);
 for (const id of ["provenance", "provenance-body"]) add(body, "div", id);
 table("runs", []);
 table("events", []);
@@ -62,7 +62,10 @@ table("round-devices", []);
 table("devices", [...fs.readFileSync(indexPath, "utf8").matchAll(/data-key="(\w+)"/g)].map((m) => m[1]));
 table("choices", []);
 
+// The server marks the page of a dashboard with a live run (index.html's <body data-live>): here, the API has one.
+body.dataset.live = api["api/live"] === undefined ? "no" : "yes";
 const document = {
+  body,
   getElementById: (id) => body.querySelector("#" + id),
   querySelector: (s) => body.querySelector(s),
   querySelectorAll: (s) => body.querySelectorAll(s),
@@ -87,7 +90,8 @@ class EventSource {
 }
 // The timeline component (timeline.js draws on a canvas, which this DOM has not): what the page gave it to draw.
 const timelines = [];
-const MjflTimeline = { COLOURS: ["#1f77b4", "#ff7f0e"], mount: () => ({ update: (data) => timelines.push({ bars: data.bars.length, jobs: data.jobs }) }) };
+const drawn = (how) => (data) => timelines.push({ how, bars: data.bars.round.length, jobs: data.jobs, total: data.total });
+const MjflTimeline = { colour: (i) => "#" + String(i).padStart(6, "0"), mount: () => ({ update: drawn("update"), append: drawn("append") }) };
 const context = vm.createContext({ window: { MjflTimeline }, EventSource, document, fetch, location: { search: "?token=t0k" }, URLSearchParams, performance, console, Promise, Map, Set, Math, Number, String, Object, Error });
 // dom.js (what the page shares with the lab's page) loads first, beside app.js, as index.html loads it.
 vm.runInContext(fs.readFileSync(path.join(path.dirname(appPath), "dom.js"), "utf8"), context);
@@ -108,6 +112,7 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
   report.provenance_text = body.querySelector("#provenance-body").textContent;
   report.provenance_rows = body.querySelectorAll("#provenance-body tbody").map((t) => t.children.length);
   report.first_device = body.querySelector("#devices tbody tr").children[0].textContent;
+  report.state_column_hidden = body.querySelectorAll("#devices th").find((th) => th.dataset.key === "state").hidden;
   const paths = (measure) => [...body.querySelector("#jobs").walk()].filter((n) => n.tagName === "SVG" && n.classList.contains(measure))
     .flatMap((svg) => [...svg.walk()].filter((n) => n.tagName === "PATH").map((n) => n.attrs.d));
   report.paths = paths("accuracy");
@@ -147,6 +152,7 @@ vm.runInContext(fs.readFileSync(appPath, "utf8"), context);
     await vm.runInContext('openRun("live")', context);
     report.live_title = body.querySelector("#run-title").textContent;
     report.live_states = states();
+    report.live_state_column_hidden = body.querySelectorAll("#devices th").find((th) => th.dataset.key === "state").hidden;
     for (const view of api["live pushes"]) sources[0].push(view);
     report.pushed_states = states();
     report.pushed_paths = paths("accuracy");

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from dashboard_runs import bars_of
 
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.server import needs_token, serve
@@ -43,23 +44,26 @@ async def test_the_page_its_assets_and_the_endpoints(folder: Path) -> None:
     async with served(folder) as url:
         assert url.startswith("http://127.0.0.1:") and "token" not in url
         status, page, headers = await get(url)
-        assert status == 200 and 'src="static/app.js"' in page
+        assert status == 200 and 'src="static/app.js"' in page and '<body data-live="no">' in page  # no live run to ask for
         assert "default-src 'self'" in headers["Content-Security-Policy"]
         status, script, headers = await get(url + "static/app.js")
         assert status == 200 and "function chart(" in script and headers["Content-Type"].startswith("text/javascript")
         assert (await get(url + "static/../server.py"))[0] == 404
         assert (await get(url + "static/state.py"))[0] == 404
         status, body, _ = await get(url + "api/runs")
-        assert status == 200 and [r["id"] for r in json.loads(body)] == ["0:mg-0"]
+        assert status == 200 and [(r["id"], r["status"]) for r in json.loads(body)] == [
+            ("0:mg-0", "finished"), ("0:mg-1", "interrupted")]
         status, body, _ = await get(url + "api/runs/0%3Amg-0")
         view = json.loads(body)
         assert status == 200 and [j["job"] for j in view["jobs"]] == ["cnn", "lenet"]
         assert len(view["devices"]) == 4 and len(view["choices"]) == 6
-        status, body, _ = await get(url + "api/runs/0%3Amg-1")  # interrupted
-        assert status == 404 and "mg-1" in json.loads(body)["error"]
+        status, body, _ = await get(url + "api/runs/0%3Amg-1")  # interrupted: shown, as such
+        assert status == 200 and json.loads(body)["run"]["status"] == "interrupted"
+        status, body, _ = await get(url + "api/runs/0%3Amg-7")
+        assert status == 404 and "mg-7" in json.loads(body)["error"]
         status, body, _ = await get(url + "api/runs/0%3Amg-0/timeline?since=20")
-        assert status == 200 and len(json.loads(body)["bars"]) == 4 and json.loads(body)["total"] == 24
-        assert (await get(url + "api/runs/0%3Amg-1/timeline"))[0] == 404
+        assert status == 200 and len(bars_of(json.loads(body))) == 4 and json.loads(body)["total"] == 24
+        assert (await get(url + "api/runs/0%3Amg-7/timeline"))[0] == 404
         assert (await get(url + "api/live/timeline"))[0] == 404  # no live run here
         status, script, _ = await get(url + "static/timeline.js")
         assert status == 200 and "window.MjflTimeline" in script
@@ -113,7 +117,7 @@ async def test_a_finished_runs_fleet_events_and_device_kinds_are_served(folder: 
         pixel = {"model": "Google Pixel 7", "os": "Android 14 (API 34)"}
         storage.record_fleet_event(FleetEvent("mg-1", 0.5, "joined", DeviceId("d0"), "from 10.0.0.7", pixel))
     async with served(folder) as url:
-        # mg-1 is interrupted: its events stay out; mg-0's view has the rounds' events only.
+        # mg-1's events are its own: mg-0's view has the rounds' events only.
         view = json.loads((await get(url + "api/runs/0%3Amg-0"))[1])
         assert {e["kind"] for e in view["events"]} == {"failed", "rejected"}
         assert all(row["kind"] is None for row in view["devices"])
@@ -160,5 +164,5 @@ async def test_a_rounds_planned_devices_and_their_answers_are_served(folder: Pat
             ("d0", "ok", None), ("d1", "failed", "timeout in round 2"), ("d2", "rejected", "NaN weights"), ("d3", "ok", None)]
         assert round_["devices"][0]["energy_j"] == 2.0 and round_["devices"][0]["time_s"] == 4.0
         for missing in ("0%3Amg-0/rounds/cnn/9", "0%3Amg-0/rounds/nojob/1", "0%3Amg-0/rounds/cnn/x",
-                        "0%3Amg-1/rounds/cnn/1"):  # mg-1 is not finished
+                        "0%3Amg-7/rounds/cnn/1"):  # no run mg-7
             assert (await get(url + "api/runs/" + missing))[0] == 404

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
-from dashboard_runs import CONFIG, MEMBERS, aggregated, device_rounds, new_live, records
+from dashboard_runs import CONFIG, MEMBERS, aggregated, bars_of, device_rounds, new_live, records
 from run_records import CNN, LENET, jobs_of
 
 from mjfl.coordinator.dashboard.catalog import Catalog
@@ -24,8 +24,8 @@ from mjfl.coordinator.dashboard.state import (
     events_table,
     jobs_view,
     round_devices,
-    timeline,
 )
+from mjfl.coordinator.dashboard.timeline import timeline
 from mjfl.coordinator.engine.events import (
     DeviceJoined,
     DeviceLeft,
@@ -58,7 +58,7 @@ def test_the_live_shapes_are_state_pys_shapes_of_the_same_rounds() -> None:
     assert view["events"] == events_table([], rounds)
     # The timeline's bars are counted in every push and served apart, the finished run's shape.
     assert view["timeline_bars"] == 24 and live.timeline() == timeline(["cnn", "lenet"], rounds, ["d0", "d1", "d2", "d3"])
-    assert live.timeline(since=20)["bars"] == live.timeline()["bars"][20:]
+    assert bars_of(live.timeline(since=20)) == bars_of(live.timeline())[20:]
     assert live.round_devices(str(CNN), 2) == round_devices(rounds[1])
     assert live.round_devices(str(CNN), 4) is None and live.round_devices("nojob", 1) is None
     assert view["run"]["status"] == "running" and view["run"]["id"] == "live"
@@ -197,8 +197,10 @@ async def test_the_server_sends_the_snapshot_and_pushes_changes_coalesced(folder
             async with session.get(url + "api/live") as response:
                 assert response.status == 200
                 assert len((await response.json())["devices"]) == 4
-            async with session.get(url + "api/runs") as response:  # the finished runs are still there
-                assert [r["id"] for r in await response.json()] == ["0:mg-0"]
+            async with session.get(url + "api/runs") as response:  # the ended runs are still there
+                assert [r["id"] for r in await response.json()] == ["0:mg-0", "0:mg-1"]  # finished, interrupted
+            async with session.get(url) as response:  # the page asks for the live run: the server says it has one
+                assert '<body data-live="yes">' in await response.text()
             async with session.get(url + "api/live/events") as response:
                 assert response.headers["Content-Type"].startswith("text/event-stream")
                 stream = events(response)

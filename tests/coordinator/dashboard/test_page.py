@@ -50,12 +50,14 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     api: dict[str, object] = {"api/runs": catalog.runs()}
     for run in catalog.runs():
         api[f"api/runs/{run['id']}"] = catalog.run(run["id"])
-        api[f"api/runs/{run['id']}/timeline?since=0"] = catalog.timeline(run["id"])
+        api[f"api/runs/{run['id']}/timeline?since=0"] = json.loads(catalog.timeline(run["id"]))
     (other / "mjfl.log").write_text("INFO device d1 connected\nWARNING closed device d1: heartbeat_timeout\n")
     api["api/runs/0:mg-0/devices/d1/log"] = device_log(other, "d1")
     api["api/runs/0:mg-0/rounds/cnn/2"] = catalog.round_devices("0:mg-0", "cnn", 2)
     page = draw(tmp_path, api)
-    assert page["fetched"][0] == "api/runs" and page["runs"] == 2
+    assert page["fetched"][0] == "api/runs" and page["runs"] == 3  # big's, and folder's finished and interrupted
+    assert "api/live" not in page["fetched"]  # the page says there is no live run: nothing asks for one
+    assert page["state_column_hidden"] is True  # no device of an ended run has a state to show
     assert page["title"].startswith("meta-greedy · mg-0")
     assert page["devices"] == 1000 and page["first_device"] == "d0"
     # What the run ran on, in its panel: the versions, both programs, the one device admitted with its app.
@@ -81,10 +83,10 @@ def test_the_page_draws_runs_devices_choices_and_a_comparison(
     assert page["log_fetched"] == "api/runs/0%3Amg-0/devices/d1/log" and page["log_title"] == "Log of d1"
     assert page["log_source"] == "the newest 2 lines of mjfl.log naming it"
     assert page["log_lines"] == "INFO device d1 connected\nWARNING closed device d1: heartbeat_timeout"
-    assert page["compared_paths"] == 4  # two runs x two jobs
+    assert page["compared_paths"] == 6  # three runs x two jobs
     assert "1000 devices drawn" in page["status"]
     # The opened run's timeline, fetched once apart from its view: every device round of it (two jobs x 3 rounds x 1000).
-    assert page["timelines"][0] == {"bars": 6000, "jobs": ["cnn", "lenet"]}
+    assert page["timelines"][0] == {"how": "update", "bars": 6000, "jobs": ["cnn", "lenet"], "total": 6000}
 
 
 @pytest.mark.skipif(NODE is None, reason="node is not installed")
@@ -105,7 +107,8 @@ def test_the_live_run_is_listed_first_and_redrawn_from_each_push(tmp_path: Path,
     api["live pushes"] = pushes
     api["api/live/timeline?since=0"] = live.timeline()
     page = draw(tmp_path, api)
-    assert page["runs"] == 1 and page["live_row"] == "live"
+    assert page["runs"] == 2 and page["live_row"] == "live"
+    assert page["live_state_column_hidden"] is False
     assert page["live_source"] == "api/live/events?token=t0k"  # EventSource sends no header: the token rides in the query
     assert page["live_title"].startswith("live: meta-greedy · live-0")
     assert page["live_states"] == {"d0": "training cnn", "d1": "idle", "d2": "idle", "d3": "idle"}
@@ -113,5 +116,5 @@ def test_the_live_run_is_listed_first_and_redrawn_from_each_push(tmp_path: Path,
     assert len(page["pushed_paths"]) == 2  # both jobs' accuracy lines, drawn from the pushed series
     assert "4 devices, 1 offline" in page["live_row_text"]
     # The live run's timeline: fetched when opened (its bars so far); a push with no new bar fetches nothing more.
-    assert page["timelines"][-1] == {"bars": 24, "jobs": ["cnn", "lenet"]}
+    assert page["timelines"][-1] == {"how": "update", "bars": 24, "jobs": ["cnn", "lenet"], "total": 24}
     assert sum(path.startswith("api/live/timeline") for path in page["fetched"]) == 2  # opened at start, opened again

@@ -9,19 +9,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dashboard_runs import jobs_of
+from dashboard_runs import bars_of, jobs_of, write_run
 
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.state import add_round, device_row, jobs_view, round_devices
+from mjfl.coordinator.storage.database import Storage
 from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
 from mjfl.errors import UserError
 from mjfl.ids import DeviceId, JobId
 
 
-def test_the_runs_list_holds_finished_runs_with_their_time_to_target(folder: Path) -> None:
+def test_the_runs_list_holds_the_runs_that_ended_with_their_time_to_target(folder: Path) -> None:
     runs = Catalog([folder]).runs()
-    assert [r["id"] for r in runs] == ["0:mg-0"]  # mg-1 was interrupted
+    assert [(r["id"], r["status"]) for r in runs] == [("0:mg-0", "finished"), ("0:mg-1", "interrupted")]
     run = runs[0]
     assert (run["method"], run["label"], run["status"], run["folder"]) == ("meta-greedy", "meta-greedy", "finished", str(folder))
     # cnn reaches 0.8 in round 2 (t = 20); lenet only its loss target 0.3 in round 3 (t = 36).
@@ -88,9 +89,21 @@ def test_choices_show_the_plan_kept_and_planned_vs_answered(folder: Path) -> Non
     assert second["time_s"] == 10.0 and second["expected_time_s"] == 8.0
 
 
-def test_an_unknown_or_unfinished_run_is_none(folder: Path) -> None:
+def test_an_interrupted_run_is_shown_as_such_and_a_running_or_failed_one_not_at_all(folder: Path) -> None:
+    # A lab's cancelled run, pulled: its records end "interrupted", its rounds up to the stop are all there.
     catalog = Catalog([folder])
-    assert catalog.run("0:mg-1") is None  # interrupted
+    interrupted = catalog.run("0:mg-1")
+    assert interrupted is not None and interrupted["run"]["status"] == "interrupted"
+    assert [j["rounds"] for j in interrupted["jobs"]] == [3, 3]
+    assert len(bars_of(catalog.timeline("0:mg-1"))) == 24
+    write_run(folder, "mg-2", finished=False, status="running")
+    write_run(folder, "mg-3", finished=False, status="failed")
+    assert [r["id"] for r in catalog.runs()] == ["0:mg-0", "0:mg-1"]
+    assert catalog.run("0:mg-2") is None and catalog.run("0:mg-3") is None and catalog.timeline("0:mg-2") is None
+
+
+def test_an_unknown_run_is_none(folder: Path) -> None:
+    catalog = Catalog([folder])
     assert catalog.run("0:nope") is None
     assert catalog.run("1:mg-0") is None  # no second folder
     assert catalog.run("x") is None
@@ -101,7 +114,7 @@ def test_runs_of_two_folders_are_told_apart_by_folder(
 ) -> None:
     other = tmp_path / "other"
     run_writer(other)  # the same run id in another folder
-    assert [r["id"] for r in Catalog([folder, other]).runs()] == ["0:mg-0", "1:mg-0"]
+    assert [r["id"] for r in Catalog([folder, other]).runs()] == ["0:mg-0", "0:mg-1", "1:mg-0"]
 
 
 def test_a_folder_without_a_run_database_is_named(folder: Path, tmp_path: Path) -> None:
@@ -121,25 +134,34 @@ def test_reading_writes_nothing(folder: Path) -> None:
 
 
 def test_the_timeline_has_a_bar_per_device_round_and_each_devices_busy_fraction(folder: Path) -> None:
-    timeline = Catalog([folder]).timeline("0:mg-0")
-    assert timeline is not None
+    timeline = json.loads(Catalog([folder]).timeline("0:mg-0"))
     assert (timeline["devices"], timeline["jobs"], timeline["total"]) == (["d0", "d1", "d2", "d3"], ["cnn", "lenet"], 24)
-    bars = {(b["job"], b["round"], b["device"]): b for b in timeline["bars"]}
+    bars = {(b["job"], b["round"], b["device"]): b for b in bars_of(timeline)}
     assert len(bars) == 24  # 2 jobs x 3 rounds x 4 devices
     # lenet's round 2 runs from 12 s to 24 s: d0 used for 2 + 2 s, d1 failed after 9 s, d2's update refused after 4 s.
     assert bars[("lenet", 2, "d0")] == {"device": "d0", "job": "lenet", "round": 2, "start_s": 12.0, "end_s": 16.0,
-                                        "status": "ok", "samples": 100, "duration_s": 4.0, "loss": 0.5}
+                                        "status": "ok", "samples": 100, "wait_s": 0.0, "duration_s": 4.0, "loss": 0.5}
     assert (bars[("lenet", 2, "d1")]["end_s"], bars[("lenet", 2, "d1")]["error"]) == (21.0, "timeout in round 2")
     assert bars[("lenet", 2, "d2")]["status"] == "rejected" and "download_s" not in bars[("lenet", 2, "d2")]  # not told
+    assert "download_s" not in timeline["bars"]  # a detail no bar told has no column
     busy = timeline["utilisation"]
     # d0: [0,3] in both jobs' round 1 (once), [10,14] u [12,16], [20,25] u [24,29]: 18 s of the 36 s run.
     assert busy["span_s"] == 36.0 and busy["devices"]["d0"] == 0.5
     assert busy["most"] == {"device": "d1", "busy": 32 / 36}  # failing after 9 s each round is busy too
-    json.dumps(timeline, allow_nan=False)
-    # From the 20th bar on (a live page asks for what it lacks), and none of a run that did not finish.
-    tail = Catalog([folder]).timeline("0:mg-0", since=20)
-    assert tail is not None and tail["bars"] == timeline["bars"][20:] and tail["total"] == 24
-    assert Catalog([folder]).timeline("0:mg-1") is None and Catalog([folder]).timeline("7:mg-0") is None
+    # From the 20th bar on (a live page asks for what it lacks); its indices are its own answer's.
+    tail = json.loads(Catalog([folder]).timeline("0:mg-0", since=20))
+    assert bars_of(tail) == bars_of(timeline)[20:] and tail["total"] == 24
+    assert Catalog([folder]).timeline("0:nope") is None and Catalog([folder]).timeline("7:mg-0") is None
+
+
+def test_a_finished_runs_view_and_timeline_are_read_once_and_kept(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    catalog = Catalog([folder])
+    first = catalog.timeline("0:mg-0"), catalog.run("0:mg-0")
+    reads = []
+    monkeypatch.setattr(Storage, "rounds", lambda self, *args: reads.append(args) or [])
+    assert (catalog.timeline("0:mg-0"), catalog.run("0:mg-0")) == first and reads == []
+    catalog.run("0:mg-1")  # interrupted: it may be resumed, so it is read afresh
+    assert reads == [("mg-1",)]
 
 
 def test_a_charging_phones_tasks_read_not_measured_charging_and_measured_ones_their_resolution() -> None:

@@ -1,22 +1,32 @@
 """The researchers' API refuses what it must with a reason a script reads, and survives 10,000 fuzzed requests.
 
-Against a real `mjfl serve` (its own process, emulated devices); requests go over one keep-alive HTTP
-connection as any client's would.
+The slow tests run against a real `mjfl serve` (its own process, emulated devices); requests go over one
+keep-alive HTTP connection as any client's would. The fast ones serve the API's real application over a
+real lab.db on a loopback port.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import io
 import json
 import random
+import sqlite3
+import tarfile
 import urllib.parse
 from collections import Counter
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from lab_service import Lab, run_config
+from storage_records import job_infos, round_record, run_info
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+from mjfl.coordinator.lab.api import LabApi, lab_app
+from mjfl.coordinator.lab.store import LabStore
+from mjfl.coordinator.storage.database import Storage
 
 CODES = {
     "unauthorized", "forbidden", "not_found", "method_not_allowed", "request_invalid", "request_too_large",
@@ -24,6 +34,8 @@ CODES = {
 }
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_refusals_name_their_reason_and_queue_nothing(tmp_path: Path, processes) -> None:
     lab = Lab.start(processes, tmp_path, devices=4, max_running=1, max_queued=2)
     alice = lab.researcher("alice")
@@ -70,6 +82,8 @@ def test_refusals_name_their_reason_and_queue_nothing(tmp_path: Path, processes)
     assert (status, answer["error"]["code"]) == (401, "unauthorized")  # revoked
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_ten_thousand_fuzzed_requests_get_answers_and_the_lab_still_serves(tmp_path: Path, processes) -> None:
     lab = Lab.start(processes, tmp_path, devices=2)
     alice = lab.researcher("alice")
@@ -126,3 +140,67 @@ def fuzzed(rng: random.Random, admin: str, alice: str) -> tuple[str, str, bytes 
         b"#" * rng.choice([10, 300 * 1024]),
     ])
     return method, path, body, headers
+
+
+# -- the API's own application over a real lab.db ----------------------------------------------------------
+
+
+class Folders:
+    """What the read-only routes ask of the lab's runs (``LabRuns.folder``): where each run's folder is."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def folder(self, run_id: str) -> Path:
+        return self.root / run_id
+
+
+@contextlib.asynccontextmanager
+async def served(store: LabStore, runs: Path) -> AsyncIterator[TestClient]:
+    """``lab_app`` over ``store``, its runs' folders in ``runs``, on a loopback port."""
+    api = LabApi(store, Folders(runs), list, list, max_request_kb=256)  # type: ignore[arg-type]
+    async with TestClient(TestServer(lab_app(api))) as client:
+        yield client
+
+
+async def test_the_auth_scheme_is_read_in_any_case(tmp_path: Path) -> None:
+    with LabStore(tmp_path / "lab.db") as store:
+        token = store.add_researcher("alice")
+        async with served(store, tmp_path / "runs") as client:
+            for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+                answer = await client.get("/api/lab/runs", headers={"Authorization": f"{scheme} {token}"})
+                assert answer.status == 200, scheme
+            for header in (f"Basic {token}", token, f"Bearer{token}"):
+                answer = await client.get("/api/lab/runs", headers={"Authorization": header})
+                assert answer.status == 401, header
+                assert (await answer.json())["error"]["code"] == "unauthorized"
+
+
+async def test_a_runs_archive_holds_one_whole_database_while_the_run_still_writes_it(tmp_path: Path) -> None:
+    with LabStore(tmp_path / "lab.db") as store:
+        token = store.add_researcher("alice")
+        run, _ = store.submit("alice", method="random", needs=2, config_toml="seed = 1", key=None)
+        folder = tmp_path / "runs" / run.run_id
+        folder.mkdir(parents=True)
+        (folder / "config.toml").write_text("seed = 1\n")
+        with Storage(folder / "mjfl.db") as writing:  # a run still going: its last commits are in mjfl.db-wal
+            writing.start_run(run_info(), job_infos())
+            for number in (1, 2, 3):
+                writing.record_round(round_record(number=number))
+            assert (folder / "mjfl.db-wal").stat().st_size > 0 and (folder / "mjfl.db-shm").exists()
+            async with served(store, tmp_path / "runs") as client:
+                answer = await client.get(f"/api/lab/runs/{run.run_id}/archive", headers={"Authorization": f"Bearer {token}"})
+                assert answer.status == 200
+                data = await answer.read()
+            writing.record_round(round_record(number=4))  # the writer is none the worse
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            names = sorted(m.name for m in tar.getmembers())
+            tar.extractall(tmp_path / "pulled", filter="data")
+    assert names == [run.run_id, f"{run.run_id}/config.toml", f"{run.run_id}/mjfl.db"]
+    pulled = tmp_path / "pulled" / run.run_id / "mjfl.db"
+    with contextlib.closing(sqlite3.connect(pulled)) as alone:
+        assert alone.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert alone.execute("PRAGMA journal_mode").fetchone() == ("delete",)  # opens alone, no -wal to look for
+    with Storage.read_only(pulled) as copy:
+        assert [r.round for r in copy.rounds("r1")] == [1, 2, 3]  # every commit up to the archive's moment
+

@@ -8,11 +8,11 @@ them. The small, fast versions of what `mjfl bench faults` runs bigger.
 from __future__ import annotations
 
 import asyncio
-import functools
 
 import numpy as np
 import pytest
-from loopback import FAST, SPEC, WEIGHTS, artifacts, device, fleet_of
+from loopback import FAST, SPEC, WEIGHTS, HeldTrainer, artifacts, device, fleet_of
+from waiting import PATIENCE_S, eventually_async
 
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
@@ -23,7 +23,6 @@ from mjfl.device.emulated.emulator.backoff import Backoff
 from mjfl.device.emulated.emulator.device import devices_running
 from mjfl.ids import DeviceId, JobId
 from mjfl.schedulers.registry import make_scheduler
-from mjfl.testkit.echo import echo_trainer
 from mjfl.testkit.faultproxy import FaultProxy, Faults
 
 pytestmark = pytest.mark.timeout(60)
@@ -46,10 +45,11 @@ async def run_rounds(server, names, faults, rounds, *, seed=0, deadline_s=None, 
         for d in devices:
             d.url = proxy.url
         async with devices_running(*devices):
-            await server.registry.wait_for_devices(len(names), 10)
+            await server.registry.wait_for_devices(len(names), PATIENCE_S)
             fleet_of(server).prepare([artifacts(names)])
             the_job, sink = job(names, rounds, deadline_s), RoundLog()
-            settings = EngineSettings(device_wait_s=5.0)
+            # Devices cut or dropped by the proxy reconnect: the job waits for them, on a busy machine too.
+            settings = EngineSettings(device_wait_s=PATIENCE_S)
             await Engine([the_job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="f", settings=settings, observers=[sink]).run()
     return the_job, sink.records, proxy
 
@@ -102,7 +102,7 @@ async def test_reordered_parts_close_that_session_and_the_round_completes_withou
         for d in devices:
             d.url = proxy.url
         async with devices_running(*devices):
-            await server.registry.wait_for_devices(3, 10)
+            await server.registry.wait_for_devices(3, PATIENCE_S)
             fleet_of(server).prepare([artifacts(names)])
             the_job, sink = job(names, 1), RoundLog()
             the_job.weights = dict(big)
@@ -123,25 +123,24 @@ async def test_a_fifth_of_the_devices_killed_at_random_moments_fail_their_rounds
     rng = np.random.default_rng(4)
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         chosen = int(rng.integers(5))
-        # The victim's training takes 3 s, so once its first task has arrived it is
-        # certainly still training when it is killed (an instant echo could already
-        # have answered, and a dead device is not planned again).
-        slow = functools.partial(echo_trainer, work_s=3.0, delta=1.0)
-        devices = [device(server, d, backoff=QUICK, **({"make_trainer": slow} if k == chosen else {})) for k, d in enumerate(names)]
+        # The victim's training is held until it is killed, so it is certainly still training
+        # then (an instant echo could already have answered, and a dead device is not planned again).
+        held = HeldTrainer()
+        devices = [device(server, d, backoff=QUICK, **({"make_trainer": held} if k == chosen else {})) for k, d in enumerate(names)]
         async with devices_running(*devices):
-            await server.registry.wait_for_devices(5, 10)
+            await server.registry.wait_for_devices(5, PATIENCE_S)
             fleet_of(server).prepare([artifacts(names)])
             the_job, sink = job(names, 4), RoundLog()
             victim = devices[chosen]
 
             async def kill_mid_round():
-                while not victim.history:  # killed while it trains its first task
-                    await asyncio.sleep(0.01)
+                await eventually_async(held.training.is_set, what="the victim to train its first task")
                 victim.kill()
+                held.release()  # its training thread ends; the answer has no connection to go to
 
             async with asyncio.TaskGroup() as group:
                 group.create_task(kill_mid_round())
-                settings = EngineSettings(device_wait_s=5.0)
+                settings = EngineSettings(device_wait_s=PATIENCE_S)
                 group.create_task(Engine([the_job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="k", settings=settings, observers=[sink]).run())
     assert the_job.rounds_done == 4
     recorded = [dr for r in sink.records for dr in r.devices if dr.device == victim.device_id and dr.status == "failed"]

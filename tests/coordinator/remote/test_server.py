@@ -11,8 +11,8 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import math
-import time
 
 import numpy as np
 import pytest
@@ -31,6 +31,7 @@ from loopback import (
     result_for,
     task,
 )
+from waiting import PATIENCE_S, eventually_async
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -98,9 +99,7 @@ async def test_bad_messages_after_the_welcome_close_that_session_only(message, c
         assert list(server.registry.connected()) == ["good", "raw"]
         await ws.send(message)
         await expect_bye(ws, code, close_code)
-        async with asyncio.timeout(2):
-            while "raw" in server.registry.connected():
-                await asyncio.sleep(0.01)
+        await eventually_async(lambda: "raw" not in server.registry.connected(), what="the bad device to leave")
 
 
 async def test_a_binary_message_over_the_size_limit_is_refused():
@@ -108,7 +107,7 @@ async def test_a_binary_message_over_the_size_limit_is_refused():
         ws = await raw_client(server)
         await ws.send(b"MJFL" + bytes(2**20 + 100))
         with pytest.raises(ConnectionClosed):
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(PATIENCE_S):
                 while True:
                     await ws.recv()
         assert ws.close_code == 1009
@@ -145,19 +144,19 @@ async def test_an_invalid_update_is_rejected_and_closes_that_session(corrupt, re
 async def test_a_silent_device_is_closed_after_the_heartbeat_timeout():
     async with coordinator_with_a_good_device(heartbeat_interval=0.1, heartbeat_timeout=0.4) as (server, _good):
         ws = await raw_client(server)
-        started = time.monotonic()
-        beats = 0
+        seen = []
         with pytest.raises(ConnectionClosed):
-            async with asyncio.timeout(5):
+            async with asyncio.timeout(PATIENCE_S):  # a device left open would fail here
                 while True:
-                    message = json.loads(await ws.recv())
-                    beats += message["type"] == "heartbeat"
-                    if message["type"] == "bye":
-                        assert message["code"] == "heartbeat_timeout"
+                    seen.append(json.loads(await ws.recv()))
         assert ws.close_code == 1011
-        assert 0.4 <= time.monotonic() - started < 5.0 and beats >= 2  # closed, not left open (the 5 s bound)
-        assert len(server.heartbeat_rtts) > 0  # the good device answers its heartbeats
-        assert all(0 <= rtt < 5.0 for rtt in server.heartbeat_rtts)
+        # The coordinator asked before it gave up: heartbeats, numbered from 1, then the bye.
+        beats = [m["seq"] for m in seen if m["type"] == "heartbeat"]
+        assert beats and beats == list(range(1, len(beats) + 1)), seen
+        assert seen[-1]["type"] == "bye" and seen[-1]["code"] == "heartbeat_timeout", seen
+        # The good device, which answers its heartbeats, stays (coordinator_with_a_good_device checks its session).
+        await eventually_async(lambda: server.heartbeat_rtts, what="a heartbeat round trip of the good device")
+        assert all(rtt >= 0 for rtt in server.heartbeat_rtts)
 
 
 async def test_a_silent_handshake_is_closed():
@@ -166,23 +165,24 @@ async def test_a_silent_handshake_is_closed():
         await expect_bye(ws, "heartbeat_timeout", 1011)
 
 
-async def test_shutdown_says_bye_going_away_to_every_device_and_fails_pending_tasks():
-    server = CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST))
+async def test_shutdown_says_bye_going_away_to_every_device_and_fails_pending_tasks(caplog):
+    # A pending task whose round (60,000 s) outlasts the test, and a shutdown_timeout long enough that
+    # the connections end by their closing handshakes, never by the fallback that drops them.
+    server = CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | {"shutdown_timeout": PATIENCE_S})))
     await server.start()
-    devices = [device(server, f"d{i}", profile=DeviceProfile("p", a=1.0, mu=1e6)) for i in range(3)]
-    async with asyncio.TaskGroup() as group:
-        for d in devices:
-            group.create_task(d.run())
-        await server.registry.wait_for_devices(3, 5)
-        fleet_of(server).prepare([artifacts([d.device_id for d in devices])])
-        pending = group.create_task(outcome(fleet_of(server).run_task(DeviceId("d0"), task())))
-        while not devices[0].history:
-            await asyncio.sleep(0.01)
-        started = time.monotonic()
-        await server.close()
-        assert time.monotonic() - started < 2.0
+    devices = [device(server, f"d{i}", profile=DeviceProfile("p", a=1e4, mu=1e6)) for i in range(3)]
+    with caplog.at_level(logging.WARNING, logger="mjfl.coordinator.remote.server"):
+        async with asyncio.TaskGroup() as group:
+            for d in devices:
+                group.create_task(d.run())
+            await server.registry.wait_for_devices(3, PATIENCE_S)
+            fleet_of(server).prepare([artifacts([d.device_id for d in devices])])
+            pending = group.create_task(outcome(fleet_of(server).run_task(DeviceId("d0"), task())))
+            await eventually_async(lambda: devices[0].history, what="d0 to get its task")
+            await server.close()
     assert [d.stopped_by for d in devices] == ["bye going_away: coordinator shutdown"] * 3
     assert isinstance(pending.result(), DeviceFailure) and "shutdown" in pending.result().reason
+    assert "did not close in time" not in caplog.text  # closed, not dropped at the shutdown_timeout
 
 
 def test_settings_are_checked():
@@ -197,7 +197,7 @@ def test_settings_are_checked():
 async def test_a_device_that_ignores_the_bye_is_dropped_without_waiting_for_its_close():
     # A raw TCP peer that keeps sending after the coordinator's bye (protocol.md
     # 5.9 says nothing may follow a bye); the coordinator must not wait its whole
-    # close_timeout (30 s here) for a close frame that never comes.
+    # close_timeout (an hour here) for a close frame that never comes.
     import base64
     import os
 
@@ -206,7 +206,7 @@ async def test_a_device_that_ignores_the_bye_is_dropped_without_waiting_for_its_
         size = bytes([0x80 | len(data)]) if len(data) < 126 else bytes([0x80 | 126]) + len(data).to_bytes(2, "big")
         return bytes([0x81]) + size + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data))
 
-    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | {"close_timeout": 30.0}))) as server:
+    async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**(FAST | {"close_timeout": 3600.0}))) as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         key = base64.b64encode(os.urandom(16)).decode()
         writer.write(
@@ -215,17 +215,24 @@ async def test_a_device_that_ignores_the_bye_is_dropped_without_waiting_for_its_
         )
         await reader.readuntil(b"\r\n\r\n")
         writer.write(text_frame(hello("stubborn")))
-        await server.registry.wait_for_devices(1, 5)
+        await server.registry.wait_for_devices(1, PATIENCE_S)
         writer.write(text_frame('{"type":"gossip"}'))  # -> bye unknown_type
-        started = time.monotonic()
-        with contextlib.suppress(ConnectionError):
-            for seq in itertools.count(1):
-                if server.registry.connection(DeviceId("stubborn")) is None:  # its handler has ended
-                    break
-                writer.write(text_frame(json.dumps({"type": "heartbeat", "seq": seq, "sent_at": 0.0})))
-                await writer.drain()
-                await asyncio.sleep(0.05)
-                assert time.monotonic() - started < 10, "the coordinator waited for a close that never came"
+
+        async def keep_talking():
+            with contextlib.suppress(ConnectionError):
+                for seq in itertools.count(1):
+                    writer.write(text_frame(json.dumps({"type": "heartbeat", "seq": seq, "sent_at": 0.0})))
+                    await writer.drain()
+                    await asyncio.sleep(0.05)  # the stubborn peer's pace, not a wait for anything
+
+        talking = asyncio.ensure_future(keep_talking())
+        try:
+            await eventually_async(
+                lambda: server.registry.connection(DeviceId("stubborn")) is None,  # its handler has ended
+                what="the coordinator to drop the device that ignores its bye (its close_timeout is an hour)",
+            )
+        finally:
+            talking.cancel()
         writer.close()
 
 
@@ -247,9 +254,7 @@ async def test_a_lost_connections_reason_is_explained_before_its_device_leaves_a
         crashed.transport.abort()  # the process died: no bye, no close frame
         polite = await raw_client(server, "polite")
         await polite.send(json.dumps({"type": "bye", "code": "going_away", "reason": "the app stops"}))
-        async with asyncio.timeout(10):
-            while len(left) < 2:
-                await asyncio.sleep(0.01)
+        await eventually_async(lambda: len(left) == 2, what="both devices to leave")
     finally:
         await server.close()
     assert left["crashed"] == "connection lost (close code 1006); the app ended: native crash (SIGSEGV)"

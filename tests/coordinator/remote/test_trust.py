@@ -197,7 +197,7 @@ def test_certificates_refuse_to_overwrite_and_tls_files_must_load(tmp_path):
     create_certificates(tmp_path)
     with pytest.raises(UserError, match="already exist"):
         create_certificates(tmp_path)
-    with pytest.raises(UserError, match="--ip"):
+    with pytest.raises(ConfigError, match="'ips': 'not-an-ip' does not appear"):
         create_certificates(tmp_path / "x", ips=["not-an-ip"])
     with pytest.raises(ConfigError, match="tls_cert and tls_key go together"):
         ServerSettings(tls_cert=tmp_path / "server.pem")

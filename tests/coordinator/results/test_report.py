@@ -16,6 +16,8 @@ from mjfl.coordinator.results.files import CSV_COLUMNS, ENERGY_COLUMNS
 from mjfl.coordinator.results.outcomes import summary
 from mjfl.coordinator.results.report import gathered_figures, report_run, report_runs
 from mjfl.coordinator.results.runs import finished_runs
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import DeviceRound, SchedulerChoice
 from mjfl.errors import UserError
 
@@ -46,21 +48,25 @@ def test_the_report_of_folders_prints_and_writes_the_gathered_figures(tmp_path: 
     record_run(tmp_path / "s0", "random", 0, [2.0, 4.0], [0.5, 0.85])
     record_run(tmp_path / "s1", "random", 1, [3.0], [0.9])
     record_run(tmp_path / "s1", "meta-greedy", 1, [1.0, 2.0], [0.7, 0.9], winners=["genetic", "rlds"])
-    record_run(tmp_path / "s1", "genetic", 1, [1.0], [0.9], finished=False)
+    record_run(tmp_path / "s1", "genetic", 1, [1.0], [0.9], finished=False)  # interrupted: shown, apart
+    running(tmp_path / "s1", "rlds", 1)
     out = console()
     folders = [tmp_path / "s0", tmp_path / "s1"]
     figures = report_runs(folders, console=out, json_path=tmp_path / "r.json", plots=tmp_path / "plots", title="t: ")
     assert figures == gathered_figures(finished_runs(folders).finished)
     assert json.loads((tmp_path / "r.json").read_text()) == figures
-    assert list(figures) == ["methods", "paper", "utilisation", "provenance"] and list(figures["methods"]) == ["random", "meta-greedy"]
-    assert list(figures["provenance"].values()) == [None, None, None]  # records written without it
+    assert list(figures) == ["methods", "paper", "utilisation", "provenance"]
+    assert list(figures["methods"]) == ["random", "meta-greedy", "genetic (interrupted)"]
+    assert list(figures["provenance"].values()) == [None, None, None, None]  # records written without it
     assert figures["methods"]["random"]["group_time_s"] == {"mean": 3.5, "sd": 0.7071067811865476, "reached": 2, "runs": 2}
     assert figures["methods"]["meta-greedy"]["wins"] == {"genetic": 0.5, "rlds": 0.5}
     text = out.file.getvalue()
-    assert "t: Time to target accuracy" in text and "left out 1 unfinished run(s)" in text
+    assert "t: Time to target accuracy" in text and "left out 1 unfinished run(s) (running or failed)" in text
+    assert "genetic (interrupted)" in text
     assert figures["paper"]["note"] in text
     # A line per finished run of its busy fractions (results.utilisation), and a row of the JSON.
-    assert [(u["label"], u["seed"]) for u in figures["utilisation"]] == [("random", 0), ("random", 1), ("meta-greedy", 1)]
+    assert [(u["label"], u["seed"]) for u in figures["utilisation"]] == [
+        ("random", 0), ("random", 1), ("meta-greedy", 1), ("genetic (interrupted)", 1)]
     assert text.count("busy random · ") == 2 and text.count("busy meta-greedy · ") == 1
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == ["accuracy-lenet.png", "member-wins.png"]
 
@@ -155,7 +161,24 @@ def test_a_long_path_the_report_names_stays_on_one_line(tmp_path: Path) -> None:
     assert f"wrote {deep}\n" in out.file.getvalue()
 
 
-def test_folders_without_a_finished_run_are_the_users_mistake(tmp_path: Path) -> None:
-    record_run(tmp_path, "random", 0, [1.0], [0.9], finished=False)
-    with pytest.raises(UserError, match="no finished run in"):
+def test_folders_without_a_finished_or_interrupted_run_are_the_users_mistake(tmp_path: Path) -> None:
+    running(tmp_path, "random", 0)
+    with pytest.raises(UserError, match="no finished or interrupted run in"):
         report_runs([tmp_path], console=console())
+
+
+def test_an_interrupted_run_is_reported_labelled_so_with_its_rounds_up_to_its_stop(tmp_path: Path) -> None:
+    # A lab's cancelled run, pulled: its records end "interrupted".
+    record_run(tmp_path, "random", 0, [2.0, 4.0], [0.5, 0.85], finished=False)
+    out = console()
+    figures = report_runs([tmp_path], console=out)
+    (label,) = figures["methods"]
+    assert label == "random (interrupted)" and figures["methods"][label]["group_time_s"]["mean"] == 4.0
+    assert "random (interrupted)" in out.file.getvalue() and "left out" not in out.file.getvalue()
+
+
+def running(folder: Path, method: str, seed: int) -> None:
+    """A run still running (or one whose process died): recorded, stopped, then resumed."""
+    record_run(folder, method, seed, [1.0], [0.9], finished=False)
+    with Storage(database_path(folder)) as storage:
+        storage.resume_run(f"{method}-{seed}-1")

@@ -8,17 +8,23 @@ import pytest
 from run_records import LENET, record_run
 
 from mjfl.coordinator.results.runs import finished_runs, partition_name, run_label
+from mjfl.coordinator.storage.database import Storage
+from mjfl.coordinator.storage.layout import database_path
 from mjfl.errors import UserError
 
 
-def test_finished_runs_come_folder_by_folder_and_unfinished_ones_are_counted(tmp_path: Path) -> None:
+def test_ended_runs_come_folder_by_folder_an_interrupted_one_named_so_and_running_ones_are_counted(tmp_path: Path) -> None:
     first, second = tmp_path / "a", tmp_path / "b"
     record_run(first, "random", 0, [2.0, 4.0], [0.5, 0.85])
     record_run(second, "meta-greedy", 1, [1.0], [0.9], winners=["rlds"], options={"meta-greedy": {"horizon": 10.0}})
     record_run(second, "genetic", 1, [1.0], [0.9], finished=False)
+    record_run(second, "rlds", 1, [1.0], [0.9], finished=False)
+    with Storage(database_path(second)) as storage:
+        storage.resume_run("rlds-1-1")  # running again
     found = finished_runs([first, second])
     assert found.unfinished == 1
-    assert [(r.label, r.info.seed) for r in found.finished] == [("random", 0), ("meta-greedy (horizon=10.0)", 1)]
+    assert [(r.label, r.info.seed, r.status) for r in found.finished] == [
+        ("random", 0, "finished"), ("meta-greedy (horizon=10.0)", 1, "finished"), ("genetic (interrupted)", 1, "interrupted")]
     random = found.finished[0]
     assert [j.job for j in random.jobs] == [LENET] and [r.round for r in random.rounds] == [1, 2]
     assert random.records == (random.jobs, random.rounds)

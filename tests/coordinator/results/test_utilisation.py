@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mjfl.coordinator.results.utilisation import busy_interval, busy_line, utilisation
+from mjfl.coordinator.results.utilisation import (
+    busy_fractions,
+    busy_interval,
+    busy_line,
+    utilisation,
+)
 from mjfl.coordinator.storage.records import DeviceRound, RoundRecord
 from mjfl.ids import DeviceId, JobId
 
@@ -60,3 +65,13 @@ def test_every_fraction_is_between_0_and_1_and_the_fleet_is_the_devices_mean(row
     assert all(0.0 <= f <= 1.0 + 1e-9 for f in busy.devices.values())
     if busy.fleet is not None:
         assert busy.fleet == pytest.approx(sum(busy.devices.values()) / len(busy.devices))
+
+
+def test_busy_fractions_count_intervals_once_within_the_span_whatever_clock_they_are_on() -> None:
+    # Two runs' tasks on the wall clock: d0 in both at once for a while; the span is the second run's.
+    intervals = {"d0": [(100.0, 130.0), (120.0, 150.0), (190.0, 260.0)], "d1": [(0.0, 500.0)], "d2": []}
+    busy = busy_fractions(intervals, 110.0, 210.0)
+    # d0: [110, 150] and [190, 210] of the 100 s span; d1 the whole span; d2 none.
+    assert busy.span_s == 100.0 and busy.devices == {"d0": 0.6, "d1": 1.0, "d2": 0.0}
+    assert busy.fleet == (60.0 + 100.0) / (3 * 100.0)
+    assert busy_fractions(intervals, 5.0, 5.0).fleet is None

@@ -6,12 +6,12 @@ follow these rules; the last test holds an emulated device to them end to end.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 
 import numpy as np
 import pytest
 from loopback import fleet_of
+from waiting import PATIENCE_S
 
 from mjfl.coordinator.engine.fleet import JobArtifacts, Task
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
@@ -111,17 +111,14 @@ async def test_an_emulated_device_that_drops_out_fails_its_rounds_as_a_simulated
             server.url, "flaky", runtime="torch", make_trainer=functools.partial(echo_trainer, delta=1.0), dropout=1.0
         )
         async with devices_running(device):
-            await server.registry.wait_for_devices(1, 5)
+            await server.registry.wait_for_devices(1, PATIENCE_S)
             rng = np.random.default_rng(0)
             shard = (rng.normal(size=(6, *SPEC.input_shape)).astype(np.float32), rng.integers(0, 10, 6))
             fleet_of(server).prepare([JobArtifacts(JobId("j"), SPEC, b"program", {DeviceId("flaky"): shard})])
             weights = {"w": np.zeros(2, np.float32)}
-            # With a deadline: silence, then the coordinator gives up at the deadline and cancels.
-            # (The deadline counts from the task's start, before it is encoded and sent.)
-            started = asyncio.get_running_loop().time()
-            with pytest.raises(DeviceFailure, match="deadline"):
+            # With a deadline: silence, then the coordinator gives up at the deadline (its own timer) and cancels.
+            with pytest.raises(DeviceFailure, match="no result within the 0.3 s deadline"):
                 await fleet_of(server).run_task(DeviceId("flaky"), Task(JobId("j"), 1, weights, LocalTraining(1, 2, 0.1), deadline_s=0.3))
-            assert asyncio.get_running_loop().time() - started >= 0.3
             # Without one: the device reports the lost round itself.
             with pytest.raises(DeviceFailure, match="dropped out"):
                 await fleet_of(server).run_task(DeviceId("flaky"), Task(JobId("j"), 2, weights, LocalTraining(1, 2, 0.1)))

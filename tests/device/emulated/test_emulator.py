@@ -8,16 +8,17 @@ import dataclasses
 import functools
 import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 from loopback import fleet_of
 from repository import ROOT
+from waiting import PATIENCE_S, eventually_async
 from websockets.asyncio.server import serve
 from websockets.exceptions import ConnectionClosed
 
@@ -58,12 +59,6 @@ def task(round_=1, weights=WEIGHTS, **kw):
     return Task(JobId("j"), round_, weights, LocalTraining(epochs=kw.pop("epochs", 1), batch_size=8, lr=0.05), **kw)
 
 
-async def until(condition, timeout=5.0):
-    async with asyncio.timeout(timeout):
-        while not condition():
-            await asyncio.sleep(0.01)
-
-
 def test_backoff_grows_exponentially_with_jitter_and_a_cap():
     backoff = Backoff(initial=0.5, factor=2.0, maximum=4.0, jitter=0.25)
     rng = np.random.default_rng(0)
@@ -83,14 +78,14 @@ async def test_reconnects_with_backoff_after_the_server_restarts_and_lists_its_c
     dev = EmulatedDevice(server.url, "phoenix", runtime="torch", make_trainer=ECHO, backoff=backoff, seed=1)
     job = artifacts(["phoenix"])
     async with devices_running(dev):
-        await server.registry.wait_for_devices(1, 5)
+        await server.registry.wait_for_devices(1, PATIENCE_S)
         fleet_of(server).prepare([job])
         await fleet_of(server).run_task(DeviceId("phoenix"), task())
         await server.close(graceful=False)  # a crash: no bye, so the device keeps trying
-        await until(lambda: len(dev.delays) >= 5)
+        await eventually_async(lambda: len(dev.delays) >= 5, what="five reconnect attempts")
         restarted = CoordinatorServer("127.0.0.1", port, settings=FAST)
         async with restarted:
-            await restarted.registry.wait_for_devices(1, 5)
+            await restarted.registry.wait_for_devices(1, PATIENCE_S)
             hello = restarted.registry.connected()[DeviceId("phoenix")].hello
             x, y = job.shards[DeviceId("phoenix")]
             assert set(hello.cached) == {hashlib.sha256(job.program).hexdigest(), Shard(x, y).sha256}
@@ -115,7 +110,7 @@ async def test_an_impersonating_device_takes_its_profiles_round_times():
             for k in range(4)
         ]
         async with devices_running(*devices):
-            await server.registry.wait_for_devices(4, 5)
+            await server.registry.wait_for_devices(4, PATIENCE_S)
             info = server.registry.connected()[DeviceId("imp-0")]
             assert info.profile_source == "hello" and (info.profile.a, info.profile.mu) == (0.0025, 400.0)
             assert info.hello.hardware["model"] == "Pixel 7" and info.hello.hardware["impersonates"] == "pixel-7"
@@ -126,13 +121,15 @@ async def test_an_impersonating_device_takes_its_profiles_round_times():
 
             results = [r for rs in await asyncio.gather(*(rounds(d.device_id) for d in devices)) for r in rs]
             durations = np.array([r.duration_s for r in results])
-    assert all(d.heartbeat_rtts for d in devices)  # the devices heartbeat too
+            await eventually_async(lambda: all(d.heartbeat_rtts for d in devices), what="every device's heartbeat answered")
+    # The devices drew Formula 4's round times (their seeds fix the draws), in the order of the results ...
     targets = np.array([r.target_s for d in devices for r in d.history])
-    assert durations.min() >= float(shift)  # Formula 4's floor
-    assert abs(durations.mean() - expected) < 0.05
-    # Each round lasted its drawn time, plus little more than the loopback's overhead.
-    assert np.median(np.sort(durations) - np.sort(targets)) < 0.03
-    assert all(r.compute_s >= r.target_s - r.download_s - 0.01 for d in devices for r in d.history)
+    assert targets.min() >= float(shift)  # Formula 4's floor
+    assert abs(targets.mean() - expected) < 0.05
+    # ... and each round lasted at least its drawn time, as the coordinator and as the device measured it
+    # (how little more than that is `mjfl bench coordinator`'s overhead_fraction; 1e-6: the clock's arithmetic).
+    assert np.all(durations >= targets - 1e-6), durations - targets
+    assert all(r.download_s + r.compute_s >= r.target_s - 1e-6 for d in devices for r in d.history)
     # The energy is modelled on the impersonated phone's drawn round, at its profile's power.
     assert {r.device_state["energy_source"] for r in results} == {"modelled"}
     energies = sorted(r.device_state["energy_j"] for r in results)
@@ -157,9 +154,10 @@ async def test_a_device_heartbeats_and_leaves_a_silent_coordinator():
         port = server.sockets[0].getsockname()[1]
         dev = EmulatedDevice(f"ws://127.0.0.1:{port}", "d", runtime="torch", make_trainer=ECHO, backoff=Backoff(initial=0.05, maximum=0.05))
         async with devices_running(dev):
-            await until(lambda: len(sessions) >= 2)
+            await eventually_async(lambda: len(sessions) >= 2, what="the device to come back for a second session")
     seen, close_code = sessions[0]
-    assert [m["seq"] for m in seen if m["type"] == "heartbeat"][:3] == [1, 2, 3]
+    beats = [m["seq"] for m in seen if m["type"] == "heartbeat"]
+    assert beats and beats == list(range(1, len(beats) + 1)), seen  # it asked before it gave up
     assert seen[-1]["type"] == "bye" and seen[-1]["code"] == "heartbeat_timeout"
     assert close_code == 1011 and dev.sessions >= 2  # and it came back
 
@@ -172,7 +170,7 @@ async def test_a_device_whose_training_fails_or_diverges_answers_with_an_error()
         bad = EmulatedDevice(server.url, "bad", runtime="torch", make_trainer=broken)
         nan = EmulatedDevice(server.url, "nan", runtime="torch", make_trainer=functools.partial(echo_trainer, delta=float("nan")))
         async with devices_running(bad, nan):
-            await server.registry.wait_for_devices(2, 5)
+            await server.registry.wait_for_devices(2, PATIENCE_S)
             fleet_of(server).prepare([artifacts(["bad", "nan"])])
             with pytest.raises(DeviceFailure, match="task_failed: training failed: RuntimeError"):
                 await fleet_of(server).run_task(DeviceId("bad"), task())
@@ -198,7 +196,7 @@ async def test_a_nan_loss_with_finite_weights_answers_diverged():
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
         dev = EmulatedDevice(server.url, "lossy", runtime="torch", make_trainer=_loss_only_diverges)
         async with devices_running(dev):
-            await server.registry.wait_for_devices(1, 5)
+            await server.registry.wait_for_devices(1, PATIENCE_S)
             fleet_of(server).prepare([artifacts(["lossy"])])
             with pytest.raises(DeviceFailure, match="diverged: the loss or weights became NaN"):
                 await fleet_of(server).run_task(DeviceId("lossy"), task())
@@ -210,10 +208,10 @@ async def test_stop_says_bye_and_the_coordinator_fails_the_pending_task():
         dev = EmulatedDevice(server.url, "leaver", runtime="torch", make_trainer=ECHO, profile=DeviceProfile("p", a=1.0, mu=1e6))
         async with asyncio.TaskGroup() as group:
             runner = group.create_task(dev.run())
-            await server.registry.wait_for_devices(1, 5)
+            await server.registry.wait_for_devices(1, PATIENCE_S)
             fleet_of(server).prepare([artifacts(["leaver"])])
             pending = group.create_task(_outcome(fleet_of(server).run_task(DeviceId("leaver"), task())))
-            await until(lambda: dev.history)
+            await eventually_async(lambda: dev.history, what="the device to get its task")
             dev.stop()
             await runner
         failure = pending.result()
@@ -236,7 +234,7 @@ async def test_an_executorch_device_trains_the_tasks_program_over_the_wire(lenet
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
         dev = EmulatedDevice(server.url, "et", runtime="executorch")
         async with devices_running(dev):
-            await server.registry.wait_for_devices(1, 5)
+            await server.registry.wait_for_devices(1, PATIENCE_S)
             fleet_of(server).prepare([artifacts(["et"], n=40, program=lenet_program)])
             result = await fleet_of(server).run_task(DeviceId("et"), task(weights=weights))
     assert list(result.weights) == list(weights) and result.samples == 40
@@ -254,7 +252,7 @@ async def test_the_tasks_seed_fixes_the_update_whichever_device_trains_it(lenet_
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
         devices = [EmulatedDevice(server.url, d, runtime="executorch", seed=k) for k, d in enumerate(("a", "b"))]
         async with devices_running(*devices):
-            await server.registry.wait_for_devices(2, 5)
+            await server.registry.wait_for_devices(2, PATIENCE_S)
             job = JobArtifacts(JobId("j"), SPEC, lenet_program, {DeviceId("a"): (x, y), DeviceId("b"): (x, y)})
             fleet_of(server).prepare([job])
             seeded = Task(JobId("j"), 1, weights, training, seed=4321)
@@ -265,37 +263,42 @@ async def test_the_tasks_seed_fixes_the_update_whichever_device_trains_it(lenet_
 
 
 @pytest.mark.timeout(120)
-async def test_killing_a_worker_process_fails_its_devices_tasks_at_once():
-    # Every device takes a 2 s round (impersonated, so they all wait concurrently).
-    profile = DeviceProfile("steady", a=0.1, mu=1e6)
+async def test_killing_a_worker_process_fails_its_devices_tasks_at_once(caplog):
+    # Device i impersonates profile i (mod 2) and runs in worker i (mod 2): worker 0's devices take rounds of
+    # 2,000 s (20 samples x a = 100), which only the kill can end; worker 1's, rounds of 2 s, which they finish.
+    doomed = DeviceProfile("steady", a=100.0, mu=1e6)
     other = DeviceProfile("steady-too", a=0.1, mu=2e6)
     async with CoordinatorServer("127.0.0.1", 0, settings=FAST) as server:
-        fleet = run_emulated_fleet(server.url, 4, runtime="torch", workers=2, id_prefix="w", profiles=[profile, other], make_trainer=ECHO)
+        fleet = run_emulated_fleet(server.url, 4, runtime="torch", workers=2, id_prefix="w", profiles=[doomed, other], make_trainer=ECHO)
         # Device i impersonates profile i (mod their number), whichever worker it runs in.
         assert fleet.device_ids == ["w-0", "w-1", "w-2", "w-3"]
         assert [fleet.impersonated[d].device_id for d in fleet.device_ids] == ["steady", "steady-too"] * 2
         assert [fleet.assignment[d] for d in fleet.device_ids] == [0, 1, 0, 1]
-        async with fleet:
+        try:
             await server.registry.wait_for_devices(4, timeout=60)
             assert sorted(fleet.device_ids) == sorted(server.registry.connected())
             fleet_of(server).prepare([artifacts(fleet.device_ids)])
-            await asyncio.gather(*(fleet_of(server).run_task(DeviceId(d), task()) for d in fleet.device_ids))  # warm up
-            started = time.monotonic()
             async with asyncio.TaskGroup() as group:
-                runs = {d: group.create_task(_outcome(fleet_of(server).run_task(DeviceId(d), task(round_=2)))) for d in fleet.device_ids}
-                await asyncio.sleep(0.5)
+                runs = {d: group.create_task(_outcome(fleet_of(server).run_task(DeviceId(d), task()))) for d in fleet.device_ids}
+                await eventually_async(
+                    lambda: all(server.registry.in_flight(DeviceId(d)) for d in fleet.device_ids),
+                    what="every device's task sent",
+                )
                 killed = fleet.kill_worker(0)
-            stop_started = time.monotonic()
-        assert time.monotonic() - stop_started < 12
+        finally:
+            with caplog.at_level(logging.WARNING, logger="mjfl.device.emulated.emulator.fleet"):
+                await fleet.aclose(timeout=PATIENCE_S)
+    assert killed == ["w-0", "w-2"]
     for d, run in runs.items():
         outcome = run.result()
-        if d in killed:
+        if d in killed:  # ended by the kill: their rounds had 2,000 s to go
             assert isinstance(outcome, DeviceFailure) and "connection lost" in outcome.reason
-            assert outcome.after_s < 1.5  # at the kill, not at the 2 s the round would take
-        else:
-            assert outcome.duration_s >= 2.0
-    assert killed == ["w-0", "w-2"]
-    assert time.monotonic() - started < 10
+        else:  # the other worker's devices trained on, undisturbed
+            assert not isinstance(outcome, DeviceFailure), outcome
+            assert outcome.weights["b"].tolist() == [2.0] * 4
+    # The surviving worker stopped on its bye, not by the fallback that terminates workers.
+    assert fleet.processes[0].exitcode == -signal.SIGKILL and fleet.processes[1].exitcode == 0
+    assert "did not stop" not in caplog.text
 
 
 async def _outcome(coro):
@@ -330,10 +333,10 @@ async def test_the_device_emulate_command_runs_devices_until_ctrl_c():
         await server.registry.wait_for_devices(3, timeout=60)
         assert sorted(server.registry.connected()) == ["cli-0", "cli-1", "cli-2"]
         process.send_signal(signal.SIGINT)
-        async with asyncio.timeout(20):
+        async with asyncio.timeout(PATIENCE_S):
             output = (await process.communicate())[0].decode()
         assert process.returncode == 0, output
-        await until(lambda: not server.registry.connected())
+        await eventually_async(lambda: not server.registry.connected(), what="every device to leave")
     assert "3 emulated devices in 1 process (cli-0, cli-1, cli-2)" in output
 
 

@@ -18,6 +18,7 @@ import pytest
 from fake_adb import LOW_MEMORY_KILL, NATIVE_CRASH, PHONES, FakeAdbServer, FakePhone
 from hypothesis import given
 from hypothesis import strategies as st
+from waiting import PATIENCE_S, eventually_async
 
 from mjfl.device.phones.adb import (
     APP_ACTIVITY,
@@ -123,7 +124,7 @@ def test_no_adb_server_is_one_clear_error() -> None:
     port = closed_port()
     with pytest.raises(PhoneError, match=f"no adb server at 127.0.0.1:{port}: .*adb start-server"):
         Adb(f"127.0.0.1:{port}").phones()
-    with pytest.raises(PhoneError, match="--adb nowhere: expected HOST:PORT"):
+    with pytest.raises(PhoneError, match="adb server address nowhere: expected HOST:PORT"):
         Adb("nowhere")
 
 
@@ -233,7 +234,7 @@ def test_tracking_reports_every_plug_and_unplug(server: FakeAdbServer) -> None:
 
     def until(n: int) -> None:
         with changed:
-            assert changed.wait_for(lambda: len(seen) >= n, 10), seen
+            assert changed.wait_for(lambda: len(seen) >= n, PATIENCE_S), seen
 
     tracker = threading.Thread(target=adb.track, args=(report, stop))
     tracker.start()
@@ -285,7 +286,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             assert pixel.extras == {"url": "ws://127.0.0.1:8765", "device_id": PIXEL, "token": "t"}
             # Its log is copied to <out>/phones/.
             log = tmp_path / "phones" / phone_log_name(PIXEL)
-            await wait(lambda: log.exists() and log.read_bytes() == server_phone_log("pixel7"))
+            await eventually_async(lambda: log.exists() and log.read_bytes() == server_phone_log("pixel7"))
             assert server.commands(PIXEL)[:6] == FACTS_COMMANDS
             assert server.commands(PIXEL)[6:] == [
                 "shell:pm grant org.mjfl.app android.permission.POST_NOTIFICATIONS",
@@ -307,7 +308,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             # and the app, still running, is not started again.
             before = len(server.commands(PIXEL))
             server.plug(server.unplug(PIXEL))
-            await wait(lambda: any("is back" in line for line in said) and len(server.commands(PIXEL)) == before + 3)
+            await eventually_async(lambda: any("is back" in line for line in said) and len(server.commands(PIXEL)) == before + 3)
             assert server.commands(PIXEL)[before:] == [
                 "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
                 LOGCAT,
@@ -316,7 +317,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             # A reboot: the app is gone too, so it is started again.
             before = len(server.commands(PIXEL))
             server.plug(server.unplug(PIXEL, reboot=True))
-            await wait(lambda: sum("is back" in line for line in said) == 2 and len(server.commands(PIXEL)) == before + 4)
+            await eventually_async(lambda: sum("is back" in line for line in said) == 2 and len(server.commands(PIXEL)) == before + 4)
             assert [c.split(" --es")[0] for c in server.commands(PIXEL)[before:]] == [
                 "reverse:forward:tcp:8765;tcp:8765", "shell:pidof org.mjfl.app",
                 "shell:am start -n org.mjfl.app/.StartActivity",
@@ -324,7 +325,7 @@ async def test_a_runs_phones_are_pointed_at_the_coordinator_and_followed_through
             ]  # fmt: skip
             # The galaxy is authorized during the run: it is prepared and pointed like the first.
             server.set_state(GALAXY, "device")
-            await wait(lambda: any(f"phone {GALAXY}: samsung SM-A525F, Android 12" in line for line in said))
+            await eventually_async(lambda: any(f"phone {GALAXY}: samsung SM-A525F, Android 12" in line for line in said))
             assert server.phones[GALAXY].reverses == {"tcp:8765"} and server.phones[GALAXY].app_pid is not None
             # Each problem was said once, not at every change of the list.
             assert sum(f"phone {MOTO}: the mjfl app is not installed" in line for line in said) == 1
@@ -355,18 +356,18 @@ async def test_an_app_lost_while_its_phone_stays_is_started_again_but_not_in_a_l
         run.attached()
         async with run.serving(8765):
             run.lost(PIXEL)  # a lost connection, the app still running: it reconnects by itself
-            await wait(lambda: count("shell:pidof") == 1)
+            await eventually_async(lambda: count("shell:pidof") == 1)
             assert count("shell:am start") == 1
             server.crash(PIXEL)  # the app dies, the phone stays: started again
             run.lost(PIXEL)
-            await wait(lambda: any("started again" in line for line in said))
+            await eventually_async(lambda: any("started again" in line for line in said))
             assert count("shell:am start") == 2 and server.phones[PIXEL].app_pid is not None
             server.crash(PIXEL)  # again, within CRASH_BACKOFF_S: left stopped until a replug, and said so
             run.lost(PIXEL)
-            await wait(lambda: any("stopped again" in line for line in said))
+            await eventually_async(lambda: any("stopped again" in line for line in said))
             assert count("shell:am start") == 2 and server.phones[PIXEL].app_pid is None
             server.plug(server.unplug(PIXEL))  # replugged: started again
-            await wait(lambda: count("shell:am start") == 3)
+            await eventually_async(lambda: count("shell:am start") == 3)
         pidofs = count("shell:pidof")
         run.lost(PIXEL)  # the run is over: nothing is queued, nothing asked
         assert count("shell:pidof") == pidofs
@@ -385,11 +386,11 @@ async def test_however_a_run_ends_the_app_is_stopped_on_every_phone_it_was_start
         async with run.serving(8765) as ready:
             assert ready == [PIXEL, GALAXY, MOTO]
             server.unplug(MOTO)  # gone before the end: its app cannot be stopped, and that is said
-            await wait(lambda: any(f"phone {MOTO} left" in line for line in said))
+            await eventually_async(lambda: any(f"phone {MOTO} left" in line for line in said))
             if ending == "error":
                 raise RuntimeError("the run failed")
             stopped.set()
-            await asyncio.sleep(60)  # until Ctrl-C (asyncio.run cancels the main task)
+            await asyncio.Event().wait()  # until Ctrl-C (asyncio.run cancels the main task)
 
     try:
         run.attached()
@@ -436,15 +437,6 @@ async def test_phones_prepared_before_a_failure_are_stopped_too(tmp_path: Path) 
         server.close()
 
 
-async def wait(predicate, timeout: float = 20.0) -> None:
-    """Until ``predicate()`` holds, checking as the event loop turns (the bridge works in threads)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        assert loop.time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 async def test_a_native_crash_and_a_low_memory_kill_reach_the_phones_log_and_name_the_lost_connections_cause(
     tmp_path: Path,
 ) -> None:
@@ -458,11 +450,11 @@ async def test_a_native_crash_and_a_low_memory_kill_reach_the_phones_log_and_nam
     try:
         run.attached()
         async with run.serving(8765):
-            await wait(lambda: log.exists() and log.read_bytes() == server_phone_log("pixel7"))
+            await eventually_async(lambda: log.exists() and log.read_bytes() == server_phone_log("pixel7"))
             server.crash(PIXEL, NATIVE_CRASH)
             assert await run.explain(PIXEL, lost) == f"{lost}; the app ended: native crash (SIGSEGV in thread mjfl-trainer)"
             run.lost(PIXEL)
-            await wait(lambda: any("started again" in line for line in said))
+            await eventually_async(lambda: any("started again" in line for line in said))
             assert f"phone {PIXEL}: the app stopped (its log says: native crash (SIGSEGV in thread mjfl-trainer)); started again" in said
 
             server.crash(PIXEL, LOW_MEMORY_KILL, logged_after=4)  # its connection's end may come first
@@ -498,11 +490,11 @@ async def test_a_served_phone_is_kept_awake_while_plugged_and_its_setting_put_ba
         async with run.serving(8765):
             assert pixel.settings["stay_on_while_plugged_in"] == galaxy.settings["stay_on_while_plugged_in"] == "7"
             server.unplug(PIXEL, reboot=True)  # a setting survives a reboot: not asked again
-            await wait(lambda: any(f"phone {PIXEL} left" in line for line in said))
+            await eventually_async(lambda: any(f"phone {PIXEL} left" in line for line in said))
             server.plug(pixel)
-            await wait(lambda: any(f"phone {PIXEL} is back" in line for line in said))
+            await eventually_async(lambda: any(f"phone {PIXEL} is back" in line for line in said))
             server.unplug(GALAXY)  # gone when the service ends: how to put it back is said
-            await wait(lambda: any(f"phone {GALAXY} left" in line for line in said))
+            await eventually_async(lambda: any(f"phone {GALAXY} left" in line for line in said))
         assert pixel.settings["stay_on_while_plugged_in"] == "2"
         assert server.commands(PIXEL).count("shell:settings get global stay_on_while_plugged_in") == 1
         assert (
@@ -527,9 +519,9 @@ async def test_a_phone_over_wireless_debugging_is_connected_and_asked_for_again_
             assert ready == [address] and server.phones[address].reverses == {"tcp:8765"}
             phone = server.reachable.pop(address)  # Wi-Fi dropped: adb forgets it, and it does not answer
             server.unplug(address)
-            await wait(lambda: any(f"phone {address} left" in line for line in said))
+            await eventually_async(lambda: any(f"phone {address} left" in line for line in said))
             server.reachable[address] = phone  # it answers again: asked for again, it comes back and is re-pointed
-            await wait(lambda: any(f"phone {address} is back" in line for line in said))
+            await eventually_async(lambda: any(f"phone {address} is back" in line for line in said))
             assert server.phones[address].reverses == {"tcp:8765"}
         assert server.commands(None).count(f"host:connect:{address}") >= 2
     finally:

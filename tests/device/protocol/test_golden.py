@@ -5,8 +5,8 @@ for binary) and `manifest.json`, which says what each one decodes to, or which
 bye code refuses it. The Python codec is checked against them here; the Java
 client's codec against the very same files (android/client-core, `GoldenTest`).
 
-The files are written by `python tests/device/test_golden.py`; this test
-fails when the codec and the files disagree, so neither side drifts alone.
+The files are written by `PYTHONPATH=tests python tests/device/protocol/test_golden.py`;
+this test fails when the codec and the files disagree, so neither side drifts alone.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from __future__ import annotations
 import json
 import struct
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from repository import GOLDEN
+from wire_protocol import frame
 
 from mjfl.device.protocol import (
     Assembly,
@@ -47,6 +49,7 @@ from mjfl.device.protocol import (
 from mjfl.errors import ProtocolError
 
 PART_BYTES = 400  # small enough to split the result example in two parts
+_binary = partial(frame, compact=True)  # compact JSON, as the codec writes it
 
 
 def _messages() -> dict[str, Any]:
@@ -84,15 +87,6 @@ def _messages() -> dict[str, Any]:
         "error": Error("task_failed", "out of memory", "t-0007"),
         "bye": Bye("bad_weights", "result weights hold NaN or infinite values"),
     }
-
-
-def _binary(header: dict[str, Any], payload: bytes = b"", *, magic: bytes = b"MJFL", version: int = 1,
-            payload_offset: int | None = None) -> bytes:
-    text = json.dumps(header, separators=(",", ":")).encode()
-    natural = -(-(24 + len(text)) // 64) * 64
-    offset = natural if payload_offset is None else payload_offset
-    fixed = struct.pack("<4sHHIIQ", magic, version, 0, len(text), offset, len(payload))
-    return fixed + text + bytes(max(0, natural - 24 - len(text))) + payload
 
 
 def _invalid() -> dict[str, tuple[str | bytes, str]]:

@@ -1,9 +1,10 @@
 // The mjfl dashboard's page: draws what /api/runs and /api/runs/{id} send (state.py's shapes),
-// and, during a `mjfl testbed run`, the live run that /api/live and the event stream /api/live/events push.
+// and, during a `mjfl testbed run`, the live run that /api/live and the event stream /api/live/events push
+// (asked for only where the server says there is one: <body data-live="yes">).
 // Plain DOM, no library; every string from a run goes in as text, never as HTML (dom.js: api, el, fmt).
 "use strict";
 
-const COLOURS = window.MjflTimeline.COLOURS; // the job colours, the timeline's own (timeline.js loads first)
+const colour = window.MjflTimeline.colour; // the job colours, the timeline's own (timeline.js loads first)
 const SVG = "http://www.w3.org/2000/svg";
 const runCache = new Map();
 
@@ -31,14 +32,15 @@ async function loadRuns() {
     row.addEventListener("click", () => openRun(run.id));
     body.append(row);
   }
-  status(runs.length + " finished run" + (runs.length === 1 ? "" : "s"));
+  status(runs.length + " run" + (runs.length === 1 ? "" : "s"));
 }
 
 // A row of the runs list, a finished run's or the live run's: `first` (its own cell), where the run is, who ran it
 // and each job's time to target, then `last` (the group's time, or the live run's devices).
 function runCells(run, first, where, last) {
   const times = run.jobs.map((j) => j.job + ": " + reachedIn(j.time_to_target_s));
-  const cells = [where, run.run_id, run.label, run.seed, run.mode, run.started_at, times.join(", ")].map((text) => el("td", text));
+  const standing = run.lab ? " (" + run.lab.state + ")" : run.status === "interrupted" ? " (interrupted)" : "";
+  const cells = [where, run.run_id + standing, run.label, run.seed, run.mode, run.started_at, times.join(", ")].map((text) => el("td", text));
   return [first, ...cells, el("td", last, "num")];
 }
 
@@ -58,7 +60,7 @@ async function compare() {
       const job = view.jobs.find((j) => j.job === name);
       if (!job) return;
       target = target ?? job.target.accuracy;
-      lines.push({ label: view.run.label + " · " + view.run.run_id, colour: COLOURS[i % COLOURS.length], x: job.series.time_s, y: job.series.accuracy });
+      lines.push({ label: view.run.label + " · " + view.run.run_id, colour: colour(i), x: job.series.time_s, y: job.series.accuracy });
     });
     box.append(el("h3", "Accuracy of " + name + " (compared)"), chart(lines, target));
   }
@@ -78,10 +80,14 @@ function drawRun(view) {
   document.querySelectorAll("#runs tbody tr").forEach((r) => r.classList.toggle("open", r.dataset.id === run.id));
   document.getElementById("run-title").textContent = run.id === "live"
     ? "live: " + run.label + " · " + run.run_id + " (seed " + run.seed + ", " + run.status + ")"
-    : run.label + " · " + run.run_id + " (seed " + run.seed + ", " + run.folder + ")";
+    : run.label + " · " + run.run_id + " (" + (run.seed === null ? "" : "seed " + run.seed + ", ") + run.folder + ")"
+      + (run.status === "interrupted" ? ", interrupted" : "");
+  drawStanding(run);
   const jobs = document.getElementById("jobs");
   jobs.replaceChildren();
-  if (view.jobs.length === 0) jobs.append(el("p", "No jobs: a profiling session's calibration tasks are counted in each device's rounds.", "hint"));
+  if (view.jobs.length === 0) {
+    jobs.append(el("p", run.lab ? "Nothing recorded yet." : "No jobs: a profiling session's calibration tasks are counted in each device's rounds.", "hint"));
+  }
   for (const job of view.jobs) {
     const box = el("div", null, "job");
     const goal = job.target.accuracy !== null ? "accuracy ≥ " + job.target.accuracy : job.target.loss !== null ? "loss ≤ " + job.target.loss : "none";
@@ -90,8 +96,8 @@ function drawRun(view) {
     box.append(el("h3", job.job + " (" + job.model + " on " + job.dataset + ")"),
       el("p", "target " + target + ", " + reached + "; rounds " + job.rounds + " of " + job.max_rounds + " (" + job.rounds_left + " left in the budget); final accuracy " + fmt(job.final_accuracy, 3)
         + "; energy to target " + energyText(job)),
-      chart([{ label: job.job, colour: COLOURS[0], x: job.series.time_s, y: job.series.accuracy }], job.target.accuracy),
-      chart([{ label: job.job + " loss", colour: COLOURS[1], x: job.series.time_s, y: job.series.loss }], job.target.loss, "loss"));
+      chart([{ label: job.job, colour: colour(0), x: job.series.time_s, y: job.series.accuracy }], job.target.accuracy),
+      chart([{ label: job.job + " loss", colour: colour(1), x: job.series.time_s, y: job.series.loss }], job.target.loss, "loss"));
     jobs.append(box);
   }
   devices.rows = view.devices;
@@ -107,42 +113,52 @@ function drawRun(view) {
 
 // --- the device timeline (timeline.js): fetched apart from the run's view, whose live pushes carry only its bar count ---
 
-const timeline = { chart: null, run: null, data: null, fetching: false };
+const timeline = { chart: null, run: null, have: null, fetching: false };
 
-// Fetch the bars the opened run's timeline lacks (all of a finished run's, once; a live run's new ones) and draw them.
+// Fetch the bars the opened run's timeline lacks (all of an ended run's, once; a live run's new ones) and draw them.
 function drawTimeline(view) {
   const id = view.run.id;
-  if (timeline.run !== id) Object.assign(timeline, { run: id, data: null });
-  const have = timeline.data ? timeline.data.bars.length : 0;
+  if (timeline.run !== id) Object.assign(timeline, { run: id, have: null });
+  const have = timeline.have ?? 0;
   // A live push says how many bars there are; a run read again while it runs (a lab's) may have more at any read.
-  const bars = view.timeline_bars ?? (view.run.status === "finished" ? have : Infinity);
-  if (timeline.fetching || (timeline.data && bars <= have)) return;
+  const ended = view.run.status === "finished" || view.run.status === "interrupted";
+  const bars = view.timeline_bars ?? (ended ? have : Infinity);
+  if (timeline.fetching || (timeline.have !== null && bars <= have)) return;
   timeline.fetching = true;
   api(runPath() + "/timeline?since=" + have).then((part) => {
     if (timeline.run !== id) return;
-    const bars = timeline.data ? timeline.data.bars : [];
-    for (const bar of part.bars) bars.push(bar);
-    timeline.data = { ...part, bars };
-    timeline.chart.update(timeline.data);
+    if (timeline.have === null) timeline.chart.update(part); else timeline.chart.append(part);
+    timeline.have = part.total;
   }).catch((error) => status(String(error))).finally(() => {
     timeline.fetching = false;
-    if (timeline.run === id && id === "live" && live.view.timeline_bars > timeline.data.bars.length) drawTimeline(live.view);
+    if (timeline.run === id && id === "live" && live.view.timeline_bars > timeline.have) drawTimeline(live.view);
   });
+}
+
+// Where a lab's run stands (run.lab: its state and why it waits or ended), above its page; hidden for others.
+function drawStanding(run) {
+  const box = document.getElementById("run-standing");
+  box.hidden = !run.lab;
+  if (!run.lab) return;
+  const lab = run.lab;
+  box.className = "standing " + lab.state;
+  box.textContent = lab.state + (lab.reason ? ": " + lab.reason : "") + (lab.owner ? " (" + lab.owner + "'s run)" : "");
 }
 
 // --- the live run -------------------------------------------------------------
 
 let opened = null; // the id of the run drawn below the list ("live" for the live one)
 
-// Where the API serves the opened run's parts: the live run's, or a finished run's.
+// Where the API serves the opened run's parts: the live run's, or another run's.
 function runPath() { return opened === "live" ? "api/live" : "api/runs/" + encodeURIComponent(opened); }
 
 const live = { view: null, source: null, row: null };
 
-// The live run, if the server has one: a row above the finished runs, opened at once, redrawn on each push.
+// The live run, where the server has one (it says so in the page): a row above the others, opened at once,
+// redrawn on each push.
 async function startLive() {
-  let view;
-  try { view = await api("api/live"); } catch (error) { return; } // 404: no run going on here
+  if (document.body.dataset.live !== "yes") return;
+  const view = await api("api/live");
   showLive(view);
   if (opened === null) drawRun(view);
   if (typeof EventSource === "undefined") return;
@@ -185,6 +201,8 @@ function drawDevices() {
   const { key, ascending } = devices;
   const matches = (d) => [d.device, d.kind, d.model, d.os, d.state, d.last_failure].some((v) => (v || "").toLowerCase().includes(filter));
   const rows = devices.rows.filter((d) => !filter || matches(d));
+  // Only a run whose devices are followed (the live run, a lab's) has states: elsewhere the column is left out.
+  const stated = devices.rows.some((d) => d.state !== undefined && d.state !== null);
   rows.sort((a, b) => {
     const x = a[key], y = b[key];
     if (x === y) return 0;
@@ -201,9 +219,11 @@ function drawDevices() {
       el("td", d.rejected, "num"), el("td", d.last_failure), el("td", fmt(d.last_round_s, 2), "num"), el("td", fmt(d.expected_round_s, 2), "num"),
       el("td", fmt(d.battery_pct, 0), "num"), el("td", d.charging === null ? "" : d.charging ? "yes" : "no"), el("td", fmt(d.thermal_status), "num"),
       el("td", d.energy ?? fmt(d.energy_j, 1), "num"), el("td", d.state ?? "", d.state === "offline" ? "offline" : ""));
+    row.children[row.children.length - 1].hidden = !stated;
     body.append(row);
   }
   document.querySelector("#devices tbody").replaceWith(body);
+  document.querySelectorAll("#devices th").forEach((th) => { if (th.dataset.key === "state") th.hidden = !stated; });
   document.getElementById("device-count").textContent = rows.length + " of " + devices.rows.length;
   document.querySelectorAll("#devices th").forEach((th) => {
     th.classList.toggle("asc", th.dataset.key === key && ascending);

@@ -52,8 +52,8 @@ function drawDevices(devices) {
 }
 
 function drawQueue(queue) {
-  fill("queue", queue.map((r) => row([num(r.position), el("td", r.id), el("td", r.owner), el("td", r.method), num(r.needs),
-    el("td", r.reason), el("td", when(r.submitted_at))])));
+  fill("queue", queue.map((r) => row([num(r.position), runCell(r.id), el("td", r.owner), el("td", r.method), num(r.needs),
+    el("td", r.reason), el("td", when(r.submitted_at))], r.id)));
 }
 
 function progress(job) {
@@ -64,7 +64,7 @@ function progress(job) {
 }
 
 function drawRunning(running) {
-  fill("running", running.map((r) => row([runCell(r.id), el("td", r.owner), el("td", r.method), el("td", r.state),
+  fill("running", running.map((r) => row([runCell(r.id), el("td", r.owner), el("td", r.method), el("td", r.state + (r.reason ? ": " + r.reason : "")),
     el("td", when(r.started_at)), el("td", r.jobs.map(progress).join("; "), "jobs")], r.id)));
 }
 
@@ -92,8 +92,9 @@ function drawLab(state) {
   drawFinished(state.finished);
 }
 
-// The lab's timeline, where the timeline component is installed (the page works without it). Its data is asked for
-// again only when a round ended or a run did: a bar is a device round, recorded when its round ends.
+// The lab's timeline, where the timeline component is installed (the page works without it): every shown run's device
+// rounds on the wall clock, following the runs going unless zoomed out. Its data is asked for again only when a round
+// ended or a run did: a bar is a device round, recorded when its round ends.
 async function drawTimeline(state) {
   if (!window.MjflTimeline) return;
   const shown = JSON.stringify([state.running.map((r) => [r.id, r.jobs.map((j) => j.rounds)]), state.finished.length]);

@@ -241,7 +241,7 @@ class EmulatedDevice:
             ) as ws:
                 return await self._serve(ws)
         except InvalidURI as exc:
-            raise UserError(f"--url: {exc}") from None
+            raise UserError(f"coordinator URL {self.url}: {exc}") from None
         except ssl.SSLCertVerificationError as exc:
             # Not our coordinator, or the wrong --ca: say so, and keep trying.
             log.warning("%s: %s is not trusted: %s", self.device_id, self.url, exc.verify_message)

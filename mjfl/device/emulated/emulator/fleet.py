@@ -18,7 +18,7 @@ from mjfl.device.emulated.device_model import TrainerFactory
 from mjfl.device.emulated.emulator.backoff import DEFAULT_BACKOFF, Backoff
 from mjfl.device.emulated.emulator.device import Impersonation
 from mjfl.device.emulated.emulator.worker import REFUSED, WorkerConfig, worker_main
-from mjfl.errors import UserError
+from mjfl.errors import ConfigError
 
 __all__ = ["EmulatedFleet", "WorkerContext", "counted", "default_id_prefix", "run_emulated_fleet"]
 
@@ -127,9 +127,9 @@ class EmulatedFleet:
 def _worker_count(count: int, runtime: str, workers: int | None) -> int:
     """How many workers ``count`` devices of ``runtime`` get (``workers``, else the default), checking both."""
     if count < 1:
-        raise UserError(f"--count must be >= 1, got {count}")
+        raise ConfigError("count", f"must be >= 1, got {count}")
     if runtime not in ("executorch", "torch", "batched"):
-        raise UserError(f"--runtime must be executorch, torch or batched, got {runtime!r}")
+        raise ConfigError("runtime", f"must be executorch, torch or batched, got {runtime!r}")
     # The batched runtime trains many devices in one process (the one that would own a GPU).
     default_workers = 1 if runtime == "batched" else os.cpu_count() or 1
     return max(1, min(count, workers or default_workers))

@@ -77,7 +77,7 @@ def test_out_naming_a_file_is_a_clear_error_not_a_traceback(config: Path, tmp_pa
     in_the_way.write_text("not a folder")
     for command in (["simulate", str(config), "--methods", "random"], ["testbed", "run", str(config)]):
         result = mjfl(*command, "--out", str(in_the_way), "--no-live", cwd=tmp_path)
-        assert_one_error_line(result, f"--out {in_the_way}", "file")
+        assert_one_error_line(result, "out_dir", "(or --out)", str(in_the_way), "file")
     assert in_the_way.read_text() == "not a folder"
 
 

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from mjfl.cli import options
-from mjfl.cli.options import AdbOption, ConnectOption, console
+from mjfl.cli.options import AdbOption, AddressOption, ConnectOption, RayOption, console
 from mjfl.cli.process import exit_on_ctrl_c
 from mjfl.cli.syntax import Typer
 
@@ -34,14 +34,17 @@ def serve(
     apk: Annotated[Path | None, typer.Option(help="With --phones: install this app on them first.")] = None,
     out: Annotated[Path | None, typer.Option(help="LAB_DIR: the lab's database and run folders (default: the lab's out_dir).")] = None,
     drain: Annotated[bool, typer.Option("--drain", help="Admit no new run; exit once the runs admitted or running have ended.")] = False,
+    ray: RayOption = False,
+    address: AddressOption = None,
 ) -> None:
     """The lab's service: devices stay connected, researchers submit runs that share the fleet round by round."""
     from mjfl.commands.serve import serve as run_service
 
     phone_options = options.phones(phones, adb, apk, connect)
-    with options.flags_of({"out_dir": "--out"}), exit_on_ctrl_c(console, "stopped: running runs resume at the next mjfl serve"):
+    with options.flags_of({"out_dir": "--out"}, arguments={"emulate": "--emulate"}), \
+            exit_on_ctrl_c(console, "stopped: running runs resume at the next mjfl serve"):
         run_service(lab_file, out=out, emulate=emulate, drain=drain, verbose=options.verbose(), console=console,
-                    phones=phone_options)
+                    phones=phone_options, ray=options.ray(ray, address))
 
 
 def submit(

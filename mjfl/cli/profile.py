@@ -45,10 +45,8 @@ def profile_run(
     from mjfl.commands.profile import default_config
     from mjfl.commands.profile import profile_run as run_profile
 
-    if emulate < 0:
-        raise UserError("--emulate must be >= 0")
     phone_options = options.phones(phones, adb, apk, connect)
-    with options.flags_of({"out_dir": "--out", "testbed.port": "--port"}):
+    with options.flags_of({"out_dir": "--out", "testbed.port": "--port"}, arguments={"rounds": "--rounds", "emulate": "--emulate"}):
         # --out holds all of a session's outputs, its database too; by default they go to <out_dir>/profile and <out_dir>/mjfl.db.
         run_config = options.run_config(config, out=out, port=port, default=None if config is not None else default_config(emulate))
         out_dir = out or run_config.out_dir / "profile"

@@ -57,7 +57,7 @@ def testbed_run(
     from mjfl.commands.testbed import testbed_run as run_testbed
 
     phone_options = options.phones(phones, adb, apk, connect)
-    with options.flags_of(SETTINGS):
+    with options.flags_of(SETTINGS, arguments={"resume": "--resume", "emulate": "--emulate"}):
         run_config = options.run_config(config, out=out, host=host, port=port, tls_cert=tls_cert, tls_key=tls_key, keys=keys)
         output = options.output(run_config.out_dir, live, dashboard_port if dashboard else None, dashboard_host)
         with exit_on_ctrl_c(console):

@@ -55,7 +55,7 @@ from mjfl.coordinator.lab.runs import RUNS, LabRuns
 from mjfl.coordinator.lab.sharing import FairShare
 from mjfl.coordinator.lab.store import LabRun, LabStore
 from mjfl.coordinator.lab.view import LabView
-from mjfl.coordinator.run.host import DeviceHost, HostOptions, where_to_connect
+from mjfl.coordinator.run.host import DeviceHost, HostOptions, check_emulate, where_to_connect
 from mjfl.coordinator.run.preparation import warm
 from mjfl.device.emulated.ray_cluster import RayOptions
 from mjfl.device.phones.attached import Phones
@@ -74,6 +74,9 @@ class ServeOptions:
     ray: RayOptions | None = None
     drain: bool = False  # finish the runs admitted or running, admit none, exit
     verbose: bool = False
+
+    def __post_init__(self) -> None:
+        check_emulate(self.emulate)
 
 
 async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: ServeOptions = ServeOptions()) -> None:

@@ -83,7 +83,7 @@ from mjfl.coordinator.storage.records import (
     SchedulerChoice,
     Score,
 )
-from mjfl.errors import RunError, StorageError, UserError
+from mjfl.errors import ConfigError, RunError, StorageError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.observations import Observation, fit_profiles, write_observations
 from mjfl.profiling.profiles import DeviceProfile, save_profiles
@@ -190,11 +190,11 @@ class Driver:
 
     def __init__(self, config: RunConfig, output: Output, *, config_text: str | None = None) -> None:
         if output.out_dir.exists() and not output.out_dir.is_dir():
-            raise UserError(f"--out {output.out_dir}: a file is in the way; give a folder (it is created if missing)")
+            raise ConfigError("out_dir", f"{output.out_dir}: a file is in the way; give a folder (it is created if missing)")
         try:
             output.out_dir.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UserError(f"--out {output.out_dir}: cannot create the folder: {exc.strerror or exc}") from None
+            raise ConfigError("out_dir", f"{output.out_dir}: cannot create the folder: {exc.strerror or exc}") from None
         if output.log_here:
             logs.setup(output.log_file, verbose=output.verbose, stream=None)
         self.config = config
@@ -548,7 +548,7 @@ class Driver:
     def profile(self, devices: Devices, *, rounds: int) -> list[DeviceProfile]:
         """Calibration tasks on every device, a Formula 4 fit per device; writes and shows the profiles."""
         if rounds < 3:
-            raise UserError("--rounds must be >= 3 (a fit needs at least 3 observations per device)")
+            raise ConfigError("rounds", f"must be >= 3 (a fit needs at least 3 observations per device), not {rounds}")
         out, console = self.output.out_dir, self.output.console
         observations, ready = devices.run(self._calibrate(devices, rounds))
         created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -762,7 +762,7 @@ def _resumable_run(storage: Storage, out_dir: Path, mode: RunMode, method: str) 
             and json.loads(info.config_json).get("out_dir") == str(out_dir)
         ):
             return info.run_id
-    raise UserError(f"--resume: no unfinished {method} run recorded for {out_dir} in {storage.path}")
+    raise ConfigError("resume", f"no unfinished {method} run recorded for {out_dir} in {storage.path}")
 
 
 def _now() -> str:

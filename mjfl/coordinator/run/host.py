@@ -74,8 +74,13 @@ class HostOptions:
     verbose: bool = False
 
     def __post_init__(self) -> None:
-        if self.emulate < 0:
-            raise ConfigError("emulate", f"the number of emulated devices must be >= 0, not {self.emulate}")
+        check_emulate(self.emulate)
+
+
+def check_emulate(count: int) -> None:
+    """How many emulated devices a command may start: none or more (a ConfigError naming ``emulate``)."""
+    if count < 0:
+        raise ConfigError("emulate", f"the number of emulated devices must be >= 0, not {count}")
 
 
 class DeviceHost:

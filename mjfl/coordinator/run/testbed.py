@@ -138,8 +138,8 @@ class RemoteDevices:
                         ) from None
                     raise RunError(
                         f"{exc} on {server.url}; connect phones or emulated devices"
-                        f" (mjfl devices emulate --url {server.url} --count N), start some here with"
-                        " --emulate N, or wait longer (testbed.wait_timeout_s)"
+                        f" (mjfl devices emulate --url {server.url} --count N), start some with the run"
+                        " (mjfl testbed run --emulate N), or wait longer (testbed.wait_timeout_s)"
                     ) from None
                 return
             try:

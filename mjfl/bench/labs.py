@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-FINAL = ("completed", "failed", "cancelled", "abandoned")
+from mjfl.coordinator.lab.store import FINAL
+
 POLL_S = 0.5  # how often a bench asks a lab how its runs stand
 STOP_S = 30.0  # how long a stopped service or run may take to exit before its group is killed
 

@@ -51,7 +51,7 @@ from typing import Any
 from rich.console import Console
 
 from mjfl.bench import output
-from mjfl.bench.serve import _JOB, _LAB, _Lab
+from mjfl.bench.labs import JOB, LAB, Lab
 from mjfl.bench.soak_checks import (
     Kill,
     RoundLedger,
@@ -67,12 +67,13 @@ from mjfl.bench.soak_fleet import (
     mjfl,
     read_proc,
 )
+from mjfl.coordinator.lab.store import FINAL
+from mjfl.coordinator.run.preparation import PROGRAM_CACHE
 from mjfl.errors import UserError
 
 Figures = dict[str, Any]
 
 GROWTH = 0.05  # memory and descriptors "flat": less than this growth from the end of the warm-up to the end
-FINAL = ("completed", "failed", "cancelled", "abandoned")
 _TICK_S = 1.0  # how often the soak looks at its processes and the lab
 _PROGRESS_S = 60.0  # a progress line this often
 _START_S = 300.0  # the most the lab and its devices may take to start, on a busy machine
@@ -157,7 +158,7 @@ def run_soak_bench(
 class _Soak:
     """The soak going: the lab, its device processes, what was killed, read and sampled."""
 
-    def __init__(self, settings: Settings, folder: Path, console: Console, client: _Lab) -> None:
+    def __init__(self, settings: Settings, folder: Path, console: Console, client: Lab) -> None:
         self.settings, self.folder, self.console, self.client = settings, folder, console, client
         self.lab = client.process
         said = self.lab.said()
@@ -182,13 +183,13 @@ class _Soak:
     @contextlib.contextmanager
     def started(cls, settings: Settings, folder: Path, console: Console) -> Iterator[_Soak]:
         """The lab started and its devices connected; every process stopped after (devices first)."""
-        (folder / "lab.toml").write_text(_LAB.format(
+        (folder / "lab.toml").write_text(LAB.format(
             seed=settings.seed, size=settings.devices, profiles="", max_running=settings.max_running, queued=100000,
-            share="equal",
+            share="equal", programs=PROGRAM_CACHE.resolve(),
         ))
         with output.step(console, f"starting the lab and {settings.devices} devices ..."):
             lab = Started(mjfl("serve", str(folder / "lab.toml"), "--out", str(folder / "lab")), folder / "serve.out")
-            client = _Lab(lab, "", "")
+            client = Lab(lab, "", "")
             soak: _Soak | None = None
             try:
                 client.until(lambda: "researchers' API: " in lab.said() and "connect to " in lab.said(),
@@ -355,8 +356,8 @@ def _run_toml(settings: Settings, n: int) -> str:
     """The soak's run ``n``: seeds in turn, methods random and meta-greedy in turn."""
     method = ("random", "meta-greedy")[n % 2]
     return _RUN.format(seed=settings.seed + n, size=settings.run_size, method=method) + "".join((
-        _JOB.format(name="lenet", model="lenet5", image_size=12, fraction=0.5, target=0.95, rounds=settings.rounds),
-        _JOB.format(name="cnn", model="cnn-a-noniid", image_size=8, fraction=0.5, target=0.95, rounds=settings.rounds),
+        JOB.format(name="lenet", model="lenet5", image_size=12, fraction=0.5, target=0.95, rounds=settings.rounds),
+        JOB.format(name="cnn", model="cnn-a-noniid", image_size=8, fraction=0.5, target=0.95, rounds=settings.rounds),
     ))
 
 

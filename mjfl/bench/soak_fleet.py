@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mjfl.bench.serve import _Process
+from mjfl.bench.labs import Process
 
 STOP_S = 30.0  # how long a killed process may take to be reaped
 
@@ -36,11 +36,11 @@ BUILD = LAUNCHER.parents[2] / "build-jvm.sh"
 JVM_HEAP = "-Xms192m -Xmx192m -XX:+AlwaysPreTouch"
 
 
-class Started(_Process):
+class Started(Process):
     """A command, any (a JVM's launcher too), in a session of its own; ``kill`` ends it as a crash does."""
 
     def __init__(self, argv: Sequence[str], log: Path, env: dict[str, str] | None = None) -> None:
-        # Not _Process's: that one runs `mjfl` commands only, and starts its log afresh (a device
+        # Not Process's: that one runs `mjfl` commands only, and starts its log afresh (a device
         # process started again appends to its own).
         self.log = log
         with open(log, "a") as f:

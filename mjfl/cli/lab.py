@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from mjfl.addresses import LAB_API_PORT, LOOPBACK
 from mjfl.cli import options
 from mjfl.cli.options import AdbOption, AddressOption, ConnectOption, RayOption, console
 from mjfl.cli.process import exit_on_ctrl_c
@@ -20,7 +21,7 @@ lab_app = Typer(help="A lab's researchers and its service (docs/lab.md).", no_ar
 researcher_app = Typer(help="Who may submit runs to the lab: a revocable token each (admins only).", no_args_is_help=True)
 lab_app.add_typer(researcher_app, name="researcher")
 
-LabOption = Annotated[str | None, typer.Option("--lab", envvar="MJFL_LAB", help="The lab's API, http://HOST:PORT (default: $MJFL_LAB, else http://127.0.0.1:8790).")]
+LabOption = Annotated[str | None, typer.Option("--lab", envvar="MJFL_LAB", help=f"The lab's API, http://HOST:PORT (default: $MJFL_LAB, else http://{LOOPBACK}:{LAB_API_PORT}).")]
 TokenOption = Annotated[str | None, typer.Option("--token", envvar="MJFL_TOKEN", help="Your researcher's token (default: $MJFL_TOKEN).")]
 RunArgument = Annotated[str, typer.Argument(help="The run's id, as mjfl submit printed it (mjfl runs lists them).")]
 

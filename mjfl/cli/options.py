@@ -71,7 +71,8 @@ def output(
 
     token = None
     if dashboard_port is not None:
-        from mjfl.coordinator.dashboard.server import needs_token, new_token
+        from mjfl.addresses import needs_token
+        from mjfl.coordinator.dashboard.server import new_token
 
         if not 0 <= dashboard_port <= 65535:
             raise UserError(f"--dashboard-port {dashboard_port}: must be 0 to 65535 (0: any free port)")

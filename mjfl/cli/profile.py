@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from mjfl.addresses import LIVE_DASHBOARD_PORT
 from mjfl.cli import options
 from mjfl.cli.options import (
     AdbOption,
@@ -38,7 +39,7 @@ def profile_run(
     out: Annotated[Path | None, typer.Option(help="Output directory (default: <out_dir>/profile).")] = None,
     port: Annotated[int | None, typer.Option(help="Listen port (default: the config's testbed.port).")] = None,
     dashboard: DashboardOption = True,
-    dashboard_port: DashboardPortOption = 8780,
+    dashboard_port: DashboardPortOption = LIVE_DASHBOARD_PORT,
     dashboard_host: DashboardHostOption = "127.0.0.1",
 ) -> None:
     """Run a profiling session: fit each device's Formula 4 round-time model (a, mu)."""

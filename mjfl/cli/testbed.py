@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from mjfl.addresses import LIVE_DASHBOARD_PORT
 from mjfl.cli import options
 from mjfl.cli.options import (
     AdbOption,
@@ -45,7 +46,7 @@ def testbed_run(
     force: Annotated[bool, typer.Option("--force", help="Start even when the devices present hold none of some class of a job (devices that join later take the free shards).")] = False,
     live: Annotated[bool, typer.Option(help="Show the live per-job view.")] = True,
     dashboard: DashboardOption = True,
-    dashboard_port: DashboardPortOption = 8780,
+    dashboard_port: DashboardPortOption = LIVE_DASHBOARD_PORT,
     dashboard_host: DashboardHostOption = "127.0.0.1",
     tls_cert: Annotated[Path | None, typer.Option(help="Serve wss:// with this certificate (PEM; mjfl certs create).")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="The private key of --tls-cert (PEM).")] = None,

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from mjfl.addresses import DASHBOARD_PORT
 from mjfl.cli import options
 from mjfl.cli.options import AddressOption, RayOption, console
 from mjfl.cli.syntax import comma_list
@@ -49,7 +50,7 @@ def report(
 
 def dashboard(
     run_dirs: Annotated[list[Path], typer.Argument(help="Run output folders (each holding mjfl.db).")],
-    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8080,
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = DASHBOARD_PORT,
     host: Annotated[str, typer.Option(help="Address to listen on; anything but loopback needs a token.")] = "127.0.0.1",
     token: Annotated[str | None, typer.Option(help="Every request must carry it (made up for a non-loopback --host if not given).")] = None,
 ) -> None:

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from rich.console import Console
 
+from mjfl.addresses import needs_token
 from mjfl.coordinator.dashboard.catalog import Catalog
-from mjfl.coordinator.dashboard.server import needs_token, new_token, serve
+from mjfl.coordinator.dashboard.server import new_token, serve
 from mjfl.errors import UserError
 
 

@@ -23,12 +23,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from mjfl.addresses import LAB_API_PORT, LOOPBACK
 from mjfl.commands.secrets import owner_only_stdout
+from mjfl.coordinator.lab.store import FINAL
 from mjfl.errors import Refusal, UserError
 
-DEFAULT_LAB = "http://127.0.0.1:8790"
+DEFAULT_LAB = f"http://{LOOPBACK}:{LAB_API_PORT}"
 FOLLOW_EVERY_S = 0.5  # how often --follow and --wait ask again
-FINAL = ("completed", "failed", "cancelled", "abandoned")
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mjfl import logs
+from mjfl.addresses import is_loopback, listens_everywhere
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.run.driver import Driver, Output
 from mjfl.coordinator.run.testbed import RemoteDevices
@@ -38,8 +39,6 @@ def testbed_run(
     return Driver(config, output).train([config.scheduler.method], devices, resume=resume, force=force)
 
 
-# Where `adb reverse` delivers a phone's connections: the workstation's loopback.
-REACHED_BY_REVERSE = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""}
 
 
 def attached_phones(config: RunConfig, options: PhoneOptions | None, output: Output) -> Phones | None:
@@ -59,7 +58,7 @@ def phones_for(host: str, field: str, options: PhoneOptions, log_dir: Path, *, s
     reverse`` does not reach is a ConfigError; no adb server or no usable
     phone, a PhoneError (one line each).
     """
-    if host not in REACHED_BY_REVERSE:
+    if not (is_loopback(host) or listens_everywhere(host)):  # where `adb reverse` delivers a phone's connections
         raise ConfigError(
             field,
             f"{host!r} is not reachable through adb reverse, which connects the phones to"

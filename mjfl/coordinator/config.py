@@ -19,6 +19,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from mjfl.addresses import DEVICE_PORT
 from mjfl.coordinator.storage.layout import database_path
 from mjfl.coordinator.storage.records import Target
 from mjfl.device.protocol.codec import (
@@ -106,7 +107,7 @@ class TestbedConfig:
     """The real-time coordinator: where it listens and how long it waits for the fleet."""
 
     host: str = "127.0.0.1"
-    port: int = 8765
+    port: int = DEVICE_PORT
     min_devices: int | None = None  # default: the fleet size, else 1
     wait_timeout_s: float = 120.0
     heartbeat_interval_s: float | None = DEFAULT_HEARTBEAT_INTERVAL_S  # None: no heartbeats
@@ -306,12 +307,25 @@ def parse_testbed(raw: dict[str, Any], base: Path, where: str = "testbed") -> Te
         max_tasks_in_flight=f.take_limit("max_tasks_in_flight", int, default=d["max_tasks_in_flight"]),
     )
     f.done()
-    if (config.tls_cert is None) != (config.tls_key is None):
-        raise ConfigError(f"{where}.tls_cert", f"{where}.tls_cert and {where}.tls_key go together")
-    interval, timeout = config.heartbeat_interval_s, config.heartbeat_timeout_s
-    if interval is not None and timeout is not None and timeout <= interval:
-        raise ConfigError(f"{where}.heartbeat_timeout_s", f"must be longer than {where}.heartbeat_interval_s")
+    check_server_pairs(
+        config.tls_cert, config.tls_key, config.heartbeat_interval_s, config.heartbeat_timeout_s,
+        names=(f"{where}.tls_cert", f"{where}.tls_key", f"{where}.heartbeat_interval_s", f"{where}.heartbeat_timeout_s"),
+    )
     return config
+
+
+def check_server_pairs(
+    tls_cert: object, tls_key: object, heartbeat_interval: float | None, heartbeat_timeout: float | None,
+    *, names: tuple[str, str, str, str],
+) -> None:
+    """The rules between a server's settings, for the config and the server alike (``names``: the settings' names
+    in the caller's terms, cert, key, interval, timeout): a certificate goes with its key, and silence ends a
+    connection only after a heartbeat was due (the timeout longer than the interval)."""
+    cert, key, interval, timeout = names
+    if (tls_cert is None) != (tls_key is None):
+        raise ConfigError(key if tls_key is None else cert, f"{cert} and {key} go together")
+    if heartbeat_interval is not None and heartbeat_timeout is not None and heartbeat_timeout <= heartbeat_interval:
+        raise ConfigError(timeout, f"must be longer than {interval}")
 
 
 def _range(f: Fields, key: str, default: tuple[float, float], *, low: float) -> tuple[float, float]:

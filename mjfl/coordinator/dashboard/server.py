@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -36,15 +35,16 @@ from urllib.parse import quote
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from mjfl.addresses import DASHBOARD_PORT, LIVE_DASHBOARD_PORT, LOOPBACK, needs_token
 from mjfl.coordinator.dashboard.catalog import RunCatalog, encoded
 from mjfl.coordinator.dashboard.live import POLL_INTERVAL_S, LiveRun, Transfer
 from mjfl.coordinator.dashboard.sources import NO_LIVE_RUN, LiveSource, NotHere, Runs, RunSource
 from mjfl.coordinator.dashboard.state import RunView
 from mjfl.errors import UserError
 
-__all__ = ["DEFAULT_HOST", "PUSH_INTERVAL_S", "live_dashboard", "make_app", "needs_token", "new_token", "serve", "token_guard"]
+__all__ = ["DEFAULT_HOST", "PUSH_INTERVAL_S", "live_dashboard", "make_app", "new_token", "serve", "token_guard"]
 
-DEFAULT_HOST = "127.0.0.1"
+DEFAULT_HOST = LOOPBACK
 PUSH_INTERVAL_S = 0.25  # the live stream's shortest gap between two pushes
 KEEPALIVE_S = 15.0  # an SSE comment when nothing changed, so idle proxies keep the stream
 _STATIC = resources.files("mjfl.coordinator.dashboard") / "static"
@@ -60,16 +60,6 @@ _HEADERS = {
 _PAGE = web.AppKey("page", str)  # index.html, its assets' URLs carrying the token
 _RUNS = web.AppKey("runs", Runs)
 _Ask = Callable[[RunSource, web.Request], Awaitable[Any]]  # one resource of a run, from its source
-
-
-def needs_token(host: str) -> bool:
-    """Whether ``host`` is reachable from other machines (anything but a loopback address or localhost)."""
-    if host == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return True  # a name, or all interfaces ("", "0.0.0.0" parse; a host name may resolve anywhere)
 
 
 def new_token() -> str:
@@ -263,7 +253,7 @@ def _json(data: Any, *, status: int = 200) -> web.Response:
 
 
 async def serve(
-    catalog: RunCatalog, *, host: str = DEFAULT_HOST, port: int = 8080, token: str | None = None,
+    catalog: RunCatalog, *, host: str = DEFAULT_HOST, port: int = DASHBOARD_PORT, token: str | None = None,
     ready: Callable[[str], None] = lambda url: None,
 ) -> None:
     """Serve the dashboard until cancelled; ``ready(url)`` once it listens (the URL carries the token).
@@ -283,7 +273,7 @@ async def serve(
 
 @asynccontextmanager
 async def live_dashboard(
-    catalog: RunCatalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = 8780, token: str | None = None,
+    catalog: RunCatalog | None, live: LiveRun, *, host: str = DEFAULT_HOST, port: int = LIVE_DASHBOARD_PORT, token: str | None = None,
     folder: Path | None = None, transfer: Transfer | None = None, warn: Callable[[str], None] = lambda line: None,
     middlewares: Sequence[Middleware] = (),
 ) -> AsyncIterator[str | None]:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mjfl.addresses import LAB_API_PORT
 from mjfl.coordinator.config import (
     Fields,
     FleetConfig,
@@ -53,7 +54,7 @@ class ApiConfig:
     """Where the researchers' HTTP API (and the lab's dashboard) listens."""
 
     host: str = "127.0.0.1"
-    port: int = 8790
+    port: int = LAB_API_PORT
 
 
 @dataclass(frozen=True)

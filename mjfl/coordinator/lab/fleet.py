@@ -192,24 +192,33 @@ class LabDevices:
     """One run's devices in the lab (the run driver's ``Devices``): every device of the lab, shared.
 
     ``observers`` follow the run's events beside the run's own (the lab's
-    policy and its state of the run).
+    policy and its state of the run); ``waiting`` is told why the run waits
+    before its fleet is ready (None once it is).
     """
 
     mode: RunMode = "real"
     kind = "lab"
 
-    def __init__(self, fleet: LabFleet, run_id: str, needs: int, observers: Sequence[Observer] = ()) -> None:
+    def __init__(
+        self, fleet: LabFleet, run_id: str, needs: int, observers: Sequence[Observer] = (),
+        waiting: Callable[[str | None], None] = lambda why: None,
+    ) -> None:
         self.lab = fleet
         self.run_id = run_id
         self.needs = needs
         self.observers = tuple(observers)
+        self.waiting = waiting
 
     @contextlib.asynccontextmanager
     async def fleet(self) -> AsyncIterator[ReadyFleet]:
         registry = self.lab.lobby.registry
-        await registry.wait_until(lambda connected: len(connected) >= self.needs, None, needed=self.needs)
+        if len(registry.connected()) < self.needs:  # resumed after a restart, before its devices are back
+            self.waiting(f"waiting for devices: needs {self.needs} connected, {len(registry.connected())} are")
+            await registry.wait_until(lambda connected: len(connected) >= self.needs, None, needed=self.needs)
         if self.lab.policy == "reserved" and self.run_id not in self.lab.reserved:  # resumed after a restart
+            self.waiting(f"waiting for devices: needs {self.needs} of its own (limits.share = \"reserved\")")
             await registry.wait_until(lambda _: self.lab.reserve(self.run_id, self.needs) is not None, None)
+        self.waiting(None)
         reserved = self.lab.reserved.get(self.run_id) if self.lab.policy == "reserved" else None
         members, view = self.lab.lobby.members(), RunFleet(self.lab.remote, self.run_id, reserved)
         try:

@@ -32,9 +32,10 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from mjfl.addresses import needs_token
 from mjfl.coordinator.dashboard.catalog import Kept, encoded, timeline_of, view_of
 from mjfl.coordinator.dashboard.device_logs import SharedLog, device_log
-from mjfl.coordinator.dashboard.server import make_app, needs_token, new_token, token_guard
+from mjfl.coordinator.dashboard.server import make_app, new_token, token_guard
 from mjfl.coordinator.dashboard.state import RunView, round_devices, unrecorded_view
 from mjfl.coordinator.lab.runs import LabFleet
 from mjfl.coordinator.lab.view import Connected, LabView, lab_line, serving

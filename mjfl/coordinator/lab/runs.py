@@ -261,7 +261,8 @@ class LabRuns:
                     self._move(run.run_id, "running")
                 output = Output(folder, console, live=False, log_here=False, program_cache=self.program_cache)
                 driver = Driver(placed(submission, folder), output, config_text=run.config_toml)
-                devices = LabDevices(self.fleet, run.run_id, submission.needs, observers=[RunFollower(self, run.run_id)])
+                follower = RunFollower(self, run.run_id)
+                devices = LabDevices(self.fleet, run.run_id, submission.needs, [follower], waiting=follower.waiting)
                 with self.keeps(folder):  # ended before the run's final state is said
                     outcome = await driver.train_one(
                         submission.method, devices, run_id=run.run_id, resume=resume, work=self.work
@@ -313,6 +314,15 @@ class RunFollower:
         self.runs = runs
         self.run_id = run_id
         self._waiting: dict[JobId, str] = {}
+        self._before: str | None = None  # why the run waits before its fleet is ready
+
+    def waiting(self, why: str | None) -> None:
+        """Why the run waits before its jobs plan (None: it no longer does); in its log and its reason."""
+        if why is not None:
+            log.info("run %s: %s", self.run_id, why)
+        if why != self._before:
+            self._before = why
+            self._say()
 
     def __call__(self, event: RunEvent) -> None:
         if isinstance(event, RunStarted):
@@ -326,7 +336,7 @@ class RunFollower:
 
     def _say(self) -> None:
         waits = "; ".join(f"job {job} waits for devices: {why}" for job, why in sorted(self._waiting.items()))
-        self.runs.store.note(self.run_id, waits or None)
+        self.runs.store.note(self.run_id, "; ".join(w for w in (self._before, waits) if w) or None)
 
 
 def _mjfl_error(exc: BaseException) -> MjflError | None:

@@ -92,7 +92,7 @@ class FairShare:
         if held + needs.floor <= devices:
             return None
         return (
-            f"waiting for devices to share: its jobs need {needs.floor} devices a round (scheduler.min_plan);"
+            f"waiting for devices to share: needs {needs.floor} devices a job (scheduler.min_plan);"
             f" {devices} devices hold {devices // needs.floor} such runs, and the {len(self._runs)} running"
             f" need {held} of them"
         )

@@ -50,7 +50,8 @@ from typing import Any, Self
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 
-from mjfl.coordinator.config import TestbedConfig
+from mjfl.addresses import DEVICE_PORT, reached_here
+from mjfl.coordinator.config import TestbedConfig, check_server_pairs
 from mjfl.coordinator.remote.keys import KeyStore
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.storage.records import DeviceStatus
@@ -128,18 +129,14 @@ class ServerSettings:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(name, f"must be a positive number of seconds, got {value!r}")
-        if (
-            self.heartbeat_interval is not None
-            and self.heartbeat_timeout is not None
-            and self.heartbeat_timeout <= self.heartbeat_interval
-        ):
-            raise ConfigError("heartbeat_timeout", "must exceed heartbeat_interval")
         for name in ("max_message_bytes", "max_control_bytes"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigError(name, f"must be >= 1 or None, got {value!r}")
-        if (self.tls_cert is None) != (self.tls_key is None):
-            raise ConfigError("tls_key" if self.tls_key is None else "tls_cert", "tls_cert and tls_key go together")
+        check_server_pairs(
+            self.tls_cert, self.tls_key, self.heartbeat_interval, self.heartbeat_timeout,
+            names=("tls_cert", "tls_key", "heartbeat_interval", "heartbeat_timeout"),
+        )
         if self.backlog < 1 or self.heartbeat_samples < 1:
             raise ConfigError("backlog", "backlog and heartbeat_samples must be >= 1")
         for name in ("max_connections_per_address", "max_queued_messages"):
@@ -203,7 +200,7 @@ class CoordinatorServer:
     def __init__(
         self,
         host: str = "127.0.0.1",
-        port: int = 8765,
+        port: int = DEVICE_PORT,
         *,
         registry: DeviceRegistry | None = None,
         settings: ServerSettings | None = None,
@@ -286,12 +283,7 @@ class CoordinatorServer:
 
     @property
     def url(self) -> str:
-        host = self.host
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        elif ":" in host:
-            host = f"[{host}]"
-        return f"{'wss' if self._ssl is not None else 'ws'}://{host}:{self.port}"
+        return f"{'wss' if self._ssl is not None else 'ws'}://{reached_here(self.host)}:{self.port}"
 
     async def close(self, *, graceful: bool = True) -> None:
         """Stop serving, within ``shutdown_timeout``.

@@ -39,6 +39,7 @@ from typing import Any
 
 from rich.console import Console
 
+from mjfl.addresses import listens_everywhere
 from mjfl.coordinator.config import FleetConfig, RunConfig, TestbedConfig
 from mjfl.coordinator.remote.certs import certificate_sha256
 from mjfl.coordinator.remote.fleet import RemoteFleet
@@ -59,8 +60,6 @@ from mjfl.device.protocol.credentials import new_secret
 from mjfl.errors import ConfigError
 from mjfl.profiling.planning import PlanningProfiles
 from mjfl.profiling.profiles import DeviceProfile, load_profiles
-
-WILDCARD_HOSTS = ("", "0.0.0.0", "::")  # a server listening on these listens on every address
 
 
 @dataclass(frozen=True)
@@ -169,7 +168,7 @@ class DeviceHost:
 
     def _cluster_url(self, server: CoordinatorServer) -> str:
         """The server's address as devices on every node of the Ray cluster reach it."""
-        if self.config.host in WILDCARD_HOSTS:
+        if listens_everywhere(self.config.host):
             return f"ws://{this_node_address()}:{server.port}"
         if node_count() > 1:
             raise ConfigError(
@@ -205,7 +204,7 @@ def hand_credentials(phones: Phones, server: CoordinatorServer, tls_cert: Path |
 
 def where_to_connect(server: CoordinatorServer) -> str:
     """The address devices connect to; listening on every address, this machine's as others reach it."""
-    if server.host not in WILDCARD_HOSTS:
+    if not listens_everywhere(server.host):
         return f"devices connect to {server.url}"
     scheme = server.url.split("://")[0]
     return (

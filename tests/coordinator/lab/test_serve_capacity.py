@@ -55,7 +55,7 @@ def test_five_runs_on_a_fleet_that_holds_two_each_complete_two_at_a_time_and_nev
     # The fleet holds two runs of 3 devices a job: the others wait in the queue and say why.
     def held_back(run: dict) -> bool:
         reason = run["reason"] or ""
-        return run["state"] == "queued" and "needs 3 devices a round" in reason and "8 devices hold 2 such runs" in reason
+        return run["state"] == "queued" and "needs 3 devices a job" in reason and "8 devices hold 2 such runs" in reason
 
     lab.until(lambda: all(held_back(lab.run(run)) for run in submitted[2:]), 120)
 

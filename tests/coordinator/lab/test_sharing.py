@@ -34,7 +34,7 @@ def test_admission_holds_a_run_whose_floor_the_fleet_cannot_hold_beside_the_othe
     assert policy.room(needs) is None
     policy.admit("r2", needs)
     why = policy.room(needs)
-    assert why is not None and "need 3 devices a round" in why and "8 devices hold 2 such runs" in why
+    assert why is not None and "needs 3 devices a job" in why and "8 devices hold 2 such runs" in why
     policy.end("r1", Occupancy())
     assert policy.room(needs) is None
 

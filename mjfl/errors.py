@@ -181,3 +181,15 @@ class DuplicateRoundError(StorageError):
 
     Resume must never repeat a finished round, so this is never an overwrite.
     """
+
+
+def ours(exc: BaseException) -> MjflError | None:
+    """The error of ours that ``exc`` is, or the first among a task group's exceptions however deep (None: none)."""
+    if isinstance(exc, MjflError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = ours(inner)
+            if found is not None:
+                return found
+    return None

@@ -30,7 +30,7 @@ from mjfl.cli.options import console
 from mjfl.cli.options import output as _output  # noqa: F401 - tests/commands/test_dashboard_cli.py reads it here
 from mjfl.cli.syntax import Typer
 from mjfl.cli.testbed import testbed_app
-from mjfl.errors import MjflError, UserError
+from mjfl.errors import MjflError, UserError, ours
 
 app = Typer(name="mjfl", no_args_is_help=True, pretty_exceptions_enable=False)
 
@@ -75,7 +75,7 @@ def main() -> None:
         try:
             app(args=sys.argv[1:])
         except (MjflError, ExceptionGroup) as exc:
-            error = options.ours(exc)
+            error = ours(exc)
             if error is None:
                 raise
             console.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, TextIO
 import typer
 from rich.console import Console
 
-from mjfl.errors import ConfigError, MjflError, UserError
+from mjfl.errors import ConfigError, MjflError, UserError, ours
 
 if TYPE_CHECKING:
     from mjfl.coordinator.config import RunConfig
@@ -146,15 +146,3 @@ def flags_of(settings: Mapping[str, str] | None = None, *, arguments: Mapping[st
         if setting is not None:
             raise UserError(f"config field '{error.field}' (or {setting}): {error.problem}") from None
         raise
-
-
-def ours(exc: BaseException) -> MjflError | None:
-    """The error to show: ``exc`` itself, or the first of ours in a task group's exceptions."""
-    if isinstance(exc, MjflError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = ours(inner)
-            if found is not None:
-                return found
-    return None

@@ -53,7 +53,7 @@ from mjfl.coordinator.lab.store import LabRun, LabStore, RunState
 from mjfl.coordinator.run.driver import Driver, Output
 from mjfl.coordinator.run.preparation import PROGRAM_CACHE
 from mjfl.coordinator.storage.database import Storage
-from mjfl.errors import MjflError, Refusal
+from mjfl.errors import Refusal, ours
 from mjfl.ids import JobId
 
 log = logging.getLogger(__name__)
@@ -280,9 +280,9 @@ class LabRuns:
 
     def _failed(self, run: LabRun, exc: Exception, console: Console) -> None:
         """The run failed: why, in its log (the last line) and its state; our bug's traceback in the logs too."""
-        ours = _mjfl_error(exc)
-        if ours is not None:
-            why = str(ours)
+        error = ours(exc)
+        if error is not None:
+            why = str(error)
         else:
             log.error("run %s failed", run.run_id, exc_info=exc)
             why = f"internal error: {type(exc).__name__}: {exc} (see lab.log)"
@@ -337,18 +337,6 @@ class RunFollower:
     def _say(self) -> None:
         waits = "; ".join(f"job {job} waits for devices: {why}" for job, why in sorted(self._waiting.items()))
         self.runs.store.note(self.run_id, "; ".join(w for w in (self._before, waits) if w) or None)
-
-
-def _mjfl_error(exc: BaseException) -> MjflError | None:
-    """The MjflError that ended a run, however deep a task group wrapped it."""
-    if isinstance(exc, MjflError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = _mjfl_error(inner)
-            if found is not None:
-                return found
-    return None
 
 
 def _runs(count: int) -> str:

@@ -122,13 +122,9 @@ def new_live() -> LiveRun:
 
 def bars_of(timeline: Mapping[str, Any] | bytes) -> list[dict[str, Any]]:
     """A timeline's bars (``dashboard/timeline.py``'s columns, or their JSON) as a dict each, its indices turned into
-    what they name (device, job, status, error) and the details it has (a column absent or a null: not told)."""
+    what they name (device, job, status)."""
     document = json.loads(timeline) if isinstance(timeline, bytes) else timeline
     columns = document["bars"]
-    names = {"device": document["devices"], "job": document["jobs"], "status": document["statuses"],
-             "error": document["errors"]}
-    bars = []
-    for at in range(len(columns["round"])):
-        bar = {name: names[name][column[at]] if name in names else column[at] for name, column in columns.items()}
-        bars.append({name: value for name, value in bar.items() if value is not None})
-    return bars
+    names = {"device": document["devices"], "job": document["jobs"], "status": document["statuses"]}
+    return [{name: names[name][column[at]] if name in names else column[at] for name, column in columns.items()}
+            for at in range(len(columns["round"]))]

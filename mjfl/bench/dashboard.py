@@ -3,10 +3,12 @@
 A run database is written with the real storage API (``write_run_database``:
 two jobs, tens of rounds, 60 devices a round, every one of the 1,000
 devices in some round, each with a profile); `mjfl dashboard`'s server
-(``server.serve``) serves it on loopback, and a headless Chromium (Debian's
-``/usr/bin/chromium`` driven by Playwright; never a downloaded browser)
-loads the page, clicks the run's row and waits for its devices table. Each
-load is a fresh tab; the figures are medians over the loads:
+(``server.serve``) serves it on loopback from a process of its own (as
+`mjfl dashboard` does: the bench's driving of the browser shares nothing
+with it), and a headless Chromium (Debian's ``/usr/bin/chromium`` driven
+by Playwright; never a downloaded browser) loads the page, clicks the run's
+row and waits for its devices table. Each load is a fresh tab; the figures
+are medians over the loads:
 
 page_load_s
     From the navigation's start (the page's ``performance.now()`` origin)
@@ -31,9 +33,15 @@ timeline_render_s
     < 1 s at 1,000 devices x 100 rounds.
 timeline_load_s
     From the navigation's start to the timeline drawn: the page as above,
-    then ``/api/runs/{id}/timeline`` fetched, parsed and drawn.
+    then ``/api/runs/{id}/timeline`` fetched, parsed and drawn. Goal: < 1 s.
+    A finished run's view and timeline are kept by the server once read
+    (``catalog.Kept``), so this median is of a run opened before;
+    ``timeline_first_load_s`` is the first load's, which reads the run's
+    database (the runs list, the view, the timeline: 100,000 device rounds
+    read three times).
 timeline_api_s, timeline_json_bytes
-    The server's time for the timeline's JSON, and its size.
+    The server's time for the timeline's JSON (median; ``timeline_first_api_s``
+    the first load's), and its size.
 """
 
 from __future__ import annotations
@@ -42,6 +50,8 @@ import asyncio
 import contextlib
 import json
 import math
+import multiprocessing
+import multiprocessing.queues
 import os
 import statistics
 import tempfile
@@ -62,7 +72,7 @@ CHROMIUM_ARGS = (
     "--disable-sync", "--no-first-run",
 )
 VIEWPORT = {"width": 1280, "height": 800}
-GOALS = {"page_load_s": ("<=", 1.0), "timeline_render_s": ("<", 1.0)}
+GOALS = {"page_load_s": ("<=", 1.0), "timeline_render_s": ("<", 1.0), "timeline_load_s": ("<", 1.0)}
 RUN_ID = "bench-0"
 MEMBERS = {"random": 3.0, "genetic": 1.5, "bods": 2.0}
 # When the devices table holds every device: the page's clock then (ms since the navigation started).
@@ -136,7 +146,9 @@ def run_dashboard_bench(
         "timeline_render_s": round(statistics.median(d[0] for d in drawn), 4),
         "timeline_render_max_s": round(max(d[0] for d in drawn), 4),
         "timeline_load_s": round(statistics.median(d[1] for d in drawn), 4),
+        "timeline_first_load_s": round(drawn[0][1], 4),
         "timeline_api_s": round(statistics.median(d[2] for d in drawn), 4),
+        "timeline_first_api_s": round(drawn[0][2], 4),
         "timeline_json_bytes": drawn[0][3],
         "goals": {name: f"{op} {goal:g}" for name, (op, goal) in GOALS.items()},
     }
@@ -163,8 +175,10 @@ def _rows(figures: dict[str, Any]) -> list[tuple[str, ...]]:
         ("json_bytes", f"{figures['json_bytes']:,}", "", ""),
         ("timeline_render_s (median)", f"{figures['timeline_render_s']:.3f}", *goal("timeline_render_s")),
         ("timeline_render_max_s", f"{figures['timeline_render_max_s']:.3f}", "", ""),
-        ("timeline_load_s (median)", f"{figures['timeline_load_s']:.3f}", "", ""),
+        ("timeline_load_s (median)", f"{figures['timeline_load_s']:.3f}", *goal("timeline_load_s")),
+        ("timeline_first_load_s", f"{figures['timeline_first_load_s']:.3f}", "", ""),
         ("timeline_api_s (median)", f"{figures['timeline_api_s']:.3f}", "", ""),
+        ("timeline_first_api_s", f"{figures['timeline_first_api_s']:.3f}", "", ""),
         ("timeline_json_bytes", f"{figures['timeline_json_bytes']:,}", "", ""),
     ]
 
@@ -186,18 +200,24 @@ async def _measure(
 
 @contextlib.asynccontextmanager
 async def _serving(folder: Path) -> Any:
-    """`mjfl dashboard`'s server of ``folder`` on loopback while the block runs; yields its URL."""
+    """`mjfl dashboard`'s server of ``folder`` on loopback, in a process of its own, while the block runs; yields its URL."""
+    ctx = multiprocessing.get_context("spawn")
+    urls: multiprocessing.queues.Queue[str] = ctx.Queue()
+    server = ctx.Process(target=_serve, args=(folder, urls), daemon=True, name="dashboard server")
+    server.start()
+    try:
+        yield await asyncio.to_thread(urls.get, True, 60)
+    finally:
+        server.terminate()  # SIGTERM: the server holds nothing to flush (it reads its databases read-only)
+        await asyncio.to_thread(server.join, 10)
+
+
+def _serve(folder: Path, urls: multiprocessing.queues.Queue[str]) -> None:
+    """The server process: `mjfl dashboard`'s server of ``folder`` on a free loopback port, its URL put in ``urls``."""
     from mjfl.coordinator.dashboard.catalog import Catalog
     from mjfl.coordinator.dashboard.server import serve
 
-    urls: asyncio.Queue[str] = asyncio.Queue()
-    server = asyncio.create_task(serve(Catalog([folder]), port=0, ready=urls.put_nowait))
-    try:
-        yield await asyncio.wait_for(urls.get(), 30)
-    finally:
-        server.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await server
+    asyncio.run(serve(Catalog([folder]), port=0, ready=urls.put))
 
 
 async def _open_run(context: Any, url: str) -> Any:

@@ -107,10 +107,10 @@ def test_a_limit_written_0_is_off(table, key):
 
 
 def test_limits_turned_off_reach_the_server_and_the_remote_fleet_as_none(tmp_path):
-    from mjfl.coordinator.run.testbed import RemoteDevices
+    from mjfl.coordinator.run.host import server_settings
 
     raw = minimal() | {"testbed": dict.fromkeys(OFF["testbed"], 0)}
-    settings, fleet = RemoteDevices.limits(parse_config(raw).testbed)
+    settings, fleet = server_settings(parse_config(raw).testbed)
     assert settings.heartbeat_interval is None and settings.heartbeat_timeout is None
     assert settings.handshake_timeout is None and settings.max_message_bytes is None
     assert settings.max_connections_per_address is None

@@ -9,23 +9,24 @@ rounds), while the view is pushed whole after every change of a live run.
     {"devices": [id, ...],                  # one row each, in this order
      "jobs": [name, ...],                   # a bar's colour: its job's index here
      "statuses": ["ok", "failed", "rejected"],
-     "errors": [null, text, ...],           # a bar's error: its index here (0: none)
-     "bars": {"device": [i], "job": [i], "round": [n], "start_s": [s], "end_s": [s], "status": [i],
-              "samples": [n], "wait_s": [s], "duration_s": [s], "download_s": [s], "compute_s": [s],
-              "upload_s": [s], "loss": [x], "error": [i]},   # a column per field, a bar per position
+     "bars": {"device": [i], "job": [i], "round": [n], "start_s": [s], "end_s": [s], "status": [i]},
+                                            # a column per field, a bar per position
      "utilisation": {"span_s", "fleet", "devices": {id: fraction}, "least", "most"},   # Utilisation.figures
      "total": n}                            # bars in the run (``bars`` may be those from ``since`` on)
 
-Columns, indices instead of repeated strings: 100,000 bars are about 6 MB
-of JSON, where a dict a bar was 14.6 MB. Times are on the run clock (s, to
-the ms), the loss to 6 decimals; a detail a device did not tell is null,
-and a detail column no bar told is left out. A bar is when its device held
-its task (``results.utilisation.busy_interval``: from its round's start
-plus its wait, for its round time, no later than its round's end), the one
-rule of the timeline, the busy fractions and the lab's page.
+Columns, indices instead of repeated strings, and where each bar is only:
+100,000 bars are about 2.7 MB of JSON, where a dict a bar with what
+hovering it shows was 14.6 MB. What hovering a bar shows (its samples,
+wait, download, compute, upload, loss, error) is its round's
+(``state.round_devices``: ``/api/runs/{id}/rounds/{job}/{round}``), asked
+for when a bar is hovered. Times are on the run clock (s, to the ms). A bar
+is when its device held its task (``results.utilisation.busy_interval``:
+from its round's start plus its wait, for its round time, no later than its
+round's end), the one rule of the timeline, the busy fractions and the
+lab's page.
 
 The lab's timeline (``lab_timeline``) puts several runs on one clock, the
-wall clock (``results.wallclock``): the same bars, each run's shifted by its
+wall clock (``results.wallclock``): the same bars, each run's moved by its
 run clock's offset, in seconds from ``origin`` (Unix time), with::
 
     "jobs": ["<run>/<job>", ...], "runs": [run, ...], "job_runs": [i],   # each job's run: its index in runs
@@ -50,26 +51,21 @@ __all__ = [
 ]
 
 STATUSES = ("ok", "failed", "rejected")  # a bar's status: its index here
-_PLACE = ("device", "job", "round", "start_s", "end_s", "status")  # the columns every bar has
-_DETAILS = ("samples", "wait_s", "duration_s", "download_s", "compute_s", "upload_s", "loss", "error")  # hover's
-_SECONDS = frozenset({"start_s", "end_s", "wait_s", "duration_s", "download_s", "compute_s", "upload_s"})
+_COLUMNS = ("device", "job", "round", "start_s", "end_s", "status")  # a bar's columns
 
 
 class TimelineBars:
     """A run's bars on its run clock, as columns, a round's added at a time (the live run adds each as it ends).
 
-    Devices, jobs and errors are kept as indices, in the order first seen,
-    so a bar never changes once added and a page that has the first N bars
-    fetches the rest (``since``). ``details`` False keeps where each bar is
-    only (the lab's timeline of many runs), not what hovering it shows.
+    Devices and jobs are kept as indices, in the order first seen, so a bar
+    never changes once added and a page that has the first N bars fetches
+    the rest (``since``).
     """
 
-    def __init__(self, jobs: Iterable[str] = (), *, details: bool = True) -> None:
-        self.details = details
+    def __init__(self, jobs: Iterable[str] = ()) -> None:
         self.devices: dict[str, int] = {}
         self.jobs: dict[str, int] = {}
-        self.errors: dict[str | None, int] = {None: 0}
-        self.columns: dict[str, list[Any]] = {name: [] for name in _PLACE + (_DETAILS if details else ())}
+        self.columns: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
         self.first: float | None = None  # the earliest round's start (run clock)
         self.last: float | None = None  # the latest round's end
         for job in jobs:
@@ -83,24 +79,15 @@ class TimelineBars:
         job = self.jobs.setdefault(str(record.job), len(self.jobs))
         self.first = record.started_s if self.first is None else min(self.first, record.started_s)
         self.last = record.ended_s if self.last is None else max(self.last, record.ended_s)
-        put = {name: column.append for name, column in self.columns.items()}
+        columns = self.columns
         for part in record.devices:
             start, end = busy_interval(record, part)
-            put["device"](self.devices.setdefault(str(part.device), len(self.devices)))
-            put["job"](job)
-            put["round"](record.round)
-            put["start_s"](start)
-            put["end_s"](end)
-            put["status"](STATUSES.index(part.status))
-            if self.details:
-                put["samples"](part.samples)
-                put["wait_s"](part.wait_s)
-                put["duration_s"](part.duration_s)
-                put["download_s"](part.download_s)
-                put["compute_s"](part.compute_s)
-                put["upload_s"](part.upload_s)
-                put["loss"](part.mean_loss)
-                put["error"](self.errors.setdefault(part.error, len(self.errors)) if part.error else 0)
+            columns["device"].append(self.devices.setdefault(str(part.device), len(self.devices)))
+            columns["job"].append(job)
+            columns["round"].append(record.round)
+            columns["start_s"].append(start)
+            columns["end_s"].append(end)
+            columns["status"].append(STATUSES.index(part.status))
 
     def extend(self, rounds: Iterable[RoundRecord]) -> TimelineBars:
         for record in rounds:
@@ -228,7 +215,7 @@ def lab_timeline(runs: Sequence[PlacedRun], devices: Iterable[str] = ()) -> dict
     rows = sorted(set(map(str, devices)) | {device for run in shown for device in run.bars.devices})
     origin = min((span[0] for span in spans.values()), default=0.0)
     last = max((span[1] for span in spans.values()), default=0.0)
-    merged: dict[str, list[Any]] = {name: [] for name in _PLACE}
+    merged: dict[str, list[Any]] = {name: [] for name in _COLUMNS}
     jobs: list[str] = []
     job_runs: list[int] = []
     for index, run in enumerate(shown):
@@ -236,13 +223,13 @@ def lab_timeline(runs: Sequence[PlacedRun], devices: Iterable[str] = ()) -> dict
         part["job"] = [len(jobs) + j for j in part["job"]]
         jobs.extend(f"{run.run_id}/{job}" for job in run.bars.jobs)
         job_runs.extend(index for _ in run.bars.jobs)
-        for name in _PLACE:
+        for name in _COLUMNS:
             merged[name].extend(part[name])
     going = [spans[run.run_id][0] for run in shown if run.going]
     busy = busy_fractions(device_intervals(shown, rows), origin, last)
     return {
         "devices": rows, "jobs": jobs, "runs": [run.run_id for run in shown], "job_runs": job_runs,
-        "statuses": list(STATUSES), "errors": [None], "bars": merged, "origin": origin if shown else None,
+        "statuses": list(STATUSES), "bars": merged, "origin": origin if shown else None,
         "live": [_round(min(going) - origin), _round(last - origin)] if going else None,
         "utilisation": busy.figures(), "total": len(merged["round"]),
     }
@@ -251,40 +238,18 @@ def lab_timeline(runs: Sequence[PlacedRun], devices: Iterable[str] = ()) -> dict
 def _columns(
     bars: TimelineBars, rows: Sequence[str], since: int, shift: Callable[[float], float] | None = None,
 ) -> dict[str, Any]:
-    """``bars`` from the ``since``-th on as the answer's columns: devices as indices into ``rows``, errors into
-    the answer's own list, each bar's times moved by ``shift(its start)`` and rounded; a detail column no bar
-    of these told is left out."""
+    """``bars`` from the ``since``-th on as the answer's columns: devices as indices into ``rows``, each bar's
+    times moved by ``shift(its start)`` and rounded to the millisecond."""
     position = {row: at for at, row in enumerate(rows)}
     device_rows = [position[name] for name in bars.devices]
     columns = {name: column[since:] for name, column in bars.columns.items()}
-    if shift is not None:
-        moved = [shift(start) for start in columns["start_s"]]
-        columns["start_s"] = [start + by for start, by in zip(columns["start_s"], moved, strict=True)]
-        columns["end_s"] = [end + by for end, by in zip(columns["end_s"], moved, strict=True)]
+    moved = [0.0] * len(columns["start_s"]) if shift is None else [shift(start) for start in columns["start_s"]]
+    columns["start_s"] = [_round(start + by) for start, by in zip(columns["start_s"], moved, strict=True)]
+    columns["end_s"] = [_round(end + by) for end, by in zip(columns["end_s"], moved, strict=True)]
     columns["device"] = [device_rows[d] for d in columns["device"]]
-    errors: list[str | None] = [None]
-    if "error" in columns:
-        texts = list(bars.errors)
-        used: dict[int, int] = {0: 0}
-        for at in columns["error"]:
-            if at not in used:
-                used[at] = len(errors)
-                errors.append(texts[at])
-        columns["error"] = [used[at] for at in columns["error"]]
-    out: dict[str, list[Any]] = {}
-    for name, column in columns.items():
-        if name in _SECONDS:
-            column = [_round(value) for value in column]
-        elif name == "loss":
-            column = [_round(value, 6) for value in column]
-        if name in _DETAILS and name != "error" and all(value is None for value in column):
-            continue
-        out[name] = column
-    return {"statuses": list(STATUSES), "errors": errors, "bars": out}
+    return {"statuses": list(STATUSES), "bars": columns}
 
 
-def _round(value: float | None, digits: int = 3) -> float | None:
-    """``value`` to ``digits`` decimals (seconds: to the millisecond), for JSON; None for None, NaN or infinity."""
-    if value is None or not math.isfinite(value):
-        return None
-    return round(float(value), digits)
+def _round(value: float) -> float | None:
+    """Seconds to the millisecond, for JSON; None for NaN or infinity."""
+    return round(float(value), 3) if math.isfinite(value) else None

@@ -66,8 +66,8 @@ class Recorded:
     anchors: tuple[ClockAnchor, ...]
 
     def placed(self, *, going: bool) -> PlacedRun:
-        """Its bars (where each is, not what hovering shows) and where its run clock is on the wall clock."""
-        bars = TimelineBars((str(job.job) for job in self.jobs), details=False).extend(self.rounds)
+        """Its bars and where its run clock is on the wall clock."""
+        bars = TimelineBars(str(job.job) for job in self.jobs).extend(self.rounds)
         return PlacedRun(self.info.run_id, bars, self.anchors, self.info.started_at, going=going)
 
 

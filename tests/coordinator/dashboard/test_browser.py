@@ -22,6 +22,7 @@ from processes import SMALL_TESTBED, Process, mjfl_args
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 ROUNDS = 10
+WAIT_MS = 180_000  # every check's bound (the browser's own waits: conftest.BROWSER_WAIT_MS), for two loaded cores
 OTHER_ROUNDS = 4  # the second job's: a few rounds more for the timeline to show two jobs' bars (a few seconds)
 OFFLINE_MS = 15_000  # a killed device is shown offline within this
 # The accuracy line's points: the M and L commands of its path (0 while there is none).
@@ -75,6 +76,7 @@ def the_finished_timeline(page: Any, screenshots: Path) -> None:
     expect(tip).to_be_visible()
     expect(tip).to_contain_text(re.compile(r"job lenet(-b)?, round 1"))
     expect(tip).to_contain_text(re.compile(r"(used|no answer|update refused)"))
+    expect(tip).to_contain_text(" samples")  # its round's details, asked for when it was hovered
 
 
 def points_beyond(page: Any, count: int) -> int:
@@ -89,6 +91,7 @@ def device_ids(page: Any) -> list[str]:
 def test_the_page_follows_a_live_run_and_opens_it_when_finished(tmp_path, processes, browser, screenshots):
     from playwright.sync_api import expect
 
+    expect.set_options(timeout=WAIT_MS)
     coordinator: Process = processes(mjfl_args(
         "testbed", "run", str(write_config(tmp_path)), "--emulate", "2", "--no-live", "--dashboard-port", "0",
     ), read=True)

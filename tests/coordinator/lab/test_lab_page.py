@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from dashboard_runs import bars_of
 from lab_service import Lab, run_config
 from processes import mjfl_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 DEVICES = 4
+VIEW = "() => document.getElementById('lab-timeline').mjflTimeline.view()"  # the times the lab's timeline shows
+WAIT_MS = 180_000  # every check's bound (the browser's own waits: conftest.BROWSER_WAIT_MS), for two loaded cores
 BARS = "(more) => Number(document.getElementById('lab-timeline').dataset.bars || 0) > more"
 HAS_RUN = "(run) => (document.getElementById('lab-timeline').dataset.jobs || '').includes(`\"${run}/`)"
 # A round of Alice's run has ended: its row's progress names a round past 0 (rounds are counted when they end).
@@ -50,6 +53,7 @@ def rows_of(page: Any, table: str) -> Any:
 def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_path: Path, processes, browser) -> None:
     from playwright.sync_api import expect
 
+    expect.set_options(timeout=WAIT_MS)
     lab = Lab.start(processes, tmp_path, devices=DEVICES, max_running=1)
     alice, bob = lab.researcher("alice"), lab.researcher("bob")
     page = browser.new_page()
@@ -91,9 +95,16 @@ def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_p
     page.wait_for_function(HAS_RUN, arg=b)
     assert {key.split("/")[0] for key in timeline_jobs(page)} == {a, b}  # both runs' bars, each run's jobs apart
     assert int(page.locator("#lab-timeline").get_attribute("data-bars")) > bars  # grown in place
+    swatches = page.evaluate("() => [...document.querySelectorAll('#lab-timeline .timeline-legend i')].map((i) => i.style.background)")
+    assert len(swatches) == 4 and len(set(swatches)) == 4  # each run a hue, each of its jobs a shade
     timeline = lab.call("GET", "/lab/timeline")[1]
-    assert {bar["run"] for bar in timeline["bars"]} == {a, b}
+    assert set(timeline["runs"]) == {a, b} and {key.split("/")[0] for key in timeline["jobs"]} == {a, b}
     assert {f"{run}/{job}" for run in (a, b) for job in ("lenet", "cnn")} == set(timeline["jobs"])
+    # It follows the run going; a double-click shows the lab's whole history, from its first bar on.
+    follows = page.evaluate(VIEW)
+    page.locator("#lab-timeline canvas").dblclick()
+    whole = page.evaluate(VIEW)
+    assert whole[0] == min(timeline["bars"]["start_s"]) and whole != follows
 
     # Bob's run completes; its folder is a run's folder: `mjfl dashboard` serves its timeline, the lab's bars of it.
     assert lab.ended(b)["state"] == "completed"
@@ -101,9 +112,14 @@ def test_the_lab_page_shows_devices_queue_and_running_runs_and_opens_a_run(tmp_p
     served = processes(mjfl_args("dashboard", str(lab.folder / "runs" / b), "--port", "0"), read=True)
     url = served.line_with("mjfl dashboard: open ").split(" open ")[-1].split()[0].rstrip("/")
     (entry,) = fetched(url + "/api/runs")
-    alone = fetched(f"{url}/api/runs/{urllib.parse.quote(entry['id'], safe='')}/timeline")
-    ours = sorted((bar["device"], bar["job"], bar["round"]) for bar in lab.call("GET", "/lab/timeline")[1]["bars"] if bar["run"] == b)
-    assert ours and sorted((bar["device"], bar["job"], bar["round"]) for bar in alone["bars"]) == ours
+    alone = bars_of(fetched(f"{url}/api/runs/{urllib.parse.quote(entry['id'], safe='')}/timeline"))
+    ours = [{**bar, "job": bar["job"].split("/", 1)[1]} for bar in bars_of(lab.call("GET", "/lab/timeline")[1])
+            if bar["job"].startswith(b + "/")]
+    # The same bars, the lab's on the wall clock: one shift for all (the run never stopped).
+    shifts = [mine["start_s"] - own["start_s"] for mine, own in zip(ours, alone, strict=True)]
+    assert ours and max(shifts) - min(shifts) <= 0.0011  # each side is rounded to the ms
+    assert [(x["device"], x["job"], x["round"], x["status"]) for x in ours] == [
+        (x["device"], x["job"], x["round"], x["status"]) for x in alone]
 
 
 def fetched(url: str) -> Any:

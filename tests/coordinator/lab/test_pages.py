@@ -69,6 +69,13 @@ async def test_on_a_loopback_address_the_pages_are_open_and_the_api_keeps_its_to
         state = json.loads((await get(url + "/lab/state"))[1])
         assert [r["id"] for r in state["queue"]] == ["0001-admin"] and state["devices"] == []
         assert json.loads((await get(url + "/runs/api/runs"))[1])[0]["id"] == "0001-admin"
+        # A run's page says where it stands in the lab, and whom its devices serve: none is connected here.
+        shown = json.loads((await get(url + "/runs/api/runs/0001-admin"))[1])
+        assert (shown["run"]["lab"]["state"], shown["run"]["lab"]["owner"]) == ("queued", "admin")
+        assert {row["state"] for row in shown["devices"]} == {"offline"}
+        assert json.loads((await get(url + "/runs/api/runs/0001-admin/timeline"))[1])["utilisation"]["runs"] == 1
+        assert (await get(url + "/runs/api/live"))[0] == 404  # no live run here, and the page asks for none:
+        assert '<body data-live="no">' in (await get(url + "/runs/"))[1]
         for stranger in ("/lab/static/../pages.py", "/lab/static/app.py", "/runs/api/runs/..%2Flab.db"):
             assert (await get(url + stranger))[0] == 404, stranger
         assert (await get(url + "/api/lab/runs"))[0] == 401  # the API: a researcher's token, as before

@@ -17,6 +17,7 @@ from loopback import (
     received_task,
     task,
 )
+from waiting import PATIENCE_S
 
 from mjfl.coordinator.remote.registry import DeviceRegistry
 from mjfl.coordinator.remote.server import CoordinatorServer, ServerSettings
@@ -72,7 +73,7 @@ async def test_wait_for_devices_reports_progress_and_times_out():
     async with CoordinatorServer("127.0.0.1", 0, settings=ServerSettings(**FAST)) as server:
         devices = [device(server, f"d{i}") for i in range(3)]
         async with devices_running(*devices):
-            await server.registry.wait_for_devices(3, 5, progress=lambda k, n: seen.append((k, n)))
+            await server.registry.wait_for_devices(3, PATIENCE_S, progress=lambda k, n: seen.append((k, n)))
             with pytest.raises(RunError, match="3 of 4 devices"):
                 await server.registry.wait_for_devices(4, 0.2)
     assert seen[0][1] == 3 and seen[-1] == (3, 3)
@@ -86,7 +87,7 @@ async def test_the_registry_tells_who_joined_and_who_left_why_and_knows_their_ta
     registry.on_leave(lambda device, reason: left.append((device, reason)))
     async with CoordinatorServer("127.0.0.1", 0, registry=registry, settings=ServerSettings(**FAST)) as server:
         async with devices_running(device(server, "good")):
-            await registry.wait_for_devices(1, 5)
+            await registry.wait_for_devices(1, PATIENCE_S)
             ws = await raw_client(server, "raw")
             assert joined == ["good", "raw"] and list(registry.connected()) == ["good", "raw"]
             fleet_of(server).prepare([artifacts(["good", "raw"])])

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from loopback import fleet_of
 from processes import mjfl_args, query
+from waiting import PATIENCE_S
 from websockets.asyncio.client import connect
 
 from mjfl.coordinator.config import config_to_dict, parse_config
@@ -166,7 +167,7 @@ async def test_an_emulated_device_trains_over_wss_with_the_lab_ca(store, tmp_pat
             make_trainer=functools.partial(echo_trainer, delta=1.0),
         )
         async with devices_running(dev):
-            await server.registry.wait_for_devices(1, 10)
+            await server.registry.wait_for_devices(1, PATIENCE_S)
             job = JobArtifacts(JobId("j"), SPEC, b"program", {DeviceId("emu-tls"): (np.zeros((4, 1, 16, 16), np.float32), np.arange(4) % 10)})
             fleet_of(server).prepare([job])
             result = await fleet_of(server).run_task(DeviceId("emu-tls"), Task(JobId("j"), 1, WEIGHTS, LocalTraining(epochs=1, batch_size=4, lr=0.1)))

@@ -93,7 +93,7 @@ def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_pa
     first.wait(30)
     # Its emulated devices notice they are orphaned and exit instead of
     # reconnecting under the ids the restart will use.
-    wait_for(lambda: not group_alive(first.pid), 20)
+    wait_for(lambda: not group_alive(first.pid), 60, what="the orphaned devices to exit")
     before = query(db, ROUNDS)
     assert 4 <= len(before) < 16
     kept = [query(db, sql) for sql in (PROVENANCE, PROGRAMS, ADMISSIONS)]
@@ -101,7 +101,7 @@ def test_a_killed_coordinator_resumes_without_losing_or_repeating_a_round(tmp_pa
 
     second = processes(coordinator_args(config, "--resume"), read=True)
     assert second.wait(600) == 0, "".join(second.output)
-    second.line_with("resuming run", timeout=5)
+    second.line_with("resuming run", timeout=60)
     after = query(db, ROUNDS)
     for job in ("lenet", "cnn"):
         assert [r[1] for r in after if r[0] == job] == list(range(1, 9)), f"{job} lost or repeated a round"
@@ -130,7 +130,7 @@ def test_ctrl_c_stops_cleanly_and_keeps_every_round(tmp_path, processes):
     wait_for(lambda: len(query(db, ROUNDS)) >= 2, 300, run)
     os.killpg(run.pid, signal.SIGINT)
     assert run.wait(60) == 130, "".join(run.output)
-    run.line_with("--resume", timeout=5)
+    run.line_with("--resume", timeout=60)
     assert query(db, "SELECT status FROM runs") == [("interrupted",)]
     assert len(query(db, ROUNDS)) >= 2
 

@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
+from waiting import PATIENCE_S
 
 from mjfl.coordinator.engine.clock import VirtualClock, run_virtual
 from mjfl.device.emulated.microbatch import MicroBatcher
@@ -36,7 +37,7 @@ class Recorder:
     def __call__(self, model: Model, items: list[int]) -> list[tuple[str, int]]:
         self.started.set()
         if self.gate is not None:
-            self.gate.wait(10)
+            self.gate.wait(PATIENCE_S)  # released by the test; bounded so that a failed test leaves no thread
         self.calls.append((model.name, list(items)))
         if model == self.fail:
             raise RuntimeError(f"{model.name} diverged")
@@ -81,7 +82,7 @@ async def one_batch_training():
     with ThreadPoolExecutor(1) as pool:
         batcher = MicroBatcher(train, on_threads(pool), name="test", serial=True)
         first = asyncio.ensure_future(batcher.submit(A, 0))
-        assert await asyncio.to_thread(train.started.wait, 10)
+        assert await asyncio.to_thread(train.started.wait, PATIENCE_S)
         try:
             yield batcher, first, train, gate
         finally:

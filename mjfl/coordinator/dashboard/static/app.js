@@ -285,9 +285,21 @@ function drawChoices(choices) {
 
 const ANSWERS = { ok: "used", rejected: "update refused", failed: "no answer" };
 
+// A round of the opened run (state.round_devices), asked for once: by a click on its row, or a hovered bar.
+const rounds = new Map();
+
+function roundOf(job, number) {
+  const key = JSON.stringify([opened, job, number]);
+  if (!rounds.has(key)) {
+    const asked = api(runPath() + "/rounds/" + encodeURIComponent(job) + "/" + number);
+    asked.catch(() => rounds.delete(key));  // asked again next time
+    rounds.set(key, asked);
+  }
+  return rounds.get(key);
+}
+
 async function openRound(job, number) {
-  const path = runPath() + "/rounds/" + encodeURIComponent(job) + "/" + number;
-  const round = await api(path);
+  const round = await roundOf(job, number);
   document.getElementById("round-title").textContent = "Round " + round.round + " of " + round.job
     + (round.winner ? " (plan kept: " + round.winner + ")" : "") + ": " + round.devices.length + " planned";
   const body = document.createElement("tbody");
@@ -366,7 +378,9 @@ function legend(lines) {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
-  timeline.chart = window.MjflTimeline.mount(document.getElementById("timeline"));
+  // A hovered bar's details: its device's entry of its round.
+  const details = (bar) => roundOf(bar.job, bar.round).then((round) => round.devices.find((d) => d.device === bar.device) || null);
+  timeline.chart = window.MjflTimeline.mount(document.getElementById("timeline"), { details });
   document.querySelectorAll("#devices th").forEach((th) => th.addEventListener("click", () => {
     devices.ascending = devices.key === th.dataset.key ? !devices.ascending : true;
     devices.key = th.dataset.key;

@@ -100,9 +100,22 @@ async function drawTimeline(state) {
   const shown = JSON.stringify([state.running.map((r) => [r.id, r.jobs.map((j) => j.rounds)]), state.finished.length]);
   if (shown === lab.shown) return;
   const data = await api("timeline");
-  lab.timeline = lab.timeline || window.MjflTimeline.mount(document.getElementById("lab-timeline"));
+  lab.timeline = lab.timeline || window.MjflTimeline.mount(document.getElementById("lab-timeline"), { details: roundDevice });
   lab.timeline.update(data);
   lab.shown = shown;
+}
+
+// A hovered bar's details: its device's entry of its round, as the run's page serves it (../runs/, state.round_devices).
+const rounds = new Map();
+
+function roundDevice(bar) {
+  const path = "../runs/api/runs/" + encodeURIComponent(bar.run) + "/rounds/" + encodeURIComponent(bar.job) + "/" + bar.round;
+  if (!rounds.has(path)) {
+    const asked = api(path);
+    asked.catch(() => rounds.delete(path));
+    rounds.set(path, asked);
+  }
+  return rounds.get(path).then((round) => round.devices.find((d) => d.device === bar.device) || null);
 }
 
 async function refresh() {

@@ -1,17 +1,20 @@
 // The device timeline: one row per device, time across, each device round a bar coloured by its job, drawn on a <canvas>.
 // Independent of the page around it (app.js, the lab page): one global, window.MjflTimeline.
 //
-//   const timeline = MjflTimeline.mount(container);  // builds its summary, legend, canvas and tooltip in `container`
+//   const timeline = MjflTimeline.mount(container, { details });  // its summary, legend, canvas and tooltip
 //   timeline.update(data);                           // draws `data`, in place of what it drew
 //   timeline.append(data);                           // adds `data`'s bars to what it drew (a live run's new ones)
+//
+// details(bar), optional: a promise of what hovering `bar` ({device, run, job, round}) shows beyond where it is,
+// its device's entry of its round (state.round_devices: samples, wait_s, time_s, download_s, compute_s, upload_s,
+// mean_loss, error, energy), or null; asked once per round and device, when the bar is first hovered.
 //
 // data (dashboard/timeline.py builds it; /api/runs/{id}/timeline, /api/live/timeline and /lab/timeline serve it):
 //   { devices: [id, ...],            // the rows, top to bottom; a bar's `device` is an index here
 //     jobs: [key, ...],              // a bar's `job` is an index here; its key gives its colour
 //     runs?: [run, ...], job_runs?: [i, ...],  // the lab's: each job's run (an index into runs), its colour's hue
-//     statuses: ["ok", "failed", "rejected"], errors: [null, text, ...],  // a bar's status and error: indices here
-//     bars: { device: [i], job: [i], round: [n], start_s: [s], end_s: [s], status: [i],   // one entry a bar
-//             samples?, wait_s?, duration_s?, download_s?, compute_s?, upload_s?, loss?, error? },  // for hovering
+//     statuses: ["ok", "failed", "rejected"],                    // a bar's status: an index here
+//     bars: { device: [i], job: [i], round: [n], start_s: [s], end_s: [s], status: [i] },  // one entry a bar
 //     origin?: unix_s,               // times are seconds from it (the lab's wall clock): the axis says the time of day
 //     live?: [start_s, end_s],       // what the view follows unless zoomed (the lab's runs going)
 //     utilisation?: { span_s, fleet, devices: {id: fraction}, own_fleet?, runs? } }  // results/utilisation.py
@@ -33,8 +36,8 @@
   const ROW_MAX = 16;         // px: a row's height when the devices fit
   const PLOT_MAX = 560;       // px: the rows' height at most (1,000 devices share it)
   const AXIS = 22, LABELS = 120, BUSY = 76, NEAR = 3;  // px: time axis, device ids, busy column, hover slack
+  const STATUS_NAMES = ["ok", "failed", "rejected"];  // a bar's status: its index here (dashboard/timeline.py)
   const STATUS = { ok: "used", failed: "no answer", rejected: "update refused" };
-  const DETAILS = ["samples", "wait_s", "duration_s", "download_s", "compute_s", "upload_s", "loss"];
 
   function el(tag, cls, text) {
     const node = document.createElement(tag);
@@ -49,20 +52,18 @@
   // Colour i of a list (the charts' lines, a job's bars): COLOURS, then a hue each by the golden angle.
   function colour(i) { return i < COLOURS.length ? COLOURS[i] : "hsl(" + ((i * GOLDEN) % 360).toFixed(1) + ", 62%, 45%)"; }
 
-  // What the component holds: the bars as columns, in the order they came, and the names their indices stand for.
+  // What the component holds: the bars as columns, in the order they came, and the names their indices stand for
+  // (rows, job keys and their runs; statuses as STATUS_NAMES).
   function empty() {
-    const bars = { device: [], job: [], round: [], start: [], end: [], status: [], error: [] };
-    DETAILS.forEach((name) => { bars[name] = []; });
+    const bars = { device: [], job: [], round: [], start: [], end: [], status: [] };
     return { rows: new Map(), keys: new Map(), keyRun: [], runs: new Map(), bars, n: 0, origin: null, live: null,
       utilisation: null };
   }
 
-  // Add `data`'s bars to `held`, its indices turned into held's (a part's devices, jobs and errors are its own).
+  // Add `data`'s bars to `held`, its indices turned into held's (a part's devices and jobs are its own).
   function add(held, data) {
-    const part = data.bars || {};
-    const count = (part.round || []).length;
-    (data.devices || []).forEach((d) => { if (!held.rows.has(d)) held.rows.set(d, held.rows.size); });
-    const rows = (data.devices || []).map((d) => held.rows.get(d));
+    const part = data.bars || {}, count = (part.round || []).length, b = held.bars;
+    const rows = (data.devices || []).map((d) => { if (!held.rows.has(d)) held.rows.set(d, held.rows.size); return held.rows.get(d); });
     const keys = (data.jobs || []).map((key, j) => {
       if (!held.keys.has(key)) {
         held.keys.set(key, held.keys.size);
@@ -72,38 +73,42 @@
       }
       return held.keys.get(key);
     });
-    const statuses = data.statuses || ["ok", "failed", "rejected"], errors = data.errors || [null];
-    const b = held.bars;
-    for (let i = 0; i < count; i++) {
-      b.device.push(rows[part.device[i]]); b.job.push(keys[part.job[i]]); b.round.push(part.round[i]);
-      b.start.push(part.start_s[i]); b.end.push(part.end_s[i]); b.status.push(statuses[part.status[i]]);
-      b.error.push(part.error ? errors[part.error[i]] : null);
-      for (const name of DETAILS) b[name].push(part[name] ? part[name][i] : undefined);
-    }
+    const statuses = (data.statuses || STATUS_NAMES).map((name) => Math.max(STATUS_NAMES.indexOf(name), 0));
+    const mapped = (column, names) => { const out = new Array(count); for (let i = 0; i < count; i++) out[i] = names[column[i]]; return out; };
+    const joined = (name, column) => { b[name] = b[name].length ? b[name].concat(column) : column; };
+    joined("device", mapped(part.device, rows));
+    joined("job", mapped(part.job, keys));
+    joined("status", mapped(part.status, statuses));
+    joined("round", part.round || []);
+    joined("start", part.start_s || []);
+    joined("end", part.end_s || []);
     held.n += count;
     if (data.origin !== undefined) held.origin = data.origin;
     if (data.live !== undefined) held.live = data.live;
     if (data.utilisation !== undefined) held.utilisation = data.utilisation;
   }
 
-  // The bars as drawn: grouped by colour and status, each row's by start (for hovering), the span of them all.
+  // The bars as drawn: grouped by colour and status (job index x 4 + status), each row's by start (for hovering),
+  // the span of them all.
   function index(held) {
-    const b = held.bars, groups = new Map(), counts = {}, byRow = [];
-    const names = [...held.keys.keys()];
+    const b = held.bars, groups = new Map(), perKey = new Array(held.keys.size).fill(0), byRow = [];
     let first = Infinity, last = -Infinity;
     for (let i = 0; i < held.n; i++) {
-      const group = b.job[i] + ":" + (STATUS[b.status[i]] ? b.status[i] : "ok");
-      if (!groups.has(group)) groups.set(group, []);
-      groups.get(group).push(i);
-      counts[names[b.job[i]]] = (counts[names[b.job[i]]] || 0) + 1;
+      const group = b.job[i] * 4 + b.status[i];
+      let own = groups.get(group);
+      if (own === undefined) groups.set(group, own = []);
+      own.push(i);
+      perKey[b.job[i]]++;
       (byRow[b.device[i]] = byRow[b.device[i]] || []).push(i);
       if (b.start[i] < first) first = b.start[i];
       if (b.end[i] > last) last = b.end[i];
     }
-    byRow.forEach((own) => own.sort((x, y) => b.start[x] - b.start[y]));
+    const start = b.start;
+    byRow.forEach((own) => own.sort((x, y) => start[x] - start[y]));
     if (!(last > first)) { first = Number.isFinite(first) ? first : 0; last = first + 1; }
-    const colours = names.map((_, k) => keyColour(held, k));
-    return { groups, counts, byRow, colours, full: [first, last] };
+    const names = [...held.keys.keys()];
+    const counts = Object.fromEntries(names.map((name, k) => [name, perKey[k]]));
+    return { groups, counts, byRow, colours: names.map((_, k) => keyColour(held, k)), full: [first, last] };
   }
 
   // A job's colour: by its index, or, with runs, its run's hue and a shade per job of that run.
@@ -135,7 +140,7 @@
     return ctx.createPattern(tile, "repeat");
   }
 
-  function mount(container) {
+  function mount(container, options = {}) {
     const summary = el("p", "timeline-summary");
     const legend = el("div", "timeline-legend");
     const wrap = el("div", "timeline-wrap");
@@ -144,7 +149,8 @@
     tip.hidden = true;
     wrap.append(canvas, tip);
     container.replaceChildren(summary, legend, wrap);
-    const state = { held: empty(), drawn: index(empty()), view: null, follow: true, layout: null, pending: 0 };
+    const state = { held: empty(), drawn: index(empty()), view: null, follow: true, layout: null, pending: 0,
+      details: options.details || null, told: new Map(), hovered: -1 };
     const redraw = () => {
       if (state.pending) return;
       state.pending = requestAnimationFrame(() => { state.pending = 0; draw(canvas, state, container); });
@@ -160,7 +166,13 @@
       draw(canvas, state, container, started);
     };
     const handle = {
-      update(data) { const started = performance.now(); state.held = empty(); add(state.held, data); shown(started); },
+      update(data) {
+        const started = performance.now();
+        state.held = empty();
+        state.told.clear();
+        add(state.held, data);
+        shown(started);
+      },
       append(data) { const started = performance.now(); add(state.held, data); shown(started); },
       centre(i) { return centre(canvas, state, i); },
       view() { return state.view.slice(); },
@@ -256,8 +268,7 @@
   function drawBars(ctx, state, box) {
     const b = state.held.bars, pad = box.row >= 4 ? 1 : 0, h = Math.max(box.row - 2 * pad, 0.6);
     for (const [group, bars] of state.drawn.groups) {
-      const [k, status] = group.split(":");
-      const fill = state.drawn.colours[Number(k)];
+      const status = STATUS_NAMES[group % 4], fill = state.drawn.colours[Math.floor(group / 4)];
       ctx.fillStyle = status === "failed" ? hatch(ctx, fill) : status === "rejected" ? "#fff" : fill;
       ctx.strokeStyle = fill;
       ctx.lineWidth = 1.5;
@@ -330,19 +341,26 @@
     return -1;
   }
 
-  function describe(held, i) {
+  // Bar i as the details hook is asked about it: its device, run, job and round.
+  function barOf(held, i) {
     const b = held.bars, key = [...held.keys.keys()][b.job[i]], run = held.keyRun[b.job[i]];
-    const job = run ? key.slice(run.length + 1) : key;
-    const device = [...held.rows.keys()][b.device[i]];
-    const lines = [device, (run ? "run " + run + ", " : "") + "job " + job + ", round " + b.round[i],
-      (STATUS[b.status[i]] || b.status[i]) + (b.error[i] ? ": " + b.error[i] : ""),
+    return { device: [...held.rows.keys()][b.device[i]], run, job: run ? key.slice(run.length + 1) : key, round: b.round[i] };
+  }
+
+  // What hovering bar i shows: where it is and how it ended, then what its round told of it (`told`, once asked).
+  function describe(held, i, told) {
+    const b = held.bars, bar = barOf(held, i);
+    const lines = [bar.device, (bar.run ? "run " + bar.run + ", " : "") + "job " + bar.job + ", round " + bar.round,
+      STATUS[STATUS_NAMES[b.status[i]]] + (told && told.error ? ": " + told.error : ""),
       "from " + seconds(b.start[i], 1) + " to " + seconds(b.end[i], 1) + " (" + seconds(b.end[i] - b.start[i]) + ")"];
-    if (b.wait_s[i] >= 0.005) lines.push("waited " + seconds(b.wait_s[i]));
-    if ([b.download_s[i], b.compute_s[i], b.upload_s[i]].some((v) => v !== undefined && v !== null)) {
-      lines.push("download " + seconds(b.download_s[i]) + ", compute " + seconds(b.compute_s[i]) + ", upload " + seconds(b.upload_s[i]));
+    if (!told) return lines.join("\n");
+    if (told.wait_s >= 0.005) lines.push("waited " + seconds(told.wait_s));
+    if ([told.download_s, told.compute_s, told.upload_s].some((v) => v !== undefined && v !== null)) {
+      lines.push("download " + seconds(told.download_s) + ", compute " + seconds(told.compute_s) + ", upload " + seconds(told.upload_s));
     }
-    if (b.samples[i] !== undefined) lines.push(b.samples[i] + " samples");
-    if (b.loss[i] !== undefined && b.loss[i] !== null) lines.push("loss " + b.loss[i].toFixed(4));
+    if (told.samples !== undefined && told.samples !== null) lines.push(told.samples + " samples");
+    if (told.mean_loss !== undefined && told.mean_loss !== null) lines.push("loss " + told.mean_loss.toFixed(4));
+    if (told.energy) lines.push("energy " + told.energy);
     return lines.join("\n");
   }
 
@@ -384,12 +402,22 @@
     });
   }
 
+  // The tip of bar i at (x, y); its round's details asked for (once a round and device), and shown if it is still
+  // the bar hovered when they come.
   function showTip(tip, state, i, x, y) {
+    state.hovered = i;
     if (i < 0) { tip.hidden = true; return; }
-    tip.textContent = describe(state.held, i);
+    const bar = barOf(state.held, i), key = [bar.run, bar.job, bar.round, bar.device].join("\u0000");
+    tip.textContent = describe(state.held, i, state.told.get(key));
     tip.style.left = x + 14 + "px";
     tip.style.top = y + 14 + "px";
     tip.hidden = false;
+    if (!state.details || state.told.has(key)) return;
+    state.told.set(key, null);
+    state.details(bar).then((told) => {
+      state.told.set(key, told);
+      if (state.hovered === i && told) tip.textContent = describe(state.held, i, told);
+    }).catch(() => { state.told.delete(key); });
   }
 
   // Bar i's middle (its part in view) in viewport coordinates, for a test to hover; null when out of view.

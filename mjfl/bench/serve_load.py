@@ -119,6 +119,8 @@ def _loop_once(
     started = time.monotonic()
     deadline = started + settings.timeout_s
     which = "this checkout" if checkout is None else f"the baseline {checkout}"
+    if checkout is not None:  # an older service may not know the program cache's key: it keeps the default one
+        lab_toml = "\n".join(line for line in lab_toml.splitlines() if not line.startswith("program_cache ="))
     with output.step(console, f"loop: {len(runs)} runs on {settings.devices} devices, {which} ...") as update, \
             _pythonpath(checkout), labs.lab(folder, lab_toml, settings.devices, deadline) as lab, \
             _probing(lab) as probe:

@@ -323,7 +323,7 @@ def check_server_pairs(
     connection only after a heartbeat was due (the timeout longer than the interval)."""
     cert, key, interval, timeout = names
     if (tls_cert is None) != (tls_key is None):
-        raise ConfigError(key if tls_key is None else cert, f"{cert} and {key} go together")
+        raise ConfigError(cert, f"{cert} and {key} go together")
     if heartbeat_interval is not None and heartbeat_timeout is not None and heartbeat_timeout <= heartbeat_interval:
         raise ConfigError(timeout, f"must be longer than {interval}")
 

@@ -236,6 +236,11 @@ class Engine:
         self._emit(DeviceJoined(device, self.now()))
         self.occupancy.wake()  # a job waiting for devices may plan it
 
+    def returned(self, device: DeviceId) -> None:
+        """``device``, which holds its shards already, is offered again (it reconnected): waiting jobs plan again."""
+        self._emit(DeviceJoined(device, self.now()))
+        self.occupancy.wake()
+
     def leave(self, device: DeviceId, reason: str) -> None:
         """``device`` is gone (the fleet no longer offers it); a task it had fails on its own."""
         self._emit(DeviceLeft(device, reason, self.now()))

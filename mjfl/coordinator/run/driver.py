@@ -33,7 +33,15 @@ import io
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Coroutine,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import Executor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -337,7 +345,7 @@ class Driver:
                     run.joined(engine, ready.fleet, prepared, assignment, device)
                     admitted(device)
 
-                self._follow_fleet(database, run, engine, ready, joined, live)
+                self._follow_fleet(database, run, engine, ready, joined, live, set(assignment.slot_of))
             await engine.run()
         if all(job.stopped == "no devices" for job in jobs):
             raise RunError("no job could run: too few devices")
@@ -412,13 +420,14 @@ class Driver:
     @staticmethod
     def _follow_fleet(
         database: RunDatabase, run: _Run, engine: Engine, ready: ReadyFleet, joined: Callable[[DeviceId], None],
-        live: LiveRun | None,
+        live: LiveRun | None, holding: Collection[DeviceId],
     ) -> None:
         """Devices that come, go or are refused while the run goes (the registry's word), kept and shown live.
 
         A device that drops is offline at once, whatever the engine knew; one
         that joins, or connected while the jobs were prepared, takes a free
-        shard and is planned like the others (``joined``).
+        shard and is planned like the others (``joined``); one ``holding`` a
+        shard that comes back is offered to its jobs again.
         """
         assert ready.members is not None
         also = None if live is None else live.fleet
@@ -426,7 +435,8 @@ class Driver:
         ready.members.on_join(joined)
         ready.members.on_leave(engine.leave)
         for profile in ready.fleet.profiles():
-            joined(profile.device)
+            if profile.device not in holding:  # connected while the jobs were prepared
+                joined(profile.device)
 
     @contextlib.asynccontextmanager
     async def _dashboard(self, live: LiveRun | None, transfers: _Transfers) -> AsyncIterator[None]:
@@ -650,8 +660,10 @@ class _Run:
     def joined(
         self, engine: Engine, fleet: Fleet, prepared: Sequence[PreparedJob], assignment: Assignment, device: DeviceId
     ) -> None:
-        """A device connected: give it a shard if it has none (saved, so a resumed run keeps it), and tell the fleet and the engine."""
+        """A device connected: give it a shard if it has none (saved, so a resumed run keeps it), and tell the fleet
+        and the engine; one that holds a shard already came back, and its jobs may plan it again."""
         if device in assignment.slot_of:
+            engine.returned(device)
             return
         slot = assignment.assign(device)
         if slot is None:

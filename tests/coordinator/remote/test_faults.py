@@ -50,7 +50,9 @@ async def run_rounds(server, names, faults, rounds, *, seed=0, deadline_s=None, 
             the_job, sink = job(names, rounds, deadline_s), RoundLog()
             # Devices cut or dropped by the proxy reconnect: the job waits for them, on a busy machine too.
             settings = EngineSettings(device_wait_s=PATIENCE_S)
-            await Engine([the_job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="f", settings=settings, observers=[sink]).run()
+            engine = Engine([the_job], fleet_of(server), RealClock(), lambda *a: (0.5, 1.0), run_id="f", settings=settings, observers=[sink])
+            server.registry.on_join(engine.returned)  # as the run driver tells it: a device that reconnects is offered again
+            await engine.run()
     return the_job, sink.records, proxy
 
 

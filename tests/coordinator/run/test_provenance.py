@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,16 @@ class Fleet:
         return [DeviceProfileView(DeviceId("sim-0"), 0.01, 90.0)]
 
 
+class Kept:
+    """The run database as a run's admissions write to it (``RunDatabase.put``), done at once on this thread."""
+
+    def __init__(self, storage: Storage) -> None:
+        self.storage = storage
+
+    def put(self, write: Callable[[Storage], None]) -> None:
+        write(self.storage)
+
+
 @pytest.fixture
 def storage() -> Storage:
     db = Storage(":memory:")
@@ -105,7 +115,7 @@ def test_each_device_is_kept_with_its_hello_profile_shard_and_app(storage: Stora
     })
     assignment = Assignment(6, sorted(registry.devices))
     apps: dict[str, str | None] = {"phone-1": "c" * 64, "phone-2": None}
-    admitted = Admissions(storage, "r1", assignment, Fleet(), members=registry, apps=apps)  # type: ignore[arg-type]
+    admitted = Admissions(Kept(storage), "r1", assignment, Fleet(), members=registry, apps=apps)  # type: ignore[arg-type]
     admitted.admit([*sorted(registry.devices), DeviceId("gone")])  # one not connected (a resumed run's): not yet
     _, admissions = storage.provenance("r1")
     first = next(a for a in admissions if a.device == "phone-1")
@@ -127,7 +137,7 @@ def test_a_device_admitted_again_is_kept_again_only_when_something_changed(stora
     registry = Registry({"phone-1": {"model": "Pixel 7"}})
     apps: dict[str, str | None] = {"phone-1": "c" * 64}
     assignment = Assignment(2, [DeviceId("phone-1")])
-    admitted = Admissions(storage, "r1", assignment, Fleet(), members=registry, apps=apps)  # type: ignore[arg-type]
+    admitted = Admissions(Kept(storage), "r1", assignment, Fleet(), members=registry, apps=apps)  # type: ignore[arg-type]
     admitted(DeviceId("phone-1"))
     admitted(DeviceId("phone-1"))  # a reconnection, or a resume: the same hello, profile, shard and app
     apps["phone-1"] = "d" * 64  # installed again while it was away
@@ -136,7 +146,7 @@ def test_a_device_admitted_again_is_kept_again_only_when_something_changed(stora
 
 
 def test_simulated_devices_are_kept_with_the_fleets_profiles(storage: Storage) -> None:
-    admitted = Admissions(storage, "r1", Assignment(1, [DeviceId("sim-0")]), Fleet())  # type: ignore[arg-type]
+    admitted = Admissions(Kept(storage), "r1", Assignment(1, [DeviceId("sim-0")]), Fleet())  # type: ignore[arg-type]
     admitted(DeviceId("sim-0"))
     (kept,) = storage.provenance("r1")[1]
     assert kept.hello is None and kept.profile == {"a": 0.01, "mu": 90.0, "source": "fleet"} and kept.shard == 0
@@ -145,5 +155,5 @@ def test_simulated_devices_are_kept_with_the_fleets_profiles(storage: Storage) -
 
 def test_an_admission_that_cannot_be_kept_only_warns(caplog: pytest.LogCaptureFixture) -> None:
     storage = Storage(":memory:")  # no run r1: the database refuses the admission
-    Admissions(storage, "r1", Assignment(1, [DeviceId("sim-0")]), Fleet())(DeviceId("sim-0"))  # type: ignore[arg-type]
+    Admissions(Kept(storage), "r1", Assignment(1, [DeviceId("sim-0")]), Fleet())(DeviceId("sim-0"))  # type: ignore[arg-type]
     assert "admission of sim-0 into run r1 is not kept" in caplog.text

@@ -58,7 +58,7 @@ def test_no_adb_server_or_no_phone_is_one_line_and_exit_2_before_anything_else(t
         assert empty.commands(None) == ["host:devices", "host:devices"]  # one listing each, nothing else
         # A coordinator the phones' forwards cannot reach is refused first.
         lan = one_error_line(mjfl("testbed", "run", str(config), "--phones", "--host", "10.1.2.3", "--adb", empty.address))
-        assert lan.startswith("error: config field 'testbed.host': '10.1.2.3' is not reachable through adb reverse")
+        assert lan.startswith("error: config field 'testbed.host' (or --host): '10.1.2.3' is not reachable through adb reverse")
     # Nothing was started or written: no output folder, no run database.
     assert not (tmp_path / "out").exists()
 

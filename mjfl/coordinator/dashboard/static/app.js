@@ -70,6 +70,8 @@ async function compare() {
 
 async function openRun(id) {
   const started = performance.now();
+  // A run's timeline is asked for with its view, not after it: the two arrive together.
+  if (id !== "live" && timeline.run !== id) timeline.early = { id, asked: api("api/runs/" + encodeURIComponent(id) + "/timeline?since=0") };
   drawRun(id === "live" ? live.view : await runView(id));
   status(devices.rows.length + " devices drawn in " + Math.round(performance.now() - started) + " ms");
 }
@@ -113,7 +115,7 @@ function drawRun(view) {
 
 // --- the device timeline (timeline.js): fetched apart from the run's view, whose live pushes carry only its bar count ---
 
-const timeline = { chart: null, run: null, have: null, fetching: false };
+const timeline = { chart: null, run: null, have: null, fetching: false, early: null };
 
 // Fetch the bars the opened run's timeline lacks (all of an ended run's, once; a live run's new ones) and draw them.
 function drawTimeline(view) {
@@ -125,7 +127,9 @@ function drawTimeline(view) {
   const bars = view.timeline_bars ?? (ended ? have : Infinity);
   if (timeline.fetching || (timeline.have !== null && bars <= have)) return;
   timeline.fetching = true;
-  api(runPath() + "/timeline?since=" + have).then((part) => {
+  const early = timeline.early && timeline.early.id === id && have === 0 ? timeline.early.asked : null;
+  timeline.early = null;
+  (early || api(runPath() + "/timeline?since=" + have)).then((part) => {
     if (timeline.run !== id) return;
     if (timeline.have === null) timeline.chart.update(part); else timeline.chart.append(part);
     timeline.have = part.total;

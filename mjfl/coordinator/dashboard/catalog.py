@@ -166,16 +166,8 @@ class Catalog:
 
     def run(self, key: str) -> RunView | None:
         """One run, all the page shows of it (``state.run_view``; kept for a finished run: do not change it)."""
-
-        def build() -> tuple[RunView | None, bool]:
-            with self._shown(key) as found:
-                if found is None:
-                    return None, False
-                storage, folder, info, status = found
-                rounds = self._rounds.get(key, lambda: storage.rounds(info.run_id))
-                return view_of(storage, key, folder, info, status, rounds), status == "finished"
-
-        return self._views.get(key, build)
+        return self._views.get(key, lambda: self._built(key, lambda storage, folder, info, status, rounds: view_of(
+            storage, key, folder, info, status, rounds)))
 
     def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
         """Who round ``number`` of ``job`` planned in run ``key``, and what each answered; None if no such round."""
@@ -192,12 +184,8 @@ class Catalog:
         """
 
         def build() -> tuple[bytes | None, bool]:
-            with self._shown(key) as found:
-                if found is None:
-                    return None, False
-                storage, _, info, status = found
-                rounds = self._rounds.get(key, lambda: storage.rounds(info.run_id))
-                return encoded(timeline_of(storage, info.run_id, since, rounds=rounds)), status == "finished" and since == 0
+            return self._built(key, lambda storage, folder, info, status, rounds: encoded(
+                timeline_of(storage, info.run_id, since, rounds=rounds)))
 
         return self._timelines.get(key, build) if since == 0 else build()[0]
 
@@ -217,6 +205,16 @@ class Catalog:
         if not index_text.isdigit() or int(index_text) >= len(self.folders):
             return None
         return int(index_text), self.folders[int(index_text)], run_id
+
+    def _built(self, key: str, make: Callable[[Storage, Path, RunInfo, str, Sequence[RoundRecord]], T]) -> tuple[T | None, bool]:
+        """``make``'s answer of run ``key`` (None: no such run here) and whether the run finished (its answer never
+        changes); its rounds read once however many ask at once (``OneRead``)."""
+        with self._shown(key) as found:
+            if found is None:
+                return None, False
+            storage, folder, info, status = found
+            rounds = self._rounds.get(key, lambda: storage.rounds(info.run_id))
+            return make(storage, folder, info, status, rounds), status == "finished"
 
     @contextmanager
     def _shown(self, key: str) -> Iterator[tuple[Storage, Path, RunInfo, str] | None]:

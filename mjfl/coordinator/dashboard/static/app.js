@@ -123,8 +123,7 @@ function drawTimeline(view) {
   if (timeline.run !== id) Object.assign(timeline, { run: id, have: null });
   const have = timeline.have ?? 0;
   // A live push says how many bars there are; a run read again while it runs (a lab's) may have more at any read.
-  const ended = view.run.status === "finished" || view.run.status === "interrupted";
-  const bars = view.timeline_bars ?? (ended ? have : Infinity);
+  const bars = view.timeline_bars ?? (ended(view.run) ? have : Infinity);
   if (timeline.fetching || (timeline.have !== null && bars <= have)) return;
   timeline.fetching = true;
   const early = timeline.early && timeline.early.id === id && have === 0 ? timeline.early.asked : null;
@@ -137,6 +136,14 @@ function drawTimeline(view) {
     timeline.fetching = false;
     if (timeline.run === id && id === "live" && live.view.timeline_bars > timeline.have) drawTimeline(live.view);
   });
+}
+
+// Whether a run read from its database records nothing more: finished or interrupted; a lab's, once its state in the
+// lab is final (one stopped with the service is interrupted until the service resumes it).
+const FINAL = ["completed", "failed", "cancelled", "abandoned"];
+
+function ended(run) {
+  return run.lab ? FINAL.includes(run.lab.state) : run.status === "finished" || run.status === "interrupted";
 }
 
 // Where a lab's run stands (run.lab: its state and why it waits or ended), above its page; hidden for others.
@@ -403,14 +410,14 @@ async function openLinked() {
   if (id && opened === null) await openRun(id);
 }
 
-// A run read from its database that has not finished (a lab's running run) is read again every REFRESH_MS while open.
+// A run read from its database that has not ended (a lab's running or queued run) is read again every REFRESH_MS while open.
 const REFRESH_MS = 2000;
 let rereading = null;
 
 function reread(run) {
   if (rereading !== null) clearTimeout(rereading);
   rereading = null;
-  if (run.id === "live" || run.status === "finished") return;
+  if (run.id === "live" || ended(run)) return;
   rereading = setTimeout(async () => {
     if (opened !== run.id) return;
     runCache.delete(run.id);

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from mjfl import seeds
 from mjfl.bench import output
 from mjfl.coordinator.config import JobConfig
 from mjfl.coordinator.engine.clock import RealClock
@@ -63,6 +64,7 @@ from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.profiles import DeviceProfile
 from mjfl.schedulers.registry import make_scheduler
+from mjfl.seeds import Purpose
 from mjfl.testkit.echo import echo_trainer
 from mjfl.testkit.faultproxy import FaultProxy, Faults
 
@@ -97,7 +99,7 @@ def _echo_job(name: str, devices: list[str], deadline_s: float | None, seed: int
 async def _echo_run(
     devices: int, faults: Faults, *, seed: int, deadline_s: float | None, kill: float, timeout_s: float
 ) -> Figures:
-    rng = np.random.default_rng(seed)
+    rng = seeds.stream(seed, Purpose.KILLS)
     names = [f"d{k:02d}" for k in range(devices)]
     profile = DeviceProfile("echo", a=0.03, mu=20.0)  # ~0.2 s of training per task, with a tail
     kills: Counter[str] = Counter()
@@ -105,16 +107,16 @@ async def _echo_run(
     log = RoundLog()
     settings = ServerSettings(**_FAST)  # type: ignore[arg-type]
     async with CoordinatorServer("127.0.0.1", 0, settings=settings) as server, FaultProxy(
-        "127.0.0.1", server.port, faults, seed=seed
+        "127.0.0.1", server.port, faults, seed=seeds.integer(seed, Purpose.NETWORK_FAULTS)
     ) as proxy:
         emulated = [
             EmulatedDevice(
-                proxy.url, d, runtime="torch", profile=profile, seed=seed * 1000 + k,
+                proxy.url, d, runtime="torch", profile=profile, seed=seeds.integer(seed, Purpose.DEVICE, k),
                 make_trainer=functools.partial(echo_trainer, delta=_STEP), backoff=Backoff(initial=0.1, maximum=1.0),
             )
             for k, d in enumerate(names)
         ]
-        jobs = [_echo_job(f"job{m}", names, deadline_s, seed + m) for m in range(2)]
+        jobs = [_echo_job(f"job{m}", names, deadline_s, seeds.integer(seed, Purpose.SCHEDULER, m)) for m in range(2)]
         x, y = np.zeros((6, 1, 16, 16), np.float32), np.arange(6, dtype=np.int64) % 10
         artifacts = [JobArtifacts(job.name, _SPEC, b"echo program", {DeviceId(d): (x, y) for d in names}) for job in jobs]
 
@@ -282,7 +284,7 @@ def _audit(db: Path, jobs: tuple[str, ...], rounds: int) -> Figures:
 
 
 def _coordinator_kills(folder: Path, kills: int, rounds: int, seed: int, timeout_s: float) -> Figures:
-    rng = np.random.default_rng(seed)
+    rng = seeds.stream(seed, Purpose.KILLS)
     out = folder / "run"
     config = folder / "testbed.toml"
     config.write_text(_CONFIG.format(out=out, rounds=rounds, seed=seed))

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from mjfl import seeds
 from mjfl.bench import output
 from mjfl.errors import UserError
 from mjfl.schedulers.base import Plan, PlanContext
@@ -29,6 +30,7 @@ from mjfl.schedulers.cost import cost_model
 from mjfl.schedulers.meta_greedy import MetaGreedyScheduler
 from mjfl.schedulers.registry import METHODS, make_scheduler
 from mjfl.schedulers.synthetic import drive, synthetic_fleet, synthetic_jobs
+from mjfl.seeds import Purpose
 
 Row = dict[str, Any]
 
@@ -47,7 +49,7 @@ def measure(
     # The jobs run `rounds` rounds and have no target: the run's objective is the
     # paper's, TotalCost summed over the rounds, which is what mean_cost measures.
     job_models = synthetic_jobs(jobs, devices, rng, fraction=fraction, budget=rounds)
-    schedulers = [make_scheduler(method, seed=seed * 1000 + m, options=options, members=members) for m in range(jobs)]
+    schedulers = [make_scheduler(method, seed=seeds.integer(seed, Purpose.SCHEDULER, m), options=options, members=members) for m in range(jobs)]
     latencies: list[float] = []
     costs: list[float] = []
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 
+from mjfl import seeds
 from mjfl.coordinator.remote.keys import read_key_file
 from mjfl.device.emulated.emulator.fleet import (
     EmulatedFleet,
@@ -18,6 +18,7 @@ from mjfl.device.emulated.emulator.fleet import (
 from mjfl.device.emulated.ray_cluster import RayOptions, connect, emulator_workers
 from mjfl.errors import RunError, UserError
 from mjfl.profiling.profiles import draw_fleet, load_profiles
+from mjfl.seeds import Purpose
 
 
 def emulate(
@@ -56,7 +57,7 @@ def emulate(
         real = load_profiles(profile)
         if not real:
             raise UserError(f"--profile {profile}: the file holds no profiles")
-        profiles = draw_fleet(real, count, np.random.default_rng(seed))
+        profiles = draw_fleet(real, count, seeds.stream(seed, Purpose.FLEET, 0))  # a run's fleet of this seed (salt 0)
     with contextlib.ExitStack() as stack:
         context: WorkerContext | None = None
         if ray is not None:

@@ -4,7 +4,9 @@ Every device trains a task with the same numbers, whatever it runs on: an
 emulated device here, the app on a phone (`TaskRandom.java`), the JVM. The
 algorithm is docs/models.md, "The task generator"; it is counter-based
 SplitMix64, so each number is one formula of (key, index), drawn here for a
-whole array at once.
+whole array at once. A task's seed is the coordinator's, derived from the
+run's seed like every other stream (``mjfl.seeds``, ``Purpose.TASK``); this
+generator, shared with the app, starts from it.
 
     ORDER = draw(seed, 0), NOISE = draw(seed, 1)
     epoch e's permutation: 0..n-1 sorted by draw(draw(ORDER, e), j), unsigned

@@ -22,6 +22,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,9 @@ from mjfl.coordinator.storage.layout import DATABASE_FILE, database_path
 from mjfl.coordinator.storage.records import JobInfo, RoundRecord, RunInfo
 from mjfl.errors import UserError
 
-__all__ = ["KEPT", "SHOWN", "Catalog", "Kept", "RunCatalog", "encoded", "entry_of", "timeline_of", "view_of"]
+__all__ = [
+    "KEPT", "SHOWN", "Catalog", "Kept", "OneRead", "RunCatalog", "encoded", "entry_of", "timeline_of", "view_of",
+]
 
 SHOWN = ("finished", "interrupted")  # the statuses of the runs `mjfl dashboard` lists
 KEPT = 4  # the ended runs whose view and timeline stay ready (a timeline of 100,000 bars is about 6 MB)
@@ -102,6 +105,34 @@ class Kept:
         return answer
 
 
+class OneRead:
+    """One read of a key at a time, thread-safe: a caller asking for a key another is reading waits for that read's
+    answer (a page asks for a run's view and its timeline together; 100,000 device rounds are read once for both).
+    Nothing is kept once the read is answered."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reading: dict[str, Future[Any]] = {}
+
+    def get(self, key: str, read: Callable[[], T]) -> T:
+        with self._lock:
+            found = self._reading.get(key)
+            if found is None:
+                mine = self._reading[key] = Future()
+        if found is not None:
+            return found.result()  # type: ignore[no-any-return]
+        try:
+            answer = read()
+            mine.set_result(answer)
+            return answer
+        except BaseException as exc:
+            mine.set_exception(exc)
+            raise
+        finally:
+            with self._lock:
+                del self._reading[key]
+
+
 class Catalog:
     """The output folders a dashboard serves; ``UserError`` naming a folder without a run database."""
 
@@ -114,6 +145,7 @@ class Catalog:
                 raise UserError(f"{folder}: no run database ({DATABASE_FILE}) here; give a run's output folder")
         self._entries: dict[str, dict[str, Any]] = {}  # finished runs' lines of the runs list, by key
         self._views, self._timelines = Kept(), Kept()
+        self._rounds = OneRead()  # a run's rounds, read once for its view and its timeline asked for together
 
     def runs(self) -> list[dict[str, Any]]:
         """Every finished or interrupted run of the folders (folder order, then start order): ``state.run_entry``."""
@@ -134,15 +166,8 @@ class Catalog:
 
     def run(self, key: str) -> RunView | None:
         """One run, all the page shows of it (``state.run_view``; kept for a finished run: do not change it)."""
-
-        def build() -> tuple[RunView | None, bool]:
-            with self._shown(key) as found:
-                if found is None:
-                    return None, False
-                storage, folder, info, status = found
-                return view_of(storage, key, folder, info, status), status == "finished"
-
-        return self._views.get(key, build)
+        return self._views.get(key, lambda: self._built(key, lambda storage, folder, info, status, rounds: view_of(
+            storage, key, folder, info, status, rounds)))
 
     def round_devices(self, key: str, job: str, number: int) -> dict[str, Any] | None:
         """Who round ``number`` of ``job`` planned in run ``key``, and what each answered; None if no such round."""
@@ -159,11 +184,8 @@ class Catalog:
         """
 
         def build() -> tuple[bytes | None, bool]:
-            with self._shown(key) as found:
-                if found is None:
-                    return None, False
-                storage, _, info, status = found
-                return encoded(timeline_of(storage, info.run_id, since)), status == "finished" and since == 0
+            return self._built(key, lambda storage, folder, info, status, rounds: encoded(
+                timeline_of(storage, info.run_id, since, rounds=rounds)))
 
         return self._timelines.get(key, build) if since == 0 else build()[0]
 
@@ -183,6 +205,16 @@ class Catalog:
         if not index_text.isdigit() or int(index_text) >= len(self.folders):
             return None
         return int(index_text), self.folders[int(index_text)], run_id
+
+    def _built(self, key: str, make: Callable[[Storage, Path, RunInfo, str, Sequence[RoundRecord]], T]) -> tuple[T | None, bool]:
+        """``make``'s answer of run ``key`` (None: no such run here) and whether the run finished (its answer never
+        changes); its rounds read once however many ask at once (``OneRead``)."""
+        with self._shown(key) as found:
+            if found is None:
+                return None, False
+            storage, folder, info, status = found
+            rounds = self._rounds.get(key, lambda: storage.rounds(info.run_id))
+            return make(storage, folder, info, status, rounds), status == "finished"
 
     @contextmanager
     def _shown(self, key: str) -> Iterator[tuple[Storage, Path, RunInfo, str] | None]:
@@ -211,8 +243,11 @@ def entry_of(
     return run_entry(key, str(folder), label, info, status, jobs, rounds)
 
 
-def view_of(storage: Storage, key: str, folder: Path, info: RunInfo, status: str) -> RunView:
-    """All the page shows of run ``info`` of ``storage`` (``state.run_view``), named ``key``, in ``status``.
+def view_of(
+    storage: Storage, key: str, folder: Path, info: RunInfo, status: str, rounds: Sequence[RoundRecord] | None = None,
+) -> RunView:
+    """All the page shows of run ``info`` of ``storage`` (``state.run_view``), named ``key``, in ``status``
+    (``rounds``: its rounds, where the caller read them already).
 
     A device's expected round time is by its stored profile, else by the
     one it was planned with (its latest online refit, else its admission's:
@@ -220,7 +255,7 @@ def view_of(storage: Storage, key: str, folder: Path, info: RunInfo, status: str
     its hello (a ``joined`` event's, else its admission's).
     """
     run_id = info.run_id
-    jobs, rounds = storage.jobs(run_id), storage.rounds(run_id)
+    jobs, rounds = storage.jobs(run_id), storage.rounds(run_id) if rounds is None else rounds
     provenance, admissions = storage.provenance(run_id)
     entry = entry_of(key, folder, info, status, jobs, rounds)
     hellos = {str(a.device): a.hello["hardware"] for a in admissions if a.hello and "hardware" in a.hello}
@@ -250,16 +285,18 @@ def _planned(storage: Storage, run_id: str) -> dict[str, Speed]:
 
 def timeline_of(
     storage: Storage, run_id: str, since: int = 0, *, others: Sequence[PlacedRun] | None = None,
+    rounds: Sequence[RoundRecord] | None = None,
 ) -> dict[str, Any]:
     """The device timeline of ``run_id`` in ``storage`` (``timeline.timeline``), its bars from the ``since``-th on.
 
     Its rows: the devices of its rounds and those that joined and were never
     planned. ``others``: the runs that shared its devices (a lab's), each
     placed on the wall clock; its busy fractions then count their tasks too
-    (``timeline.shared_busy``).
+    (``timeline.shared_busy``). ``rounds``: its rounds, where the caller read them already.
     """
     info, _ = storage.run(run_id)
-    jobs, rounds = [str(j.job) for j in storage.jobs(run_id)], storage.rounds(run_id)
+    jobs = [str(j.job) for j in storage.jobs(run_id)]
+    rounds = storage.rounds(run_id) if rounds is None else rounds
     joined = [str(e.device) for e in storage.fleet_events(run_id) if e.kind == "joined" and e.device is not None]
     devices = list(dict.fromkeys(joined))
     bars = TimelineBars(jobs).extend(rounds)

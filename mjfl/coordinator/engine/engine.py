@@ -28,7 +28,6 @@ of devices that join or leave a running run only by an explicit ``join`` /
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import math
 from collections import deque
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from mjfl import seeds
 from mjfl.coordinator.config import JobConfig, SchedulerConfig
 from mjfl.coordinator.engine.clock import Clock
 from mjfl.coordinator.engine.events import (
@@ -83,6 +83,7 @@ from mjfl.schedulers.base import (
     plan_size,
 )
 from mjfl.schedulers.cost import cost_model
+from mjfl.seeds import Purpose
 
 log = logging.getLogger(__name__)
 
@@ -453,10 +454,10 @@ class Engine:
         return out
 
     def _task(self, job: EngineJob, round_: int, device: DeviceId) -> Task:
-        digest = hashlib.sha256(f"{self.settings.seed}/{job.name}/{round_}/{device}".encode()).digest()
+        seed = seeds.integer(self.settings.seed, Purpose.TASK, job.name, round_, device)
         c = job.config
         return Task(
-            job.name, round_, job.weights, c.training, c.deadline_s, seed=int.from_bytes(digest[:4], "little"),
+            job.name, round_, job.weights, c.training, c.deadline_s, seed=seed,
         )
 
     async def _train(

@@ -48,11 +48,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-import numpy as np
 from rich.console import Console
 from rich.progress import Progress
 
-from mjfl import logs
+from mjfl import logs, seeds
 from mjfl.coordinator.config import RunConfig, config_to_dict
 from mjfl.coordinator.dashboard.catalog import Catalog
 from mjfl.coordinator.dashboard.live import LiveRun
@@ -98,6 +97,7 @@ from mjfl.profiling.profiles import DeviceProfile, save_profiles
 from mjfl.profiling.report import show_profiles
 from mjfl.schedulers.base import CostWeights
 from mjfl.schedulers.registry import make_scheduler
+from mjfl.seeds import Purpose
 
 log = logging.getLogger(__name__)
 
@@ -472,7 +472,7 @@ class Driver:
         jobs = []
         for m, job in enumerate(prepared):
             s = self.config.scheduler
-            seed = int(np.random.SeedSequence([self.config.seed, 3, m]).generate_state(1)[0])
+            seed = seeds.integer(self.config.seed, Purpose.SCHEDULER, m)
             scheduler = make_scheduler(method, seed=seed, options=s.options, members=s.members)
             fresh = EngineJob(
                 config=job.config, spec=job.spec, samples=job.samples(assignment), test_x=job.test_x,

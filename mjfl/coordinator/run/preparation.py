@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from mjfl import seeds
 from mjfl.coordinator.config import JobConfig, RunConfig
 from mjfl.coordinator.engine.fleet import JobArtifacts
 from mjfl.coordinator.storage.records import JobInfo
@@ -22,6 +23,7 @@ from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import ModelSpec
 from mjfl.profiling.profiles import DeviceProfile, draw_fleet, load_profiles
 from mjfl.schedulers.synthetic import synthetic_fleet
+from mjfl.seeds import Purpose
 
 log = logging.getLogger(__name__)
 
@@ -141,10 +143,9 @@ def shard_count(config: RunConfig, present: int, *, real_time: bool) -> int:
 def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
     """The fleet's devices: drawn from a profile file, or from the synthetic generator; then its slow tail.
 
-    The draws follow the run's seed and ``fleet.salt`` (0: the seed alone, the
-    fleets drawn before the salt existed).
+    The draws follow the run's seed and ``fleet.salt`` (``mjfl.seeds``).
     """
-    rng = np.random.default_rng(_stream(config, 1))
+    rng = seeds.stream(config.seed, Purpose.FLEET, config.fleet.salt)
     if config.fleet.profiles is not None:
         real = load_profiles(config.fleet.profiles)
         size = config.fleet.size or len(real)
@@ -157,11 +158,7 @@ def fleet_profiles(config: RunConfig) -> list[DeviceProfile]:
             for d, a, mu in zip(fleet.ids, fleet.a, fleet.mu)
         ]
     # A stream of its own: a fleet with a slow tail is the same fleet, some devices slowed.
-    return slow_tail(profiles, config.fleet.slow_fraction, config.fleet.slow_factor, np.random.default_rng(_stream(config, 3)))
-
-
-def _stream(config: RunConfig, k: int) -> list[int]:
-    return [config.seed, k] + ([config.fleet.salt] if config.fleet.salt else [])
+    return slow_tail(profiles, config.fleet.slow_fraction, config.fleet.slow_factor, seeds.stream(config.seed, Purpose.SLOW_TAIL, config.fleet.salt))
 
 
 def slow_tail(
@@ -202,8 +199,8 @@ def prepare_jobs(config: RunConfig, slots: int, cache_dir: Path = PROGRAM_CACHE)
 
     prepared = []
     for m, job in enumerate(config.jobs):
-        data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels, seed=config.seed)
-        rng = np.random.default_rng([config.seed, 2, m])
+        data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels, seed=seeds.integer(config.seed, Purpose.DATA_SPLIT))
+        rng = seeds.stream(config.seed, Purpose.PARTITION, m)
         indices = partition(
             data.train_y, slots, job.partition, rng,
             classes_per_device=job.classes_per_device, alpha=job.dirichlet_alpha,
@@ -217,7 +214,7 @@ def prepare_jobs(config: RunConfig, slots: int, cache_dir: Path = PROGRAM_CACHE)
         noise = tuple(tuple(s) for s in dropout_shapes(model, spec.input_shape))
         prepared.append(PreparedJob(
             job, spec, program, planned_memory(program), parts, pixels, noise, data.test_x, data.test_y,
-            initial_weights(spec, config.seed + m), path,
+            initial_weights(spec, seeds.integer(config.seed, Purpose.INITIAL_WEIGHTS, m)), path,
         ))
     return prepared
 

@@ -47,7 +47,7 @@ from typing import Any, Self, TypeVar
 
 import numpy as np
 
-from mjfl import logs
+from mjfl import logs, seeds
 from mjfl.coordinator.config import RunConfig
 from mjfl.coordinator.engine.clock import Clock, VirtualClock, run_virtual
 from mjfl.coordinator.engine.fleet import DeviceProfileView, JobArtifacts, Task, TaskResult, Timing
@@ -61,6 +61,7 @@ from mjfl.errors import DeviceFailure
 from mjfl.ids import DeviceId, JobId
 from mjfl.jobs.base import LocalTraining, ModelSpec
 from mjfl.jobs.batched import BatchedTask
+from mjfl.seeds import Purpose
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class SimulatedFleet:
         self.clock = clock
         self.runtime = runtime
         # One stream per device, so one device's draws never shift another's.
-        streams = np.random.SeedSequence(seed).spawn(len(devices))
+        streams = [seeds.stream(seed, Purpose.ROUND_TIMES, d.device) for d in devices]
         self._models = {
             d.device: DeviceModel(d.a, d.mu, dropout=d.dropout, rng=np.random.default_rng(stream))
             for d, stream in zip(devices, streams)

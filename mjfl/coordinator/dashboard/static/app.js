@@ -70,6 +70,8 @@ async function compare() {
 
 async function openRun(id) {
   const started = performance.now();
+  // A run's timeline is asked for with its view, not after it: the two arrive together.
+  if (id !== "live" && timeline.run !== id) timeline.early = { id, asked: api("api/runs/" + encodeURIComponent(id) + "/timeline?since=0") };
   drawRun(id === "live" ? live.view : await runView(id));
   status(devices.rows.length + " devices drawn in " + Math.round(performance.now() - started) + " ms");
 }
@@ -113,7 +115,7 @@ function drawRun(view) {
 
 // --- the device timeline (timeline.js): fetched apart from the run's view, whose live pushes carry only its bar count ---
 
-const timeline = { chart: null, run: null, have: null, fetching: false };
+const timeline = { chart: null, run: null, have: null, fetching: false, early: null };
 
 // Fetch the bars the opened run's timeline lacks (all of an ended run's, once; a live run's new ones) and draw them.
 function drawTimeline(view) {
@@ -121,11 +123,12 @@ function drawTimeline(view) {
   if (timeline.run !== id) Object.assign(timeline, { run: id, have: null });
   const have = timeline.have ?? 0;
   // A live push says how many bars there are; a run read again while it runs (a lab's) may have more at any read.
-  const ended = view.run.status === "finished" || view.run.status === "interrupted";
-  const bars = view.timeline_bars ?? (ended ? have : Infinity);
+  const bars = view.timeline_bars ?? (ended(view.run) ? have : Infinity);
   if (timeline.fetching || (timeline.have !== null && bars <= have)) return;
   timeline.fetching = true;
-  api(runPath() + "/timeline?since=" + have).then((part) => {
+  const early = timeline.early && timeline.early.id === id && have === 0 ? timeline.early.asked : null;
+  timeline.early = null;
+  (early || api(runPath() + "/timeline?since=" + have)).then((part) => {
     if (timeline.run !== id) return;
     if (timeline.have === null) timeline.chart.update(part); else timeline.chart.append(part);
     timeline.have = part.total;
@@ -133,6 +136,14 @@ function drawTimeline(view) {
     timeline.fetching = false;
     if (timeline.run === id && id === "live" && live.view.timeline_bars > timeline.have) drawTimeline(live.view);
   });
+}
+
+// Whether a run read from its database records nothing more: finished or interrupted; a lab's, once its state in the
+// lab is final (one stopped with the service is interrupted until the service resumes it).
+const FINAL = ["completed", "failed", "cancelled", "abandoned"];
+
+function ended(run) {
+  return run.lab ? FINAL.includes(run.lab.state) : run.status === "finished" || run.status === "interrupted";
 }
 
 // Where a lab's run stands (run.lab: its state and why it waits or ended), above its page; hidden for others.
@@ -399,14 +410,14 @@ async function openLinked() {
   if (id && opened === null) await openRun(id);
 }
 
-// A run read from its database that has not finished (a lab's running run) is read again every REFRESH_MS while open.
+// A run read from its database that has not ended (a lab's running or queued run) is read again every REFRESH_MS while open.
 const REFRESH_MS = 2000;
 let rereading = null;
 
 function reread(run) {
   if (rereading !== null) clearTimeout(rereading);
   rereading = null;
-  if (run.id === "live" || run.status === "finished") return;
+  if (run.id === "live" || ended(run)) return;
   rereading = setTimeout(async () => {
     if (opened !== run.id) return;
     runCache.delete(run.id);

@@ -17,7 +17,7 @@ import platform
 import socket
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ import numpy as np
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
+from mjfl import seeds
 from mjfl.device.connection import Connection
 from mjfl.device.emulated.device_model import DeviceModel, ModelName, TrainerFactory
 from mjfl.device.emulated.emulator.artifacts import PROCESS_STORE, ArtifactStore
@@ -55,6 +56,7 @@ from mjfl.device.protocol.credentials import NONCE_HEADER, hello_proof, is_nonce
 from mjfl.device.tls import client_context
 from mjfl.errors import UserError
 from mjfl.jobs.base import TrainResult
+from mjfl.seeds import Purpose
 
 __all__ = ["REFUSAL_CODES", "STOP_CODES", "EmulatedDevice", "Impersonation", "devices_running"]
 
@@ -106,7 +108,7 @@ class EmulatedDevice:
         runtime: Runtime = "executorch",
         profile: Impersonation | None = None,
         dropout: float = 0.0,
-        seed: int | Sequence[int] = 0,
+        seed: int = 0,
         token: str = "",
         secret: str | None = None,
         ca: Path | None = None,
@@ -150,16 +152,16 @@ class EmulatedDevice:
         self._stop = asyncio.Event()
         self._link: Link | None = None
 
-    def _seed_streams(self, seed: int | Sequence[int], dropout: float) -> None:
+    def _seed_streams(self, seed: int, dropout: float) -> None:
         """Three streams of ``seed``: the device model's round draws, the training seeds, the backoff jitter."""
-        streams = np.random.SeedSequence(seed).spawn(3)
+        streams = [seeds.stream(seed, p) for p in (Purpose.ROUND_TIMES, Purpose.OWN_TASKS, Purpose.BACKOFF)]
         profile = self.profile
         self.model = DeviceModel(
             profile.a if profile is not None else None, profile.mu if profile is not None else None,
-            dropout=dropout, rng=np.random.default_rng(streams[0]),
+            dropout=dropout, rng=streams[0],
         )
-        self._train_seeds = np.random.default_rng(streams[1])
-        self._backoff_rng = np.random.default_rng(streams[2])
+        self._train_seeds = streams[1]
+        self._backoff_rng = streams[2]
 
     def _hardware(self, extra: Mapping[str, Any] | None) -> dict[str, Any]:
         hardware: dict[str, Any] = {}

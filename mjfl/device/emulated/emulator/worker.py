@@ -18,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from mjfl import logs
+from mjfl import logs, seeds
 from mjfl.device.emulated.device_model import TrainerFactory
 from mjfl.device.emulated.emulator.backoff import Backoff
 from mjfl.device.emulated.emulator.device import EmulatedDevice, Impersonation
 from mjfl.device.emulated.emulator.lane import TrainingLane
 from mjfl.device.protocol import Runtime
+from mjfl.seeds import Purpose
 
 __all__ = ["REFUSED", "WorkerConfig", "worker_main"]
 
@@ -71,7 +72,7 @@ async def _run_devices(config: WorkerConfig, stop_event: multiprocessing.synchro
     devices = [
         EmulatedDevice(
             config.url, device_id, runtime=runtime, profile=profile, dropout=config.dropout,
-            seed=[config.seed, index], token=config.token, secret=config.secrets.get(device_id), ca=config.ca,
+            seed=seeds.integer(config.seed, Purpose.DEVICE, index), token=config.token, secret=config.secrets.get(device_id), ca=config.ca,
             lane=lane, backoff=config.backoff, max_part_bytes=config.max_part_bytes,
         )
         for device_id, index, profile in zip(config.device_ids, config.indices, config.profiles)

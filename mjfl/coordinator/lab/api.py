@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import io
 import json
 import logging
@@ -44,6 +45,8 @@ from typing import Any
 from aiohttp import web
 
 from mjfl import __version__
+from mjfl.coordinator.dashboard.device_logs import SharedLog, device_log
+from mjfl.coordinator.lab.runlogs import LAB_LOG
 from mjfl.coordinator.lab.runs import LabRuns
 from mjfl.coordinator.lab.store import LabRun, LabStore, Researcher
 from mjfl.errors import Refusal, StorageError
@@ -110,11 +113,20 @@ class LabApi:
         run = self._run(request)
         after = _int_query(request, "after", 0)
         device = request.query.get("device")
-        chunk, end, at_end = await asyncio.to_thread(_read_from, self.runs.folder(run.run_id) / "mjfl.log", after)
+        folder = self.runs.folder(run.run_id)
+        chunk, end, at_end = await asyncio.to_thread(_read_from, folder / "mjfl.log", after)
         lines = chunk.splitlines()
-        if device:
+        if device and after == 0:
+            # A device's own lines, the first time: the run's and, for a device the lab runs itself (emulated),
+            # the lab log's that name it while the run ran; following on, the run's new lines that name it.
+            lines = (await asyncio.to_thread(device_log, folder, device, shared=self._shared_log(run)))["lines"]
+        elif device:
             lines = [line for line in lines if device in line]
         return _json({"lines": lines, "next": end, "final": run.final and at_end})
+
+    def _shared_log(self, run: LabRun) -> SharedLog:
+        since = _unix(run.started_at) if run.started_at else 0.0
+        return SharedLog(self.runs.out_dir / LAB_LOG, since, _unix(run.ended_at) if run.ended_at else None)
 
     async def archive(self, request: web.Request) -> web.Response:
         run = self._run(request)
@@ -385,3 +397,7 @@ def _snapshot(path: Path) -> bytes:
 
 def _json(data: Any, *, status: int = 200) -> web.Response:
     return web.Response(text=json.dumps(data, separators=(",", ":")), status=status, content_type="application/json")
+
+
+def _unix(iso: str) -> float:
+    return dt.datetime.fromisoformat(iso).timestamp()

@@ -37,6 +37,7 @@ from mjfl.coordinator.dashboard.catalog import Kept, encoded, timeline_of, view_
 from mjfl.coordinator.dashboard.device_logs import SharedLog, device_log
 from mjfl.coordinator.dashboard.server import make_app, new_token, token_guard
 from mjfl.coordinator.dashboard.state import RunView, round_devices, unrecorded_view
+from mjfl.coordinator.lab.runlogs import LAB_LOG
 from mjfl.coordinator.lab.runs import LabFleet
 from mjfl.coordinator.lab.view import Connected, LabView, lab_line, serving
 from mjfl.coordinator.results.wallclock import unix_time
@@ -45,7 +46,6 @@ from mjfl.coordinator.storage.layout import database_path
 
 __all__ = ["LAB_LOG", "LabCatalog", "add_pages", "connected", "dashboard_token"]
 
-LAB_LOG = "lab.log"  # LAB_DIR's own log (service.py: its device server's and its emulated devices' lines)
 
 _STATIC = resources.files("mjfl.coordinator.dashboard") / "static"
 # The lab page's files; timeline.js draws the lab's timeline where it is installed (the page works without it).

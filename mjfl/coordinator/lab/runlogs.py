@@ -24,6 +24,8 @@ from mjfl import logs
 
 current_run: ContextVar[str | None] = ContextVar("mjfl_lab_run", default=None)
 
+LAB_LOG = "lab.log"  # LAB_DIR's own log: its device server's and its emulated devices' lines, every run's too
+
 _FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 
 

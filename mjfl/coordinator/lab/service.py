@@ -33,10 +33,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import itertools
 import multiprocessing
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 from rich.console import Console
@@ -50,7 +52,7 @@ from mjfl.coordinator.lab.fleet import LabFleet, Lobby
 from mjfl.coordinator.lab.loop import RECENT, LoopWatch, summary_ms
 from mjfl.coordinator.lab.memory import settle
 from mjfl.coordinator.lab.pages import add_pages, dashboard_token
-from mjfl.coordinator.lab.runlogs import RunLogs
+from mjfl.coordinator.lab.runlogs import LAB_LOG, RunLogs
 from mjfl.coordinator.lab.runs import RUNS, LabRuns
 from mjfl.coordinator.lab.sharing import FairShare
 from mjfl.coordinator.lab.store import LabRun, LabStore
@@ -82,15 +84,15 @@ class ServeOptions:
 async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: ServeOptions = ServeOptions()) -> None:
     """Run the lab's service until it is stopped, or drained (see the module docstring)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    logs.setup(out_dir / "lab.log", verbose=options.verbose, stream=None)
+    logs.setup(out_dir / LAB_LOG, verbose=options.verbose, stream=None)
     run_logs = RunLogs()
     logs.add_handler(run_logs)
     store = await asyncio.to_thread(LabStore, out_dir / "lab.db")
-    with store, _child_work() as work:
+    with store, _child_work(out_dir / LAB_LOG, options.verbose) as work:
         _first_admin(store, out_dir, console)
         host = DeviceHost(
             lab.server, lab.fleet, seed=lab.seed, section="server",
-            options=HostOptions(options.emulate, options.phones, options.ray, out_dir / "lab.log", options.verbose),
+            options=HostOptions(options.emulate, options.phones, options.ray, out_dir / LAB_LOG, options.verbose),
         )
         async with asyncio.TaskGroup() as group:
             runs = _runs(lab, out_dir, store, host, run_logs, group, console, options.phones, work)
@@ -143,18 +145,25 @@ def _runs(
 
 
 @contextlib.contextmanager
-def _child_work() -> Iterator[concurrent.futures.Executor]:
+def _child_work(log_file: Path, verbose: bool) -> Iterator[concurrent.futures.Executor]:
     """The child process where runs prepare (data, partitions, program exports) and write their reports: the
     torch work away from the process whose loop carries every run, and killed at once when the service stops
-    (a run's export does not hold up its exit)."""
-    work = concurrent.futures.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    (a run's export does not hold up its exit). Its log lines and the libraries' chatter go to ``log_file``."""
+    # The processes it spawns share multiprocessing's resource tracker, which speaks of what a killed child left
+    # (its semaphores) at the service's end: started here, what it says goes to the log, as third-party lines do.
+    with logs.native_output():
+        resource_tracker.ensure_running()
+    work = concurrent.futures.ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn"),
+        initializer=functools.partial(logs.setup_worker, log_file, verbose=verbose),
+    )
     work.submit(warm)  # its imports done before the first run needs it
     try:
         yield work
     finally:
         for process in list(getattr(work, "_processes", {}).values()):
             process.kill()
-        work.shutdown(wait=False, cancel_futures=True)
+        work.shutdown(wait=True, cancel_futures=True)  # the killed child reaped, its queue's semaphores let go
 
 
 def _phone_lines(phones: Phones | None) -> Callable[[Path], contextlib.AbstractContextManager[object]]:

@@ -298,6 +298,13 @@ def test_every_answer_of_a_real_lab_is_the_one_the_spec_describes(tmp_path: Path
     page = call("GET", f"/api/lab/runs/{first['id']}/log?after=0", token=bob, expect=200)
     assert page["lines"] and page["next"] > 0 and not page["final"]
     call("GET", f"/api/lab/runs/{first['id']}/log?after={page['next']}&device=emu", expect=200)
+    # An emulated device's own lines (the lab's log: the lab runs it) while the run runs, under the run's log.
+    done = lab.until(lambda: next((t for t in call("GET", "/api/lab/tasks", expect=200)["tasks"]
+                                   if t["run"] == first["id"] and t["ended"] is not None), None), 240)
+    device_lines = lab.until(lambda: [line for line in call(
+        "GET", f"/api/lab/runs/{first['id']}/log?after=0&device={done['device']}", expect=200)["lines"]
+        if "trained" in line], 120)
+    assert all(done["device"] in line for line in device_lines)
     call("GET", f"/api/lab/runs/{first['id']}/log?after=-1", expect="request_invalid")
     call("GET", "/api/lab/runs/0099-nobody/log", expect="not_found")
 

@@ -380,6 +380,11 @@ class EmulatedDevice:
             return
         power_w = None if self.profile is None else self.profile.power_w
         reply.answer_result(weights, trained, loaded, power_w=power_w, round_s=fate.duration_s)
+        # A phone's app logs each task it trains; so does the device it stands in for (its log, the device log).
+        log.info(
+            "%s: trained %s round %d: %d samples x %d epochs, mean loss %.4f, %.2f s of compute", self.device_id,
+            task.job_id, task.round, trained.samples, task.epochs, trained.mean_loss, trained.compute_s,
+        )
 
     def _task_seed(self, task: Task) -> int:
         # The coordinator's seed (docs/models.md, "The task generator"); drawn

@@ -17,6 +17,7 @@ gives the same schedule.
 from __future__ import annotations
 
 import asyncio
+import math
 import selectors
 import time
 from collections.abc import Callable, Coroutine
@@ -108,6 +109,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
 
     def advance(self, seconds: float) -> None:
         self._virtual_now += seconds
+        # asyncio runs a timer once it is due within the clock's resolution of now (1 ns). Past 2**24 s (194
+        # days) a nanosecond is below the spacing of floats there, so a timer due now would never run: the
+        # resolution grows with the time, a few float spacings.
+        self._clock_resolution = max(1e-9, 4 * math.ulp(self._virtual_now))
 
 
 class VirtualClock:

@@ -72,3 +72,24 @@ def test_real_clock_measures_wall_time():
 
     elapsed, value = asyncio.run(main())
     assert elapsed >= 0.05 and value == 6
+
+
+def test_virtual_time_goes_on_past_the_years_in_order():
+    # Past 2**24 s a nanosecond (asyncio's clock resolution) is below the spacing of floats: timers must still run.
+    async def main():
+        clock, woke = VirtualClock(), []
+
+        async def sleeper(seconds, name):
+            await clock.sleep(seconds)
+            woke.append((name, clock.now()))
+
+        year = 365 * 86_400.0
+        async with asyncio.TaskGroup() as group:
+            group.create_task(sleeper(10 * year, "decade"))
+            group.create_task(sleeper(year, "year"))
+            group.create_task(sleeper(year + 1e-3, "year and a millisecond"))
+        return woke
+
+    woke = run_virtual(main())
+    assert [name for name, _ in woke] == ["year", "year and a millisecond", "decade"]
+    assert woke[-1][1] == pytest.approx(10 * 365 * 86_400.0)

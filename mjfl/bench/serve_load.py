@@ -8,9 +8,12 @@ capacity
     shares of 8 devices over 4 runs are 2, below a ``min_plan`` of 3). The
     figures: how many runs completed with their targets, the most that ran at
     once against what the fleet holds (``devices // min_plan``), whether the
-    queued runs said why they waited, and the longest a device sat idle between
-    two tasks over the longest round (at most 1: no device idles longer than a
-    round while runs wait).
+    queued runs said why they waited, and the longest stretch during which a
+    round's worth of devices (``min_plan``) sat idle while a job of some run
+    waited for devices, over the longest round (at most 1: no device idles
+    longer than a round while a run is short of devices). The waits are the
+    runs' own word, their logs' lines (``run/progress.py``): from a job's
+    "waits for devices" to the start of its next round.
 
 loop
     ``loop_runs`` runs at once on ``devices`` emulated devices, and meanwhile
@@ -28,7 +31,9 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -81,14 +86,17 @@ def capacity(settings: Settings, lab_toml: str, folder: Path, console: Console) 
         reasons = [lab.runs()[i]["reason"] for i in ids[devices // min_plan:]]
         views = labs.until_ended(lab, ids, deadline, update)
         tasks = lab.call("GET", "/api/lab/tasks")["tasks"]
-    rounds = [r for i in ids for r in _rounds(folder / "lab" / "runs" / i / "mjfl.db")]
+    runs_dir = folder / "lab" / "runs"
+    rounds = [r for i in ids for r in _rounds(runs_dir / i / "mjfl.db")]
+    waits = [w for i in ids for w in waits_in_log((runs_dir / i / "mjfl.log").read_text(errors="replace"))]
+    idle = idle_while_waiting(tasks, waits, devices, min_plan)
     figures = {
         "devices": devices, "min_plan": min_plan, "runs": count, "holds": devices // min_plan,
         "completed_with_targets": sum(views[i]["state"] == "completed" and bool(views[i]["targets_reached"]) for i in ids),
         "most_at_once": _most_at_once([(labs.wall(views[i]["admitted_at"]), labs.wall(views[i]["ended_at"]))
                                        for i in ids if views[i]["admitted_at"] and views[i]["ended_at"]]),
         "queued_said_why": all("devices" in (r or "") for r in reasons),
-        "idle_over_round": round(_longest_idle(tasks) / max(rounds, default=1.0), 3),
+        "idle_over_round": round(idle / max(rounds, default=1.0), 3),
         "part_s": round(time.monotonic() - started, 1),
     }
     console.print(
@@ -199,16 +207,47 @@ def _rounds(database: Path) -> list[float]:
         return [float(end - start) for start, end in conn.execute("SELECT started_s, ended_s FROM rounds")]
 
 
-def _longest_idle(tasks: Sequence[dict[str, Any]]) -> float:
-    """The longest any device sat between two of its tasks (the lab's task log, wall clock)."""
-    by_device: dict[str, list[dict[str, Any]]] = {}
-    for task in tasks:
-        by_device.setdefault(task["device"], []).append(task)
-    gaps = [0.0]
-    for spans in by_device.values():
-        spans.sort(key=lambda t: t["sent"])
-        gaps += [b["sent"] - a["ended"] for a, b in itertools.pairwise(spans) if a["ended"] is not None]
-    return max(gaps)
+_STAMP = r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3}) "
+_WAITS = re.compile(_STAMP + r".*?: job (\S+) round \d+ waits for devices")
+_ROUND = re.compile(_STAMP + r".*?: job (\S+) round \d+: accuracy .*?, (-?[\d.]+)-(-?[\d.]+) s")
+
+
+def waits_in_log(text: str) -> list[tuple[float, float]]:
+    """Each wait for devices a run's log tells, on the wall clock (Unix s): from a job's "waits for devices" line
+    to the start of its next round (the round's line, when it ended, less the round's length)."""
+    began: dict[str, float] = {}
+    spans = []
+    for line in text.splitlines():
+        if (m := _WAITS.match(line)) is not None:
+            began.setdefault(m.group(3), _unix(m.group(1), m.group(2)))
+        elif (m := _ROUND.match(line)) is not None and m.group(3) in began:
+            start = _unix(m.group(1), m.group(2)) - (float(m.group(5)) - float(m.group(4)))
+            spans.append((began.pop(m.group(3)), start))
+    return spans
+
+
+def idle_while_waiting(
+    tasks: Sequence[dict[str, Any]], waits: Sequence[tuple[float, float]], devices: int, plan: int
+) -> float:
+    """The longest stretch (seconds) within one wait for devices during which at least ``plan`` of the ``devices``
+    held no task: enough idle devices for a round, while a job waited for them. (Fewer idle devices, a slow one
+    no plan chose or one left over by plans of ``plan``, are no round's worth.)"""
+    spans = [(t["sent"], t["ended"] if t["ended"] is not None else math.inf) for t in tasks]
+    longest = 0.0
+    for start, end in waits:
+        inside = [(max(sent, start), min(ended, end)) for sent, ended in spans if sent < end and ended > start]
+        moments = sorted({start, end, *(a for a, _ in inside), *(b for _, b in inside)})
+        stretch = 0.0
+        for a, b in itertools.pairwise(moments):
+            busy = sum(1 for sent, ended in inside if sent <= a and ended >= b)
+            stretch = stretch + (b - a) if devices - busy >= plan else 0.0
+            longest = max(longest, stretch)
+    return longest
+
+
+def _unix(stamp: str, ms: str) -> float:
+    """A log line's local time, as Unix seconds."""
+    return time.mktime(time.strptime(stamp, "%Y-%m-%d %H:%M:%S")) + int(ms) / 1000
 
 
 def _most_at_once(spans: Sequence[tuple[float, float]]) -> int:

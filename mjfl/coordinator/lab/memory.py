@@ -3,8 +3,8 @@
 What a run allocates for its life (its data, programs, evaluations) is freed
 when it ends, but glibc keeps freed pages inside its arenas, and the service's
 resident memory grows run after run though no object of an ended run is left
-(`mjfl bench serve`'s memory figure measures it; docs/experiments/lab-service.md
-has the readings). So after each run the ended run's reference cycles are
+(`mjfl bench serve`'s memory figure measures it; docs/lab.md, section 9, has
+the readings). So after each run the ended run's reference cycles are
 collected and the free pages handed back (glibc's ``malloc_trim``).
 
 A full collection walks every object the process holds; once the service is

@@ -90,7 +90,7 @@ from mjfl.coordinator.storage.records import (
     SchedulerChoice,
     Score,
 )
-from mjfl.errors import ConfigError, RunError, StorageError, UserError
+from mjfl.errors import ConfigError, MjflError, RunError, StorageError, UserError
 from mjfl.ids import DeviceId, JobId
 from mjfl.profiling.observations import Observation, fit_profiles, write_observations
 from mjfl.profiling.profiles import DeviceProfile, save_profiles
@@ -256,7 +256,10 @@ class Driver:
             outcome = await self._train_one(database, method, devices, view, resume=resume, run_id=run_id)
         finally:
             await asyncio.to_thread(database.close)
-        summary, text = await asyncio.get_running_loop().run_in_executor(work, report_text, self._report_of([outcome]))
+        try:
+            summary, text = await asyncio.get_running_loop().run_in_executor(work, report_text, self._report_of([outcome]))
+        except OSError as exc:
+            raise self._unreported(exc) from None
         self.output.console.out(text, highlight=False)
         return dataclasses.replace(outcome, summary=summary)
 
@@ -271,11 +274,11 @@ class Driver:
         if run.resumed:
             self.output.console.print(f"resuming run {run.info.run_id} after {await database.call(run.progress)}")
         with self._ending(database, run):
-            jobs = await self._train(database, run, devices, view, force=force)
+            engine_jobs = await self._train(database, run, devices, view, force=force)
             await database.drain()
         rid = run.info.run_id
-        jobs_, rounds, choices = await database.call(lambda s: (s.jobs(rid), s.rounds(rid), s.choices(rid)))
-        return RunOutcome(rid, method, {job.name: job.stopped for job in jobs}, jobs_, rounds, choices)
+        infos, rounds, choices = await database.call(lambda s: (s.jobs(rid), s.rounds(rid), s.choices(rid)))
+        return RunOutcome(rid, method, {job.name: job.stopped for job in engine_jobs}, infos, rounds, choices)
 
     def _interrupted(self) -> None:
         """Ctrl-C during a run: say what is kept and how to go on."""
@@ -299,7 +302,10 @@ class Driver:
         finally:
             if run.recorded:
                 run_id = run.info.run_id
-                database.put(lambda storage: self._finish(storage, run_id, status))
+                # After a write that failed nothing more is written (the run stays resumable); its failure is
+                # what the run raises, not this.
+                with contextlib.suppress(MjflError):
+                    database.put(lambda storage: self._finish(storage, run_id, status))
 
     @staticmethod
     def _finish(storage: Storage, run_id: str, status: str) -> None:
@@ -543,10 +549,13 @@ class Driver:
         try:
             return written_report(self._report_of(outcomes), self.output.console)
         except OSError as exc:
-            raise RunError(
-                f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
-                f" every round is saved in {self.config.database_path}; `mjfl report` writes it again"
-            ) from None
+            raise self._unreported(exc) from None
+
+    def _unreported(self, exc: OSError) -> RunError:
+        return RunError(
+            f"cannot write the report in {self.output.out_dir} ({exc.strerror or exc}: {exc.filename});"
+            f" every round is saved in {self.config.database_path}; `mjfl report` writes it again"
+        )
 
     def _report_of(self, outcomes: Sequence[RunOutcome]) -> Report:
         results = {o.method: (o.jobs, o.rounds) for o in outcomes}

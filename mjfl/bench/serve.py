@@ -166,6 +166,10 @@ class Settings:
             raise UserError("--timeout-s must be > 0")
         if self.profiles is not None and not Path(self.profiles).is_file():
             raise UserError(f"--profiles: no file {self.profiles}")
+        if min(self.capacity_devices, self.capacity_min_plan, self.capacity_runs, self.loop_runs) < 1:
+            raise UserError("--capacity-devices, --capacity-min-plan, --capacity-runs and --loop-runs must be >= 1")
+        if self.capacity_min_plan > self.capacity_devices:
+            raise UserError(f"--capacity-min-plan: at most --capacity-devices ({self.capacity_devices})")
         if not self.parts or set(self.parts) - set(PARTS):
             raise UserError(f"--parts: choose from {', '.join(PARTS)}")
         if self.baseline is not None and not (Path(self.baseline) / "mjfl" / "__init__.py").is_file():

@@ -82,8 +82,9 @@ def capacity(settings: Settings, lab_toml: str, folder: Path, console: Console) 
     with output.step(console, f"capacity: {count} runs of min_plan {min_plan} on {devices} devices ...") as update, \
             labs.lab(folder, lab_toml, devices, deadline) as lab:
         ids = [lab.submit(run, lab.admin) for _ in range(count)]
-        lab.until(lambda: all(lab.runs()[i]["reason"] for i in ids[devices // min_plan:]), deadline, "the queue's reasons")
-        reasons = [lab.runs()[i]["reason"] for i in ids[devices // min_plan:]]
+        # Once the lab has looked at its queue, each run still queued says why.
+        lab.until(lambda: all(v["state"] != "queued" or v["reason"] for v in lab.runs().values()), deadline, "the queue's reasons")
+        reasons = [v["reason"] for v in lab.runs().values() if v["state"] == "queued"]
         views = labs.until_ended(lab, ids, deadline, update)
         tasks = lab.call("GET", "/api/lab/tasks")["tasks"]
     runs_dir = folder / "lab" / "runs"
@@ -92,10 +93,11 @@ def capacity(settings: Settings, lab_toml: str, folder: Path, console: Console) 
     idle = idle_while_waiting(tasks, waits, devices, min_plan)
     figures = {
         "devices": devices, "min_plan": min_plan, "runs": count, "holds": devices // min_plan,
+        "completed": sum(views[i]["state"] == "completed" for i in ids),
         "completed_with_targets": sum(views[i]["state"] == "completed" and bool(views[i]["targets_reached"]) for i in ids),
         "most_at_once": _most_at_once([(labs.wall(views[i]["admitted_at"]), labs.wall(views[i]["ended_at"]))
                                        for i in ids if views[i]["admitted_at"] and views[i]["ended_at"]]),
-        "queued_said_why": all("devices" in (r or "") for r in reasons),
+        "queued": len(reasons), "queued_said_why": all("devices" in (r or "") for r in reasons),
         "idle_over_round": round(idle / max(rounds, default=1.0), 3),
         "part_s": round(time.monotonic() - started, 1),
     }

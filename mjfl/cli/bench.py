@@ -218,8 +218,18 @@ def bench_serve(
         " default: the synthetic fleet of --seed."))] = None,
     timeout_s: Annotated[float, typer.Option(help="Bound on each part, seconds.")] = 1800.0,
     out: Annotated[Path | None, typer.Option(help="Keep the labs' and runs' folders here (default: a temporary folder, removed).")] = None,
+    parts: Annotated[str, typer.Option(metavar="PART,...", help=(
+        "The parts to measure: makespan, submit, memory, capacity (more runs than the fleet holds at their min_plan),"
+        " loop (the event loop's lag and the heartbeats while runs share the devices)."))] = "makespan,submit,memory,capacity,loop",
+    capacity_devices: Annotated[int, typer.Option(help="The capacity part's lab: its devices.")] = 8,
+    capacity_min_plan: Annotated[int, typer.Option(help="The capacity part's runs: the smallest plan of their jobs.")] = 3,
+    capacity_runs: Annotated[int, typer.Option(help="The capacity part's runs, submitted at once.")] = 5,
+    loop_runs: Annotated[int, typer.Option(help="The loop part's runs, at once on --devices devices.")] = 4,
+    baseline: Annotated[Path | None, typer.Option(help=(
+        "Another mjfl checkout whose service the loop part measures too, in the same run (before / after)."))] = None,
 ) -> None:
-    """The lab service: makespan of shared vs reserved devices vs one testbed run after another; submit latency; memory."""
+    """The lab service: makespan of shared vs reserved devices vs one testbed run after another; submit latency;
+    memory; a lab at capacity; its event loop under load."""
     from mjfl.bench.serve import Settings, run_serve_bench
 
     _bench_log(json_path)
@@ -228,6 +238,9 @@ def bench_serve(
         methods=tuple(comma_list("--methods", methods)), max_running=max_running, rounds=rounds,
         connections=connections, submits=submits, memory_runs=tuple(comma_list("--memory-runs", memory_runs, int)),
         seed=seed, profiles=None if profiles is None else str(profiles), timeout_s=timeout_s,
+        parts=tuple(comma_list("--parts", parts)), capacity_devices=capacity_devices,
+        capacity_min_plan=capacity_min_plan, capacity_runs=capacity_runs, loop_runs=loop_runs,
+        baseline=None if baseline is None else str(baseline),
     )
     run_serve_bench(settings, out=out, json_path=json_path, console=console)
 

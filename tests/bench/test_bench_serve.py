@@ -26,7 +26,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 WAYS = ("equal", "reserved", "sequential")
 ARGS = [
     "--devices", "8", "--runs", "2", "--researchers", "2", "--sizes", "8", "--rounds", "1",
-    "--connections", "3", "--submits", "4", "--memory-runs", "1,2", "--timeout-s", "300",
+    "--connections", "3", "--submits", "4", "--memory-runs", "1,2", "--capacity-runs", "3", "--loop-runs", "2",
+    "--timeout-s", "300",
 ]
 
 
@@ -107,6 +108,28 @@ def test_memory_is_read_after_each_count_of_ended_runs(bench) -> None:
     assert figures["rss_growth"] == memory["growth"] == round(memory["rss_mb"]["2"] / memory["rss_mb"]["1"] - 1, 4)
     assert "memory: RSS" in said and "after 2 runs" in said
     assert figures["settings"]["memory_runs"] == [1, 2] and figures["settings"]["connections"] == 3
+
+
+def test_a_lab_at_capacity_runs_what_its_fleet_holds_and_queues_the_rest_saying_why(bench) -> None:
+    figures, said = bench
+    capacity = figures["capacity"]
+    assert (capacity["devices"], capacity["min_plan"], capacity["runs"], capacity["holds"]) == (8, 3, 3, 2)
+    assert capacity["completed"] == capacity["runs"]  # one round each (--rounds 1): none starved, none left queued
+    assert capacity["most_at_once"] <= capacity["holds"] and figures["capacity_over_holds"] <= 0
+    assert capacity["queued_said_why"]
+    assert figures["capacity_idle_over_round"] == capacity["idle_over_round"] >= 0
+    assert "capacity: " in said
+
+
+def test_the_loop_part_reads_the_services_own_lag_and_heartbeats(bench) -> None:
+    figures, said = bench
+    this = figures["loop"]["this"]
+    assert this["runs"] == 2 and this["completed"] == 2
+    lag, beats = this["loop"], this["heartbeats"]
+    assert lag["samples"] > 0 and 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
+    assert beats["missed"] == figures["heartbeats_missed"] and beats["rtt"]["samples"] >= 0
+    assert (figures["loop_lag_p99_ms"], figures["loop_lag_max_ms"]) == (lag["p99_ms"], lag["max_ms"])
+    assert this["health"]["samples"] > 0 and "loop (this checkout)" in said
 
 
 def test_a_size_the_lab_cannot_hold_names_the_flag(tmp_path: Path) -> None:

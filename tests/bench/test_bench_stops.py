@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from processes import Process, mjfl_args, wait_for
+from waiting import eventually
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -68,4 +69,7 @@ def test_sigterm_stops_the_bench_and_every_process_it_started(
     os.kill(bench.pid, signal.SIGTERM)
     # Bounded generously for a busy machine: the defect was a bench that went on for minutes.
     assert bench.wait(timeout=60) == 130, "".join(bench.output)
-    assert running_in(sessions) == [], "".join(bench.output)
+    # A process of the bench's (a resource tracker reading its pipe to the end) may take a moment
+    # after the bench to exit; one left behind never does.
+    eventually(lambda: not running_in(sessions), what="the bench's processes exited",
+               explain=lambda: f"still running: {running_in(sessions)}\n{''.join(bench.output)}")

@@ -67,6 +67,19 @@ def play(scheduler, fleet: FleetModel, job: JobModel, rounds: range, frequencies
     return decisions
 
 
+def as_recorded(decisions: list[dict], recorded: list[dict]) -> bool:
+    """Whether ``decisions`` (played here) are those ``recorded`` on another machine: the same plans
+    chosen by the same members, each candidate's cost equal to float rounding (machines of this
+    kind round differently: AVX2 or AVX-512, Intel or AMD)."""
+    if [(d["plan"], d["chosen_by"]) for d in decisions] != [(d["plan"], d["chosen_by"]) for d in recorded]:
+        return False
+    return all(
+        d["candidates"].keys() == r["candidates"].keys()
+        and all(np.isclose(d["candidates"][name], r["candidates"][name], rtol=1e-9, atol=0) for name in d["candidates"])
+        for d, r in zip(decisions, recorded, strict=True)
+    )
+
+
 class Proposes:
     """A member of Meta-Greedy that always proposes the same plan (its selectors' tests)."""
 

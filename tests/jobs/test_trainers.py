@@ -15,7 +15,8 @@ resnet13, or not at all, depending on the machine's kernels). So:
 
 - every model takes 20 steps *from the same state* (teacher forcing: each
   runtime steps from the eager trajectory's weights and buffers) and every
-  update agrees to 1e-5, except at most one step at a kink;
+  update agrees to 1e-5, except at most ``KINK_STEPS`` steps at a kink (a
+  defect, such as a wrong backward, parts every step);
 - LeNet-5 also runs 20 steps freely, as does FedAvg, and there the two
   trajectories must agree to a share of how far training moved the weights
   (``KINK_SHARE``), which tells a kink from a defect on any CPU.
@@ -67,6 +68,9 @@ CNN_B_DROPOUT = ModelSpec("cnn-b", SHAPE, 10)  # the paper's 0.05
 # 0.015 (12). Defects part them further: no momentum 0.92 and 0.49, another batch order 0.58 and
 # 0.32, FedAvg unweighted by samples 0.13.
 KINK_SHARE = 0.05
+# Of 20 teacher-forced steps, how many may part by more than 1e-5 (at a kink, below 1e-3). Measured: one at
+# most on an Intel AVX-512 machine, two (AlexNet: 5.0e-5 and 1.1e-4) on an AMD EPYC one.
+KINK_STEPS = 3
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -130,7 +134,7 @@ def test_runtime_matches_eager_step_by_step(name: str, programs: dict[ModelSpec,
         w = b.weights
     assert _max_diff(w, w0) > 1e-3  # it trained
     assert max(diffs) < 1e-3, diffs
-    assert sorted(diffs)[-2] < 1e-5, diffs  # at most one step at a ReLU kink
+    assert sorted(diffs)[-KINK_STEPS - 1] < 1e-5, diffs
 
 
 def test_loss_falls_on_digits(programs: dict[ModelSpec, bytes], digits: tuple[np.ndarray, np.ndarray]) -> None:

@@ -48,9 +48,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Two workers, one a core (a test's processes are mostly single-threaded): a module's tests run
-# on one worker, the modules with slow tests first (tests/conftest.py orders them).
-PARALLEL := -n 2 --dist loadfile --no-loadscope-reorder
+# Three workers on two cores: a test's processes spend much of their time waiting on one another
+# (a socket, a service starting), and with two workers a quarter of two cores' time went idle. A
+# module's tests run on one worker, the modules with slow tests first (tests/conftest.py orders them).
+PARALLEL := -n 3 --dist loadfile --no-loadscope-reorder
 
 test: $(STAMP) java-setup browser-setup
 	$(BIN)/lint-imports --no-cache

@@ -21,7 +21,7 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Orders the tests for ``make test``'s two workers (``-n 2 --dist loadfile``: a module's
+    """Orders the tests for ``make test``'s workers (``-n 3 --dist loadfile``: a module's
     tests run on one worker, so a module-scoped fixture is made once and the README's commands
     follow one another). Modules with a fixture made once for them go first (a bench run, the
     JVM build, the README's scratch clone), then those with tests marked slow, then the rest:

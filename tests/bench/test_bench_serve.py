@@ -1,8 +1,10 @@
 """`mjfl bench serve` (mjfl.bench.serve) at its smallest, through the command line.
 
-Every part runs for real: two labs (`mjfl serve`, shared and reserved), the
+Its parts run for real: two labs (`mjfl serve`, shared and reserved), the
 testbed runs one after another, a lab taking submits with devices connected,
-a lab running tiny runs for its memory. The figures are checked for what
+a lab running tiny runs for its memory (the capacity and loop parts, in a
+bench of their own: test_bench_serve_at_capacity.py, so the two run side by
+side in `make test`). The figures are checked for what
 holds whatever the timings: every run of every way ended and completed, the
 ways ran the same runs, the figures agree with each other. Its cost: about
 150 s on 2 busy cores (the bench's parts: equal 30 s, reserved 25 s, the two
@@ -13,49 +15,27 @@ for its shard, and every testbed run starts its own devices.
 
 from __future__ import annotations
 
-import json
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from serve_bench import run_bench
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 WAYS = ("equal", "reserved", "sequential")
 ARGS = [
     "--devices", "8", "--runs", "2", "--researchers", "2", "--sizes", "8", "--rounds", "1",
-    "--connections", "3", "--submits", "4", "--memory-runs", "1,2", "--capacity-runs", "3", "--loop-runs", "2",
-    "--timeout-s", "300",
+    "--connections", "3", "--submits", "4", "--memory-runs", "1,2", "--timeout-s", "300",
 ]
-
-
-def fast_phones(path: Path) -> Path:
-    """A profile file of phones a hundred times faster than the synthetic fleet's: rounds of a few milliseconds."""
-    from mjfl.profiling.profiles import DeviceProfile, save_profiles
-
-    phones = [DeviceProfile(device_id=f"fast-{n}", a=1e-5, mu=1e5, source="synthetic") for n in range(8)]
-    save_profiles(path, phones, created="2026-01-01T00:00:00+00:00")
-    return path
+PARTS = ["--parts", "makespan,submit,memory"]  # the capacity and loop parts: test_bench_serve_at_capacity.py
 
 
 @pytest.fixture(scope="module")
 def bench(tmp_path_factory) -> tuple[dict, str]:
     """The bench's figures and what it said on stderr."""
-    folder = tmp_path_factory.mktemp("bench-serve")
-    profiles = ["--profiles", str(fast_phones(folder / "phones.json"))]
-    bench = subprocess.Popen(
-        [sys.executable, "-m", "mjfl.cli", "bench", "serve", *ARGS, *profiles, "--json", str(folder / "serve.json")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-    )
-    try:
-        _, said = bench.communicate(timeout=540)
-    except subprocess.TimeoutExpired:
-        bench.send_signal(signal.SIGTERM)  # the bench stops the labs and runs it started, in their own sessions
-        _, said = bench.communicate(timeout=120)
-    assert bench.returncode == 0, said[-4000:]
-    return json.loads((folder / "serve.json").read_text()), said
+    return run_bench(tmp_path_factory.mktemp("bench-serve"), [*ARGS, *PARTS])
 
 
 def test_each_way_runs_the_same_runs_to_their_end(bench) -> None:
@@ -108,28 +88,6 @@ def test_memory_is_read_after_each_count_of_ended_runs(bench) -> None:
     assert figures["rss_growth"] == memory["growth"] == round(memory["rss_mb"]["2"] / memory["rss_mb"]["1"] - 1, 4)
     assert "memory: RSS" in said and "after 2 runs" in said
     assert figures["settings"]["memory_runs"] == [1, 2] and figures["settings"]["connections"] == 3
-
-
-def test_a_lab_at_capacity_runs_what_its_fleet_holds_and_queues_the_rest_saying_why(bench) -> None:
-    figures, said = bench
-    capacity = figures["capacity"]
-    assert (capacity["devices"], capacity["min_plan"], capacity["runs"], capacity["holds"]) == (8, 3, 3, 2)
-    assert capacity["completed"] == capacity["runs"]  # one round each (--rounds 1): none starved, none left queued
-    assert capacity["most_at_once"] <= capacity["holds"] and figures["capacity_over_holds"] <= 0
-    assert capacity["queued_said_why"]
-    assert figures["capacity_idle_over_round"] == capacity["idle_over_round"] >= 0
-    assert "capacity: " in said
-
-
-def test_the_loop_part_reads_the_services_own_lag_and_heartbeats(bench) -> None:
-    figures, said = bench
-    this = figures["loop"]["this"]
-    assert this["runs"] == 2 and this["completed"] == 2
-    lag, beats = this["loop"], this["heartbeats"]
-    assert lag["samples"] > 0 and 0 <= lag["p50_ms"] <= lag["p99_ms"] <= lag["max_ms"]
-    assert beats["missed"] == figures["heartbeats_missed"] and beats["rtt"]["samples"] >= 0
-    assert (figures["loop_lag_p99_ms"], figures["loop_lag_max_ms"]) == (lag["p99_ms"], lag["max_ms"])
-    assert this["health"]["samples"] > 0 and "loop (this checkout)" in said
 
 
 def test_a_size_the_lab_cannot_hold_names_the_flag(tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from mjfl.device.emulated.emulator.backoff import Backoff
 from mjfl.device.emulated.emulator.device import EmulatedDevice, Impersonation
 from mjfl.device.emulated.emulator.lane import TrainingLane
 from mjfl.device.protocol import Runtime
+from mjfl.jobs.runtime import import_device_modules
 from mjfl.seeds import Purpose
 
 __all__ = ["REFUSED", "WorkerConfig", "worker_main"]
@@ -59,6 +60,8 @@ def worker_main(config: WorkerConfig, stop_event: multiprocessing.synchronize.Ev
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logs.setup_worker(config.log_file, verbose=config.verbose)
     _raise_open_files_limit()
+    if config.runtime == "executorch":
+        import_device_modules()  # before the lane's thread: the exporter's package stays unimported
     if asyncio.run(_run_devices(config, stop_event)):
         sys.exit(REFUSED)
 

@@ -142,29 +142,35 @@ def _loop_once(
         "health": latency_ms(probe), "loop": health.get("loop"), "heartbeats": health.get("heartbeats"),
         "part_s": round(time.monotonic() - started, 1),
     }
-    lag = figures["loop"] or {}
+    lag = figures["loop"]
+    lagged = "its health reports no loop lag" if lag is None else f"lag p99 {lag['p99_ms']} ms, max {lag['max_ms']} ms"
     console.print(
-        f"loop ({which}): lag p99 {lag.get('p99_ms')} ms, max {lag.get('max_ms')} ms; health p99"
-        f" {figures['health']['p99_ms']} ms ({figures['part_s']:.0f} s)", highlight=False,
+        f"loop ({which}): {lagged}; health p99 {figures['health']['p99_ms']} ms ({figures['part_s']:.0f} s)",
+        highlight=False,
     )
     return figures
 
 
 @contextlib.contextmanager
 def _pythonpath(checkout: Path | None) -> Iterator[None]:
-    """The services started inside run ``checkout``'s mjfl (None: this one)."""
+    """The services started inside run ``checkout``'s mjfl (None: this one).
+
+    ``PYTHONSAFEPATH`` too: ``python -m`` would otherwise put the folder it runs
+    in first on the path, and the bench runs from this checkout.
+    """
     if checkout is None:
         yield
         return
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = str(checkout.resolve())
+    before = {name: os.environ.get(name) for name in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    os.environ |= {"PYTHONPATH": str(checkout.resolve()), "PYTHONSAFEPATH": "1"}
     try:
         yield
     finally:
-        if before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = before
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 @contextlib.contextmanager

@@ -41,7 +41,7 @@ def import_device_modules() -> None:
     found = importlib.util.find_spec("executorch")
     if found is None or not found.submodule_search_locations:
         return  # not installed: the trainer's own import says so, where one is built
-    folder = f"{list(found.submodule_search_locations)[0]}/exir"
+    folder = f"{next(iter(found.submodule_search_locations))}/exir"
     stand_in = types.ModuleType(_PACKAGE)
     stand_in.__path__ = [folder]
     stand_in.__spec__ = importlib.machinery.ModuleSpec(_PACKAGE, None, is_package=True)

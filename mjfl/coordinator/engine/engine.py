@@ -281,7 +281,7 @@ class Engine:
         return None
 
     async def _wait_and_plan(self, job: EngineJob) -> tuple[PlanContext, Decision, list[DeviceId]] | None:
-        """Wait until enough devices are free, then plan and occupy them (no await in between).
+        """Wait until enough devices are free, then plan and occupy them (under the occupancy's planning lock).
 
         The occupancy wakes the job whenever a device is released, a job ends
         or a device joins (``Occupancy.changed``). While no device is busy
@@ -291,7 +291,8 @@ class Engine:
         deadline: float | None = None
         occupancy, waiting = self.occupancy, False
         while True:
-            planned = self._plan(job)
+            async with occupancy.planning:  # one plan at a time over the fleet, from its look to its take
+                planned = await self._plan(job)
             if planned is not None:
                 return planned
             if not waiting:
@@ -317,7 +318,21 @@ class Engine:
             job.name, job.rounds_done + 1, wanted, minimum, free, self.occupancy.allowance(self.run_id), self.now()
         )
 
-    def _plan(self, job: EngineJob) -> tuple[PlanContext, Decision, list[DeviceId]] | None:
+    async def _plan(self, job: EngineJob) -> tuple[PlanContext, Decision, list[DeviceId]] | None:
+        """Plan ``job`` over the devices free now and take them; None when it gets none. Under ``occupancy.planning``.
+
+        The scheduler runs off the loop (``clock.run_blocking``: a thread, or
+        virtual time standing still), on a context built here; what it chose
+        is taken here, on the loop.
+        """
+        ctx = self._context(job)
+        if ctx is None:
+            return None
+        decision = await self.clock.run_blocking(None, job.scheduler.plan, ctx)
+        return ctx, decision, self._take(job, ctx, decision)
+
+    def _context(self, job: EngineJob) -> PlanContext | None:
+        """What ``job``'s scheduler plans from, as the fleet stands now; None when the job gets no device."""
         profiles = [p for p in self.fleet.profiles() if p.device in job.samples]
         if not profiles:
             return None
@@ -358,14 +373,17 @@ class Engine:
         m = self.jobs.index(job)
         reported = self.losses[job.name]
         losses = np.array([reported.get(d, np.nan) for d in devices]) if reported else None
-        ctx = PlanContext(
+        return PlanContext(
             job=m, round=job.rounds_done + 1, fleet=fleet, jobs=tuple(jobs), free=free,
             frequencies=np.asarray(frequencies, dtype=np.int64), current_plans=tuple(current),
             size=size, weights=self.settings.weights, wait=wait, losses=losses,
         )
-        decision = job.scheduler.plan(ctx)
+
+    def _take(self, job: EngineJob, ctx: PlanContext, decision: Decision) -> list[DeviceId]:
+        """Occupy the devices ``decision`` chose for ``job`` (taken, or claimed where another job still holds one)."""
+        occupancy, holder, devices = self.occupancy, (self.run_id, job.name), ctx.fleet.ids
         chosen = [devices[k] for k in decision.plan]
-        if len(chosen) != size or any(not free[k] for k in decision.plan):
+        if len(chosen) != ctx.size or any(not ctx.free[k] for k in decision.plan):
             raise AssertionError(f"{job.scheduler.name} planned unavailable or too many devices: {chosen}")
         for device in chosen:
             if occupancy.free(device):
@@ -374,7 +392,7 @@ class Engine:
                 occupancy.claim(device, holder)  # its task starts when the other job releases it
             self.frequencies[job.name][device] = self.frequencies[job.name].get(device, 0) + 1
         self._in_flight[job.name] = set(chosen)
-        return ctx, decision, chosen
+        return chosen
 
     async def _run_round(self, job: EngineJob, planned: tuple[PlanContext, Decision, list[DeviceId]]) -> None:
         ctx, decision, devices = planned
@@ -385,7 +403,7 @@ class Engine:
         task_for = {d: self._task(job, round_, d) for d in devices}
         results = await asyncio.gather(*(self._train(job, d, task_for[d], started) for d in devices))
         ended = self.now()
-        results = self._reject_outliers(job, results)
+        results = await self._reject_outliers(job, results)
 
         updates, device_rounds, durations, losses, failed = [], [], {}, {}, set()
         for k, device, (outcome, task_started) in zip(plan, devices, results):
@@ -402,7 +420,7 @@ class Engine:
 
         aggregated = len(updates) >= max(1, self.settings.min_returns)
         if aggregated:
-            job.weights = fedavg(updates)
+            job.weights = await self.clock.run_blocking(None, fedavg, updates)  # the model's size, off the loop
         accuracy, loss = await self.clock.run_blocking(None, self.evaluate, job.spec, job.weights, job.test_x, job.test_y)
         job.rounds_done = round_
         job.best_accuracy = max(job.best_accuracy, accuracy)
@@ -413,7 +431,7 @@ class Engine:
             accuracy=accuracy, loss=loss, losses=losses,
         )
         cost = costs.observed_cost(round_outcome)
-        job.scheduler.observe(ctx, round_outcome)
+        await self.clock.run_blocking(None, job.scheduler.observe, ctx, round_outcome)  # BODS refits, RLDS learns
         record = RoundRecord(
             self.run_id, job.name, round_, started, ended, tuple(device_rounds), accuracy, loss,
             aggregated, expected, cost, decision.chosen_by,
@@ -426,7 +444,7 @@ class Engine:
             self._emit(JobStopped(job.name, job.stopped, job.rounds_done, self.now()))
         self._refit_profiles(devices)
 
-    def _reject_outliers(
+    async def _reject_outliers(
         self, job: EngineJob, results: Sequence[tuple[TaskResult | DeviceFailure, float]]
     ) -> list[tuple[TaskResult | DeviceFailure, float]]:
         """Valid updates too far from a typical one become rejections (failures are data).
@@ -439,8 +457,8 @@ class Engine:
         if ratio is None:
             return list(results)
         valid = [(k, r) for k, (r, _) in enumerate(results) if isinstance(r, TaskResult)]
-        sizes = update_sizes(job.weights, [r.weights for _, r in valid])
-        still = STILL * model_norm(job.weights)
+        sizes = await self.clock.run_blocking(None, update_sizes, job.weights, [r.weights for _, r in valid])
+        still = STILL * await self.clock.run_blocking(None, model_norm, job.weights)
         typical = float(np.median(job.accepted_sizes)) if job.accepted_sizes else None
         outliers = set(norm_outliers(sizes, max_ratio=ratio, typical=typical, still=still))
         job.accepted_sizes.extend(float(x) for i, x in enumerate(sizes) if i not in outliers and x > still)

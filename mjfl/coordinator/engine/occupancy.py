@@ -20,7 +20,15 @@ Every change goes through a verb (``take``, ``claim``, ``hold``, ``planned``,
 ``ended``) that keeps those invariants and wakes whoever waits for a change
 (``changed``); so does ``wake``, which the run driver calls when a device
 joins. Nobody polls. The object belongs to the event loop: no thread touches
-it, and no verb awaits but ``hold`` and ``changed``.
+it, and no verb awaits but ``hold`` and ``changed``. Waiters wake in the
+order they began to wait, so a virtual-time run wakes its jobs the same way
+every time.
+
+A scheduler plans off the loop (``engine.py``): a plan of Meta-Greedy's six
+members takes a tenth of a second, which the loop that carries every run's
+heartbeats must not wait out. ``planning`` is held from a job's look at the
+free devices to its taking them, so one job plans at a time over the fleet
+and the devices a plan chose are still where the scheduler saw them.
 """
 
 from __future__ import annotations
@@ -53,7 +61,9 @@ class Occupancy:
         self._started: dict[DeviceId, float] = {}  # clock time each busy device's task began
         self._wanted: dict[Holder, int] = {}  # each job's last plan: the devices it wanted
         self._short: dict[Holder, int] = {}  # jobs whose last plan got fewer devices than they wanted, by how many
-        self._waiters: set[asyncio.Future[None]] = set()
+        self._waiters: dict[asyncio.Future[None], None] = {}  # in the order they began to wait
+        self.planning = asyncio.Lock()
+        """Held from a job's look at the free devices to its taking the ones its scheduler chose (module docstring)."""
 
     # -- what is known ---------------------------------------------------------------
 
@@ -165,7 +175,7 @@ class Occupancy:
 
     def wake(self) -> None:
         """Something changed that may let a waiting job plan (a release, a job's end, a device that joined)."""
-        waiters, self._waiters = self._waiters, set()
+        waiters, self._waiters = self._waiters, {}
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_result(None)
@@ -173,7 +183,7 @@ class Occupancy:
     async def changed(self, timeout: float | None = None) -> bool:
         """Wait for the next ``wake``; False if ``timeout`` seconds (of the loop's clock) passed first."""
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.add(waiter)
+        self._waiters[waiter] = None
         try:
             if timeout is None:
                 await waiter
@@ -183,4 +193,4 @@ class Occupancy:
         except TimeoutError:
             return False
         finally:
-            self._waiters.discard(waiter)
+            self._waiters.pop(waiter, None)

@@ -8,6 +8,7 @@ so a job's model after r aggregated rounds is r and "accuracy" is r / 10.
 import asyncio
 import dataclasses
 import itertools
+import threading
 from collections import defaultdict
 
 import numpy as np
@@ -513,3 +514,59 @@ def test_a_run_holds_at_most_its_share_while_another_run_is_short():
     occupancy.planned(("b", JobId("b0")), 5, 5)  # b got what it wanted
     assert occupancy.allowance("a") is None
     assert Occupancy().allowance("a") is None  # one run alone: no share at all
+
+
+class Threaded:
+    """A scheduler that notes the thread of each call and how many of its kind's plans were in flight at once."""
+
+    name = "threaded"
+    in_flight = 0
+    most = 0
+
+    def __init__(self, seed):
+        self.inner = make_scheduler("meta-greedy", seed=seed, options={"rlds": {"pretrain_rounds": 3}})
+        self.threads = set()
+
+    def plan(self, ctx):
+        Threaded.in_flight += 1
+        Threaded.most = max(Threaded.most, Threaded.in_flight)
+        try:
+            self.threads.add(threading.get_ident())
+            return self.inner.plan(ctx)
+        finally:
+            Threaded.in_flight -= 1
+
+    def observe(self, ctx, outcome):
+        self.threads.add(threading.get_ident())
+        self.inner.observe(ctx, outcome)
+
+
+def test_schedulers_plan_and_learn_off_the_loop_one_plan_at_a_time_and_the_schedule_stays_the_seeds():
+    # Meta-Greedy's plan takes a tenth of a second: the loop that carries the heartbeats must not wait it out.
+    # Three jobs' plans go one at a time (the occupancy's planning lock), so none takes a device another took.
+    class Noted(Events):
+        def __init__(self):
+            super().__init__()
+            self.threads = set()
+
+        def __call__(self, event):
+            self.threads.add(threading.get_ident())  # observers run on the loop
+            super().__call__(event)
+
+    def traced():
+        jobs = make_jobs(3, target=0.8, max_rounds=8)
+        for m, job in enumerate(jobs):
+            job.scheduler = Threaded(seed=m)
+        events = Noted()
+        records, fleet = run(jobs, seed=3, events=events)
+        return jobs, records, fleet, events.threads
+
+    Threaded.most = 0
+    jobs, records, fleet, loop_threads = traced()
+    assert len(loop_threads) == 1
+    for job in jobs:
+        assert job.scheduler.threads and not job.scheduler.threads & loop_threads
+    assert Threaded.most == 1
+    assert fleet.overlaps == []
+    _, again, _, _ = traced()
+    assert [(r.job, r.round, r.plan, r.started_s) for r in again] == [(r.job, r.round, r.plan, r.started_s) for r in records]

@@ -41,6 +41,8 @@ Each command must exit 0 and write what the README says it writes
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -49,6 +51,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -244,16 +247,34 @@ def test_a_readme_command_runs_here_and_writes_what_the_readme_says(
         help_of(words(how.line))
         return
     jvm_line = next((other for other in LINES if other.startswith(JVM)), None)
-    if "--phones" in line and words(line)[:2] == ["testbed", "run"] and jvm_line is not None:
-        done = with_jvm_devices(how.line, jvm_line, scratch, jvm)
-    else:
-        done = run(how.line, scratch)
+    with the_default_ports():
+        if "--phones" in line and words(line)[:2] == ["testbed", "run"] and jvm_line is not None:
+            done = with_jvm_devices(how.line, jvm_line, scratch, jvm)
+        else:
+            done = run(how.line, scratch)
     assert done.returncode == 0, f"{how.line} ({how.note or 'as written'}):\n{done.stderr[-4000:]}"
     missing = [str(p) for p in written(line, scratch) if not (scratch / p).exists()]
     assert not missing, f"{how.line} wrote none of {missing}:\n{done.stderr[-2000:]}"
     for path in written(line, scratch):
         if path.suffix == ".json":
             json.loads((scratch / path).read_text(encoding="utf-8"))
+
+
+@contextlib.contextmanager
+def the_default_ports() -> Iterator[None]:
+    """The README's commands listen on mjfl's default ports (8765, 8780), as written: one suite at a time.
+
+    Two ``make test`` runs side by side on one machine (two clones) would each start the README's
+    testbed run on port 8765, and the second would find it in use. Every suite on the machine
+    takes this lock file's lock around a README command, so they take turns; the lock goes with
+    its process if that dies.
+    """
+    with open(Path(tempfile.gettempdir()) / "mjfl-readme-default-ports.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def help_of(argv: list[str]) -> None:

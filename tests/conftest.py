@@ -81,7 +81,10 @@ def cluster() -> Iterator[object]:
     from mjfl.device.emulated.ray_cluster import RayOptions
 
     assert not ray.is_initialized()
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    # A Ray of the suite's own ("local"): Ray's default joins the last cluster started on this machine,
+    # which is another suite's when two run side by side, and ends under this one.
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False,
+             logging_level=logging.ERROR)
     yield RayOptions()
     ray.shutdown()
 

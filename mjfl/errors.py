@@ -5,6 +5,8 @@
     │   ├── ConfigError        a run configuration field is invalid (names the field)
     │   ├── DataError          a data set or database file is missing or malformed (names the file)
     │   ├── ProgramError       an exported training program is corrupt or mismatched
+    │   ├── ModelError         a model cannot become a training program: names the
+    │   │                      operator, the module and what to use instead
     │   ├── FitError           too few or invalid observations to fit a profile
     │   ├── ProfileError       a profile record is invalid
     │   ├── UnknownRunError    no such run in the database
@@ -57,6 +59,22 @@ class DataError(UserError):
 
 class ProgramError(UserError):
     """An exported training program is corrupt or does not match the model."""
+
+
+class ModelError(UserError):
+    """A model has an operator the export form has no rule for (or uses one it cannot train).
+
+    ``operator`` is what the user wrote (``nn.Upsample``, ``F.softmax``, ``x.view``),
+    ``module`` the qualified name of the module it is in (``features.3.conv``),
+    ``instead`` what to use instead.
+    """
+
+    def __init__(self, operator: str, module: str, problem: str, instead: str) -> None:
+        super().__init__(f"model operator {operator} in {module}: {problem}; {instead}")
+        self.operator = operator
+        self.module = module
+        self.problem = problem
+        self.instead = instead
 
 
 class FitError(UserError, ValueError):

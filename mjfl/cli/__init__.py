@@ -26,6 +26,7 @@ from mjfl.cli import lab, options, process, profile, toplevel
 from mjfl.cli.bench import bench_app
 from mjfl.cli.certs import certs_app
 from mjfl.cli.devices import device_app
+from mjfl.cli.models import models_app
 from mjfl.cli.options import console
 from mjfl.cli.options import output as _output  # noqa: F401 - tests/commands/test_dashboard_cli.py reads it here
 from mjfl.cli.syntax import Typer
@@ -51,6 +52,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(device_app, name="devices")
 app.add_typer(device_app, name="device", hidden=True)  # its old name
 app.add_typer(certs_app, name="certs")
+app.add_typer(models_app, name="models")
 app.add_typer(profile.profile_app, name="profile")
 app.add_typer(testbed_app, name="testbed")
 app.add_typer(lab.lab_app, name="lab")

@@ -30,7 +30,7 @@ from mjfl.device.protocol.codec import (
 )
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
-from mjfl.jobs.base import MAX_BATCH, MODEL_NAMES, LocalTraining
+from mjfl.jobs.base import FACTORY, MAX_BATCH, MODEL_NAMES, LocalTraining, ModelSpec, is_factory_file, model_args_json
 from mjfl.schedulers.base import CostWeights
 
 PARTITIONS = ("iid", "noniid", "dirichlet")
@@ -44,7 +44,10 @@ class JobConfig:
     """One FL job: what it trains, on what data, how, and when it is done."""
 
     name: JobId
-    model: str
+    model: str  # a zoo name, or a factory ("/abs/path/file.py:Factory" once read, or "package.module:factory")
+    model_args: str = ""  # the factory's keyword arguments, canonical JSON (jobs/base.py model_args_json)
+    model_sha256: str = ""  # a file factory's source, as read when the config was
+    files: tuple[Path, ...] = ()  # helper files the model's file imports (sent with it to a lab)
     dataset: str = "digits"
     data_dir: Path | None = None
     image_size: int | None = None  # resize inputs to image_size x image_size
@@ -194,15 +197,20 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
         raise ConfigError(where, "must be a table")
     f = Fields(raw, where)
     name = f.take("name", str, required=True)
-    model = f.take("model", str, required=True)
-    if model not in MODEL_NAMES:
-        raise ConfigError(f"{where}.model", f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)}")
+    model, model_sha256 = _model(f.take("model", str, required=True), f"{where}.model", base)
+    model_args = f.take("model_args", dict, default={})
+    if model_args and model in MODEL_NAMES:
+        raise ConfigError(f"{where}.model_args", f"is for a model of your own (a factory); {model!r} takes none")
+    files = tuple(_helper(v, f"{where}.files[{i}]", base) for i, v in enumerate(f.take("files", list, default=[])))
     data_dir = f.take("data_dir", str, default=None)
     d = defaults_of(JobConfig)
     t = defaults_of(LocalTraining)
     job = JobConfig(
         name=JobId(name),
         model=model,
+        model_args=model_args_json(model_args),
+        model_sha256=model_sha256,
+        files=files,
         dataset=f.take("dataset", str, default=d["dataset"]),
         data_dir=_path(data_dir, base) if data_dir else None,
         image_size=f.take("image_size", int, default=d["image_size"], check=lambda v: 4 <= v <= 512, need="between 4 and 512"),
@@ -226,6 +234,40 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
     )
     f.done()
     return job
+
+
+def _model(model: str, where: str, base: Path) -> tuple[str, str]:
+    """A job's model string, with a file factory's path made absolute, and that file's sha256."""
+    if model in MODEL_NAMES:
+        return model, ""
+    m = FACTORY.match(model)
+    if m is None:
+        raise ConfigError(
+            where, f"unknown model {model!r}; choose from {', '.join(MODEL_NAMES)}, or give a factory of your own: "
+            "'file.py:Factory' (a file beside the config) or 'package.module:factory'",
+        )
+    if not is_factory_file(model):
+        return model, ""
+    path = _path(m.group("where"), base)
+    if not path.is_file():
+        raise ConfigError(where, f"no such file {path}")
+    from mjfl.jobs.custom import file_sha256
+
+    return f"{path.resolve()}:{m.group('attr')}", file_sha256(path)
+
+
+def _helper(value: Any, where: str, base: Path) -> Path:
+    if not isinstance(value, str):
+        raise ConfigError(where, f"must be a string (a file beside the config), got {value!r}")
+    path = _path(value, base)
+    if not path.is_file():
+        raise ConfigError(where, f"no such file {path}")
+    return path.resolve()
+
+
+def model_spec(job: JobConfig, input_shape: tuple[int, int, int], num_classes: int) -> ModelSpec:
+    """The `ModelSpec` a job trains, on its data's inputs."""
+    return ModelSpec(job.model, input_shape, num_classes, args=job.model_args, sha256=job.model_sha256)
 
 
 def parse_fleet(raw: dict[str, Any], base: Path, where: str = "fleet") -> FleetConfig:

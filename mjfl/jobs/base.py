@@ -8,15 +8,20 @@ these declarations here lets those layers load without importing torch.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from mjfl.errors import ConfigError
 
-__all__ = ["MAX_BATCH", "MODEL_NAMES", "LocalTraining", "ModelSpec", "TrainResult", "Trainer", "Weights"]
+__all__ = [
+    "FACTORY", "MAX_BATCH", "MODEL_NAMES", "LocalTraining", "ModelSpec", "TrainResult", "Trainer", "Weights",
+    "is_factory_file", "model_args_json",
+]
 
 MODEL_NAMES: tuple[str, ...] = ("lenet5", "cnn-a-iid", "cnn-a-noniid", "cnn-b", "vgg6", "resnet13", "alexnet")
 """The zoo's networks (docs/models.md), in the order the docs list them."""
@@ -32,12 +37,27 @@ with that bound (docs/models.md), so a phone loads no more than the job needs.
 Weights = Mapping[str, np.ndarray]
 
 
+FACTORY = re.compile(r"^(?P<where>[^:]+):(?P<attr>[A-Za-z_][A-Za-z0-9_]*)$")
+"""A custom model: ``file.py:Factory`` (a file) or ``package.module:factory`` (importable)."""
+
+
+def is_factory_file(name: str) -> bool:
+    """Whether a factory string names a file (``models.py:Net``) rather than a module."""
+    m = FACTORY.match(name)
+    return bool(m) and (m.group("where").endswith(".py") or "/" in m.group("where"))
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """Which network a job trains, for which inputs.
 
+    `name` is a zoo model (`MODEL_NAMES`) or a factory string,
+    `"path/to/file.py:Factory"` or `"package.module:factory"`, called as
+    `factory(input_shape, num_classes, **model_args)` (docs/models.md, "Your
+    own model"); `args` holds the model_args as canonical JSON and `sha256`
+    the factory file's hash, so a changed file is a different model.
     `dropout` overrides every dropout probability of the architecture
-    (None keeps the paper's rates; 0.0 turns dropout off, e.g. to compare
+    (None keeps the model's rates; 0.0 turns dropout off, e.g. to compare
     runtimes step by step).
     """
 
@@ -45,10 +65,22 @@ class ModelSpec:
     input_shape: tuple[int, int, int]
     num_classes: int
     dropout: float | None = None
+    args: str = ""
+    sha256: str = ""
 
     def __post_init__(self) -> None:
-        if self.name not in MODEL_NAMES:
-            raise ConfigError("model", f"unknown model {self.name!r}; known: {', '.join(MODEL_NAMES)}")
+        if self.name not in MODEL_NAMES and not FACTORY.match(self.name):
+            raise ConfigError(
+                "model",
+                f"unknown model {self.name!r}; give a zoo model ({', '.join(MODEL_NAMES)}) "
+                "or a factory, 'file.py:Factory' or 'package.module:factory'",
+            )
+        if self.args:
+            try:
+                if not isinstance(json.loads(self.args), dict):
+                    raise ValueError
+            except ValueError:
+                raise ConfigError("model_args", f"must be a table, got {self.args!r}") from None
         if len(self.input_shape) != 3 or any(int(d) <= 0 for d in self.input_shape):
             raise ConfigError("input_shape", f"expected positive (C, H, W), got {self.input_shape!r}")
         if self.num_classes < 2:
@@ -56,6 +88,27 @@ class ModelSpec:
         if self.dropout is not None and not 0.0 <= self.dropout < 1.0:
             raise ConfigError("dropout", f"must be in [0, 1), got {self.dropout}")
         object.__setattr__(self, "input_shape", tuple(int(d) for d in self.input_shape))
+
+    @property
+    def custom(self) -> bool:
+        """Whether this is a model of the user's own (a factory), not the zoo's."""
+        return self.name not in MODEL_NAMES
+
+    @property
+    def label(self) -> str:
+        """A short name for files and the wire: the zoo name, or the factory's name."""
+        m = FACTORY.match(self.name)
+        return m.group("attr") if m and self.custom else self.name
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The model_args, as the factory's keyword arguments."""
+        return dict(json.loads(self.args)) if self.args else {}
+
+
+def model_args_json(args: Mapping[str, Any] | None) -> str:
+    """model_args as `ModelSpec.args` keeps them: canonical JSON ("" for none)."""
+    return json.dumps(dict(args), sort_keys=True, separators=(",", ":")) if args else ""
 
 
 @dataclass(frozen=True)

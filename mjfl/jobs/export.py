@@ -86,8 +86,8 @@ def _spec_of(
     return ModelSpec(model, tuple(input_shape), num_classes, dropout)  # type: ignore[arg-type]
 
 
-def _training_wrapper(spec: ModelSpec) -> Any:
-    """The nn.Module that is exported: zoo model + export ops + loss."""
+def _handwritten_wrapper(spec: ModelSpec) -> Any:
+    """The zoo's hand-written export form (`ZooModel.run` with `ExportOps`), for one comparison."""
     import torch
     from torch import nn
 
@@ -103,15 +103,39 @@ def _training_wrapper(spec: ModelSpec) -> Any:
 
         def forward(self, x: torch.Tensor, y: torch.Tensor, *noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
             ops = self.ops
-            ops.start(noise)  # fresh statistics; dropout masks from the noise inputs
+            ops.start(noise)
             logits = self.model.run(ops, x)
+            logp = torch.log_softmax(logits, dim=1)
+            loss = -logp.gather(1, y.unsqueeze(1)).sum() * ops.inv_batch
+            stats = [t.detach() for t in ops.stats.ordered(self.model)]
+            return (loss, logits.detach(), *stats)
+
+    return TrainingProgram()
+
+
+def _training_wrapper(spec: ModelSpec) -> Any:
+    """The nn.Module that is exported: the model's export form (`mjfl.jobs.convert`) + loss."""
+    import torch
+    from torch import nn
+
+    from mjfl.jobs.convert import ExportForm
+    from mjfl.jobs.models import build_model
+
+    class TrainingProgram(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = build_model(spec)
+            self.model.train()
+            self.form = ExportForm(self.model)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor, *noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            logits, stats = self.form.run(x, noise)
             # Cross-entropy without F.cross_entropy's ignore_index and
             # weight plumbing: the same value in a third of the operators.
             logp = torch.log_softmax(logits, dim=1)
-            loss = -logp.gather(1, y.unsqueeze(1)).sum() * ops.inv_batch
+            loss = -logp.gather(1, y.unsqueeze(1)).sum() * self.form.inv_batch
             # aot_export_joint requires every output but the loss detached.
-            stats = [t.detach() for t in ops.stats.ordered(self.model)]
-            return (loss, logits.detach(), *stats)
+            return (loss, logits.detach(), *(t.detach() for t in stats))
 
     return TrainingProgram()
 
@@ -123,6 +147,7 @@ def export_training_program(
     *,
     dropout: float | None = None,
     max_batch: int = DEFAULT_MAX_BATCH,
+    handwritten: bool = False,
 ) -> bytes:
     """The .pte bytes of `model`'s training program (see the module docstring).
 
@@ -141,7 +166,7 @@ def export_training_program(
     spec = _spec_of(model, input_shape, num_classes, dropout)
     if not 1 <= max_batch <= 65536:
         raise ValueError(f"max_batch must be in [1, 65536], got {max_batch}")
-    wrapper = _training_wrapper(spec)
+    wrapper = _handwritten_wrapper(spec) if handwritten else _training_wrapper(spec)
     c, h, w = spec.input_shape
     example_n = min(max(2, max_batch // 2), max_batch) if max_batch > 1 else 1
     x = torch.zeros(example_n, c, h, w)
@@ -149,6 +174,8 @@ def export_training_program(
     # One U[0, 1) noise input per dropout site, batch innermost like the
     # export form's activations: (*features, N).
     sites = dropout_shapes(wrapper.model, spec.input_shape)
+    if not handwritten:
+        wrapper.form.check(spec.input_shape, sites)  # an operator without a rule fails here, by name
     noise = [torch.rand(*shape, example_n) for shape in sites]
     dynamic: tuple[Any, ...] | None = None
     if max_batch > 1:
@@ -187,10 +214,10 @@ def _versions() -> dict[str, str]:
 
 def _source_digest() -> str:
     """Hash of the modules that decide what an exported program computes."""
-    from mjfl.jobs import layers, models, passes
+    from mjfl.jobs import convert, layers, models, passes
 
     h = hashlib.sha256()
-    for module in (layers, models, passes):
+    for module in (convert, layers, models, passes):
         h.update(Path(module.__file__ or "").read_bytes())
     h.update(Path(__file__).read_bytes())
     return h.hexdigest()
@@ -227,7 +254,7 @@ def cached_program(
     """
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"{spec.name}-{program_key(spec, max_batch=max_batch)}.pte"
+    path = cache / f"{spec.label}-{program_key(spec, max_batch=max_batch)}.pte"
     if not path.exists():
         # A second thread or process wanting the same program waits for it, not exports it again.
         with _EXPORTING, _locked(cache / f".{path.name}.lock"):
@@ -285,7 +312,7 @@ def cached_programs(
     out: dict[ModelSpec, tuple[Path, str]] = {}
     missing = []
     for spec in unique:
-        path = Path(cache_dir) / f"{spec.name}-{program_key(spec, max_batch=max_batch)}.pte"
+        path = Path(cache_dir) / f"{spec.label}-{program_key(spec, max_batch=max_batch)}.pte"
         if path.exists():
             out[spec] = cached_program(spec, cache_dir, max_batch=max_batch)
         else:

@@ -50,6 +50,7 @@ image (N, C, H, W) -> (C, H, W, N) and the logits (K, N) -> (N, K).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -447,3 +448,236 @@ class ExportOps:
         noise = self.noise[self._next_noise]
         self._next_noise += 1
         return x * dropout_keep(noise, p)
+
+
+# -- the primitives of the converted form (mjfl.jobs.convert) ------------------
+#
+# Every activation is stored with the batch innermost: a logical (N, *features)
+# tensor as (*features, N); a map (N, C, H, W) as (C, H, W, N).
+
+
+def pad_map(x: Tensor, top: int, bottom: int, left: int, right: int, value: float = 0.0) -> Tensor:
+    """Constant padding of a (C, H, W, N) map by concatenation (see `pad_maps`)."""
+    c, h, w, n = x.shape
+    if left or right:
+        parts = [x.new_full((c, h, left, n), value)] if left else []
+        parts.append(x)
+        if right:
+            parts.append(x.new_full((c, h, right, n), value))
+        x = torch.cat(parts, dim=2)
+    if top or bottom:
+        wp = w + left + right
+        parts = [x.new_full((c, top, wp, n), value)] if top else []
+        parts.append(x)
+        if bottom:
+            parts.append(x.new_full((c, bottom, wp, n), value))
+        x = torch.cat(parts, dim=1)
+    return x
+
+
+def _taps(
+    x: Tensor, k: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]
+) -> tuple[list[list[Tensor]], int, int]:
+    """The kh x kw shifted, strided views of a padded (C, H, W, N) map, and (OH, OW)."""
+    c, h, w, n = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = k, stride, dilation
+    oh = (h - dh * (kh - 1) - 1) // sh + 1
+    ow = (w - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ValueError(f"a {kh}x{kw} window does not fit a {h}x{w} map")
+    span_h, span_w = sh * (oh - 1) + 1, sw * (ow - 1) + 1
+    rows = [x[:, i * dh : i * dh + span_h : sh] for i in range(kh)]
+    return [[r[:, :, j * dw : j * dw + span_w : sw] for j in range(kw)] for r in rows], oh, ow
+
+
+def conv2d_maps(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    *,
+    stride: tuple[int, int],
+    pads: tuple[int, int, int, int],
+    dilation: tuple[int, int] = (1, 1),
+    groups: int = 1,
+) -> Tensor:
+    """`nn.Conv2d` of a (C, H, W, N) map; `pads` is (top, bottom, left, right).
+
+    - groups 1: one `mm` of the weight (O, C*kh*kw) with an im2col matrix
+      (C*kh*kw, OH*OW*N), built separably from kh row-slices, then kw
+      column-slices, each copying contiguous runs of at least N values;
+    - depthwise (groups == C == O): kh*kw per-channel multiply-adds of the
+      shifted maps, (C, 1) weights broadcast over (C, OH*OW*N) rows, all
+      optimized elementwise kernels forward and backward;
+    - other groups: one `bmm` over the groups of the im2col matrix.
+    """
+    o, cg, kh, kw = weight.shape
+    x = pad_map(x, *pads)
+    c, h, w, n = x.shape
+    (sh, sw), (dh, dw) = stride, dilation
+    oh = (h - dh * (kh - 1) - 1) // sh + 1
+    ow = (w - dw * (kw - 1) - 1) // sw + 1
+    span_h, span_w = sh * (oh - 1) + 1, sw * (ow - 1) + 1
+    if groups == c == o and cg == 1:
+        taps, _, _ = _taps(x, (kh, kw), stride, dilation)
+        wk = weight.reshape(c, kh * kw)
+        y = None
+        for t, tap in enumerate(v for row in taps for v in row):
+            term = tap.reshape(c, -1) * wk[:, t : t + 1]
+            y = term if y is None else y + term
+        assert y is not None
+    else:
+        if kh == 1 and kw == 1:
+            p = x[:, :span_h:sh, :span_w:sw, :].reshape(c, -1)
+        else:
+            rows = [x[:, i * dh : i * dh + span_h : sh] for i in range(kh)]
+            u = torch.stack(rows, dim=1)  # (C, kh, OH, W, N)
+            cols = [u[:, :, :, j * dw : j * dw + span_w : sw] for j in range(kw)]
+            p = torch.stack(cols, dim=2).reshape(c * kh * kw, -1)  # (C, kh, kw, OH, OW, N)
+        if groups == 1:
+            y = weight.reshape(o, c * kh * kw) @ p
+        else:
+            g = groups
+            y = torch.bmm(weight.reshape(g, o // g, cg * kh * kw), p.reshape(g, cg * kh * kw, -1)).reshape(o, -1)
+    if bias is not None:
+        y = y + bias.reshape(o, 1)
+    return y.reshape(o, oh, ow, n)
+
+
+def max_exact(a: Tensor, b: Tensor) -> Tensor:
+    """Elementwise max, first-wins ties, exact even when one side is a huge sentinel.
+
+    `a - t*a + t*b` with a detached 0/1 `t` returns a or b bit for bit (where
+    `max2`'s `a + t*(b - a)` rounds once), at one more multiply.
+    """
+    t = torch.sign(torch.relu(b - a)).detach()
+    return a - t * a + t * b
+
+
+# Padding value of max pooling: far below any activation, finite so that 0 * it is 0.
+_MAX_PAD = -3.0e38
+
+
+def max_pool_maps(x: Tensor, k: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]) -> Tensor:
+    """`nn.MaxPool2d` (floor mode) of a (C, H, W, N) map.
+
+    2x2/2 without padding is `pool_maps`'s split tournament; any other window
+    folds its kh*kw shifted maps in row-major order (PyTorch's first-wins
+    scan) with optimized elementwise operators.
+    """
+    if k == (2, 2) and stride == (2, 2) and padding == (0, 0):
+        return pool_maps(x)
+    ph, pw = padding
+    if ph or pw:
+        x = pad_map(x, ph, ph, pw, pw, _MAX_PAD)
+    taps, _, _ = _taps(x, k, stride, (1, 1))
+    flat = [v for row in taps for v in row]
+    fold = max_exact if (ph or pw) else max2
+    m = flat[0]
+    for v in flat[1:]:
+        m = fold(m, v)
+    return m if len(flat) > 1 else m.clone()
+
+
+def avg_pool_maps(x: Tensor, k: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int]) -> Tensor:
+    """`nn.AvgPool2d` (floor mode, zeros counted) of a (C, H, W, N) map: a sum of shifted maps."""
+    ph, pw = padding
+    if ph or pw:
+        x = pad_map(x, ph, ph, pw, pw)
+    taps, _, _ = _taps(x, k, stride, (1, 1))
+    flat = [v for row in taps for v in row]
+    s = flat[0]
+    for v in flat[1:]:
+        s = s + v
+    return s * (1.0 / (k[0] * k[1]))
+
+
+def global_avg_pool_maps(x: Tensor) -> Tensor:
+    """Mean over the pixels of a (C, H, W, N) map, as a (C, 1, 1, N) map (`avg_pool2d` has no backward)."""
+    c, h, w, n = x.shape
+    return x.reshape(c, h * w, n).mean(dim=1).reshape(c, 1, 1, n)
+
+
+def mean_dims(x: Tensor, dims: list[int], keepdim: bool) -> Tensor:
+    """Mean over stored dimensions `dims` (sorted, never the batch's last one).
+
+    Adjacent dimensions are merged first, so a map's mean over its pixels is
+    one mean over a (C, H*W, N) view.
+    """
+    shape = list(x.shape)
+    if dims == list(range(dims[0], dims[-1] + 1)):
+        lead, span, tail = shape[: dims[0]], shape[dims[0] : dims[-1] + 1], shape[dims[-1] + 1 :]
+        y = x.reshape(*lead, math.prod(span), *tail).mean(dim=len(lead))
+        if keepdim:
+            y = y.reshape(*lead, *([1] * len(span)), *tail)
+        return y
+    return x.mean(dim=dims, keepdim=keepdim)
+
+
+def batch_norm_rows(x: Tensor, bn: nn.Module, inv_batch: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Train-mode batch norm of a (C, *rest, N) activation (BatchNorm1d or 2d).
+
+    The statistics are over the batch and `rest` (the pixels, the length, or
+    nothing); see `batch_norm_maps`, which this generalises.
+    """
+    c, n = x.shape[0], x.shape[-1]
+    rest = math.prod(x.shape[1:-1])
+    y, mean, var = batch_norm_maps(x.reshape(c, rest, 1, n), bn, inv_batch)
+    return y.reshape(x.shape), mean, var
+
+
+def layer_norm_cols(x: Tensor, k: int, weight: Tensor | None, bias: Tensor | None, eps: float) -> Tensor:
+    """`nn.LayerNorm` over the last `k` sample dimensions of a (*lead, *norm, N) activation."""
+    shape = x.shape
+    n = shape[-1]
+    lead = math.prod(shape[: len(shape) - 1 - k])
+    d = math.prod(shape[len(shape) - 1 - k : -1])
+    x3 = x.reshape(d, n) if lead == 1 else x.reshape(lead, d, n)
+    axis = 0 if lead == 1 else 1
+    inv = 1.0 / d
+    mean = x3.sum(dim=axis, keepdim=True) * inv
+    xc = x3 - mean
+    var = (xc * xc).sum(dim=axis, keepdim=True) * inv
+    y = xc * torch.rsqrt(var + eps)
+    if weight is not None:
+        y = y * weight.reshape(d, 1)
+    if bias is not None:
+        y = y + bias.reshape(d, 1)
+    return y.reshape(shape)
+
+
+def embedding_cols(idx: Tensor, weight: Tensor) -> Tensor:
+    """`nn.Embedding` of (*lead, N) indices as (*lead, D, N): the table times one-hot columns.
+
+    The one-hot matrix (V, lead*N) is data (no gradient); the table's
+    gradient is then one `mm`, where the runtime has no embedding backward.
+    """
+    v, d = weight.shape
+    lead, n = tuple(idx.shape[:-1]), idx.shape[-1]
+    flat = idx.reshape(-1)
+    onehot = (torch.arange(v, dtype=idx.dtype).reshape(v, 1) == flat.reshape(1, -1)).to(weight.dtype).detach()
+    y = weight.t() @ onehot  # (D, lead*N), columns (l, n)
+    l = math.prod(lead)
+    return y.reshape(d, l, n).permute(1, 0, 2).reshape(*lead, d, n)
+
+
+def leaky_relu_masked(x: Tensor, slope: float) -> Tensor:
+    """LeakyReLU as `x` times a detached mask of 1 (x > 0) or the slope."""
+    pos = torch.sign(torch.relu(x))
+    return _masked(x, pos * (1.0 - slope) + slope)
+
+
+def clamp_masked(x: Tensor, lo: float, hi: float) -> Tensor:
+    """Hardtanh/ReLU6: `x` inside (lo, hi), the bound outside, gradient 1 strictly inside.
+
+    `below` is 1 where x < hi, `above` 1 where x > lo; both detached, so the
+    backward is one multiply, as PyTorch's (zero at the bounds).
+    """
+    below = torch.sign(torch.relu(hi - x)).detach()
+    above = torch.sign(torch.relu(x - lo)).detach()
+    inside = below * above
+    return x * inside + (1.0 - below) * hi + (1.0 - above) * lo
+
+
+def hardswish_masked(x: Tensor) -> Tensor:
+    """Hardswish, x * relu6(x + 3) / 6, its ReLU6 from detached masks."""
+    return x * clamp_masked(x + 3.0, 0.0, 6.0) * (1.0 / 6.0)

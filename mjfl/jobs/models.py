@@ -1,10 +1,10 @@
-"""The model zoo: the paper's networks, sized from the input shape.
+"""The model zoo: the paper's networks, sized from the input shape, and custom models.
 
-Every model is an `nn.Module` made of plain `nn.Conv2d`, `nn.BatchNorm2d` and
-`nn.Linear` layers, so its `state_dict()` is what coordinator and devices
-exchange. Its computation is written once, in `run(ops, x)`, against the
-`mjfl.jobs.layers.Ops` vocabulary: `forward` runs it with `EagerOps` (plain
-PyTorch) and the ExecuTorch export traces it with `ExportOps`.
+Every zoo model is an ordinary `nn.Module` made of `nn.Conv2d`,
+`nn.BatchNorm2d`, `nn.Linear`, `F.relu`, `F.max_pool2d` and `nn.Dropout`, so
+its `state_dict()` is what coordinator and devices exchange and its `forward`
+is the eager reference. The ExecuTorch export converts it like any module of
+the user's own (`mjfl.jobs.convert`); nothing is spelled twice.
 
 Models (paper section "Experiments" and the appendix "Experimentation with
 Real Mobile Devices"):
@@ -19,6 +19,8 @@ Real Mobile Devices"):
 
 Pooling is always 2x2/2 max pooling (AlexNet's overlapping 3x3/2 pooling is
 replaced; see docs/models.md). All 3x3 convolutions use padding 1.
+
+A job may name a model of its own instead: a factory (`mjfl.jobs.custom`).
 """
 
 from __future__ import annotations
@@ -27,16 +29,15 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from mjfl.errors import ConfigError
 from mjfl.jobs.base import MODEL_NAMES, ModelSpec
-from mjfl.jobs.layers import EagerOps, Ops
 
 __all__ = [
     "MODELS",
     "ModelSpec",
-    "ZooModel",
     "batch_norm_pixels",
     "build_model",
     "dropout_shapes",
@@ -47,14 +48,16 @@ __all__ = [
 ]
 
 
-class ZooModel(nn.Module):
-    """A zoo network: `run` is the computation, `forward` its eager spelling."""
-
-    def run(self, ops: Ops, x: Tensor) -> Tensor:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.run(EagerOps(training=self.training), x)
+def _block(x: Tensor, conv: nn.Conv2d, bn: nn.BatchNorm2d | None = None, *, relu: bool = True, pool: bool = False) -> Tensor:
+    """conv, then optionally batch norm, ReLU and 2x2 max pooling: the zoo's repeated unit."""
+    x = conv(x)
+    if bn is not None:
+        x = bn(x)
+    if relu:
+        x = F.relu(x)
+    if pool:
+        x = F.max_pool2d(x, 2)
+    return x
 
 
 def _pooled(size: int, n: int = 1) -> int:
@@ -68,7 +71,7 @@ def _require(name: str, input_shape: tuple[int, int, int], ok: bool, need: str) 
         raise ConfigError("input_shape", f"model {name!r} needs {need}; got {input_shape}")
 
 
-class LeNet5(ZooModel):
+class LeNet5(nn.Module):
     """LeNet-5 with ReLU and max pooling (28x28 inputs give the classic 16x5x5)."""
 
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int) -> None:
@@ -82,17 +85,15 @@ class LeNet5(ZooModel):
         self.fc2 = nn.Linear(120, 84)
         self.fc3 = nn.Linear(84, num_classes)
 
-    def run(self, ops: Ops, x: Tensor) -> Tensor:
-        x = ops.image(x)
-        x = ops.conv(x, self.conv1, relu=True, pool=True)
-        x = ops.conv(x, self.conv2, relu=True, pool=True)
-        x = ops.flatten(x)
-        x = ops.linear(x, self.fc1, relu=True)
-        x = ops.linear(x, self.fc2, relu=True)
-        return ops.logits(ops.linear(x, self.fc3))
+    def forward(self, x: Tensor) -> Tensor:
+        x = _block(x, self.conv1, pool=True)
+        x = _block(x, self.conv2, pool=True)
+        x = F.relu(self.fc1(x.flatten(1)))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
 
 
-class CnnAIid(ZooModel):
+class CnnAIid(nn.Module):
     """CNN-A-IID: two 3x3 convs (32, 64) each with batch norm and 2x2 max
     pooling, then FC layers of 1568 and 784 units and the classifier."""
 
@@ -109,17 +110,15 @@ class CnnAIid(ZooModel):
         self.fc2 = nn.Linear(1568, 784)
         self.fc3 = nn.Linear(784, num_classes)
 
-    def run(self, ops: Ops, x: Tensor) -> Tensor:
-        x = ops.image(x)
-        x = ops.conv(x, self.conv1, bn=self.bn1, relu=True, pool=True)
-        x = ops.conv(x, self.conv2, bn=self.bn2, relu=True, pool=True)
-        x = ops.flatten(x)
-        x = ops.linear(x, self.fc1, relu=True)
-        x = ops.linear(x, self.fc2, relu=True)
-        return ops.logits(ops.linear(x, self.fc3))
+    def forward(self, x: Tensor) -> Tensor:
+        x = _block(x, self.conv1, self.bn1, pool=True)
+        x = _block(x, self.conv2, self.bn2, pool=True)
+        x = F.relu(self.fc1(x.flatten(1)))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
 
 
-class CnnANonIid(ZooModel):
+class CnnANonIid(nn.Module):
     """CNN-A-non-IID: 3x3 convs 32, 64, 64 with ReLU, 2x2 max pooling after
     the first two, then FC 64 and the classifier."""
 
@@ -134,17 +133,15 @@ class CnnANonIid(ZooModel):
         self.fc1 = nn.Linear(64 * oh * ow, 64)
         self.fc2 = nn.Linear(64, num_classes)
 
-    def run(self, ops: Ops, x: Tensor) -> Tensor:
-        x = ops.image(x)
-        x = ops.conv(x, self.conv1, relu=True, pool=True)
-        x = ops.conv(x, self.conv2, relu=True, pool=True)
-        x = ops.conv(x, self.conv3, relu=True)
-        x = ops.flatten(x)
-        x = ops.linear(x, self.fc1, relu=True)
-        return ops.logits(ops.linear(x, self.fc2))
+    def forward(self, x: Tensor) -> Tensor:
+        x = _block(x, self.conv1, pool=True)
+        x = _block(x, self.conv2, pool=True)
+        x = _block(x, self.conv3)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
 
 
-class CnnB(ZooModel):
+class CnnB(nn.Module):
     """CNN-B: 2x2 convs 64 and 32 with ReLU, each followed by dropout 0.05,
     then flatten and one FC layer (no pooling, no padding)."""
 
@@ -152,19 +149,19 @@ class CnnB(ZooModel):
         super().__init__()
         c, h, w = input_shape
         _require("cnn-b", input_shape, h >= 3 and w >= 3, "H, W >= 3")
-        self.p = dropout
         self.conv1 = nn.Conv2d(c, 64, 2)
+        self.drop1 = nn.Dropout(dropout)
         self.conv2 = nn.Conv2d(64, 32, 2)
+        self.drop2 = nn.Dropout(dropout)
         self.fc = nn.Linear(32 * (h - 2) * (w - 2), num_classes)
 
-    def run(self, ops: Ops, x: Tensor) -> Tensor:
-        x = ops.image(x)
-        x = ops.dropout(ops.conv(x, self.conv1, relu=True), self.p)
-        x = ops.dropout(ops.conv(x, self.conv2, relu=True), self.p)
-        return ops.logits(ops.linear(ops.flatten(x), self.fc))
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.drop1(_block(x, self.conv1))
+        x = self.drop2(_block(x, self.conv2))
+        return self.fc(x.flatten(1))
 
 
-class Vgg6(ZooModel):
+class Vgg6(nn.Module):
     """VGG of 6 conv layers (the appendix's phone experiment): 3x3 convs
     32,32,M,64,64,M,128,128,M with ReLU, then FC 256 + dropout and the classifier."""
 
@@ -175,22 +172,20 @@ class Vgg6(ZooModel):
         c, h, w = input_shape
         oh, ow = _pooled(h, 3), _pooled(w, 3)
         _require("vgg6", input_shape, oh >= 1 and ow >= 1, "H, W >= 8")
-        self.p = dropout
         convs = []
         for a, b in self.WIDTHS:
             convs += [nn.Conv2d(c, a, 3, padding=1), nn.Conv2d(a, b, 3, padding=1)]
             c = b
         self.convs = nn.ModuleList(convs)
         self.fc1 = nn.Linear(c * oh * ow, 256)
+        self.drop = nn.Dropout(dropout)
         self.fc2 = nn.Linear(256, num_classes)
 
-    def run(self, ops: Ops, x: Tensor) -> Tensor:
-        x = ops.image(x)
+    def forward(self, x: Tensor) -> Tensor:
         for k, conv in enumerate(self.convs):
-            x = ops.conv(x, conv, relu=True, pool=k % 2 == 1)
-        x = ops.flatten(x)
-        x = ops.dropout(ops.linear(x, self.fc1, relu=True), self.p)
-        return ops.logits(ops.linear(x, self.fc2))
+            x = _block(x, conv, pool=k % 2 == 1)
+        x = self.drop(F.relu(self.fc1(x.flatten(1))))
+        return self.fc2(x)
 
 
 class BasicBlock(nn.Module):
@@ -208,15 +203,15 @@ class BasicBlock(nn.Module):
             self.shortcut = nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
             self.shortcut_bn = nn.BatchNorm2d(cout)
 
-    def run(self, ops: Ops, x: Tensor) -> Tensor:
-        out = ops.conv(x, self.conv1, bn=self.bn1, relu=True)
-        out = ops.conv(out, self.conv2, bn=self.bn2)
+    def forward(self, x: Tensor) -> Tensor:
+        out = _block(x, self.conv1, self.bn1)
+        out = _block(out, self.conv2, self.bn2, relu=False)
         if self.shortcut is not None:
-            x = ops.conv(x, self.shortcut, bn=self.shortcut_bn)
-        return ops.relu(ops.add(out, x))
+            x = _block(x, self.shortcut, self.shortcut_bn, relu=False)
+        return F.relu(out + x)
 
 
-class ResNet13(ZooModel):
+class ResNet13(nn.Module):
     """ResNet of 13 conv layers (appendix): a 3x3 stem and three stages of two
     basic blocks (16, 32, 64 channels; stride 2 entering stages 2 and 3), global
     average pooling and the classifier. The 1x1 projection shortcuts are not
@@ -236,15 +231,14 @@ class ResNet13(ZooModel):
         self.blocks = nn.ModuleList(blocks)
         self.fc = nn.Linear(64, num_classes)
 
-    def run(self, ops: Ops, x: Tensor) -> Tensor:
-        x = ops.image(x)
-        x = ops.conv(x, self.stem, bn=self.stem_bn, relu=True)
+    def forward(self, x: Tensor) -> Tensor:
+        x = _block(x, self.stem, self.stem_bn)
         for block in self.blocks:
-            x = block.run(ops, x)
-        return ops.logits(ops.linear(ops.global_avg_pool(x), self.fc))
+            x = block(x)
+        return self.fc(x.mean(dim=(2, 3)))
 
 
-class AlexNetSmall(ZooModel):
+class AlexNetSmall(nn.Module):
     """A small AlexNet for 28x28-class inputs: five 3x3 convs (32, 64, 96,
     64, 64) with ReLU, 2x2 max pooling after conv 1, 2 and 5, then dropout,
     FC 256, dropout, FC 128 and the classifier."""
@@ -254,27 +248,27 @@ class AlexNetSmall(ZooModel):
         c, h, w = input_shape
         oh, ow = _pooled(h, 3), _pooled(w, 3)
         _require("alexnet", input_shape, oh >= 1 and ow >= 1, "H, W >= 8")
-        self.p = dropout
         self.conv1 = nn.Conv2d(c, 32, 3, padding=1)
         self.conv2 = nn.Conv2d(32, 64, 3, padding=1)
         self.conv3 = nn.Conv2d(64, 96, 3, padding=1)
         self.conv4 = nn.Conv2d(96, 64, 3, padding=1)
         self.conv5 = nn.Conv2d(64, 64, 3, padding=1)
+        self.drop1 = nn.Dropout(dropout)
         self.fc1 = nn.Linear(64 * oh * ow, 256)
+        self.drop2 = nn.Dropout(dropout)
         self.fc2 = nn.Linear(256, 128)
         self.fc3 = nn.Linear(128, num_classes)
 
-    def run(self, ops: Ops, x: Tensor) -> Tensor:
-        x = ops.image(x)
-        x = ops.conv(x, self.conv1, relu=True, pool=True)
-        x = ops.conv(x, self.conv2, relu=True, pool=True)
-        x = ops.conv(x, self.conv3, relu=True)
-        x = ops.conv(x, self.conv4, relu=True)
-        x = ops.conv(x, self.conv5, relu=True, pool=True)
-        x = ops.dropout(ops.flatten(x), self.p)
-        x = ops.dropout(ops.linear(x, self.fc1, relu=True), self.p)
-        x = ops.linear(x, self.fc2, relu=True)
-        return ops.logits(ops.linear(x, self.fc3))
+    def forward(self, x: Tensor) -> Tensor:
+        x = _block(x, self.conv1, pool=True)
+        x = _block(x, self.conv2, pool=True)
+        x = _block(x, self.conv3)
+        x = _block(x, self.conv4)
+        x = _block(x, self.conv5, pool=True)
+        x = self.drop1(x.flatten(1))
+        x = self.drop2(F.relu(self.fc1(x)))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
 
 
 def _drop(spec_dropout: float | None, default: float) -> float:
@@ -282,7 +276,7 @@ def _drop(spec_dropout: float | None, default: float) -> float:
 
 
 # name -> builder(input_shape, num_classes, dropout override)
-MODELS: dict[str, Callable[[tuple[int, int, int], int, float | None], ZooModel]] = {
+MODELS: dict[str, Callable[[tuple[int, int, int], int, float | None], nn.Module]] = {
     "lenet5": lambda s, k, p: LeNet5(s, k),
     "cnn-a-iid": lambda s, k, p: CnnAIid(s, k),
     "cnn-a-noniid": lambda s, k, p: CnnANonIid(s, k),
@@ -300,11 +294,12 @@ def build_model(
     num_classes: int | None = None,
     *,
     dropout: float | None = None,
-) -> ZooModel:
-    """A freshly initialised zoo model (PyTorch's default init, global RNG).
+) -> nn.Module:
+    """A freshly initialised model (its own init under the global RNG): the zoo's, or a factory's.
 
     Accepts either a `ModelSpec` or its fields; raises `ConfigError` for an
-    unknown name or an input too small for the architecture.
+    unknown name, an input too small for the architecture, or a factory
+    that cannot be loaded or called (`mjfl.jobs.custom`).
     """
     if isinstance(name, ModelSpec):
         spec = name
@@ -312,6 +307,10 @@ def build_model(
         if input_shape is None or num_classes is None:
             raise TypeError("build_model(name, input_shape, num_classes) needs all three")
         spec = ModelSpec(name, tuple(input_shape), num_classes, dropout)  # type: ignore[arg-type]
+    if spec.custom:
+        from mjfl.jobs.custom import build_custom
+
+        return build_custom(spec)  # type: ignore[no-any-return]
     return MODELS[spec.name](spec.input_shape, spec.num_classes, spec.dropout)
 
 
@@ -355,7 +354,10 @@ def load_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
 
 
 def initial_weights(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
-    """The initial global model of a job: He initialisation under `seed`.
+    """The initial global model of a job: the model built under `seed`, He-initialised for the zoo.
+
+    A custom model keeps the initialisation its factory gives it (drawn
+    from torch's generator seeded with `seed`).
 
     Every zoo network is a ReLU network, for which He et al. (2015)'s
     normal init with fan-in scaling keeps activations from shrinking layer
@@ -368,7 +370,7 @@ def initial_weights(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = build_model(spec)
-        for module in model.modules():
+        for module in model.modules() if not spec.custom else ():
             if isinstance(module, (nn.Conv2d, nn.Linear)):
                 nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
                 if module.bias is not None:
@@ -382,18 +384,20 @@ def parameter_count(spec: ModelSpec) -> int:
 
 
 def batch_norm_pixels(model: nn.Module, input_shape: tuple[int, int, int]) -> dict[str, int]:
-    """H*W of the feature map each `nn.BatchNorm2d` of `model` normalises.
+    """Values per channel per sample that each batch norm layer of `model` normalises.
 
-    A batch norm layer averages over batch * H * W values; the trainers need
-    that count for the unbiased running variance.
+    H*W for `nn.BatchNorm2d`, L for a (N, C, L) `nn.BatchNorm1d`, 1 for
+    (N, C). A layer averages over batch * that many values; the trainers need
+    the count for the unbiased running variance. Keys in state-dict order.
     """
     pixels: dict[str, int] = {}
     hooks = []
     for name, m in model.named_modules():
-        if isinstance(m, nn.BatchNorm2d):
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
 
-            def hook(_m: nn.Module, args: tuple[Tensor, ...], _out: Tensor, name: str = name) -> None:
-                pixels[name] = int(args[0].shape[2] * args[0].shape[3])
+            def hook(m: nn.Module, args: tuple[Tensor, ...], _out: Tensor, name: str = name) -> None:
+                x = args[0]
+                pixels[name] = int(x.numel() // (x.shape[0] * x.shape[1]))
 
             hooks.append(m.register_forward_hook(hook))
     was_training = model.training
@@ -405,27 +409,16 @@ def batch_norm_pixels(model: nn.Module, input_shape: tuple[int, int, int]) -> di
         model.train(was_training)
         for h in hooks:
             h.remove()
-    return pixels
+    return {name: pixels[name] for name, m in model.named_modules() if name in pixels}
 
 
-def dropout_shapes(model: ZooModel, input_shape: tuple[int, int, int]) -> list[tuple[int, ...]]:
+def dropout_shapes(model: nn.Module, input_shape: tuple[int, int, int]) -> list[tuple[int, ...]]:
     """Per-sample shape of the activation at each dropout site, in forward order.
 
     A training program takes one noise input per site (see
-    `mjfl.jobs.layers.ExportOps.dropout`); sites with p == 0 are skipped,
-    as the layers skip them.
+    `mjfl.jobs.convert`); sites with p == 0 are skipped, as the conversion
+    skips them.
     """
-    shapes: list[tuple[int, ...]] = []
+    from mjfl.jobs.convert import EagerForm, dropout_sites
 
-    def record(shape: tuple[int, ...]) -> Tensor:
-        shapes.append(shape[1:])
-        return torch.ones(shape)
-
-    was_training = model.training
-    try:
-        model.eval()  # batch norm on its running averages; dropout is the ops' business
-        with torch.no_grad():
-            model.run(EagerOps(training=True, noise=record), torch.zeros(2, *input_shape))
-    finally:
-        model.train(was_training)
-    return shapes
+    return dropout_sites(EagerForm(model), input_shape)

@@ -30,14 +30,7 @@ import numpy as np
 from mjfl.errors import ProgramError
 from mjfl.jobs.base import LocalTraining, ModelSpec, Trainer, TrainResult, Weights
 from mjfl.jobs.export import PARAM_PREFIX, validate_program
-from mjfl.jobs.layers import EagerOps
-from mjfl.jobs.models import (
-    batch_norm_pixels,
-    build_model,
-    dropout_shapes,
-    load_weights,
-    state_to_numpy,
-)
+from mjfl.jobs.models import batch_norm_pixels, build_model, load_weights, state_to_numpy
 from mjfl.jobs.randomness import TaskRandom
 
 __all__ = [
@@ -111,14 +104,23 @@ class ExecuTorchTrainer:
     """Runs a training program in ExecuTorch's runtime (what a phone runs).
 
     Built once per (device, job) from the program bytes and the model spec.
-    The runtime owns the parameters: the global weights are written into its
-    parameter tensors in place (they alias the runtime's memory), its own
-    SGD optimizer (created once per `train` call, so momentum lives for the
+    It needs no model code, as a phone needs none: the parameters' names and
+    shapes and the dropout sites come from the program, the batch norm
+    layers from the task's weights (their buffers, in state-dict order) and
+    `batch_norm_pixels` (the provision's; computed from the model when not
+    given, for a spec whose model this process can build). The runtime owns
+    the parameters: the global weights are written into its parameter
+    tensors in place (they alias the runtime's memory), its own SGD
+    optimizer (created once per `train` call, so momentum lives for the
     round's steps) updates them, and batch norm running averages are kept
     on the host from the program's batch-statistics outputs.
     """
 
-    def __init__(self, program: bytes, spec: ModelSpec, *, sha256: str | None = None) -> None:
+    BN_MOMENTUM = 0.1  # the only one the conversion accepts (mjfl.jobs.convert)
+
+    def __init__(
+        self, program: bytes, spec: Any, *, sha256: str | None = None, batch_norm_pixels: Sequence[int] | None = None
+    ) -> None:
         import torch
 
         validate_program(program, sha256=sha256)
@@ -126,16 +128,9 @@ class ExecuTorchTrainer:
         # lives; a temporary here segfaults later.
         self._program = bytes(program)
         self.spec = spec
-        reference = build_model(spec)
-        self._state_keys = list(reference.state_dict().keys())
-        self._param_keys = [k for k, _ in reference.named_parameters()]
-        self._shapes = {k: tuple(v.shape) for k, v in reference.state_dict().items()}
-        pixels = batch_norm_pixels(reference, spec.input_shape)
-        self._bn = [
-            (name, m.momentum, pixels[name])
-            for name, m in reference.named_modules()
-            if isinstance(m, torch.nn.BatchNorm2d)
-        ]
+        if batch_norm_pixels is None:
+            batch_norm_pixels = list(_pixels_of(spec))
+        self._pixels = [int(p) for p in batch_norm_pixels]
         try:
             from executorch.extension.pybindings.portable_lib import (
                 _load_for_executorch_from_buffer,
@@ -157,39 +152,51 @@ class ExecuTorchTrainer:
             raise
         except Exception as exc:  # noqa: BLE001 - the runtime reports load errors as RuntimeError
             raise ProgramError(f"cannot load the training program: {exc}") from None
-        if program_shape != spec.input_shape:
+        if program_shape != tuple(spec.input_shape):
             raise ProgramError(
-                f"program takes inputs {program_shape}, the spec says {spec.input_shape}"
+                f"program takes inputs {program_shape}, the spec says {tuple(spec.input_shape)}"
             )
-        names = [f.removeprefix(PARAM_PREFIX) for f in fqns]
-        if names != self._param_keys or param_start - grad_start != len(names):
+        self._param_keys = [f.removeprefix(PARAM_PREFIX) for f in fqns]
+        if param_start - grad_start != len(self._param_keys):
+            raise ProgramError(f"program has {param_start - grad_start} gradients for {len(fqns)} parameters")
+        if grad_start != 2 + 2 * len(self._pixels):
             raise ProgramError(
-                f"program parameters {names[:4]}... do not match model {spec.name!r} "
-                f"({self._param_keys[:4]}...)"
+                f"program reports statistics of {(grad_start - 2) // 2} batch norm layer(s), "
+                f"batch_norm_pixels lists {len(self._pixels)}"
             )
-        self._noise_shapes = dropout_shapes(reference, spec.input_shape)
-        if noise_shapes != self._noise_shapes:
-            raise ProgramError(
-                f"program takes dropout noise {noise_shapes}, model {spec.name!r} "
-                f"has dropout sites {self._noise_shapes}"
-            )
-        if grad_start != 2 + 2 * len(self._bn):
-            raise ProgramError("program outputs do not match the model's batch norm layers")
+        self._noise_shapes = noise_shapes
         self._fqns = fqns
         self._grad_start = grad_start
         self._param_start = param_start
         # One dry step (no optimizer) hands out the runtime's parameter tensors.
-        c, h, w = spec.input_shape
+        c, h, w = program_shape
         n = min(2, self.max_batch)
         noise = [torch.zeros(*shape, n) for shape in self._noise_shapes]
         outs = self._run(torch.zeros(n, c, h, w), torch.zeros(n, dtype=torch.long), noise)
         self._params: dict[str, torch.Tensor] = dict(zip(self._param_keys, outs[param_start:]))
-        for k, t in self._params.items():
-            if tuple(t.shape) != self._shapes[k]:
-                raise ProgramError(
-                    f"program parameter {k!r} has shape {tuple(t.shape)}, "
-                    f"the model expects {self._shapes[k]}"
-                )
+        self._param_shapes = {k: tuple(t.shape) for k, t in self._params.items()}
+
+    def _layout(self, weights: Weights) -> tuple[list[str], list[str]]:
+        """The task's state keys (its order) and its batch norm layers, checked against the program."""
+        keys = list(weights)
+        missing = [k for k in self._param_keys if k not in weights]
+        if missing:
+            raise ProgramError(f"weights do not match the program: missing {missing[:3]}")
+        for k, ref in self._param_shapes.items():
+            shape = tuple(np.shape(weights[k]))
+            if shape != ref:
+                raise ProgramError(f"weight {k!r} has shape {shape}, the program expects {ref}")
+        layers = [k[: -len("running_mean")].removesuffix(".") for k in keys if k.endswith("running_mean")]
+        if len(layers) != len(self._pixels):
+            raise ProgramError(
+                f"weights hold {len(layers)} batch norm layer(s), the program {len(self._pixels)}"
+            )
+        known = set(self._param_keys)
+        buffers = {f"{p}.{b}" if p else b for p in layers for b in ("running_mean", "running_var", "num_batches_tracked")}
+        extra = [k for k in keys if k not in known and k not in buffers]
+        if extra:
+            raise ProgramError(f"weights do not match the program: unexpected {extra[:3]}")
+        return keys, layers
 
     def _run(self, x: Any, y: Any, noise: Sequence[Any]) -> list[Any]:
         try:
@@ -204,7 +211,7 @@ class ExecuTorchTrainer:
         from executorch.extension.training import get_sgd_optimizer
 
         t0 = time.perf_counter()
-        _check_weights(self._shapes, weights)
+        state_keys, bn_layers = self._layout(weights)
         x, y = _check_data(self.spec, x, y)
         if training.batch_size > self.max_batch:
             raise ProgramError(
@@ -216,7 +223,7 @@ class ExecuTorchTrainer:
                 t.copy_(torch.from_numpy(np.asarray(weights[k], dtype=np.float32)))
         buffers = {
             k: np.array(weights[k], dtype=np.float32, copy=True)
-            for k in self._state_keys
+            for k in state_keys
             if k not in self._params
         }
         named = {f: self._params[k] for f, k in zip(self._fqns, self._param_keys)}
@@ -234,15 +241,15 @@ class ExecuTorchTrainer:
             outs = self._run(xt.index_select(0, ti), yt.index_select(0, ti), noise)
             loss_sum += float(outs[0]) * len(idx)
             optimizer.step(dict(zip(self._fqns, outs[self._grad_start : self._param_start])))
-            for i, (name, bn_momentum, pixels) in enumerate(self._bn):
+            for i, (name, pixels) in enumerate(zip(bn_layers, self._pixels)):
                 self._update_running(
-                    buffers, name, bn_momentum, len(idx) * pixels, outs[2 + 2 * i], outs[3 + 2 * i]
+                    buffers, name, self.BN_MOMENTUM, len(idx) * pixels, outs[2 + 2 * i], outs[3 + 2 * i]
                 )
             step_times.append(time.perf_counter() - s)
         t2 = time.perf_counter()
 
         out: dict[str, np.ndarray] = {}
-        for k in self._state_keys:
+        for k in state_keys:
             if k in self._params:
                 out[k] = self._params[k].detach().numpy().copy()
             else:
@@ -305,7 +312,10 @@ class TorchTrainer:
 
         self.spec = spec
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        from mjfl.jobs.convert import EagerForm
+
         self.model = build_model(spec).to(self.device)
+        self._form = EagerForm(self.model)
         self._shapes = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
 
     def train(
@@ -336,12 +346,11 @@ class TorchTrainer:
             u = draw_noise(noise_rng, shape[0], shape[1:])
             return torch.from_numpy(u).movedim(-1, 0).to(self.device)
 
-        ops = EagerOps(training=True, noise=noise)
         for idx in plan:
             s = time.perf_counter()
             ti = torch.from_numpy(idx).to(self.device)
             optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model.run(ops, xt.index_select(0, ti)), yt.index_select(0, ti))
+            loss = F.cross_entropy(self._form(xt.index_select(0, ti), noise), yt.index_select(0, ti))
             loss.backward()
             optimizer.step()
             losses.append(loss.detach() * len(idx))
@@ -409,12 +418,26 @@ def evaluate(
     return correct / len(x), loss_sum / len(x)
 
 
-def make_trainer(runtime: str, spec: ModelSpec, program: bytes | None = None) -> Trainer:
-    """The trainer a device uses for ``runtime``: "executorch" runs ``program``, "torch" trains eagerly."""
+def _pixels_of(spec: Any) -> list[int]:
+    """batch_norm_pixels of a spec whose model this process can build."""
+    if not isinstance(spec, ModelSpec):
+        raise ProgramError("the trainer needs batch_norm_pixels for a model it cannot build")
+    return list(batch_norm_pixels(build_model(spec), spec.input_shape).values())
+
+
+def make_trainer(
+    runtime: str, spec: Any, program: bytes | None = None, *, batch_norm_pixels: Sequence[int] | None = None
+) -> Trainer:
+    """The trainer a device uses for ``runtime``: "executorch" runs ``program``, "torch" trains eagerly.
+
+    ``spec`` is a `ModelSpec`, or for "executorch" anything with ``name``,
+    ``input_shape`` and ``num_classes`` (a provision's model) given with
+    ``batch_norm_pixels``: the runtime trains a program without its model's code.
+    """
     if runtime == "executorch":
         if program is None:
             raise ValueError("the executorch runtime needs the job's training program")
-        return ExecuTorchTrainer(program, spec)
+        return ExecuTorchTrainer(program, spec, batch_norm_pixels=batch_norm_pixels)
     if runtime == "torch":
         return TorchTrainer(spec)
     raise ValueError(f"unknown runtime {runtime!r}; choose executorch or torch")

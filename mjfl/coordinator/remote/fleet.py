@@ -109,7 +109,7 @@ class RemoteFleet:
                 continue
             spec = job.spec
             wire = protocol.ModelSpec(
-                spec.name, tuple(spec.input_shape), spec.num_classes, job.batch_norm_pixels, job.dropout_shapes
+                spec.label, tuple(spec.input_shape), spec.num_classes, job.batch_norm_pixels, job.dropout_shapes
             )
             self._jobs[job.job] = _Job(wire, program, dict(job.shards))
 

@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from mjfl import seeds
-from mjfl.coordinator.config import JobConfig, RunConfig
+from mjfl.coordinator.config import JobConfig, RunConfig, model_spec
 from mjfl.coordinator.engine.fleet import JobArtifacts
 from mjfl.coordinator.storage.records import JobInfo
 from mjfl.ids import DeviceId, JobId
@@ -118,7 +118,8 @@ class PreparedJob:
 def job_key(config: JobConfig) -> str:
     """What makes two jobs "the same job" for Formula 10's history: model, data and training setup."""
     return "/".join(
-        str(v) for v in (config.name, config.model, config.dataset, config.image_size, config.partition,
+        str(v) for v in (config.name, config.model, *((config.model_args, config.model_sha256) if config.model_sha256 or config.model_args else ()),
+                         config.dataset, config.image_size, config.partition,
                          config.training.epochs, config.training.batch_size, config.training.lr,
                          config.training.momentum, config.fraction)
     )
@@ -205,7 +206,7 @@ def prepare_jobs(config: RunConfig, slots: int, cache_dir: Path = PROGRAM_CACHE)
             data.train_y, slots, job.partition, rng,
             classes_per_device=job.classes_per_device, alpha=job.dirichlet_alpha,
         )
-        spec = ModelSpec(job.model, data.input_shape, data.num_classes)
+        spec = model_spec(job, data.input_shape, data.num_classes)
         path, _ = cached_program(spec, cache_dir, max_batch=job.training.batch_size)
         program = path.read_bytes()
         parts = [(np.ascontiguousarray(data.train_x[idx]), np.ascontiguousarray(data.train_y[idx])) for idx in indices]

@@ -141,7 +141,12 @@ def default_trainer_factory(runtime: str, model: ModelName, program: bytes) -> T
     from mjfl.jobs.base import ModelSpec
     from mjfl.jobs.trainers import make_trainer
 
-    spec = model if isinstance(model, ModelSpec) else ModelSpec(model.name, tuple(model.input_shape), model.num_classes)  # type: ignore[arg-type]
+    if isinstance(model, ModelSpec):
+        return make_trainer(runtime, model, program)
+    if runtime == "executorch":
+        # As a phone does: the program and the provision's model spec, no model code.
+        return make_trainer(runtime, model, program, batch_norm_pixels=tuple(getattr(model, "batch_norm_pixels", ())))
+    spec = ModelSpec(model.name, tuple(model.input_shape), model.num_classes)  # type: ignore[arg-type]
     return make_trainer(runtime, spec, program)
 
 

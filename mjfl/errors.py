@@ -70,7 +70,7 @@ class ModelError(UserError):
     """
 
     def __init__(self, operator: str, module: str, problem: str, instead: str) -> None:
-        super().__init__(f"model operator {operator} in {module}: {problem}; {instead}")
+        super().__init__(f"model operator {operator} in {module}: {problem}; instead: {instead}")
         self.operator = operator
         self.module = module
         self.problem = problem

@@ -97,10 +97,6 @@ def _time_steps(trainer: Trainer, spec: ModelSpec, *, steps: int, batch: int, se
 def _trainer(runtime: str, program: Path, spec: ModelSpec) -> Trainer:
     from mjfl.jobs.trainers import ExecuTorchTrainer, TorchTrainer
 
-    if runtime == "handwritten":
-        from mjfl.jobs.export import export_training_program
-
-        return ExecuTorchTrainer(export_training_program(spec, max_batch=64, handwritten=True), spec)
     return ExecuTorchTrainer(program.read_bytes(), spec) if runtime == "executorch" else TorchTrainer(spec, device="cpu")
 
 
@@ -114,7 +110,6 @@ def run_trainers_bench(
     json_path: Path | None = None,
     console: Console | None = None,
     devices_per_step: Sequence[int] = DEVICES,
-    handwritten: bool = False,
 ) -> dict[str, Any]:
     """Measure every model in both runtimes, then device trainings per second (module docstring); print, write ``json_path``.
 
@@ -143,7 +138,6 @@ def run_trainers_bench(
     rows: list[BenchRow] = []
     ratios: dict[str, float] = {}
     params: dict[str, int] = {}
-    converted_over_handwritten: dict[str, float] = {}
     try:
         for name in names:
             spec = ModelSpec(name, BENCH_SHAPES.get(name, (1, 28, 28)), 10, dropout=0.0)
@@ -152,7 +146,7 @@ def run_trainers_bench(
             with logs.native_output():
                 path, _ = cached_program(spec, cache_dir, max_batch=max(batch, 64))
             medians = {}
-            for runtime in (*RUNTIMES, "handwritten") if handwritten else RUNTIMES:
+            for runtime in RUNTIMES:
                 started = time.perf_counter()
                 with logs.native_output():  # ExecuTorch's runtime prints cpuinfo lines on its first step
                     times = _time_steps(_trainer(runtime, path, spec), spec, steps=steps, batch=batch, seed=seed)
@@ -172,15 +166,12 @@ def run_trainers_bench(
                     f"[dim]{name} {runtime}: {medians[runtime]:.2f} ms/step ({time.perf_counter() - started:.1f} s)[/]"
                 )
             ratios[name] = round(medians["executorch"] / medians["torch"], 3)
-            if handwritten:
-                converted_over_handwritten[name] = round(medians["executorch"] / medians["handwritten"], 3)
     finally:
         torch.set_num_threads(threads_before)
 
     report = {
         "results": [asdict(r) for r in rows],
         "ratios": ratios,
-        **({"converted_over_handwritten": converted_over_handwritten} if handwritten else {}),
         "settings": {
             "batch": batch,
             "steps": steps,

@@ -79,10 +79,11 @@ def study(
 
 
 def export_program(
-    model: Annotated[str, typer.Argument(help="Zoo model: lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet.")],
+    model: Annotated[str, typer.Argument(help="Zoo model (lenet5, cnn-a-iid, cnn-a-noniid, cnn-b, vgg6, resnet13, alexnet) or a factory of your own: file.py:Net or package.module:factory (docs/models.md).")],
     out: Annotated[Path, typer.Option(help="Where to write the .pte.")],
     input_shape: Annotated[str, typer.Option(metavar="C,H,W", help="The shape of one input.")] = "1,28,28",
     classes: Annotated[int, typer.Option(help="Number of classes.")] = 10,
+    model_args: Annotated[str, typer.Option(metavar="JSON", help="A factory's keyword arguments, a JSON object.")] = "",
     max_batch: Annotated[int, typer.Option(
         help="Largest batch the program accepts (its batch is dynamic): give the job's batch_size. The runtime"
         " allocates the program's planned memory for this bound when it loads it, about proportional to it"
@@ -97,4 +98,4 @@ def export_program(
     from mjfl.commands.export import export_program as export
 
     shape = tuple(comma_list("--input-shape", input_shape, int))
-    export(model, out, input_shape=shape, classes=classes, max_batch=max_batch, console=console)
+    export(model, out, input_shape=shape, classes=classes, max_batch=max_batch, console=console, model_args=model_args)

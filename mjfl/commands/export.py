@@ -1,4 +1,4 @@
-"""`mjfl export`: write a zoo model's ExecuTorch training program, the `.pte` a phone runs."""
+"""`mjfl export`: write a model's ExecuTorch training program (the zoo's or a factory's), the `.pte` a phone runs."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ from pathlib import Path
 from rich.console import Console
 
 from mjfl import logs
+from mjfl.coordinator.config import resolve_model
 from mjfl.errors import ConfigError, UserError
 
 
 def export_program(
-    model: str, out: Path, *, input_shape: tuple[int, ...], classes: int, max_batch: int, console: Console
+    model: str, out: Path, *, input_shape: tuple[int, ...], classes: int, max_batch: int, console: Console,
+    model_args: str = "",
 ) -> Path:
     """Check the arguments (naming the bad one), export, write ``out``; returns it."""
     from mjfl.jobs.base import ModelSpec
@@ -27,10 +29,13 @@ def export_program(
     if out.is_dir():
         raise UserError(f"--out {out}: a folder; give the .pte file to write")
     try:
-        spec = ModelSpec(model, shape, classes)  # type: ignore[arg-type]
-        build_model(spec)  # checks the input is large enough for the architecture
+        args = _model_args(model, model_args)
+        name, sha256 = resolve_model(model, "model", Path.cwd())  # a file factory: its absolute path and digest
+        spec = ModelSpec(name, shape, classes, args=args, sha256=sha256)  # type: ignore[arg-type]
+        build_model(spec)  # checks the input is large enough for the architecture, and a factory's result
     except ConfigError as exc:  # name the argument, not a config field
-        arg = {"model": "MODEL", "input_shape": "--input-shape", "num_classes": "--classes"}.get(exc.field, exc.field)
+        arg = {"model": "MODEL", "input_shape": "--input-shape", "num_classes": "--classes",
+               "model_args": "--model-args"}.get(exc.field, exc.field)
         raise UserError(f"{arg}: {exc.problem}") from None
     console.print(f"exporting {model} for {shape}, {classes} classes (this takes a while) ...")
     with logs.native_output():  # torch's and ExecuTorch's own lines: dropped, or shown with --verbose
@@ -45,3 +50,22 @@ def export_program(
         highlight=False, soft_wrap=True,
     )
     return out
+
+
+def _model_args(model: str, text: str) -> str:
+    """``--model-args`` as the canonical JSON a ModelSpec holds ("" for none)."""
+    import json
+
+    from mjfl.jobs.base import MODEL_NAMES, model_args_json
+
+    if not text:
+        return ""
+    if model in MODEL_NAMES:
+        raise ConfigError("model_args", f"zoo model {model!r} takes no arguments")
+    try:
+        table = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError("model_args", f"not JSON: {exc}") from None
+    if not isinstance(table, dict):
+        raise ConfigError("model_args", f"must be a JSON object, got {text!r}")
+    return model_args_json(table)

@@ -30,7 +30,15 @@ from mjfl.device.protocol.codec import (
 )
 from mjfl.errors import ConfigError
 from mjfl.ids import JobId
-from mjfl.jobs.base import FACTORY, MAX_BATCH, MODEL_NAMES, LocalTraining, ModelSpec, is_factory_file, model_args_json
+from mjfl.jobs.base import (
+    FACTORY,
+    MAX_BATCH,
+    MODEL_NAMES,
+    LocalTraining,
+    ModelSpec,
+    is_factory_file,
+    model_args_json,
+)
 from mjfl.schedulers.base import CostWeights
 
 PARTITIONS = ("iid", "noniid", "dirichlet")
@@ -197,7 +205,7 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
         raise ConfigError(where, "must be a table")
     f = Fields(raw, where)
     name = f.take("name", str, required=True)
-    model, model_sha256 = _model(f.take("model", str, required=True), f"{where}.model", base)
+    model, model_sha256 = resolve_model(f.take("model", str, required=True), f"{where}.model", base)
     model_args = f.take("model_args", dict, default={})
     if model_args and model in MODEL_NAMES:
         raise ConfigError(f"{where}.model_args", f"is for a model of your own (a factory); {model!r} takes none")
@@ -236,7 +244,7 @@ def _job(raw: Any, where: str, base: Path) -> JobConfig:
     return job
 
 
-def _model(model: str, where: str, base: Path) -> tuple[str, str]:
+def resolve_model(model: str, where: str, base: Path) -> tuple[str, str]:
     """A job's model string, with a file factory's path made absolute, and that file's sha256."""
     if model in MODEL_NAMES:
         return model, ""
@@ -251,7 +259,7 @@ def _model(model: str, where: str, base: Path) -> tuple[str, str]:
     path = _path(m.group("where"), base)
     if not path.is_file():
         raise ConfigError(where, f"no such file {path}")
-    from mjfl.jobs.custom import file_sha256
+    from mjfl.jobs.base import file_sha256
 
     return f"{path.resolve()}:{m.group('attr')}", file_sha256(path)
 

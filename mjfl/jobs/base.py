@@ -8,10 +8,12 @@ these declarations here lets those layers load without importing torch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -77,10 +79,11 @@ class ModelSpec:
             )
         if self.args:
             try:
-                if not isinstance(json.loads(self.args), dict):
-                    raise ValueError
+                table = json.loads(self.args)
             except ValueError:
-                raise ConfigError("model_args", f"must be a table, got {self.args!r}") from None
+                table = None
+            if not isinstance(table, dict):
+                raise ConfigError("model_args", f"must be a table, got {self.args!r}")
         if len(self.input_shape) != 3 or any(int(d) <= 0 for d in self.input_shape):
             raise ConfigError("input_shape", f"expected positive (C, H, W), got {self.input_shape!r}")
         if self.num_classes < 2:
@@ -176,3 +179,8 @@ class Trainer(Protocol):
         `seed` fixes the batch order and any dropout noise (docs/models.md).
         """
         ...
+
+
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes: how a model's source file is named in a run's provenance."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()

@@ -14,10 +14,15 @@ features) one contiguous block, so that
 - a matrix is device-major, (K, N, F), and a fully connected layer one
   batched matrix product of the K devices' stacked weights, whose gradients
   come out in the weights' own layout (`_batched_linear`);
-- ReLU, max pooling, residual sums, global average pooling and dropout act
-  per channel or element and need nothing more (flattening keeps each
-  device's C*H*W block in PyTorch's (C, H, W) order); batch norm is per channel too, over the K*C
-  channels with the K devices' stacked running averages;
+- ReLU-like activations, pooling, residual sums, global average pooling and
+  dropout act per channel or element and need nothing more (flattening keeps
+  each device's C*H*W block in PyTorch's (C, H, W) order); batch norm is per
+  channel too, over the K*C channels with the K devices' stacked running
+  averages; a concatenation along channels interleaves each device's parts;
+- the model is the graph `mjfl.jobs.convert.trace` takes from its module,
+  run by `BatchedForm` with the layers above rewritten for the layout: any
+  PyTorch module made of them trains batched, and anything else is refused
+  with the operator and module named;
 - the loss is the sum of the K devices' mean cross-entropies: the devices'
   parameters are disjoint, so each device's gradient is its own loss's,
   and SGD with momentum and weight decay, elementwise, updates each device
@@ -38,6 +43,7 @@ floating-point summation order (tested for every zoo model in
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,15 +52,17 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor, fx, nn
 
+from mjfl.errors import ModelError
+from mjfl.jobs import convert
 from mjfl.jobs.base import LocalTraining, ModelSpec, TrainResult, Weights
-from mjfl.jobs.layers import EagerOps
+from mjfl.jobs.layers import dropout_keep
 from mjfl.jobs.models import build_model
 from mjfl.jobs.randomness import TaskRandom
 from mjfl.jobs.trainers import _check_data, _check_weights, batches, draw_noise
 
-__all__ = ["BatchedOps", "BatchedTask", "BatchedTrainer"]
+__all__ = ["BatchedForm", "BatchedTask", "BatchedTrainer"]
 
 # Devices a step trains at most by default, on the CPU and on CUDA: on a CPU core 128 devices' maps
 # outgrow the caches, and CNN-A and VGG-6 train slower than at 32 (`mjfl bench trainers`, docs/scale.md).
@@ -73,97 +81,224 @@ class BatchedTask:
     seed: int = 0
 
 
-class BatchedOps(EagerOps):
-    """The `Ops` vocabulary (`mjfl.jobs.layers`) over K devices at once (see the module docstring).
+# Functions and parameterless modules that act per channel or per element, in whichever device's block:
+# in this layout they are called as they are.
+_AS_THEY_ARE_MODULES: tuple[type[nn.Module], ...] = (
+    nn.ReLU, nn.ReLU6, nn.Hardtanh, nn.LeakyReLU, nn.GELU, nn.SiLU, nn.Hardswish, nn.Sigmoid, nn.Tanh,
+    nn.MaxPool2d, nn.AvgPool2d, nn.Identity,
+)
+_AS_THEY_ARE_FUNCTIONS: frozenset[Any] = frozenset({
+    F.relu, torch.relu, F.relu6, F.hardtanh, F.leaky_relu, F.gelu, F.silu, F.hardswish, torch.sigmoid, F.sigmoid,
+    torch.tanh, F.tanh, F.max_pool2d, F.avg_pool2d, operator.add, operator.iadd, operator.sub, operator.mul,
+    operator.truediv, torch.add, torch.mul,
+})
+_AS_THEY_ARE_METHODS = frozenset({"relu", "sigmoid", "tanh", "contiguous", "float", "add", "mul"})
+
+
+class BatchedForm(fx.Interpreter):
+    """A model's traced graph (`mjfl.jobs.convert.trace`) run over K devices at once (the module docstring).
 
     ``tensors`` holds every state entry of the model stacked over the
-    devices, (K, *shape), by its `state_dict` key; ``names`` gives each
-    module's key prefix. ``noise(n, features)`` returns the dropout noise
-    of a site, (K, n, *features): each device's as its own trainer draws it
-    for an n-sample batch of ``features``. Maps are (N, K*C, H, W), matrices
-    (K, N, F) from `flatten` on; only the layers with weights, flattening,
-    global pooling, the logits and dropout's noise differ from `EagerOps`: the rest (ReLU,
-    pooling, sums) act per channel or per element, whichever device it
-    belongs to.
+    devices, (K, *shape), by its `state_dict` key. ``noise(n, features)``
+    returns the dropout noise of a site, (K, n, *features): each device's as
+    its own trainer draws it for an n-sample batch of ``features``. Maps are
+    (N, K*C, H, W) and matrices device-major (K, N, F): a 4-d value is a
+    map, a 3-d one a matrix. The layers with weights, flattening, global
+    pooling, concatenation, means and dropout's noise are rewritten for the
+    layout; the rest act per channel or element and run as they are. Any
+    other operator raises `ModelError` (train such a model with the
+    ``torch`` or ``executorch`` runtime).
     """
 
     def __init__(
-        self, devices: int, names: Mapping[int, str], tensors: Mapping[str, Tensor],
+        self, gm: fx.GraphModule, devices: int, tensors: Mapping[str, Tensor],
         noise: Callable[[int, tuple[int, ...]], Tensor],
     ) -> None:
-        super().__init__(training=True, noise=self._noise)
+        super().__init__(gm)
         self.k = devices
-        self.names = names
         self.tensors = tensors
         self._device_noise = noise
 
+    def _refuse(self, problem: str) -> ModelError:
+        node = self.current_node
+        return ModelError(
+            convert.operator_name(node, self.module), convert.where(node), f"{problem} in the batched runtime",
+            "train this model with runtime = 'torch' or 'executorch'",
+        )
+
+    def _get(self, target: str, what: str) -> Tensor | None:
+        return self.tensors.get(f"{target}.{what}")
+
+    def _logical_shape(self, x: Tensor) -> torch.Size:
+        if x.dim() == 4:
+            n, kc, h, w = x.shape
+            return torch.Size((n, kc // self.k, h, w))
+        if x.dim() == 3:
+            return torch.Size(x.shape[1:])
+        raise self._refuse(f"a {x.dim()}-d activation")
+
     def _noise(self, shape: tuple[int, ...]) -> Tensor:
-        """`EagerOps.dropout`'s noise for an activation of ``shape``, in this layout."""
+        """The noise of a dropout site for an activation of ``shape``, in this layout."""
         if len(shape) == 3:  # a device-major matrix
             return self._device_noise(shape[1], shape[2:])
         n, channels, *rest = shape  # a map: each device's channels one block
         return self._device_noise(n, (channels // self.k, *rest)).transpose(0, 1).reshape(shape)
 
-    def _get(self, module: nn.Module, what: str) -> Tensor | None:
-        return self.tensors.get(f"{self.names[id(module)]}.{what}")
+    def _dropout(self, x: Tensor, p: float) -> Tensor:
+        return x if p == 0 else x * dropout_keep(self._noise(tuple(x.shape)), p)
 
-    def conv(
-        self, x: Tensor, conv: nn.Conv2d, *, bn: nn.BatchNorm2d | None = None, relu: bool = False, pool: bool = False
-    ) -> Tensor:
-        weight = self._get(conv, "weight")
+    def _device_major(self, x: Tensor) -> Tensor:
+        """A map or (N, K*F) matrix as the (K, N, F) matrix of each device's features in PyTorch's order."""
+        if x.dim() == 3:
+            return x
+        return x.reshape(x.shape[0], self.k, -1).transpose(0, 1).contiguous()
+
+    # -- modules ----------------------------------------------------------------
+
+    def call_module(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        m = self.fetch_attr(target)
+        x = args[0]
+        if isinstance(m, nn.Conv2d):
+            return self._conv(str(target), m, x)
+        if isinstance(m, nn.Linear):
+            return self._linear(str(target), x)
+        if isinstance(m, nn.modules.batchnorm._BatchNorm):
+            return self._batch_norm(str(target), m, x)
+        if isinstance(m, nn.LayerNorm):
+            return self._layer_norm(str(target), m, x)
+        if isinstance(m, nn.Dropout):
+            return self._dropout(x, float(m.p) if m.training else 0.0)
+        if isinstance(m, nn.Flatten):
+            if m.start_dim != 1 or m.end_dim != -1:
+                raise self._refuse("flattening other than from the channels on")
+            return self._device_major(x)
+        if isinstance(m, nn.AdaptiveAvgPool2d):
+            return self._global_pool(x, m.output_size)
+        if isinstance(m, _AS_THEY_ARE_MODULES):
+            return m(*args, **kwargs)
+        raise self._refuse("this module")
+
+    def _conv(self, target: str, conv: nn.Conv2d, x: Tensor) -> Tensor:
+        if x.dim() != 4:
+            raise self._refuse("a convolution of a matrix")
+        weight = self._get(target, "weight")
         assert weight is not None
-        bias = self._get(conv, "bias")
+        bias = self._get(target, "bias")
         if conv.in_channels // conv.groups <= CHANNELS_LAST_MAX:
             x = x.contiguous(memory_format=torch.channels_last)
         else:
             x = x.contiguous()
-        x = F.conv2d(
+        if conv.padding_mode != "zeros":
+            raise self._refuse(f"padding_mode {conv.padding_mode!r}")
+        return F.conv2d(
             x, weight.reshape(-1, *weight.shape[2:]), None if bias is None else bias.reshape(-1),
             stride=conv.stride, padding=conv.padding, dilation=conv.dilation, groups=self.k * conv.groups,
         )
-        if bn is not None:
-            x = self._batch_norm(x, bn)
-        if relu:
-            x = F.relu(x)
-        if pool:
-            x = F.max_pool2d(x, 2)
-        return x
 
-    def _batch_norm(self, x: Tensor, bn: nn.BatchNorm2d) -> Tensor:
-        """Train-mode batch norm of every device's channels, with its running averages, as `nn.BatchNorm2d` does."""
-        tracked = self._get(bn, "num_batches_tracked")
+    def _linear(self, target: str, x: Tensor) -> Tensor:
+        if x.dim() != 3:
+            raise self._refuse("a fully connected layer over a map")
+        weight = self._get(target, "weight")
+        assert weight is not None
+        return _batched_linear(x, weight, self._get(target, "bias"))
+
+    def _batch_norm(self, target: str, bn: nn.modules.batchnorm._BatchNorm, x: Tensor) -> Tensor:
+        """Train-mode batch norm of every device's channels, with its running averages, as PyTorch's does."""
+        tracked = self._get(target, "num_batches_tracked")
         factor = bn.momentum
         if tracked is not None:
             tracked.add_(1)
             if factor is None:  # a cumulative average
                 factor = 1.0 / float(tracked[0])
-        mean, var = self._get(bn, "running_mean"), self._get(bn, "running_var")
-        weight, bias = self._get(bn, "weight"), self._get(bn, "bias")
-        return F.batch_norm(
+        matrix = x.dim() == 3
+        if matrix:  # (K, N, F) as (N, K*F): each device's features one block of channels
+            k, n, f = x.shape
+            x = x.transpose(0, 1).reshape(n, k * f)
+        mean, var = self._get(target, "running_mean"), self._get(target, "running_var")
+        weight, bias = self._get(target, "weight"), self._get(target, "bias")
+        y = F.batch_norm(
             x, None if mean is None else mean.view(-1), None if var is None else var.view(-1),
             None if weight is None else weight.reshape(-1), None if bias is None else bias.reshape(-1),
             training=True, momentum=0.0 if factor is None else factor, eps=bn.eps,
         )
+        return y.reshape(n, k, f).transpose(0, 1) if matrix else y
 
-    def flatten(self, x: Tensor) -> Tensor:
-        return self._device_major(x)
+    def _layer_norm(self, target: str, ln: nn.LayerNorm, x: Tensor) -> Tensor:
+        if x.dim() != 3 or len(ln.normalized_shape) != 1:
+            raise self._refuse("layer norm other than over a matrix's features")
+        y = F.layer_norm(x, ln.normalized_shape, None, None, ln.eps)
+        weight, bias = self._get(target, "weight"), self._get(target, "bias")
+        if weight is not None:
+            y = y * weight.unsqueeze(1)
+        if bias is not None:
+            y = y + bias.unsqueeze(1)
+        return y
 
-    def global_avg_pool(self, x: Tensor) -> Tensor:
-        return self._device_major(x.mean(dim=(2, 3)))
+    # -- functions and methods -----------------------------------------------------
 
-    def _device_major(self, x: Tensor) -> Tensor:
-        """A map or (N, K*F) matrix as the (K, N, F) matrix of each device's features in PyTorch's order."""
-        return x.reshape(x.shape[0], self.k, -1).transpose(0, 1).contiguous()
+    def call_function(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if target is getattr and args[1] == "shape":
+            return self._logical_shape(args[0])
+        if target is operator.getitem and isinstance(args[0], torch.Size):
+            return args[0][args[1]]
+        if target is F.dropout:
+            p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+            training = kwargs.get("training", args[2] if len(args) > 2 else True)
+            return self._dropout(args[0], float(p) if training else 0.0)
+        if target is torch.flatten:
+            if (args[1:] or (kwargs.get("start_dim", 0),))[0] != 1:
+                raise self._refuse("flattening other than from the channels on")
+            return self._device_major(args[0])
+        if target is torch.cat:
+            return self._cat(*args, **kwargs)
+        if target is F.adaptive_avg_pool2d:
+            return self._global_pool(args[0], kwargs.get("output_size", args[1:2] and args[1]))
+        if target in _AS_THEY_ARE_FUNCTIONS:
+            return target(*args, **kwargs)
+        raise self._refuse("this function")
 
-    def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
-        weight = self._get(fc, "weight")
-        assert weight is not None
-        bias = self._get(fc, "bias")
-        y = _batched_linear(x, weight, bias)
-        return F.relu(y) if relu else y
+    def _global_pool(self, x: Tensor, output_size: Any) -> Tensor:
+        if output_size not in (1, (1, 1)) or x.dim() != 4:
+            raise self._refuse("adaptive pooling to other than 1x1")
+        return x.mean(dim=(2, 3), keepdim=True)
 
-    def logits(self, x: Tensor) -> Tensor:
-        return x  # (K, N, classes)
+    def _cat(self, tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        if dim != 1:
+            raise self._refuse("concatenation other than along channels or features")
+        if all(t.dim() == 3 for t in tensors):
+            return torch.cat(tensors, dim=2)
+        if not all(t.dim() == 4 for t in tensors):
+            raise self._refuse("concatenation of a map and a matrix")
+        n, _, h, w = tensors[0].shape  # each device's channels of every part, side by side
+        return torch.cat([t.reshape(n, self.k, -1, h, w) for t in tensors], dim=2).reshape(n, -1, h, w)
+
+    def call_method(self, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        x = args[0]
+        if target == "size":
+            shape = self._logical_shape(x)
+            return shape if len(args) == 1 and "dim" not in kwargs else shape[(args[1:] or (kwargs["dim"],))[0]]
+        if target in ("view", "reshape"):
+            shape = args[1] if len(args) == 2 and isinstance(args[1], (tuple, list, torch.Size)) else args[1:]
+            logical = self._logical_shape(x)
+            if len(shape) == 2 and shape[0] == logical[0] and shape[1] in (-1, logical[1:].numel()):
+                return self._device_major(x)
+            raise self._refuse("a reshape other than flattening each sample")
+        if target == "flatten":
+            if (args[1:] or (kwargs.get("start_dim", 0),))[0] != 1:
+                raise self._refuse("flattening other than from the channels on")
+            return self._device_major(x)
+        if target == "mean":
+            return self._mean(x, *args[1:], **kwargs)
+        if target in _AS_THEY_ARE_METHODS:
+            return getattr(x, target)(*args[1:], **kwargs)
+        raise self._refuse("this method")
+
+    def _mean(self, x: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:
+        dims = tuple(sorted(d % 4 for d in (dim if isinstance(dim, (tuple, list)) else (dim,)))) if dim is not None else ()
+        if x.dim() != 4 or dims != (2, 3):
+            raise self._refuse("a mean other than over a map's height and width")
+        y = x.mean(dim=(2, 3), keepdim=keepdim)
+        return y if keepdim else self._device_major(y)
 
 
 class _BatchedLinear(torch.autograd.Function):
@@ -210,7 +345,7 @@ class BatchedTrainer:
         self._shapes = {k: tuple(v.shape) for k, v in state.items()}
         self._dtypes = {k: v.dtype for k, v in state.items()}
         self._params = [k for k, _ in self.model.named_parameters()]
-        self._names = {id(m): name for name, m in self.model.named_modules()}
+        self._graph = convert.trace(self.model)
 
     def train(
         self, weights: Weights, x: np.ndarray, y: np.ndarray, training: LocalTraining, *, seed: int = 0
@@ -258,7 +393,7 @@ class BatchedTrainer:
             drawn = np.stack([draw_noise(g, count, features) for g in generators])
             return torch.from_numpy(drawn).movedim(-1, 1).to(dev)
 
-        ops = BatchedOps(k, self._names, tensors, noise)
+        form = BatchedForm(self._graph, k, tensors, noise)
         rows = torch.arange(k, device=dev)[:, None]
         loss_sums = torch.zeros(k, dtype=torch.float64, device=dev)
         c, h, w = self.spec.input_shape
@@ -268,7 +403,7 @@ class BatchedTrainer:
             b = index.shape[1]
             xb = xs[rows, index].transpose(0, 1).reshape(b, k * c, h, w)
             yb = ys[rows, index]  # (K, b)
-            logits = self.model.run(ops, xb)  # (K, b, classes)
+            logits = form.run(xb)  # (K, b, classes)
             losses = F.cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view(k, b).mean(1)
             losses.sum().backward()
             step_sgd()

@@ -128,7 +128,7 @@ def operator_name(node: fx.Node, gm: fx.GraphModule | None = None) -> str:
             return _SYMBOLS[target]  # type: ignore[index]
         mod = getattr(target, "__module__", "") or ""
         name = getattr(target, "__name__", str(target))
-        if mod.startswith("torch.nn.functional"):
+        if mod.startswith(("torch.nn.functional", "torch._C._nn")):
             return f"F.{name}"
         if mod.startswith("torch"):
             return f"torch.{name}"
@@ -443,7 +443,7 @@ def _avg_pool(ctx: _Ctx, node: fx.Node, m: Any, args: tuple[Any, ...], kwargs: d
 def _adaptive_avg_pool(ctx: _Ctx, node: fx.Node, m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Act:
     x = _map(ctx, node, args[0])
     size = m.output_size if m is not None else kwargs.get("output_size", args[1] if len(args) > 1 else None)
-    c, h, w, _ = x.t.shape
+    _, h, w, _ = x.t.shape
     oh, ow = _pair(size) if not isinstance(size, (tuple, list)) or None not in size else (
         h if size[0] is None else size[0], w if size[-1] is None else size[-1])
     if (oh, ow) == (1, 1):
@@ -696,12 +696,12 @@ def _moves_past_pool(node: fx.Node) -> bool:
 
 def _mark_relu_pool(gm: fx.GraphModule) -> None:
     for node in gm.graph.nodes:
-        rule, m = _rule_for(node, gm)
+        rule, _ = _rule_for(node, gm)
         if rule is None or rule.apply is not _max_pool or not node.args:
             continue
         src = node.args[0]
         if isinstance(src, fx.Node) and len(src.users) == 1:
-            src_rule, src_m = _rule_for(src, gm)
+            src_rule, _ = _rule_for(src, gm)
             if src_rule is not None and src_rule.apply is _relu:
                 node.meta["mjfl_pool_after_relu"] = src
 

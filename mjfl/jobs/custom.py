@@ -24,13 +24,9 @@ from typing import Any
 from mjfl.errors import ConfigError
 from mjfl.jobs.base import FACTORY, ModelSpec, is_factory_file
 
-__all__ = ["build_custom", "file_sha256", "load_factory", "source_file"]
+__all__ = ["build_custom", "load_factory", "source_file"]
 
 _LOADING = threading.Lock()
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def source_file(name: str) -> Path | None:

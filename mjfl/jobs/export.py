@@ -86,33 +86,6 @@ def _spec_of(
     return ModelSpec(model, tuple(input_shape), num_classes, dropout)  # type: ignore[arg-type]
 
 
-def _handwritten_wrapper(spec: ModelSpec) -> Any:
-    """The zoo's hand-written export form (`ZooModel.run` with `ExportOps`), for one comparison."""
-    import torch
-    from torch import nn
-
-    from mjfl.jobs.layers import ExportOps
-    from mjfl.jobs.models import build_model
-
-    class TrainingProgram(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = build_model(spec)
-            self.model.train()
-            self.ops = ExportOps()
-
-        def forward(self, x: torch.Tensor, y: torch.Tensor, *noise: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            ops = self.ops
-            ops.start(noise)
-            logits = self.model.run(ops, x)
-            logp = torch.log_softmax(logits, dim=1)
-            loss = -logp.gather(1, y.unsqueeze(1)).sum() * ops.inv_batch
-            stats = [t.detach() for t in ops.stats.ordered(self.model)]
-            return (loss, logits.detach(), *stats)
-
-    return TrainingProgram()
-
-
 def _training_wrapper(spec: ModelSpec) -> Any:
     """The nn.Module that is exported: the model's export form (`mjfl.jobs.convert`) + loss."""
     import torch
@@ -147,7 +120,6 @@ def export_training_program(
     *,
     dropout: float | None = None,
     max_batch: int = DEFAULT_MAX_BATCH,
-    handwritten: bool = False,
 ) -> bytes:
     """The .pte bytes of `model`'s training program (see the module docstring).
 
@@ -166,7 +138,7 @@ def export_training_program(
     spec = _spec_of(model, input_shape, num_classes, dropout)
     if not 1 <= max_batch <= 65536:
         raise ValueError(f"max_batch must be in [1, 65536], got {max_batch}")
-    wrapper = _handwritten_wrapper(spec) if handwritten else _training_wrapper(spec)
+    wrapper = _training_wrapper(spec)
     c, h, w = spec.input_shape
     example_n = min(max(2, max_batch // 2), max_batch) if max_batch > 1 else 1
     x = torch.zeros(example_n, c, h, w)
@@ -174,8 +146,7 @@ def export_training_program(
     # One U[0, 1) noise input per dropout site, batch innermost like the
     # export form's activations: (*features, N).
     sites = dropout_shapes(wrapper.model, spec.input_shape)
-    if not handwritten:
-        wrapper.form.check(spec.input_shape, sites)  # an operator without a rule fails here, by name
+    wrapper.form.check(spec.input_shape, sites)  # an operator without a rule fails here, by name
     noise = [torch.rand(*shape, example_n) for shape in sites]
     dynamic: tuple[Any, ...] | None = None
     if max_batch > 1:

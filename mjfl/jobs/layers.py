@@ -1,17 +1,10 @@
-"""Export-form layers: the zoo's layers re-expressed for the ExecuTorch runtime.
+"""The export form's operators: PyTorch's layers re-expressed for the ExecuTorch runtime.
 
-A zoo model is written once against the small `Ops` vocabulary below and
-runs two ways:
-
-- `EagerOps` is plain PyTorch (`F.conv2d`, `F.max_pool2d`, batch norm in
-  train mode, ...) on NCHW tensors. It is the reference, the GPU/CPU fallback
-  trainer and the coordinator's evaluator.
-- `ExportOps` computes the same function with the same parameters, but only
-  from operators that the ExecuTorch 1.5.1 runtime differentiates correctly
-  and fast. It is what `mjfl.jobs.export` traces.
-
-Why a second spelling is needed (all measured on executorch 1.5.1, see
-docs/models.md):
+`mjfl.jobs.convert` turns each layer of a traced model into these
+functions; they compute the same values and gradients with the same
+parameters, but only from operators that the ExecuTorch 1.5.1 runtime
+differentiates correctly and fast. Why (all measured on executorch 1.5.1,
+see docs/models.md):
 
 - `max_pool2d_with_indices_backward` returns wrong gradients (upstream issue
   21686); `avg_pool2d` has no backward kernel; train-mode batch norm does not
@@ -24,23 +17,26 @@ docs/models.md):
   bool->float copy 16 ns, `amax`/`argmax` 40-60 ns an output, and a strided
   slice along the innermost dimension 6 ns.
 
-So the export form keeps every tensor with the batch *innermost*: feature
-maps are (C, H, W, N) and matrices (F, N). Then
+So every tensor keeps the batch *innermost*: feature maps are (C, H, W, N)
+and matrices (F, N). Then
 
 - a convolution is one `mm` of the weight (O, C*kh*kw) with an im2col
   matrix (C*kh*kw, OH*OW*N) built from slices that copy whole contiguous
-  runs of OW*N values, and its output is again (O, OH, OW, N);
-- 2x2 max pooling pairs neighbours by splitting contiguous halves, then
-  runs a two-stage tournament of optimized elementwise operators;
+  runs of OW*N values, and its output is again (O, OH, OW, N); a depthwise
+  one is kh*kw per-channel multiply-adds of shifted maps;
+- max pooling is a tournament of optimized elementwise operators (2x2/2 by
+  splitting contiguous halves), average pooling a sum of shifted maps;
 - flattening a map for the classifier is a free reshape to (C*H*W, N) in
   PyTorch's (C, H, W) feature order, and the fully connected layers
   compute W @ X on (F, N) matrices;
-- ReLU and max are "value times a detached 0/1 mask", so their backward
-  passes are a single optimized `mul`;
-- batch norm is plain arithmetic over each channel's row;
+- ReLU-like activations and max are "value times a detached mask", so their
+  backward passes are a single optimized `mul`;
+- batch norm and layer norm are plain arithmetic over each channel's row or
+  each sample's column;
 - dropout multiplies by a mask made from a noise *input* of the program
   (one per dropout site), because the runtime's own dropout draws from an
-  unseeded generator and a seed must give the same training everywhere.
+  unseeded generator and a seed must give the same training everywhere;
+- padding concatenates constant maps.
 
 The graph passes in `mjfl.jobs.passes` then turn the transposes that
 autograd emits for `mm` into `linear` calls (which transpose inside BLAS)
@@ -51,183 +47,28 @@ image (N, C, H, W) -> (C, H, W, N) and the logits (K, N) -> (N, K).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from typing import Protocol
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = [
-    "BatchStats",
-    "EagerOps",
-    "ExportOps",
-    "Ops",
+    "avg_pool_maps",
+    "batch_norm_rows",
+    "conv2d_maps",
     "dropout_keep",
+    "layer_norm_cols",
+    "max_pool_maps",
+    "relu_masked",
 ]
-
-
-class Ops(Protocol):
-    """The layer vocabulary every zoo model is written in.
-
-    Activations are opaque to the model: `image` turns the NCHW input into
-    the implementation's layout for feature maps, `flatten` turns a feature
-    map into the implementation's matrix layout (feature order is PyTorch's
-    `flatten(1)` order, (C, H, W)), and `logits` turns the model's last
-    matrix into the batch-major (N, K) scores the loss takes.
-    """
-
-    def image(self, x: Tensor) -> Tensor:
-        """Take an (N, C, H, W) batch into this implementation's map layout."""
-        ...
-
-    def conv(
-        self,
-        x: Tensor,
-        conv: nn.Conv2d,
-        *,
-        bn: nn.BatchNorm2d | None = None,
-        relu: bool = False,
-        pool: bool = False,
-    ) -> Tensor:
-        """`conv`, then optionally batch norm (train mode), ReLU, 2x2 max pooling."""
-        ...
-
-    def max_pool(self, x: Tensor) -> Tensor:
-        """2x2, stride-2 max pooling with floor semantics (odd edges dropped)."""
-        ...
-
-    def relu(self, x: Tensor) -> Tensor:
-        """ReLU of a map or matrix."""
-        ...
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        """Elementwise sum of two maps (residual connections)."""
-        ...
-
-    def global_avg_pool(self, x: Tensor) -> Tensor:
-        """Mean over the pixels of a map, as a matrix of C features."""
-        ...
-
-    def flatten(self, x: Tensor) -> Tensor:
-        """A map as a matrix of C*H*W features in PyTorch's flatten order."""
-        ...
-
-    def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
-        """`fc` on a matrix of features, optionally followed by ReLU."""
-        ...
-
-    def logits(self, x: Tensor) -> Tensor:
-        """The model's output matrix as (N, K) scores."""
-        ...
-
-    def dropout(self, x: Tensor, p: float) -> Tensor:
-        """Training-mode inverted dropout with probability `p` (identity for p == 0).
-
-        Where the implementation is given uniform noise (see `dropout_keep`),
-        an activation is kept where its noise is > p, so a seed that draws
-        the noise fixes the masks in every runtime.
-        """
-        ...
-
-
-class EagerOps:
-    """Plain PyTorch on NCHW tensors: the reference semantics.
-
-    `training` switches dropout (batch norm follows its module's own mode).
-    `noise`, when given, returns U[0, 1) noise of a requested (N, ...) shape
-    for each dropout site in turn; without it dropout draws from torch's RNG.
-    """
-
-    def __init__(self, training: bool = True, noise: Callable[[tuple[int, ...]], Tensor] | None = None) -> None:
-        self.training = training
-        self.noise = noise
-
-    def image(self, x: Tensor) -> Tensor:
-        return x
-
-    def conv(
-        self,
-        x: Tensor,
-        conv: nn.Conv2d,
-        *,
-        bn: nn.BatchNorm2d | None = None,
-        relu: bool = False,
-        pool: bool = False,
-    ) -> Tensor:
-        x = conv(x)
-        if bn is not None:
-            x = bn(x)
-        if relu:
-            x = F.relu(x)
-        if pool:
-            x = F.max_pool2d(x, 2)
-        return x
-
-    def max_pool(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, 2)
-
-    def relu(self, x: Tensor) -> Tensor:
-        return F.relu(x)
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return a + b
-
-    def global_avg_pool(self, x: Tensor) -> Tensor:
-        return x.mean(dim=(2, 3))
-
-    def flatten(self, x: Tensor) -> Tensor:
-        return x.flatten(1)
-
-    def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
-        x = fc(x)
-        return F.relu(x) if relu else x
-
-    def logits(self, x: Tensor) -> Tensor:
-        return x
-
-    def dropout(self, x: Tensor, p: float) -> Tensor:
-        if p == 0 or not self.training:
-            return x
-        if self.noise is None:
-            return F.dropout(x, p, training=True)
-        return x * dropout_keep(self.noise(tuple(x.shape)), p)
 
 
 def dropout_keep(noise: Tensor, p: float) -> Tensor:
     """Inverted dropout's multiplier from U[0, 1) noise: 1/(1-p) where noise > p, else 0.
 
     Spelled with optimized elementwise operators (a compare and a bool->float
-    copy are portable kernels, 16 ns an element); both forms use it.
+    copy are portable kernels, 16 ns an element); the eager form uses it too.
     """
     return torch.sign(torch.relu(noise - p)) * (1.0 / (1.0 - p))
-
-
-class BatchStats:
-    """Per-step batch statistics of the batch norm layers, in module order.
-
-    The export form normalises with the batch statistics (train mode) but
-    cannot update the running averages inside the program, so it returns
-    each layer's batch mean and biased variance as extra outputs and the
-    trainer folds them into `running_mean`/`running_var` exactly as
-    `nn.BatchNorm2d` does (with the unbiased variance).
-    """
-
-    def __init__(self) -> None:
-        self.by_module: dict[int, tuple[Tensor, Tensor]] = {}
-
-    def record(self, bn: nn.BatchNorm2d, mean: Tensor, var: Tensor) -> None:
-        assert id(bn) not in self.by_module, "a batch norm layer may be used once per forward"
-        self.by_module[id(bn)] = (mean, var)
-
-    def ordered(self, model: nn.Module) -> list[Tensor]:
-        """Flat [mean0, var0, mean1, var1, ...] in `model.modules()` order."""
-        out: list[Tensor] = []
-        for m in model.modules():
-            if isinstance(m, nn.BatchNorm2d):
-                mean, var = self.by_module[id(m)]
-                out += [mean, var]
-        return out
 
 
 def _masked(x: Tensor, mask: Tensor) -> Tensor:
@@ -275,52 +116,6 @@ def pool_maps(x: Tensor) -> Tensor:
     return max2(top, bottom).reshape(c, h2, w2, n)
 
 
-def pad_maps(x: Tensor, p: int) -> Tensor:
-    """Zero padding of a (C, H, W, N) map by concatenating zeros.
-
-    `F.pad` (constant_pad_nd) fails at run time when its input needs a
-    gradient; `cat` differentiates into cheap contiguous slices.
-    """
-    if p == 0:
-        return x
-    c, h, w, n = x.shape
-    side = x.new_zeros(c, h, p, n)
-    x = torch.cat([side, x, side], dim=2)
-    top = x.new_zeros(c, p, w + 2 * p, n)
-    return torch.cat([top, x, top], dim=1)
-
-
-def conv_maps(x: Tensor, weight: Tensor, bias: Tensor | None, stride: int, padding: int) -> Tensor:
-    """Convolution of a (C, H, W, N) map as one `mm` with an im2col matrix.
-
-    The im2col matrix has rows (c, i, j) in the order of `weight.reshape(O, -1)`
-    and columns (y, x, n). It is built separably, kh row-slices then kw
-    column-slices, so a k x k kernel costs 2k slice operators instead of k^2
-    (export time grows with the operator count), and every slice copies
-    contiguous runs of at least N values. The result is an (O, OH, OW, N)
-    map. In the backward pass the weight gradient `dY @ P^T` becomes a
-    `linear` after the export passes, so no large transpose is materialised.
-    """
-    o, c, kh, kw = weight.shape
-    x = pad_maps(x, padding)
-    _, h, w, n = x.shape
-    oh = (h - kh) // stride + 1
-    ow = (w - kw) // stride + 1
-    span_h = stride * (oh - 1) + 1
-    span_w = stride * (ow - 1) + 1
-    if kh == 1 and kw == 1:
-        p = x[:, :span_h:stride, :span_w:stride, :].reshape(c, -1)
-    else:
-        rows = [x[:, i : i + span_h : stride] for i in range(kh)]
-        u = torch.stack(rows, dim=1)  # (C, kh, OH, W, N)
-        cols = [u[:, :, :, j : j + span_w : stride] for j in range(kw)]
-        p = torch.stack(cols, dim=2).reshape(c * kh * kw, -1)  # (C, kh, kw, OH, OW, N)
-    y = weight.reshape(o, c * kh * kw) @ p
-    if bias is not None:
-        y = y + bias.reshape(o, 1)
-    return y.reshape(o, oh, ow, n)
-
-
 def _mean_per_channel(x: Tensor, inv_count: Tensor) -> Tensor:
     """(C, 1) mean of a (C, H, W, N) map: each pixel over the batch, then pixels.
 
@@ -360,118 +155,23 @@ def batch_norm_maps(
     return y.reshape(c, h, w, n), mean.reshape(c), var.reshape(c)
 
 
-class ExportOps:
-    """The runtime-friendly spelling of `Ops` (see the module docstring).
-
-    Maps are (C, H, W, N), matrices (F, N). One instance per traced forward:
-    it collects the batch norm statistics that the exported program returns.
-    """
-
-    def __init__(self) -> None:
-        self.stats = BatchStats()
-        self.inv_batch = torch.ones(())
-        self.noise: Sequence[Tensor] = ()
-        self._next_noise = 0
-
-    def start(self, noise: Sequence[Tensor]) -> None:
-        """Reset for one traced forward that draws dropout masks from `noise`."""
-        self.stats = BatchStats()
-        self.noise = noise
-        self._next_noise = 0
-
-    def image(self, x: Tensor) -> Tensor:
-        n, c, h, w = x.shape
-        # 1/N once per program; layers multiply by it (see _mean_per_channel).
-        self.inv_batch = torch.ones(()) / n
-        # The one transpose of a map; the input needs no gradient.
-        return x.reshape(n, c * h * w).t().reshape(c, h, w, n)
-
-    def conv(
-        self,
-        x: Tensor,
-        conv: nn.Conv2d,
-        *,
-        bn: nn.BatchNorm2d | None = None,
-        relu: bool = False,
-        pool: bool = False,
-    ) -> Tensor:
-        assert conv.groups == 1 and conv.dilation == (1, 1), "zoo convs are plain"
-        assert conv.stride[0] == conv.stride[1] and conv.padding[0] == conv.padding[1]
-        assert isinstance(conv.padding[0], int)
-        y = conv_maps(x, conv.weight, conv.bias, conv.stride[0], conv.padding[0])
-        if bn is not None:
-            y, mean, var = batch_norm_maps(y, bn, self.inv_batch)
-            self.stats.record(bn, mean, var)
-        if pool:
-            # max and ReLU commute, so pool first and apply ReLU to a
-            # quarter of the data.
-            y = pool_maps(y)
-        if relu:
-            y = relu_masked(y)
-        return y
-
-    def max_pool(self, x: Tensor) -> Tensor:
-        return pool_maps(x)
-
-    def relu(self, x: Tensor) -> Tensor:
-        return relu_masked(x)
-
-    def add(self, a: Tensor, b: Tensor) -> Tensor:
-        return a + b
-
-    def global_avg_pool(self, x: Tensor) -> Tensor:
-        c, h, w, n = x.shape
-        # A mean over the pixels (`avg_pool2d` has no backward kernel).
-        return x.reshape(c, h * w, n).mean(dim=1)
-
-    def flatten(self, x: Tensor) -> Tensor:
-        c, h, w, n = x.shape
-        return x.reshape(c * h * w, n)
-
-    def linear(self, x: Tensor, fc: nn.Linear, *, relu: bool = False) -> Tensor:
-        # W @ X on (F, N) matrices; the passes keep autograd's transposes
-        # of W and X out of the runtime (they would be portable copies).
-        y = fc.weight @ x
-        if fc.bias is not None:
-            y = y + fc.bias.reshape(-1, 1)
-        return relu_masked(y) if relu else y
-
-    def logits(self, x: Tensor) -> Tensor:
-        return x.t()
-
-    def dropout(self, x: Tensor, p: float) -> Tensor:
-        # The runtime's dropout draws from an unseeded generator; the program
-        # takes one noise input per site instead (shape (*features, N), like
-        # the activation), which the trainer fills from its seed.
-        if p == 0:
-            return x
-        noise = self.noise[self._next_noise]
-        self._next_noise += 1
-        return x * dropout_keep(noise, p)
-
-
-# -- the primitives of the converted form (mjfl.jobs.convert) ------------------
-#
-# Every activation is stored with the batch innermost: a logical (N, *features)
-# tensor as (*features, N); a map (N, C, H, W) as (C, H, W, N).
-
-
 def pad_map(x: Tensor, top: int, bottom: int, left: int, right: int, value: float = 0.0) -> Tensor:
-    """Constant padding of a (C, H, W, N) map by concatenation (see `pad_maps`)."""
+    """Constant padding of a (C, H, W, N) map by concatenating constant maps.
+
+    `F.pad` (constant_pad_nd) fails at run time when its input needs a
+    gradient; `cat` differentiates into cheap contiguous slices. Equal sides
+    share one constant tensor: the program fills it once.
+    """
     c, h, w, n = x.shape
     if left or right:
-        parts = [x.new_full((c, h, left, n), value)] if left else []
-        parts.append(x)
-        if right:
-            parts.append(x.new_full((c, h, right, n), value))
-        x = torch.cat(parts, dim=2)
+        lside = x.new_full((c, h, left, n), value) if left else None
+        rside = lside if right == left else x.new_full((c, h, right, n), value) if right else None
+        x = torch.cat([t for t in (lside, x, rside) if t is not None], dim=2)
     if top or bottom:
         wp = w + left + right
-        parts = [x.new_full((c, top, wp, n), value)] if top else []
-        parts.append(x)
-        if bottom:
-            parts.append(x.new_full((c, bottom, wp, n), value))
-        x = torch.cat(parts, dim=1)
+        tside = x.new_full((c, top, wp, n), value) if top else None
+        bside = tside if bottom == top else x.new_full((c, bottom, wp, n), value) if bottom else None
+        x = torch.cat([t for t in (tside, x, bside) if t is not None], dim=1)
     return x
 
 
@@ -479,7 +179,7 @@ def _taps(
     x: Tensor, k: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]
 ) -> tuple[list[list[Tensor]], int, int]:
     """The kh x kw shifted, strided views of a padded (C, H, W, N) map, and (OH, OW)."""
-    c, h, w, n = x.shape
+    _, h, w, _ = x.shape
     (kh, kw), (sh, sw), (dh, dw) = k, stride, dilation
     oh = (h - dh * (kh - 1) - 1) // sh + 1
     ow = (w - dw * (kw - 1) - 1) // sw + 1
@@ -619,6 +319,8 @@ def batch_norm_rows(x: Tensor, bn: nn.Module, inv_batch: Tensor) -> tuple[Tensor
     The statistics are over the batch and `rest` (the pixels, the length, or
     nothing); see `batch_norm_maps`, which this generalises.
     """
+    if x.dim() == 4:  # a map as it is: a reshape would be one more copy each way in the program
+        return batch_norm_maps(x, bn, inv_batch)
     c, n = x.shape[0], x.shape[-1]
     rest = math.prod(x.shape[1:-1])
     y, mean, var = batch_norm_maps(x.reshape(c, rest, 1, n), bn, inv_batch)

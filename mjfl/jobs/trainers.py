@@ -21,6 +21,7 @@ after run, and a phone given the task's seed draws the same numbers.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -175,6 +176,24 @@ class ExecuTorchTrainer:
         outs = self._run(torch.zeros(n, c, h, w), torch.zeros(n, dtype=torch.long), noise)
         self._params: dict[str, torch.Tensor] = dict(zip(self._param_keys, outs[param_start:]))
         self._param_shapes = {k: tuple(t.shape) for k, t in self._params.items()}
+        if not getattr(spec, "custom", True):
+            self._check_zoo_model(spec)
+
+    def _check_zoo_model(self, spec: Any) -> None:
+        """A zoo spec's program is that model's: its parameters and dropout sites (a custom model is never
+        built here, where its code may not run; its weights are checked against the program at each task)."""
+        from mjfl.jobs.models import build_model, dropout_shapes
+
+        model = build_model(spec)
+        want = {k: tuple(p.shape) for k, p in model.named_parameters()}
+        if want != self._param_shapes:
+            raise ProgramError(f"program parameters {_sizes(self._param_shapes)} do not match model {spec.name}'s {_sizes(want)}")
+        sites = [tuple(s) for s in dropout_shapes(model, spec.input_shape)]
+        if sites != [tuple(s) for s in self._noise_shapes]:
+            raise ProgramError(
+                f"program takes {len(self._noise_shapes)} dropout noise input(s) {self._noise_shapes}, model "
+                f"{spec.name} with dropout {spec.dropout} has {len(sites)} {sites}"
+            )
 
     def _layout(self, weights: Weights) -> tuple[list[str], list[str]]:
         """The task's state keys (its order) and its batch norm layers, checked against the program."""
@@ -441,3 +460,7 @@ def make_trainer(
     if runtime == "torch":
         return TorchTrainer(spec)
     raise ValueError(f"unknown runtime {runtime!r}; choose executorch or torch")
+
+
+def _sizes(shapes: Mapping[str, tuple[int, ...]]) -> str:
+    return f"({len(shapes)} tensors, {sum(math.prod(s) for s in shapes.values()):,} values)"

@@ -31,7 +31,7 @@ import pytest
 from digits import digits
 from repository import ROOT
 
-from mjfl.jobs.base import MODEL_NAMES, LocalTraining, ModelSpec
+from mjfl.jobs.base import MODEL_NAMES, LocalTraining, ModelSpec, file_sha256
 from mjfl.jobs.export import cached_programs
 from mjfl.jobs.models import batch_norm_pixels, build_model, dropout_shapes, initial_weights
 from mjfl.jobs.trainers import ExecuTorchTrainer
@@ -43,6 +43,9 @@ CACHE = ROOT / ".mjfl-cache" / "programs"
 MAX_BATCH = 64  # tests/jobs/test_trainers.py's: one program per spec for both tests
 SMALL = {"cnn-a-iid", "resnet13"}  # on the digits' native 8x8, the others on 16x16
 SPECS = {name: ModelSpec(name, (1, 8, 8) if name in SMALL else (1, 16, 16), 10) for name in MODEL_NAMES}
+# A model of a researcher's own (tests/commands/custom_models), converted as the zoo is: its program on the app too.
+CUSTOM = ROOT / "tests" / "commands" / "custom_models" / "models.py"
+SPECS["custom-mobilenet"] = ModelSpec(f"{CUSTOM}:MobileNetStyle", (1, 8, 8), 10, sha256=file_sha256(CUSTOM))
 N = 21
 TRAINING = LocalTraining(epochs=2, batch_size=8, lr=0.01, momentum=0.9, weight_decay=5e-4)
 TOLERANCE = 1e-5
@@ -59,7 +62,8 @@ class Task:
 # Every model once, then LeNet-5 again on its program, still loaded, with other values: a
 # task must find nothing of the one before (momentum, batch buffers) but the program.
 TASKS = [Task(name, SPECS[name], TRAINING, (2**63 - 1) - 7919 * i) for i, name in enumerate(MODEL_NAMES)] + [
-    Task("lenet5-again", SPECS["lenet5"], LocalTraining(epochs=1, batch_size=5, lr=0.1), 0)
+    Task("lenet5-again", SPECS["lenet5"], LocalTraining(epochs=1, batch_size=5, lr=0.1), 0),
+    Task("custom-mobilenet", SPECS["custom-mobilenet"], TRAINING, 12345),
 ]
 
 
@@ -89,7 +93,7 @@ def _write_task(folder: Path, task: Task, program: Path, weights: dict[str, np.n
         "dir": folder.name,
         "program": str(program),
         "model": {
-            "name": task.spec.name,
+            "name": task.spec.label,
             "input_shape": list(task.spec.input_shape),
             "num_classes": task.spec.num_classes,
             "batch_norm_pixels": list(batch_norm_pixels(model, task.spec.input_shape).values()),

@@ -1,9 +1,10 @@
 """The model zoo and its export form, in plain PyTorch (no ExecuTorch).
 
-The export form (`ExportOps`) must compute the same function and the same
-gradients as the eager model (`EagerOps`) from the same parameters; these
-tests check that in eager PyTorch, which is fast, so a wrong re-expression
-is caught before any export. tests/jobs/test_trainers.py checks the runtime.
+The export form (`mjfl.jobs.convert.ExportForm`) must compute the same
+function and the same gradients as the eager model from the same
+parameters; these tests check that in eager PyTorch, which is fast, so a
+wrong conversion is caught before any export. tests/jobs/test_trainers.py
+and tests/jobs/test_convert.py check the runtime.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mjfl.errors import ConfigError, ProgramError
-from mjfl.jobs.layers import EagerOps, ExportOps, max2, pool_maps, relu_masked
+from mjfl.jobs.convert import EagerForm, ExportForm
+from mjfl.jobs.layers import max_pool_maps
 from mjfl.jobs.models import (
     MODELS,
     ModelSpec,
@@ -32,12 +34,6 @@ from mjfl.jobs.models import (
 ALL = sorted(MODELS)
 
 
-def _export_form(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    ops = ExportOps()
-    logits = model.run(ops, x)
-    return logits, ops.stats.ordered(model)
-
-
 @pytest.mark.parametrize("name", ALL)
 @pytest.mark.parametrize("shape", [(1, 16, 16), (1, 28, 28), (3, 12, 12)])
 def test_models_build_for_input_shapes(name: str, shape: tuple[int, int, int]) -> None:
@@ -48,7 +44,7 @@ def test_models_build_for_input_shapes(name: str, shape: tuple[int, int, int]) -
     assert out.shape == (5, 7)
     # Only plain layers: the exchanged weights are an ordinary state_dict.
     kinds = {type(m).__name__ for m in model.modules() if not list(m.children())}
-    assert kinds <= {"Conv2d", "Linear", "BatchNorm2d"}
+    assert kinds <= {"Conv2d", "Linear", "BatchNorm2d", "Dropout"}
 
 
 @pytest.mark.parametrize("name", ALL)
@@ -65,7 +61,7 @@ def test_export_form_matches_eager_values_and_gradients(name: str) -> None:
     expected = {k: p.grad.clone() for k, p in model.named_parameters()}
     model.zero_grad()
 
-    logits, _ = _export_form(model, x)
+    logits, _ = ExportForm(model).run(x, [])
     torch.testing.assert_close(logits, eager, rtol=1e-5, atol=1e-5)
     F.cross_entropy(logits, y).backward()
     for k, p in model.named_parameters():
@@ -85,28 +81,26 @@ def test_dropout_from_noise_is_the_same_in_both_forms(name: str) -> None:
     noise = [torch.rand(6, *site) for site in sites]
 
     feed = iter(noise)
-    eager = model.run(EagerOps(training=True, noise=lambda s: next(feed)), x)
+    eager = EagerForm(model)(x, lambda s: next(feed))
     F.cross_entropy(eager, y).backward()
     expected = {k: p.grad.clone() for k, p in model.named_parameters()}
     model.zero_grad()
 
-    ops = ExportOps()
-    ops.start([u.movedim(0, -1) for u in noise])  # the program's (*features, N) layout
-    logits = model.run(ops, x)
+    logits, _ = ExportForm(model).run(x, [u.movedim(0, -1) for u in noise])  # the program's (*features, N) layout
     torch.testing.assert_close(logits, eager, rtol=1e-5, atol=1e-5)
     F.cross_entropy(logits, y).backward()
     for k, p in model.named_parameters():
         torch.testing.assert_close(p.grad, expected[k], rtol=1e-4, atol=1e-6, msg=k)
     # Dropout really dropped something: without it the logits differ.
     with torch.no_grad():
-        assert not torch.allclose(model.run(EagerOps(training=False), x), eager, atol=1e-3)
+        assert not torch.allclose(model.eval()(x), eager, atol=1e-3)
 
 
 def test_export_form_reports_batch_norm_statistics() -> None:
     torch.manual_seed(0)
     model = build_model("cnn-a-iid", (1, 8, 8), 10)
     x = torch.randn(4, 1, 8, 8)
-    _, stats = _export_form(model, x)
+    _, stats = ExportForm(model).run(x, [])
     # Batch statistics of bn1 are those of conv1's output.
     h = model.conv1(x)
     torch.testing.assert_close(stats[0], h.mean(dim=(0, 2, 3)), rtol=1e-5, atol=1e-6)
@@ -115,32 +109,28 @@ def test_export_form_reports_batch_norm_statistics() -> None:
     assert batch_norm_pixels(model, (1, 8, 8)) == {"bn1": 64, "bn2": 16}
 
 
-def test_export_layout_keeps_the_batch_innermost() -> None:
-    x = torch.randn(2, 3, 5, 4)
-    ops = ExportOps()
-    maps = ops.image(x)
-    assert maps.shape == (3, 5, 4, 2)
-    torch.testing.assert_close(maps, x.permute(1, 2, 3, 0))
-    # Flattening is free and in PyTorch's (C, H, W) feature order.
-    torch.testing.assert_close(ops.flatten(maps), x.flatten(1).t())
-
-
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
-    h=st.integers(2, 9),
-    w=st.integers(2, 9),
+    h=st.integers(3, 9),
+    w=st.integers(3, 9),
+    k=st.integers(1, 3),
+    stride=st.integers(1, 3),
+    padding=st.integers(0, 1),
     ties=st.booleans(),
     seed=st.integers(0, 2**16),
 )
-def test_pool_maps_equals_max_pool2d(h: int, w: int, ties: bool, seed: int) -> None:
+def test_max_pool_maps_equals_max_pool2d(h: int, w: int, k: int, stride: int, padding: int, ties: bool, seed: int) -> None:
+    """Values and gradients, ties included, for any window, stride and padding the conversion accepts."""
+    if 2 * padding > k:
+        padding = 0  # PyTorch's own bound: pad at most half the window
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(2, 3, h, w, generator=g)
     if ties:  # small integers: many equal maxima, as after ReLU
         x = torch.randint(0, 3, (2, 3, h, w), generator=g).float()
     x.requires_grad_(True)
     maps = x.permute(1, 2, 3, 0)  # (C, H, W, N)
-    got = pool_maps(maps).permute(3, 0, 1, 2)
-    want = F.max_pool2d(x, 2)
+    got = max_pool_maps(maps, (k, k), (stride, stride), (padding, padding)).permute(3, 0, 1, 2)
+    want = F.max_pool2d(x, k, stride, padding)
     torch.testing.assert_close(got, want)
     upstream = torch.randn(want.shape, generator=g)
     (g_got,) = torch.autograd.grad(got, x, upstream)
@@ -150,25 +140,14 @@ def test_pool_maps_equals_max_pool2d(h: int, w: int, ties: bool, seed: int) -> N
     torch.testing.assert_close(g_got, g_want)
 
 
-def test_max2_and_relu_masked_gradients() -> None:
-    a = torch.tensor([1.0, 2.0, 3.0, -1.0], requires_grad=True)
-    b = torch.tensor([2.0, 2.0, 1.0, -2.0], requires_grad=True)
-    m = max2(a, b)
-    assert m.tolist() == [2.0, 2.0, 3.0, -1.0]
-    m.sum().backward()
-    assert a.grad.tolist() == [0.0, 1.0, 1.0, 1.0]  # tie goes to a
-    assert b.grad.tolist() == [1.0, 0.0, 0.0, 0.0]
-    x = torch.tensor([-1.0, 0.0, 2.0], requires_grad=True)
-    r = relu_masked(x)
-    assert r.tolist() == [0.0, 0.0, 2.0]
-    r.sum().backward()
-    assert x.grad.tolist() == [0.0, 0.0, 1.0]
-
-
-def test_eager_ops_dropout_follows_training_flag() -> None:
-    x = torch.ones(1000)
-    assert torch.equal(EagerOps(training=False).dropout(x, 0.5), x)
-    assert (EagerOps(training=True).dropout(x, 0.5) == 0).any()
+def test_eager_form_dropout_follows_the_modules_mode() -> None:
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Dropout(0.5), torch.nn.Linear(1000, 2))
+    x = torch.ones(1, 1000)
+    form = EagerForm(model)
+    model.eval()
+    assert torch.equal(form(x), model(x))
+    model.train()
+    assert not torch.equal(form(x), model.eval()(x))
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,9 @@ submitted, before anything is queued:
   ``testbed.min_devices``) than the lab has, so it could never start;
 * ``unsupported``: something no lab run can do (stand-in devices exist in
   simulations only);
+* ``custom_code_off``: a job names a model of the researcher's own (a
+  factory, docs/models.md) and the lab runs no submitted code
+  (LAB.toml ``custom_code = "off"``, docs/security.md, section 8);
 * ``data_missing``: a job's data set cannot be read here (``check_data``).
 
 What it needs of the lab is recorded with it: the devices that must be
@@ -34,6 +37,7 @@ from pathlib import Path
 from mjfl.coordinator.config import RunConfig, parse_config
 from mjfl.coordinator.lab.config import LabConfig
 from mjfl.errors import ConfigError, Refusal, UserError
+from mjfl.jobs.base import MODEL_NAMES
 from mjfl.jobs.datasets import load_dataset
 from mjfl.profiling.profiles import load_profiles
 
@@ -57,6 +61,7 @@ def check(text: str, lab: LabConfig) -> Submission:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise Refusal("config_invalid", f"the config is not valid TOML: {exc}") from None
+    _no_custom_code(raw, lab)
     try:
         config = parse_config(raw, base=base)
         profiles = config.fleet.profiles
@@ -77,6 +82,24 @@ def check(text: str, lab: LabConfig) -> Submission:
     if config.fleet.stand_ins > 0:
         raise Refusal("unsupported", "fleet.stand_ins: stand-in devices exist in simulations only", field="fleet.stand_ins")
     return Submission(dataclasses.replace(config, source=None), needs)
+
+
+def _no_custom_code(raw: dict[str, object], lab: LabConfig) -> None:
+    """A job whose model is not the zoo's is code of the researcher's own: refused while the lab runs none.
+
+    Checked before the config is parsed, which would look for (and, to hash it, read) the model's file.
+    """
+    jobs = raw.get("jobs")
+    for index, job in enumerate(jobs if isinstance(jobs, list) else []):
+        model = job.get("model") if isinstance(job, dict) else None
+        if isinstance(model, str) and model not in MODEL_NAMES and lab.custom_code == "off":
+            raise Refusal(
+                "custom_code_off",
+                f"jobs[{index}].model {model!r} is a model of your own, and this lab runs zoo models only"
+                f" ({', '.join(MODEL_NAMES)}; LAB.toml custom_code = \"off\"): check it with `mjfl models check`"
+                " and run it with `mjfl testbed run` on your own machine, or ask the lab's admin",
+                field=f"jobs[{index}].model",
+            )
 
 
 def check_data(config: RunConfig) -> None:

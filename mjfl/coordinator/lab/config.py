@@ -20,6 +20,7 @@
     max_request_kb = 256       # the largest request (a submitted config) the API reads
     max_queued_per_researcher = 20
     max_running = 4            # runs running at once
+    custom_code = "off"        # runs of a model of the researcher's own: "off" (docs/security.md, 8)
 
 Every key is checked as a run's are (``coordinator/config.py``): a bad one
 is named in the error. docs/lab.md explains each.
@@ -47,6 +48,11 @@ from mjfl.errors import ConfigError
 # round, each running run's equal part while others are short; "reserved", each run holds its own devices (its
 # fleet's size) for its life, as the reservations of other FL systems do (the baseline of `mjfl bench serve`).
 SHARES = ("equal", "reserved")
+# Whether researchers' own model code may run here (docs/security.md, section 8). Only "off" is available: the
+# bounded child process that would import, convert and export submitted code ("admins", "researchers") is not
+# built yet, and the lab will not run a researcher's code in its own process.
+CUSTOM_CODE = ("off",)
+CUSTOM_CODE_PLANNED = ("admins", "researchers")
 
 
 @dataclass(frozen=True)
@@ -79,6 +85,7 @@ class LabConfig:
     seed: int = 0
     source: Path | None = None
     program_cache: Path | None = None  # None: LAB_DIR/programs, wherever the service's folder is
+    custom_code: str = "off"  # CUSTOM_CODE
 
     def programs(self, out_dir: Path) -> Path:
         """Where the lab's runs keep their exported programs, the service's folder being ``out_dir``."""
@@ -109,9 +116,17 @@ def parse_lab_config(raw: dict[str, Any], *, base: Path = Path("."), source: Pat
     out_dir = Path(top.take("out_dir", str, default=str(d["out_dir"]))).expanduser()
     seed = top.take("seed", int, default=d["seed"])
     cache = top.take("program_cache", str, default=None)
+    custom_code = top.take("custom_code", str, default=d["custom_code"])
     top.done()
+    if custom_code in CUSTOM_CODE_PLANNED:
+        raise ConfigError(
+            "custom_code", f"{custom_code!r} is not available in this mjfl: a researcher's model code would run only in"
+            " a bounded child process, which is not built yet; 'off' is the one choice (docs/security.md, section 8)",
+        )
+    if custom_code not in CUSTOM_CODE:
+        raise ConfigError("custom_code", f"must be one of {', '.join(CUSTOM_CODE + CUSTOM_CODE_PLANNED)}, got {custom_code!r}")
     program_cache = None if cache is None else base / Path(cache).expanduser()
-    return LabConfig(fleet, server, api, limits, out_dir, seed, source, program_cache)
+    return LabConfig(fleet, server, api, limits, out_dir, seed, source, program_cache, custom_code)
 
 
 def _api(raw: dict[str, Any]) -> ApiConfig:

@@ -51,6 +51,7 @@ def run_provenance(
             JobId(job.config.name), hashlib.sha256(job.program).hexdigest(), len(job.program),
             None if job.program_file is None else str(Path(job.program_file).absolute()),
             tuple(len(y) for _, y in job.parts),
+            job.config.model, job.config.model_sha256 or None, _helper_digests(job.config.files),
         )
         for job in prepared
     )
@@ -59,6 +60,13 @@ def run_provenance(
         None if config_text is None else hashlib.sha256(config_text.encode()).hexdigest(),
         redacted, versions(), programs,
     )
+
+
+def _helper_digests(files: Sequence[Path]) -> dict[str, str]:
+    """Each helper file of a model (the config's ``files``) by its absolute path, to its sha256 as read now."""
+    from mjfl.jobs.base import file_sha256
+
+    return {str(Path(f).absolute()): file_sha256(Path(f)) for f in files}
 
 
 def source_text(config: RunConfig) -> str | None:

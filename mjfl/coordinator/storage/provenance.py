@@ -27,7 +27,10 @@ def record(db: Connection, p: RunProvenance) -> None:
         p, redacted_json=json.dumps(list(p.redacted)), versions_json=json.dumps(dict(p.versions), default=str)
     )
     programs = [
-        PROVENANCE_PROGRAMS.row(b, run_id=p.run_id, shard_samples_json=json.dumps(list(b.shard_samples)))
+        PROVENANCE_PROGRAMS.row(
+            b, run_id=p.run_id, shard_samples_json=json.dumps(list(b.shard_samples)),
+            model_files_json=json.dumps(dict(b.model_files), sort_keys=True),
+        )
         for b in p.programs
     ]
     with db.transaction() as conn, refused(f"provenance of run {p.run_id!r} not recorded"):
@@ -74,7 +77,11 @@ def _provenance_from(head: sqlite3.Row, programs: Sequence[sqlite3.Row]) -> RunP
         redacted=tuple(json.loads(head["redacted_json"])),
         versions=json.loads(head["versions_json"]),
         programs=tuple(
-            record_of(ProgramBuild, r, shard_samples=tuple(json.loads(r["shard_samples_json"]))) for r in programs
+            record_of(
+                ProgramBuild, r, shard_samples=tuple(json.loads(r["shard_samples_json"])),
+                model_files=json.loads(r["model_files_json"] or "{}"),
+            )
+            for r in programs
         ),
     )
 

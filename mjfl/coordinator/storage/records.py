@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any, Literal, TypeAlias
 
@@ -239,6 +239,9 @@ class ProgramBuild:
     size: int  # bytes
     file: str | None  # where the coordinator read it (the program cache), None when not from a file
     shard_samples: tuple[int, ...]  # samples of shard k, k = 0 .. shards - 1
+    model: str | None = None  # the job's model as given: a zoo name or a factory ("models.py:Net"); None: before version 10
+    model_sha256: str | None = None  # a factory's source file's sha256; None for the zoo
+    model_files: Mapping[str, str] = field(default_factory=dict)  # each helper file (config's `files`) -> its sha256
 
 
 @dataclass(frozen=True)

@@ -247,14 +247,23 @@ _SCHEMA_V9 = (
     "CREATE INDEX run_clocks_by_run ON run_clocks (run_id, run_s)",
 )
 
+# Version 10: a job's model as given (a zoo name or a factory, ``models.py:Net``) and, for a factory, the sha256
+# of its source file and of each helper file (docs/models.md, "Your own model"), beside the program built from it.
+_SCHEMA_V10 = (
+    "ALTER TABLE provenance_programs ADD COLUMN model TEXT",
+    "ALTER TABLE provenance_programs ADD COLUMN model_sha256 TEXT",
+    "ALTER TABLE provenance_programs ADD COLUMN model_files_json TEXT",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8, _SCHEMA_V9,
+    _SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4, _SCHEMA_V5, _SCHEMA_V6, _SCHEMA_V7, _SCHEMA_V8, _SCHEMA_V9, _SCHEMA_V10,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 # The oldest schema a read-only reader reads as it is: version 6 only renamed a column, which
 # ``Table.select`` names by either name, so a finished run of version 5 needs no upgrade to be read;
 # versions 7 and 9 only added tables, which read as empty where they are missing (``Table.present``); version 8
-# only added a column with a default, which reads as that default where it is missing.
+# only added a column with a default, which reads as that default where it is missing; version 10 only added
+# nullable columns, which read as null where they are missing.
 READABLE_FROM = 5
 
 
@@ -370,7 +379,10 @@ PROVENANCE = Table(
     added=7,
 )
 PROVENANCE_PROGRAMS = Table(
-    "provenance_programs", ("run_id", "job", "sha256", "size", "file", "shard_samples_json"), added=7
+    "provenance_programs",
+    ("run_id", "job", "sha256", "size", "file", "shard_samples_json", "model", "model_sha256", "model_files_json"),
+    older={"model": "NULL", "model_sha256": "NULL", "model_files_json": "NULL"},
+    added=7,
 )
 PROVENANCE_DEVICES = Table(
     "provenance_devices",

@@ -59,3 +59,23 @@ def test_a_run_whose_data_cannot_be_read_here_is_refused_naming_the_job(tmp_path
     assert (refused.value.code, refused.value.field) == ("data_missing", "jobs[1].dataset")
     assert "cnn" in refused.value.message and str(tmp_path) in refused.value.message
     check_data(check(run_config(), LAB).config)  # the bundled digits are always there
+
+
+def test_a_model_of_the_researchers_own_is_refused_while_the_lab_runs_no_submitted_code(tmp_path: Path) -> None:
+    # The file need not exist: the refusal comes before the config is parsed or any file is read.
+    text = run_config().replace('model = "lenet5"', 'model = "models.py:Net"')
+    with pytest.raises(Refusal) as refused:
+        check(text, LAB)
+    assert (refused.value.code, refused.value.field, refused.value.status) == ("custom_code_off", "jobs[0].model", 400)
+    assert "models.py:Net" in refused.value.message and "mjfl models check" in refused.value.message
+    module = run_config().replace('model = "lenet5"', 'model = "os:system"')  # an importable factory is code too
+    with pytest.raises(Refusal, match="custom_code"):
+        check(module, LAB)
+
+
+@pytest.mark.parametrize("value", ["admins", "researchers", "everyone"])
+def test_custom_code_other_than_off_is_refused_with_the_reason(value: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        parse_lab_config({"fleet": {"size": 8}, "custom_code": value})
+    assert error.value.field == "custom_code"
+    assert ("not available" in str(error.value)) == (value != "everyone")

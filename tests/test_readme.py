@@ -201,6 +201,10 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (folder / "android").symlink_to(ROOT / "android")
     (ROOT / ".mjfl-cache").mkdir(exist_ok=True)
     (folder / ".mjfl-cache").symlink_to(ROOT / ".mjfl-cache")  # the suite's program cache: exported once
+    for source in EXAMPLES.rglob("*.py"):  # a config's own model (examples/custom)
+        copy = folder / "examples" / source.relative_to(EXAMPLES)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, copy)
     for source in EXAMPLES.rglob("*.toml"):
         copy = folder / "examples" / source.relative_to(EXAMPLES)
         copy.parent.mkdir(parents=True, exist_ok=True)

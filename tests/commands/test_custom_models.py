@@ -32,16 +32,17 @@ JOB = """
 [[jobs]]
 name = "{name}"
 model = "{model}"
-image_size = 8
+image_size = {size}
 partition = "iid"
-epochs = 1
-batch_size = 16
-lr = 0.05
-momentum = 0.9
+{training}
 fraction = 0.5
 target_accuracy = {target}
 max_rounds = {rounds}
 """
+
+
+CUSTOM = "epochs = 1\nbatch_size = 16\nlr = 0.05\nmomentum = 0.9"
+LENET = "epochs = 2\nbatch_size = 8\nlr = 0.05\nmomentum = 0.0"  # examples/custom/custom.toml's zoo job
 
 
 def write_config(folder: Path, jobs: list[tuple[str, str]], *, size: int = 4, target: float = 0.5, rounds: int = 2) -> Path:
@@ -50,7 +51,11 @@ def write_config(folder: Path, jobs: list[tuple[str, str]], *, size: int = 4, ta
         shutil.copy(source, folder / source.name)
     text = f'seed = 0\nout_dir = "{folder / "out"}"\n[fleet]\nsize = {size}\nruntime = "executorch"\n'
     text += "[testbed]\nport = 0\nwait_timeout_s = 30\n"
-    text += "".join(JOB.format(name=name, model=model, target=target, rounds=rounds) for name, model in jobs)
+    text += "".join(
+        JOB.format(name=name, model=model, target=target, rounds=rounds, size=12 if model == "lenet5" else 8,
+                   training=LENET if model == "lenet5" else CUSTOM)
+        for name, model in jobs
+    )
     path = folder / "run.toml"
     path.write_text(text)
     return path

@@ -37,7 +37,7 @@ from pathlib import Path
 from mjfl.coordinator.config import RunConfig, parse_config
 from mjfl.coordinator.lab.config import LabConfig
 from mjfl.errors import ConfigError, Refusal, UserError
-from mjfl.jobs.base import MODEL_NAMES
+from mjfl.jobs.base import FACTORY, MODEL_NAMES
 from mjfl.jobs.datasets import load_dataset
 from mjfl.profiling.profiles import load_profiles
 
@@ -92,7 +92,7 @@ def _no_custom_code(raw: dict[str, object], lab: LabConfig) -> None:
     jobs = raw.get("jobs")
     for index, job in enumerate(jobs if isinstance(jobs, list) else []):
         model = job.get("model") if isinstance(job, dict) else None
-        if isinstance(model, str) and model not in MODEL_NAMES and lab.custom_code == "off":
+        if isinstance(model, str) and FACTORY.match(model) and model not in MODEL_NAMES and lab.custom_code == "off":
             raise Refusal(
                 "custom_code_off",
                 f"jobs[{index}].model {model!r} is a model of your own, and this lab runs zoo models only"

@@ -76,7 +76,7 @@ def test_a_version_8_database_reads_as_it_is_without_anchors_and_a_writer_adds_t
         assert [r.ended_s for r in reader.rounds("r1")] == [7.5]
     assert path.read_bytes() == before
     with Storage(path) as writer:
-        assert writer.schema_version == SCHEMA_VERSION == 9
+        assert writer.schema_version == SCHEMA_VERSION == 10
         assert writer.clocks("r1") == [] and [r.ended_s for r in writer.rounds("r1")] == [7.5]
         writer.record_clock("r1", writer.elapsed_s("r1"), 1_700_000_000.0)  # a resume of the old run
         writer.record_round(round_record(A, 2))

@@ -304,7 +304,7 @@ def test_a_version_1_database_is_migrated_and_keeps_its_rounds(tmp_path: Path) -
         " VALUES ('r1', 'cnn', 1, 0, 'p1', 'ok', 10, 1.0)",
     )
     with Storage(path) as db:
-        assert db.schema_version == SCHEMA_VERSION == 9
+        assert db.schema_version == SCHEMA_VERSION == 10
         (old,) = db.rounds("r1")
         assert old.devices[0].device == "p1" and old.devices[0].device_state is None
         assert old.devices[0].wait_s == 0.0  # rounds from before planning busy devices waited for none
@@ -630,6 +630,15 @@ def test_a_runs_provenance_is_kept_once_and_read_back(db: Storage) -> None:
     kept, admissions = db.provenance("r1")
     assert kept == provenance() and admissions == []
     assert db.provenance("r2") == (None, [])
+
+
+def test_a_custom_models_source_digests_are_kept_with_its_program(db: Storage) -> None:
+    program = ProgramBuild(
+        A, "9" * 64, 1234, "/cache/net.pte", (60, 59), "/lab/models.py:Net", "7" * 64, {"/lab/blocks.py": "6" * 64}
+    )
+    kept = dataclasses.replace(provenance(), programs=(program,))
+    db.record_provenance(kept)
+    assert db.provenance("r1")[0] == kept
 
 
 def test_a_provenance_the_schema_refuses_leaves_nothing_half_written(db: Storage) -> None:

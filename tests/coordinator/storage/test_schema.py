@@ -74,4 +74,4 @@ def test_an_upgrade_applies_each_missing_version_in_order_and_refuses_a_newer_fi
 
 
 def test_the_schema_version_is_the_number_of_migrations() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 9
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 10

@@ -49,7 +49,7 @@ def test_no_adb_server_or_no_phone_is_one_line_and_exit_2_before_anything_else(t
     assert one_error_line(mjfl("devices", "list", "--adb", address)).startswith(f"error: no adb server at {address}")
 
     config = tmp_path / "run.toml"
-    config.write_text(f'out_dir = "{tmp_path / "out"}"\n[fleet]\nsize = 4\n[[jobs]]\nname = "a"\nmodel = "lenet5"\n')
+    config.write_text(f'out_dir = "{tmp_path / "out"}"\n[fleet]\nsize = 4\n[[jobs]]\nname = "a"\nmodel = "lenet5"\nimage_size = 12\n')
     with FakeAdbServer() as empty:
         listed = one_error_line(mjfl("devices", "list", "--adb", empty.address))
         assert listed.startswith(f"error: no phone attached to the adb server at {empty.address}: connect one")

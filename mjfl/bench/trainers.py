@@ -5,7 +5,8 @@ backward and the SGD update, batch 32 by default) over `steps` steps after
 a warm-up, in both runtimes on this machine's CPU. Eager PyTorch runs with
 `torch.set_num_threads(1)` because the ExecuTorch Python runtime computes
 on one thread; the ratio executorch / torch is what the issue tracks
-(goal: <= 3 for LeNet-5 and the CNNs, <= 6 for VGG and ResNet).
+(issue 47's goals: <= 1.5 for LeNet-5, the CNNs and AlexNet, <= 2.5 for
+VGG and ResNet and for a config's own models, `--config`).
 
 Then device trainings per second on the quickstart's digits jobs
 (`FLEET_JOBS`: a device's task is 60 samples, 2 epochs, batch 8): one
@@ -18,9 +19,10 @@ task. The goal: batched at K = 32 >= 3x ExecuTorch on LeNet-5 and CNN-A.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -45,16 +47,18 @@ BENCH_SHAPES: dict[str, tuple[int, int, int]] = {
     "vgg6": (1, 32, 32),
     "resnet13": (1, 32, 32),
 }
-# executorch / torch step-time ratio the issue asks for.
+# executorch / torch step-time ratio the issue asks for (issue 47: the goals are not met but for LeNet-5,
+# docs/models.md, "The remaining gap to eager PyTorch"); a config's own models (--config) have CUSTOM_GOAL.
 GOALS: dict[str, float] = {
-    "lenet5": 3.0,
-    "cnn-a-iid": 3.0,
-    "cnn-a-noniid": 3.0,
-    "cnn-b": 3.0,
-    "alexnet": 3.0,
-    "vgg6": 6.0,
-    "resnet13": 6.0,
+    "lenet5": 1.5,
+    "cnn-a-iid": 1.5,
+    "cnn-a-noniid": 1.5,
+    "cnn-b": 1.5,
+    "alexnet": 1.5,
+    "vgg6": 2.5,
+    "resnet13": 2.5,
 }
+CUSTOM_GOAL = 2.5
 WARMUP_STEPS = 5
 RUNTIMES = ("executorch", "torch")
 # The quickstart's digits jobs (examples/quickstart.toml): model, input shape, and a device's task.
@@ -110,19 +114,26 @@ def run_trainers_bench(
     json_path: Path | None = None,
     console: Console | None = None,
     devices_per_step: Sequence[int] = DEVICES,
+    custom: Mapping[str, ModelSpec] | None = None,
 ) -> dict[str, Any]:
     """Measure every model in both runtimes, then device trainings per second (module docstring); print, write ``json_path``.
 
     Programs come from `cached_program` (exported on first use). Dropout is
     set to 0 so both runtimes do the same work. Returns the JSON document:
     {"results": [...], "ratios": {model: executorch/torch}, "settings": {...}}.
+    ``custom`` adds models of a config's own, by a row name (`custom_specs`),
+    each at its job's input shape, measured as the zoo's are.
     What ExecuTorch and torch print goes where ``mjfl.logs.setup`` sends
     third-party output (``logs.native_output``), not to the console.
     """
-    names = list(models) if models else list(BENCH_SHAPES)
+    names = list(models) if models else list(BENCH_SHAPES) if not custom else []
     unknown = [m for m in names if m not in MODEL_NAMES]
     if unknown:
         raise UserError(f"--models: unknown {', '.join(unknown)}; known: {', '.join(MODEL_NAMES)}")
+    specs = {name: ModelSpec(name, BENCH_SHAPES.get(name, (1, 28, 28)), 10, dropout=0.0) for name in names}
+    specs |= {name: dataclasses.replace(spec, dropout=0.0) for name, spec in (custom or {}).items()}
+    names = list(specs)
+    goals = {name: GOALS.get(name, CUSTOM_GOAL) for name in names}
     if steps < 1 or batch < 1:
         raise UserError("--steps and --batch must be >= 1")
     check_devices_per_step(devices_per_step, empty=True)
@@ -140,7 +151,7 @@ def run_trainers_bench(
     params: dict[str, int] = {}
     try:
         for name in names:
-            spec = ModelSpec(name, BENCH_SHAPES.get(name, (1, 28, 28)), 10, dropout=0.0)
+            spec = specs[name]
             params[name] = parameter_count(spec)
             console.print(f"[dim]{name}: exporting (cached after the first run) ...[/]")
             with logs.native_output():
@@ -178,14 +189,14 @@ def run_trainers_bench(
             "warmup_steps": WARMUP_STEPS,
             "torch_threads": 1,
             "torch": torch.__version__,
-            "goals": {m: GOALS.get(m) for m in names},
+            "goals": goals,
             "parameters": params,
         },
     }
     console.print(output.table(
         f"Training step, batch {batch}, median of {steps} (torch on 1 thread)",
         ("model", "input", "params", "executorch ms", "torch ms", "ratio", "goal"),
-        (_row(name, params[name], ratios[name], {r.runtime: r for r in rows if r.model == name}) for name in names),
+        (_row(name, params[name], ratios[name], {r.runtime: r for r in rows if r.model == name}, goals[name]) for name in names),
     ))
     if devices_per_step:
         report["device_trainings"] = device_trainings(devices_per_step, cache_dir=cache_dir, seed=seed, console=console)
@@ -282,8 +293,7 @@ def _fleet_row(name: str, entry: dict[str, Any], devices: Sequence[int]) -> tupl
     )
 
 
-def _row(name: str, params: int, ratio: float, by_runtime: dict[str, BenchRow]) -> tuple[str, ...]:
-    goal = GOALS.get(name)
+def _row(name: str, params: int, ratio: float, by_runtime: dict[str, BenchRow], goal: float | None) -> tuple[str, ...]:
     mark = "" if goal is None else ("[green]ok[/]" if ratio <= goal else "[red]over[/]")
     return (
         name,
@@ -294,3 +304,22 @@ def _row(name: str, params: int, ratio: float, by_runtime: dict[str, BenchRow]) 
         f"{ratio:.2f}",
         f"<= {goal:g} {mark}" if goal is not None else "",
     )
+
+
+def custom_specs(config_path: Path) -> dict[str, ModelSpec]:
+    """The models of a config's own (factories), by ``job (Factory)``, each at its job's data's shape and classes."""
+    from mjfl.coordinator.config import load_config, model_spec
+    from mjfl.jobs.datasets import load_dataset
+
+    config = load_config(config_path)
+    found = {}
+    for job in config.jobs:
+        if job.model in MODEL_NAMES:
+            continue
+        with logs.native_output():
+            data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels, seed=config.seed)
+        spec = model_spec(job, data.input_shape, data.num_classes)
+        found[f"{job.name} ({spec.label})"] = spec
+    if not found:
+        raise UserError(f"--config {config_path}: no job names a model of its own (a factory)")
+    return found

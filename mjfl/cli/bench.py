@@ -136,14 +136,16 @@ def bench_trainers(
     steps: Annotated[int, typer.Option(help="Measured steps per model and runtime (after a warm-up).")] = 100,
     batch: Annotated[int, typer.Option(help="Batch size of a step.")] = 32,
     devices_per_step: Annotated[str, typer.Option(metavar="K,...", help="Devices per batched step ('' skips device trainings).")] = "1,8,32,128",
+    config: Annotated[Path | None, typer.Option(help="Also the models of this run config's own (factories), at its jobs' input shapes; alone, only those.")] = None,
 ) -> None:
-    """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per zoo model; device trainings per second."""
-    from mjfl.bench.trainers import run_trainers_bench
+    """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per model; device trainings per second."""
+    from mjfl.bench.trainers import custom_specs, run_trainers_bench
 
     _bench_log(json_path)
     run_trainers_bench(
         models=comma_list("--models", models) if models else None, steps=steps, batch=batch, json_path=json_path,
         console=console, devices_per_step=comma_list("--devices-per-step", devices_per_step, int),
+        custom=custom_specs(config) if config is not None else None,
     )
 
 

@@ -46,16 +46,19 @@ def devices_check(
     connect: ConnectOption = None,
     models: Annotated[str | None, typer.Option(metavar="MODEL,...", help="Only these zoo models (default: all seven).")] = None,
     timeout_s: Annotated[float, typer.Option(help="Seconds a phone's self-test may say nothing before the phone is given up.")] = 300.0,
+    config: Annotated[Path | None, typer.Option(help="Also this run config's own models (factories), at its jobs' input shapes.")] = None,
 ) -> None:
-    """The first-day check: each phone trains every zoo model on golden data, compared with the Python runtime."""
-    from mjfl.commands.device_check import check_phones
+    """The first-day check: each phone trains every zoo model (and a config's own) on golden data, compared with the Python runtime."""
+    from mjfl.commands.device_check import check_phones, custom_cases
     from mjfl.device.phones.attached import PhoneOptions
     from mjfl.device.phones.selftest import Waits
 
     if not timeout_s > 0:
         raise UserError(f"--timeout-s {timeout_s}: must be > 0 seconds")
     only = comma_list("--models", models) if models else None
-    check_phones(PhoneOptions(adb=adb, apk=apk, connect=tuple(connect or ())), models=only, waits=Waits(quiet_s=timeout_s), console=console)
+    extra = custom_cases(options.run_config(config)) if config is not None else ()
+    check_phones(PhoneOptions(adb=adb, apk=apk, connect=tuple(connect or ())), models=only, waits=Waits(quiet_s=timeout_s),
+                 console=console, extra=extra)
 
 
 @device_app.command("golden")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -17,7 +18,8 @@ from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
 from mjfl import logs
-from mjfl.device.emulated.golden import cached_set, golden_set
+from mjfl.coordinator.config import RunConfig
+from mjfl.device.emulated.golden import GoldenCase, cached_set, golden_set
 from mjfl.device.phones.adb import Adb
 from mjfl.device.phones.attached import (
     BUILT_APK,
@@ -43,6 +45,7 @@ def check_phones(
     waits: Waits = DEFAULT_WAITS,
     console: Console,
     golden: Path | None = None,
+    extra: Sequence[GoldenCase] = (),
 ) -> dict[str, PhoneCheck]:
     """Run the app's self-test on every usable phone and print the verdicts.
 
@@ -62,7 +65,7 @@ def check_phones(
     if not usable:
         raise PhoneError(f"none of the {len(phones)} attached phones can be used (see above)")
     if golden is None:
-        golden = _golden(models, console)
+        golden = _golden(models, console, extra)
     run = secrets.token_hex(4)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), console=console, transient=True) as bar:
         rows = {serial: bar.add_task(f"phone {serial}: waiting") for serial in usable}
@@ -149,9 +152,9 @@ def _verdict(check: PhoneCheck) -> str:
     return f"[red]phone {check.serial} ({facts}): FAILED[/] {'; '.join(why)}{took}; {state}{installed}"
 
 
-def _golden(models: list[str] | None, console: Console) -> Path:
+def _golden(models: list[str] | None, console: Console, extra: Sequence[GoldenCase] = ()) -> Path:
     """The golden set, made on the first use of this version of the programs and the trainer."""
-    folder = cached_set(models)
+    folder = cached_set(models, extra=extra)
     if folder is not None:
         return folder
     console.print(
@@ -160,14 +163,34 @@ def _golden(models: list[str] | None, console: Console) -> Path:
         highlight=False,
     )
     with logs.native_output():  # the exporter's and the runtime's own lines; --verbose shows them
-        return golden_set(models, workers=2)
+        return golden_set(models, workers=2, extra=extra)
 
 
-def write_golden(out: Path, *, models: list[str] | None, console: Console) -> Path:
+def write_golden(out: Path, *, models: list[str] | None, console: Console, extra: Sequence[GoldenCase] = ()) -> Path:
     """Copy the golden set (made if need be) to ``out``, replacing what is there: the instrumented test's assets."""
-    folder = _golden(models, console)
+    folder = _golden(models, console, extra)
     if out.exists():
         shutil.rmtree(out)
     shutil.copytree(folder, out)
     console.print(f"golden set {folder.name} written to {out}", highlight=False)
     return out
+
+
+def custom_cases(config: RunConfig) -> list[GoldenCase]:
+    """One case per job of ``config`` whose model is its own (a factory), at its job's input shape and classes.
+
+    `mjfl devices check --config` adds them to the zoo's: a phone's first day covers the models it will train.
+    """
+    from mjfl.coordinator.config import model_spec
+    from mjfl.jobs.base import MODEL_NAMES
+    from mjfl.jobs.datasets import load_dataset
+
+    cases = []
+    for index, job in enumerate(config.jobs):
+        if job.model in MODEL_NAMES:
+            continue
+        data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels, seed=config.seed)
+        spec = model_spec(job, data.input_shape, data.num_classes)
+        cases.append(GoldenCase(spec.name, spec.input_shape, seed=20360 + index, classes=spec.num_classes,
+                                name=f"custom-{job.name}", args=spec.args, sha256=spec.sha256))
+    return cases

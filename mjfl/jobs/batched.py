@@ -118,9 +118,15 @@ class BatchedForm(fx.Interpreter):
         self.k = devices
         self.tensors = tensors
         self._device_noise = noise
+        self._node: fx.Node | None = None
+
+    def run_node(self, n: fx.Node) -> Any:
+        self._node = n  # for `_refuse` to name
+        return super().run_node(n)
 
     def _refuse(self, problem: str) -> ModelError:
-        node = self.current_node
+        node = self._node
+        assert node is not None
         return ModelError(
             convert.operator_name(node, self.module), convert.where(node), f"{problem} in the batched runtime",
             "train this model with runtime = 'torch' or 'executorch'",

@@ -42,7 +42,7 @@ def test_the_command_prints_only_its_own_lines_and_logs_the_rest_beside_the_json
     assert [(r["model"], r["runtime"], r["steps"], r["batch"]) for r in figures["results"]] == [
         ("lenet5", "executorch", 2, 4), ("lenet5", "torch", 2, 4),
     ]
-    assert figures["ratios"]["lenet5"] > 0 and figures["settings"]["goals"] == {"lenet5": 3.0}
+    assert figures["ratios"]["lenet5"] > 0 and figures["settings"]["goals"] == {"lenet5": 1.5}
     # Device trainings per second: each path on each quickstart job, the batched trainer at K = 2.
     trainings = figures["device_trainings"]
     assert list(trainings) == ["lenet5", "cnn-a-noniid", "vgg6"]
@@ -58,3 +58,25 @@ def test_unknown_models_and_empty_runs_name_the_option():
         run_trainers_bench(models=["lenet5"], steps=0, console=Console(quiet=True))
     with pytest.raises(UserError, match="--devices-per-step '8,0'"):
         run_trainers_bench(models=["lenet5"], devices_per_step=[8, 0], console=Console(quiet=True))
+
+
+def test_a_configs_own_models_are_measured_beside_the_zoos(tmp_path):
+    """--config adds each job's model of its own (a factory), at its job's input shape, with the custom goal."""
+    from repository import ROOT
+
+    from mjfl.bench.trainers import CUSTOM_GOAL, custom_specs
+
+    models = ROOT / "tests" / "commands" / "custom_models" / "models.py"
+    config = tmp_path / "run.toml"
+    config.write_text(f'[fleet]\nsize = 2\n[[jobs]]\nname = "mlp"\nmodel = "{models}:SensorMLP"\nimage_size = 8\n'
+                      '[[jobs]]\nname = "zoo"\nmodel = "lenet5"\nimage_size = 12\n')
+    specs = custom_specs(config)
+    assert list(specs) == ["mlp (SensorMLP)"] and specs["mlp (SensorMLP)"].input_shape == (1, 8, 8)
+    figures = run_trainers_bench(models=["lenet5"], custom=specs, steps=2, batch=4, devices_per_step=[],
+                                 console=Console(quiet=True))
+    assert set(figures["ratios"]) == {"lenet5", "mlp (SensorMLP)"}
+    assert figures["settings"]["goals"] == {"lenet5": 1.5, "mlp (SensorMLP)": CUSTOM_GOAL}
+    no_custom = tmp_path / "zoo.toml"
+    no_custom.write_text('[fleet]\nsize = 2\n[[jobs]]\nname = "zoo"\nmodel = "lenet5"\nimage_size = 12\n')
+    with pytest.raises(UserError, match="no job names a model of its own"):
+        custom_specs(no_custom)

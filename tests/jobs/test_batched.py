@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 from digits import digits as _digits
+from repository import ROOT
 
-from mjfl.jobs.base import LocalTraining, ModelSpec
+from mjfl.errors import ModelError
+from mjfl.jobs.base import LocalTraining, ModelSpec, file_sha256
 from mjfl.jobs.batched import BatchedTask, BatchedTrainer, _sgd
 from mjfl.jobs.models import MODELS, initial_weights
 from mjfl.jobs.trainers import TorchTrainer
@@ -108,3 +110,38 @@ def test_the_batched_sgd_step_is_torchs_to_the_bit(momentum: float, weight_decay
         step()
     assert all(torch.equal(a, b) for a, b in zip(theirs, ours))
     assert all(p.grad is None for p in ours)
+
+
+# Models of a researcher's own (tests/commands/custom_models): the batched runtime runs their traced graphs too.
+CUSTOM = ROOT / "tests" / "commands" / "custom_models"
+
+
+def custom_spec(factory: str, file: str = "models.py") -> ModelSpec:
+    path = CUSTOM / file
+    return ModelSpec(f"{path}:{factory}", (1, 8, 8), 10, sha256=file_sha256(path))
+
+
+@pytest.mark.parametrize("factory", ["MobileNetStyle", "SmallResNet", "SensorMLP", "EveryLayer"])
+def test_a_custom_models_devices_trained_together_equal_each_trained_alone(factory: str) -> None:
+    spec = custom_spec(factory)
+    tasks = tasks_of(spec)
+    batched = BatchedTrainer(spec, device="cpu").train_many(tasks)
+    alone = TorchTrainer(spec, device="cpu")
+    parted = []
+    for task, result in zip(tasks, batched, strict=True):
+        reference = alone.train(task.weights, task.x, task.y, task.training, seed=task.seed)
+        assert relative_difference(result.weights, task.weights) > 1e-3  # it trained
+        difference = relative_difference(result.weights, reference.weights)
+        assert difference <= KINK, (factory, difference)
+        if difference > ROUNDING:
+            parted.append(difference)
+    assert len(parted) <= MAX_KINKS, (factory, parted)
+
+
+def test_an_operator_the_batched_runtime_has_no_rewrite_for_is_one_error_naming_it() -> None:
+    spec = custom_spec("WithUpsample", "unsupported.py")
+    task = tasks_of(spec)[0]
+    with pytest.raises(ModelError) as info:
+        BatchedTrainer(spec, device="cpu").train(task.weights, task.x, task.y, task.training, seed=task.seed)
+    assert (info.value.operator, info.value.module) == ("nn.Upsample", "features.2")
+    assert "runtime = 'torch'" in info.value.instead

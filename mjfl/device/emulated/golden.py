@@ -36,7 +36,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -99,10 +99,23 @@ class GoldenCase:
     classes: int = 10
     samples: int = 20
     training: LocalTraining = field(default=_DEFAULT_TRAINING)
+    # A model of a config's own (`custom_cases`): the case's name, the factory's model_args and source sha256.
+    name: str = ""
+    args: str = ""
+    sha256: str = ""
 
     @property
     def spec(self) -> ModelSpec:
-        return ModelSpec(self.model, self.input_shape, self.classes)
+        return ModelSpec(self.model, self.input_shape, self.classes, args=self.args, sha256=self.sha256)
+
+    @property
+    def key(self) -> str:
+        """The case's folder and name in the set: the zoo model's name, or ``custom-<job>``."""
+        return self.name or self.model
+
+    def document(self) -> dict[str, object]:
+        """What names the case in the set's key (a zoo case as before custom cases existed)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("name", "args", "sha256") or v}
 
     @property
     def steps(self) -> int:
@@ -125,6 +138,7 @@ def _zoo_case(index: int, name: str) -> GoldenCase:
 
 ZOO_CASES: tuple[GoldenCase, ...] = tuple(_zoo_case(i, name) for i, name in enumerate(MODEL_NAMES))
 """One case per zoo model, in the order of ``MODEL_NAMES``."""
+
 
 
 def relative_difference(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -214,7 +228,7 @@ def _set_key(cases: list[GoldenCase]) -> str:
     blob = json.dumps(
         {
             "format": FORMAT,
-            "cases": [asdict(c) | {"program": program_key(c.spec, max_batch=c.training.batch_size)} for c in cases],
+            "cases": [c.document() | {"program": program_key(c.spec, max_batch=c.training.batch_size)} for c in cases],
             "sources": _sources_digest(),
         },
         sort_keys=True,
@@ -234,17 +248,19 @@ def _made_by() -> dict[str, str]:
     return out
 
 
-def _cases(models: Iterable[str] | None) -> list[GoldenCase]:
+def _cases(models: Iterable[str] | None, extra: Sequence[GoldenCase] = ()) -> list[GoldenCase]:
     names = list(MODEL_NAMES) if models is None else list(dict.fromkeys(models))
     unknown = [n for n in names if n not in MODEL_NAMES]
     if unknown or not names:
         raise ConfigError("models", f"unknown model(s) {unknown or names}; known: {', '.join(MODEL_NAMES)}")
-    return [c for c in ZOO_CASES if c.model in names]
+    return [c for c in ZOO_CASES if c.model in names] + list(extra)
 
 
-def cached_set(models: Iterable[str] | None = None, *, cache: Path = GOLDEN_CACHE) -> Path | None:
-    """The folder of the golden set for ``models`` if it is made already, else None."""
-    folder = cache / _set_key(_cases(models))
+def cached_set(
+    models: Iterable[str] | None = None, *, cache: Path = GOLDEN_CACHE, extra: Sequence[GoldenCase] = ()
+) -> Path | None:
+    """The folder of the golden set for ``models`` (and the ``extra`` cases) if it is made already, else None."""
+    folder = cache / _set_key(_cases(models, extra))
     return folder if (folder / "manifest.json").is_file() else None
 
 
@@ -254,13 +270,15 @@ def golden_set(
     cache: Path = GOLDEN_CACHE,
     programs: Path = PROGRAM_CACHE,
     workers: int = 1,
+    extra: Sequence[GoldenCase] = (),
 ) -> Path:
     """The folder of the golden set for ``models`` (all of the zoo by default), made on a cache miss.
 
     Exports the cases' programs (``cached_programs``: ``workers`` at once) and
-    trains each case in the Python runtime.
+    trains each case in the Python runtime. ``extra``: more cases
+    (a config's own models: `mjfl.commands.device_check.custom_cases`), after the zoo's.
     """
-    cases = _cases(models)
+    cases = _cases(models, extra)
     key = _set_key(cases)
     folder = cache / key
     if (folder / "manifest.json").is_file():
@@ -276,7 +294,7 @@ def golden_set(
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".tmp-"))
     try:
-        details = [_make_case(tmp / c.model, c, found[(c.spec, c.training.batch_size)].read_bytes()) for c in cases]
+        details = [_make_case(tmp / c.key, c, found[(c.spec, c.training.batch_size)].read_bytes()) for c in cases]
         write_manifest(tmp, key=key, cases=details, made_by=_made_by())
         try:
             os.replace(tmp, folder)
@@ -296,7 +314,7 @@ def _make_case(folder: Path, case: GoldenCase, program: bytes) -> dict[str, obje
     spec = case.spec
     model = build_model(spec)
     wire_model = wire.ModelSpec(
-        spec.name, spec.input_shape, spec.num_classes,
+        spec.label, spec.input_shape, spec.num_classes,
         tuple(batch_norm_pixels(model, spec.input_shape).values()),
         tuple(dropout_shapes(model, spec.input_shape)),
     )  # fmt: skip
@@ -304,11 +322,11 @@ def _make_case(folder: Path, case: GoldenCase, program: bytes) -> dict[str, obje
     x, y = case.shard()
     expected = ExecuTorchTrainer(program, spec).train(weights, x, y, case.training, seed=case.seed)
     write_case(
-        folder, name=case.model, model=wire_model, program=program, weights=weights, x=x, y=y,
+        folder, name=case.key, model=wire_model, program=program, weights=weights, x=x, y=y,
         training=case.training, seed=case.seed, expected=expected,
     )  # fmt: skip
     return {
-        "name": case.model,
+        "name": case.key,
         "input_shape": list(spec.input_shape),
         "classes": spec.num_classes,
         "samples": case.samples,

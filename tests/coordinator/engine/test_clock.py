@@ -71,7 +71,8 @@ def test_real_clock_measures_wall_time():
         return clock.now() - start, value
 
     elapsed, value = asyncio.run(main())
-    assert elapsed >= 0.05 and value == 6
+    # A lower bound no load can break; asyncio runs a timer once it is due within the clock's resolution.
+    assert elapsed >= 0.05 - time.get_clock_info("monotonic").resolution and value == 6
 
 
 def test_virtual_time_goes_on_past_the_years_in_order():

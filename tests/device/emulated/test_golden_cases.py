@@ -162,3 +162,40 @@ def _worst(r: TrainResult, ref: TrainResult) -> float:
 def _weakest(r: TrainResult, ref: TrainResult) -> float:
     """The smallest relative difference of any trained tensor: how plainly a defect shows in all of them."""
     return min(relative_difference(r.weights[k], ref.weights[k]) for k in ref.weights if "num_batches" not in k)
+
+
+def test_a_configs_own_model_joins_the_first_day_set_and_the_app_trains_it(tmp_path: Path) -> None:
+    """`mjfl devices check --config`: a job's model of its own is one more case, made and trained like the zoo's."""
+    from mjfl.commands.device_check import custom_cases
+    from mjfl.coordinator.config import load_config
+    from mjfl.jobs.models import initial_weights
+    from mjfl.jobs.trainers import ExecuTorchTrainer
+
+    models = ROOT / "tests" / "commands" / "custom_models" / "models.py"
+    config = tmp_path / "run.toml"
+    config.write_text(f'[fleet]\nsize = 2\n[[jobs]]\nname = "cam"\nmodel = "{models}:MobileNetStyle"\nimage_size = 8\n'
+                      'model_args = { width = 4 }\n[[jobs]]\nname = "zoo"\nmodel = "lenet5"\nimage_size = 12\n')
+    (case,) = custom_cases(load_config(config))
+    assert (case.key, case.input_shape, case.args) == ("custom-cam", (1, 8, 8), '{"width":4}')
+    folder = golden_set(["lenet5"], cache=tmp_path / "golden", programs=PROGRAMS, extra=[case])
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["cases"] == ["lenet5", "custom-cam"]
+    assert folder.name != golden_set(["lenet5"], cache=tmp_path / "golden", programs=PROGRAMS).name
+    expected = decode((folder / "custom-cam" / "expected.mjfl").read_bytes())
+    assert isinstance(expected, wire.Result)
+    program = (folder / "custom-cam" / "program.pte").read_bytes()
+    x, y = case.shard()
+    again = ExecuTorchTrainer(program, case.spec).train(initial_weights(case.spec, case.seed), x, y, case.training,
+                                                        seed=case.seed)
+    assert all(np.array_equal(expected.weights[k], v) for k, v in again.weights.items())
+
+    if shutil.which("javac") is None:
+        pytest.skip("needs a JDK for the app's side")
+    run = subprocess.run(
+        [str(SELFTEST), "--run", "r", "--dir", str(folder), "--work", str(tmp_path / "work")],
+        check=True, capture_output=True, text=True, timeout=300, env={**os.environ, "MJFL_PYTHON": sys.executable},
+    )  # fmt: skip
+    lines = [json.loads(s) for s in run.stdout.splitlines()]
+    cam = next(line for line in lines if line.get("case") == "custom-cam")
+    assert cam["pass"] is True and cam["error"] is None, cam
+    assert lines[-1]["event"] == "done" and lines[-1]["pass"] is True

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,14 +358,6 @@ def _elementwise(fn: Callable[[Tensor], Tensor], becomes: str) -> Callable[..., 
     return apply
 
 
-def _module_elementwise(make: Callable[[Any], Callable[[Tensor], Tensor]], becomes: str) -> Callable[..., Act]:
-    def apply(ctx: _Ctx, node: fx.Node, m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Act:
-        ctx.said(node, becomes)
-        return Act(make(m)(_act(ctx, node, args[0]).t))
-
-    return apply
-
-
 def _relu(ctx: _Ctx, node: fx.Node, m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Act:
     x = _act(ctx, node, args[0])
     if _moves_past_pool(node):
@@ -617,7 +609,6 @@ def _round(ctx: _Ctx, node: fx.Node, m: Any, args: tuple[Any, ...], kwargs: dict
     return Act(torch.round(_act(ctx, node, args[0]).t.detach()))
 
 
-_ACT = _elementwise
 RULES: dict[Any, Rule] = {}
 
 
@@ -633,11 +624,11 @@ _add([nn.ReLU, F.relu, torch.relu, "relu"], ("nn.ReLU", "F.relu", "x.relu"), "mu
 _add([nn.ReLU6, nn.Hardtanh, F.relu6, F.hardtanh], ("nn.ReLU6", "nn.Hardtanh", "F.relu6"), "detached masks (value inside, bound outside)", _hardtanh)
 _add([nn.LeakyReLU, F.leaky_relu], ("nn.LeakyReLU", "F.leaky_relu"), "multiply by a detached mask (1 or the slope)", _leaky)
 _add([nn.GELU, F.gelu], ("nn.GELU", "F.gelu"), "gelu (the runtime's kernel and its backward)", _gelu)
-_add([nn.SiLU, F.silu], ("nn.SiLU", "F.silu"), "x * sigmoid(x)", _ACT(lambda t: t * torch.sigmoid(t), "x * sigmoid(x)"))
+_add([nn.SiLU, F.silu], ("nn.SiLU", "F.silu"), "x * sigmoid(x)", _elementwise(lambda t: t * torch.sigmoid(t), "x * sigmoid(x)"))
 _add([nn.Hardswish, F.hardswish], ("nn.Hardswish", "F.hardswish"), "x * relu6(x + 3) / 6 from detached masks",
-     _ACT(layers.hardswish_masked, "x * relu6(x + 3) / 6 from detached masks"))
-_add([nn.Sigmoid, torch.sigmoid, F.sigmoid, "sigmoid"], ("nn.Sigmoid", "torch.sigmoid"), "sigmoid", _ACT(torch.sigmoid, "sigmoid"))
-_add([nn.Tanh, torch.tanh, F.tanh, "tanh"], ("nn.Tanh", "torch.tanh"), "tanh", _ACT(torch.tanh, "tanh"))
+     _elementwise(layers.hardswish_masked, "x * relu6(x + 3) / 6 from detached masks"))
+_add([nn.Sigmoid, torch.sigmoid, F.sigmoid, "sigmoid"], ("nn.Sigmoid", "torch.sigmoid"), "sigmoid", _elementwise(torch.sigmoid, "sigmoid"))
+_add([nn.Tanh, torch.tanh, F.tanh, "tanh"], ("nn.Tanh", "torch.tanh"), "tanh", _elementwise(torch.tanh, "tanh"))
 _add([nn.MaxPool2d, F.max_pool2d], ("nn.MaxPool2d", "F.max_pool2d"), "a tournament of elementwise max over shifted maps", _max_pool)
 _add([nn.AvgPool2d, F.avg_pool2d], ("nn.AvgPool2d", "F.avg_pool2d"), "a sum of shifted maps times 1/(kh*kw)", _avg_pool)
 _add([nn.AdaptiveAvgPool2d, F.adaptive_avg_pool2d], ("nn.AdaptiveAvgPool2d",), "mean over the pixels (to 1x1), or an average pooling that divides the map", _adaptive_avg_pool)
@@ -859,9 +850,3 @@ def dropout_sites(eager: EagerForm, input_shape: tuple[int, int, int]) -> list[t
     finally:
         model.train(was)
     return shapes
-
-
-def iter_modules(gm: fx.GraphModule) -> Iterator[tuple[fx.Node, nn.Module]]:
-    for node in gm.graph.nodes:
-        if node.op == "call_module":
-            yield node, gm.get_submodule(str(node.target))

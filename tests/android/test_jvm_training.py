@@ -36,7 +36,13 @@ from mjfl.jobs.export import cached_programs
 from mjfl.jobs.models import batch_norm_pixels, build_model, dropout_shapes, initial_weights
 from mjfl.jobs.trainers import ExecuTorchTrainer
 
-pytestmark = pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK: make setup installs one")
+# The module's fixture exports eight programs on a fresh clone (an empty cache) and trains them all on the JVM:
+# about 4 min alone on 2 cores, and over 10 min beside a second suite, where the default 600 s ran out in the middle
+# of an export and left that worker's sympy half-imported for every later test.
+pytestmark = [
+    pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK: make setup installs one"),
+    pytest.mark.timeout(1500),
+]
 
 TRAIN_TASKS = ROOT / "android" / "app" / "src" / "jvmTest" / "bin" / "train-tasks"
 CACHE = ROOT / ".mjfl-cache" / "programs"
@@ -147,7 +153,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Trained
         env={**os.environ, "MJFL_PYTHON": sys.executable},
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     log = work / "executorch-runtime.log"
     assert run.returncode == 0, (

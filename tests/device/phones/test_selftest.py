@@ -254,7 +254,7 @@ def test_the_command_line_exits_non_zero_when_a_phone_fails(
     from mjfl.commands import device_check
 
     bad, _ = corrupted(zoo_set, tmp_path / "bad", "lenet5")
-    monkeypatch.setattr(device_check, "_golden", lambda models, console: bad)  # the zoo's whole set takes minutes
+    monkeypatch.setattr(device_check, "_golden", lambda models, console, extra=(): bad)  # the zoo's whole set takes minutes
     with FakeAdbServer([FakePhone.recorded("pixel7", PIXEL, installed=True)], on_selftest=jvm_app(tmp_path)) as server:
         monkeypatch.setattr("sys.argv", ["mjfl", "devices", "check", "--adb", server.address, "--models", ",".join(CASES)])
         with pytest.raises(SystemExit) as exit_:

@@ -252,8 +252,9 @@ class _Flag:
 class RayEvent:
     """``multiprocessing.Event``'s ``set``/``is_set``, shared through a flag actor (picklable)."""
 
-    def __init__(self, flag: Any) -> None:
+    def __init__(self, flag: Any, *, answer_s: float = 10.0) -> None:
         self._flag = flag
+        self.answer_s = answer_s  # how long one is_set waits for the flag's answer
 
     def set(self) -> None:
         import ray
@@ -264,8 +265,12 @@ class RayEvent:
         import ray
 
         try:
-            return bool(ray.get(self._flag.is_set.remote(), timeout=10))
-        except (ray.exceptions.RayError, TimeoutError):
+            return bool(ray.get(self._flag.is_set.remote(), timeout=self.answer_s))
+        except ray.exceptions.GetTimeoutError:
+            # Slow to answer (a loaded machine; the flag's worker still starting): not set, as far as is known.
+            # Taken for "set", it stopped every device of a fleet that had only started beside another suite.
+            return False
+        except ray.exceptions.RayError:
             # The flag is gone with the process that made it: stop.
             return True
 

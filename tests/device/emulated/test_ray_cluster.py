@@ -19,6 +19,8 @@ from mjfl.coordinator.config import parse_config
 from mjfl.coordinator.run.driver import Output
 from mjfl.coordinator.storage.database import Storage
 from mjfl.device.emulated.ray_cluster import (
+    RayContext,
+    RayEvent,
     RayOptions,
     TrainingPool,
     connect,
@@ -118,6 +120,26 @@ def test_a_training_error_in_a_ray_worker_reaches_the_caller(cluster):
         assert pool.submit(divmod, 7, 2).result(timeout=60) == (3, 1)
     finally:
         pool.shutdown()
+
+
+def test_a_stop_flag_slow_to_answer_is_not_taken_for_set_and_a_gone_one_is(cluster):
+    class SlowFlag:  # defined here, so that Ray's workers get it by value (they cannot import this module)
+        def is_set(self) -> bool:
+            import time
+
+            time.sleep(5)  # slower than the event's wait below: a flag on a loaded machine
+            return True
+
+    slow = RayEvent(ray.remote(num_cpus=0)(SlowFlag).remote(), answer_s=0.5)
+    assert slow.is_set() is False  # beside another suite this stopped every device of a fleet just started
+    context = RayContext()
+    event = context.Event()
+    assert event.is_set() is False
+    event.set()
+    assert event.is_set() is True
+    ray.kill(event._flag)
+    gone = RayEvent(event._flag, answer_s=30)
+    assert gone.is_set() is True  # its maker is gone: the devices stop
 
 
 def test_without_ray_installed_the_error_names_the_extra(monkeypatch):

@@ -99,7 +99,9 @@ async def _watch(stop_event: multiprocessing.synchronize.Event, devices: Sequenc
     reconnecting under ids its restart will use again.
     """
     parent = os.getppid()
-    while not stop_event.is_set() and os.getppid() == parent:
+    # Asked on a thread: on Ray the event is a remote flag, and its answer may take seconds on a loaded
+    # machine, which the devices' heartbeats on this loop must not wait for.
+    while not await asyncio.to_thread(stop_event.is_set) and os.getppid() == parent:
         await asyncio.sleep(0.1)
     for device in devices:
         device.stop()

@@ -9,6 +9,7 @@ tests/ on the path for its conftest.py).
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.error
 import urllib.request
@@ -23,7 +24,7 @@ from waiting import eventually
 # Every test's lab keeps the runs' exported programs where the repository's runs do, so no test exports them again.
 PROGRAMS = Path(__file__).resolve().parent.parent / ".mjfl-cache" / "programs"
 
-LAB = """
+LAB = """{top}
 program_cache = "{programs}"
 [fleet]
 size = {size}
@@ -36,7 +37,7 @@ port = 0
 [limits]
 max_running = {max_running}
 max_queued_per_researcher = {max_queued}
-"""
+{limits}"""
 
 # A run of two small jobs on the lab's devices (a few seconds a run once their programs are exported).
 RUN = """
@@ -87,11 +88,14 @@ class Lab:
     def start(
         cls, processes: Callable[..., Process], folder: Path, *, devices: int = 8, max_running: int = 4,
         max_queued: int = 20, lab_file: Path | None = None, options: Sequence[str] | None = None,
+        top: str = "", limits: str = "",
     ) -> Lab:
-        """The service with ``devices`` connected; ``options``, its devices' options (default: ``--emulate DEVICES``)."""
+        """The service with ``devices`` connected; ``options``, its devices' options (default: ``--emulate DEVICES``);
+        ``top`` and ``limits``, more lines for LAB.toml's top and its ``[limits]``."""
         if lab_file is None:
             lab_file = folder / "lab.toml"
-            lab_file.write_text(LAB.format(size=devices, max_running=max_running, max_queued=max_queued, programs=PROGRAMS))
+            lab_file.write_text(LAB.format(size=devices, max_running=max_running, max_queued=max_queued, programs=PROGRAMS,
+                                           top=top, limits=limits))
         out = folder / "out"
         options = ("--emulate", str(devices)) if options is None else options
         process = processes(mjfl_args("serve", str(lab_file), *options, "--out", str(out)), read=True)
@@ -102,14 +106,14 @@ class Lab:
         return lab
 
     def call(self, method: str, path: str, body: Any = None, *, token: str | None = None, raw: bytes | None = None,
-             headers: dict[str, str] | None = None) -> tuple[int, Any]:
+             headers: dict[str, str] | None = None, timeout: float = 60) -> tuple[int, Any]:
         """One request; (status, its JSON document, or its bytes when not JSON)."""
         data = raw if raw is not None else None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers or {})
         if token or (token is None and self.admin):
             request.add_header("Authorization", f"Bearer {token or self.admin}")
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, _decoded(response.read())
         except urllib.error.HTTPError as exc:
             return exc.code, _decoded(exc.read())
@@ -119,8 +123,8 @@ class Lab:
         assert status == 201, made
         return str(made["token"])
 
-    def submit(self, config: str, token: str, key: str | None = None) -> dict[str, Any]:
-        status, answer = self.call("POST", "/api/lab/runs", {"config": config, **({"key": key} if key else {})}, token=token)
+    def submit(self, config: str, token: str, key: str | None = None, files: dict[str, bytes] | None = None) -> dict[str, Any]:
+        status, answer = self.call("POST", "/api/lab/runs", submit_body(config, key, files), token=token)
         assert status in (200, 201), answer
         return dict(answer["run"])
 
@@ -152,6 +156,16 @@ class Lab:
     def _exited(self) -> str | None:
         code = self.process.proc.poll()
         return None if code is None else f"mjfl serve exited ({code})"
+
+
+def submit_body(config: str, key: str | None = None, files: dict[str, bytes] | None = None) -> dict[str, Any]:
+    """A submit request's body, as docs/lab-api.yaml says: ``files`` base64."""
+    body: dict[str, Any] = {"config": config}
+    if key:
+        body["key"] = key
+    if files:
+        body["files"] = {name: base64.b64encode(data).decode("ascii") for name, data in files.items()}
+    return body
 
 
 def _decoded(data: bytes) -> Any:

@@ -9,10 +9,13 @@ one line naming the address.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import io
 import json
 import tarfile
 import time
+import tomllib
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -27,8 +30,10 @@ from mjfl.addresses import LAB_API_PORT, LOOPBACK
 from mjfl.commands.secrets import owner_only_stdout
 from mjfl.coordinator.lab.store import FINAL
 from mjfl.errors import Refusal, UserError
+from mjfl.jobs.base import is_factory_file
 
 DEFAULT_LAB = f"http://{LOOPBACK}:{LAB_API_PORT}"
+CODE_CHECK_WAIT_S = 900.0  # how long a submit with model files waits for the lab's answer
 FOLLOW_EVERY_S = 0.5  # how often --follow and --wait ask again
 
 
@@ -95,9 +100,18 @@ def submit(lab: LabClient, config: Path, *, key: str | None, wait: bool, as_json
     every job reached its target."""
     if not config.is_file():
         raise UserError(f"{config}: no such config file")
-    body: dict[str, Any] = {"config": config.read_text(encoding="utf-8")}
+    text = config.read_text(encoding="utf-8")
+    body: dict[str, Any] = {"config": text}
+    files = code_files_of(config, text)
+    if files:
+        body["files"] = {name: base64.b64encode(data).decode("ascii") for name, data in files.items()}
     if key is not None:
         body["key"] = key
+    if files:
+        # The lab checks a model of one's own in a child of its own before it answers, within its limits
+        # (limits.code_check_s, after the child has started): the answer may take minutes.
+        console.print(f"sending {len(files)} model file(s); the lab checks the model before it answers ...")
+        lab = dataclasses.replace(lab, timeout_s=max(lab.timeout_s, CODE_CHECK_WAIT_S))
     run = lab.call("POST", "/api/lab/runs", body)["run"]
     _show(console, run, as_json)
     if not wait:
@@ -112,6 +126,37 @@ def submit(lab: LabClient, config: Path, *, key: str | None, wait: bool, as_json
     if as_json:
         _show(console, run, as_json)
     return run["state"] == "completed" and bool(run["targets_reached"])
+
+
+def code_files_of(config: Path, text: str) -> dict[str, bytes]:
+    """The files a config names as its models' code (each job's model file and its ``files``), by the names the
+    config gives them, read from beside it: what a submit sends with the config (docs/lab-api.yaml)."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return {}  # the lab names the error (config_invalid)
+    named: dict[str, str] = {}
+    jobs = raw.get("jobs")
+    for index, job in enumerate(jobs if isinstance(jobs, list) else []):
+        model = job.get("model") if isinstance(job, dict) else None
+        if not (isinstance(model, str) and is_factory_file(model)):
+            continue
+        named.setdefault(model.rsplit(":", 1)[0], f"jobs[{index}].model")
+        helpers = job.get("files", [])
+        for k, name in enumerate(helpers if isinstance(helpers, list) else []):
+            if isinstance(name, str):
+                named.setdefault(name, f"jobs[{index}].files[{k}]")
+    files = {}
+    for name, field in named.items():
+        path = Path(name)
+        if path.is_absolute() or ".." in path.parts:
+            raise UserError(f"{config}: {field} {name!r}: a run sent to a lab names its files beside its config"
+                            " or below it (models.py, nets/blocks.py)")
+        try:
+            files[path.as_posix()] = (config.parent / path).read_bytes()
+        except OSError as exc:
+            raise UserError(f"{config}: {field} {name!r}: cannot read {config.parent / path}: {exc.strerror or exc}") from None
+    return files
 
 
 def runs(lab: LabClient, *, as_json: bool, console: Console) -> None:

@@ -6,10 +6,9 @@ the job's batch, ExecuTorch and eager step times, and parity (`mjfl.jobs.
 parity`: N steps of the program against eager PyTorch from the same weights,
 batches and dropout noise). Any failure is one error with its reason.
 
-`validate_models` is the quick part (build, trace, convert, no export),
-which `simulate`, `testbed run` and `profile` run before anything else: an
-operator without a rule stops the run before a device is contacted or a run
-is recorded.
+Its quick part (build, trace, convert, no export) is `validate_models`
+(``coordinator/run/preparation.py``), which `simulate`, `testbed run`,
+`profile` and a lab's submission run before anything else.
 """
 
 from __future__ import annotations
@@ -23,10 +22,11 @@ from rich.console import Console
 
 from mjfl import logs, seeds
 from mjfl.coordinator.config import JobConfig, RunConfig, model_spec
-from mjfl.errors import ModelError, UserError
+from mjfl.coordinator.run.preparation import converted
+from mjfl.errors import UserError
 from mjfl.seeds import Purpose
 
-__all__ = ["ModelCheck", "check_models", "validate_models"]
+__all__ = ["ModelCheck", "check_models"]
 
 
 @dataclass
@@ -56,28 +56,13 @@ def _data(config: RunConfig, m: int, job: JobConfig) -> Any:
 
 
 def _converted(job: JobConfig, spec: Any) -> ModelCheck:
-    from mjfl.jobs.convert import ExportForm, batch_norm_layers
-    from mjfl.jobs.models import build_model, dropout_shapes
+    from mjfl.jobs.convert import batch_norm_layers
 
-    model = build_model(spec)
-    model.train()
-    sites = dropout_shapes(model, spec.input_shape)
-    report = ExportForm(model).check(spec.input_shape, sites)
+    model, sites, report = converted(spec)
     return ModelCheck(
         job=str(job.name), model=job.model, parameters=sum(p.numel() for p in model.parameters()),
         operators=report.counts(), dropout_sites=len(sites), batch_norm_layers=len(batch_norm_layers(model)),
     )
-
-
-def validate_models(config: RunConfig) -> None:
-    """Build and convert every job's model (no export); `ModelError`/`ConfigError` on the first that fails."""
-    with logs.native_output():
-        for m, job in enumerate(config.jobs):
-            data = _data(config, m, job)
-            try:
-                _converted(job, model_spec(job, data.input_shape, data.num_classes))
-            except ModelError as exc:
-                raise ModelError(exc.operator, exc.module, f"{exc.problem} (job {job.name!r})", exc.instead) from None
 
 
 def check_models(

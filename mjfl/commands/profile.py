@@ -41,7 +41,7 @@ def profile_run(
     """Profile connected, attached (``phones``) or emulated devices; writes profiles.json, observations.csv, table and plots."""
     if rounds < 3:
         raise UserError("--rounds must be >= 3 (a fit needs at least 3 observations per device)")
-    from mjfl.commands.models import validate_models
+    from mjfl.coordinator.run.preparation import validate_models
 
     validate_models(config)  # before any device is contacted
     attached = attached_phones(config, phones, output)

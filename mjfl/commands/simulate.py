@@ -28,7 +28,7 @@ def simulate(config: RunConfig, methods: Sequence[str], output: Output, *, ray: 
         raise UserError(f"--methods: unknown {unknown}; choose from {', '.join(METHODS)}")
     if len(set(methods)) != len(methods):
         raise UserError(f"--methods: each method once, got {', '.join(methods)}")
-    from mjfl.commands.models import validate_models
+    from mjfl.coordinator.run.preparation import validate_models
 
     validate_models(config)  # an operator without a rule stops here, before anything is recorded
     driver = Driver(config, output)

@@ -35,7 +35,7 @@ def testbed_run(
     """
     if ray is not None and not emulate:
         raise UserError("--ray runs the emulated devices on Ray: give --emulate N too")
-    from mjfl.commands.models import validate_models
+    from mjfl.coordinator.run.preparation import validate_models
 
     validate_models(config)  # an operator without a rule stops here: no device contacted, nothing recorded
     devices = RemoteDevices(config, output, emulate=emulate, phones=attached_phones(config, phones, output), ray=ray)

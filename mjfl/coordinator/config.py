@@ -168,18 +168,22 @@ def read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(str(path), f"not valid TOML: {exc}") from None
 
 
-def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | None = None) -> RunConfig:
+def parse_config(
+    raw: dict[str, Any], *, base: Path = Path("."), source: Path | None = None, code_base: Path | None = None,
+) -> RunConfig:
     """Validate a parsed TOML document.
 
     Relative input paths (data_dir, fleet.profiles) are taken from ``base`` (the
     config file's folder); relative output paths (out_dir, database) from the
-    working directory.
+    working directory. A job's model file and helper files are taken from
+    ``code_base`` (default ``base``; a lab's run keeps the files it was sent
+    in a folder of its own).
     """
     top = Fields(raw, "")
     jobs_raw = top.take("jobs", list, required=True)
     if not jobs_raw:
         raise ConfigError("jobs", "at least one [[jobs]] table is needed")
-    jobs = tuple(_job(j, f"jobs[{i}]", base) for i, j in enumerate(jobs_raw))
+    jobs = tuple(_job(j, f"jobs[{i}]", base, code_base or base) for i, j in enumerate(jobs_raw))
     names = [j.name for j in jobs]
     if len(set(names)) != len(names):
         raise ConfigError("jobs", f"job names must be unique, got {names}")
@@ -200,16 +204,16 @@ def parse_config(raw: dict[str, Any], *, base: Path = Path("."), source: Path | 
     )
 
 
-def _job(raw: Any, where: str, base: Path) -> JobConfig:
+def _job(raw: Any, where: str, base: Path, code_base: Path) -> JobConfig:
     if not isinstance(raw, dict):
         raise ConfigError(where, "must be a table")
     f = Fields(raw, where)
     name = f.take("name", str, required=True)
-    model, model_sha256 = resolve_model(f.take("model", str, required=True), f"{where}.model", base)
+    model, model_sha256 = resolve_model(f.take("model", str, required=True), f"{where}.model", code_base)
     model_args = f.take("model_args", dict, default={})
     if model_args and model in MODEL_NAMES:
         raise ConfigError(f"{where}.model_args", f"is for a model of your own (a factory); {model!r} takes none")
-    files = tuple(_helper(v, f"{where}.files[{i}]", base) for i, v in enumerate(f.take("files", list, default=[])))
+    files = tuple(_helper(v, f"{where}.files[{i}]", code_base) for i, v in enumerate(f.take("files", list, default=[])))
     data_dir = f.take("data_dir", str, default=None)
     d = defaults_of(JobConfig)
     t = defaults_of(LocalTraining)

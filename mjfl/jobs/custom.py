@@ -24,9 +24,21 @@ from typing import Any
 from mjfl.errors import ConfigError
 from mjfl.jobs.base import FACTORY, ModelSpec, is_factory_file
 
-__all__ = ["build_custom", "load_factory", "source_file"]
+__all__ = ["build_custom", "forbid_imports", "load_factory", "source_file"]
 
 _LOADING = threading.Lock()
+_FORBIDDEN: str | None = None  # why this process must never import a model's code (forbid_imports)
+
+
+def forbid_imports(why: str) -> None:
+    """From now on, this process never imports a model's code: loading a factory is an internal error.
+
+    The lab's service and its shared child say so at start (a researcher's
+    model runs only in its own bounded child, ``coordinator/lab/sandbox.py``):
+    a path that would run it there is a bug, caught here, not run.
+    """
+    global _FORBIDDEN  # one flag for the whole process, set once
+    _FORBIDDEN = why
 
 
 def source_file(name: str) -> Path | None:
@@ -45,6 +57,8 @@ def load_factory(name: str, sha256: str = "") -> Callable[..., Any]:
     hash), with its folder on `sys.path` while it runs so that helper files
     beside it import; when `sha256` is given the file must still hash to it.
     """
+    if _FORBIDDEN is not None:
+        raise RuntimeError(f"a model's code ({name}) was about to run in {_FORBIDDEN}, which runs none")
     m = FACTORY.match(name)
     if m is None:
         raise ConfigError("model", f"{name!r} is not a factory ('file.py:Factory' or 'package.module:factory')")
@@ -69,6 +83,9 @@ def load_factory(name: str, sha256: str = "") -> Callable[..., Any]:
                 try:
                     sys.modules[module_name] = module
                     spec.loader.exec_module(module)
+                except MemoryError:
+                    sys.modules.pop(module_name, None)
+                    raise
                 except Exception as exc:  # noqa: BLE001 - the user's code: one clear error
                     sys.modules.pop(module_name, None)
                     raise ConfigError("model", f"importing {path} failed: {type(exc).__name__}: {exc}") from None
@@ -95,6 +112,8 @@ def build_custom(spec: ModelSpec) -> Any:
     factory = load_factory(spec.name, spec.sha256)
     try:
         model = factory(tuple(spec.input_shape), spec.num_classes, **spec.kwargs)
+    except MemoryError:
+        raise  # out of memory is the process's state, not the model's error: the caller knows its limits
     except Exception as exc:  # noqa: BLE001 - the user's code: one clear error
         raise ConfigError("model", f"{spec.name}({spec.input_shape}, {spec.num_classes}, **model_args) raised "
                           f"{type(exc).__name__}: {exc}") from None

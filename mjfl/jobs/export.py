@@ -199,11 +199,17 @@ def program_key(spec: ModelSpec, *, max_batch: int = DEFAULT_MAX_BATCH) -> str:
 
     Covers the spec, the batch bound, the tool versions and the source of
     the zoo, the export form and the passes, so a cache never serves a
-    program that the current code would export differently.
+    program that the current code would export differently. A model file
+    counts by its factory's name and the file's sha256, wherever it lies
+    (its helper files do not count: docs/models.md).
     """
+    known = asdict(spec)
+    if spec.custom and spec.sha256:
+        # A model file is known by its content, not where it lies: the lab's runs hold their own copies.
+        known["name"] = f"{spec.label}@{spec.sha256}"
     blob = json.dumps(
         {
-            "spec": asdict(spec),
+            "spec": known,
             "max_batch": max_batch,
             "format": EXPORT_FORMAT,
             "versions": _versions(),

@@ -215,6 +215,20 @@ def test_cached_program_exports_once(tmp_path: Path, lenet_program: tuple[Path, 
     assert len(calls) == 2
 
 
+def test_a_model_file_is_known_to_the_cache_by_its_content_not_where_it_lies(tmp_path: Path) -> None:
+    source = "from torch import nn\n\ndef net(shape, classes):\n    return nn.Linear(shape[0], classes)\n"
+    here, there = tmp_path / "a" / "m.py", tmp_path / "b" / "m.py"
+    for path in (here, there):
+        path.parent.mkdir()
+        path.write_text(source)
+    digest = hashlib.sha256(source.encode()).hexdigest()
+    one, two = (ModelSpec(f"{path}:net", (4, 1, 1), 3, sha256=digest) for path in (here, there))
+    assert program_key(one) == program_key(two)  # a lab's runs each hold a copy: one program
+    assert program_key(one) != program_key(ModelSpec(f"{here}:net", (4, 1, 1), 3, sha256="0" * 64))
+    assert program_key(one) != program_key(ModelSpec(f"{here}:net", (4, 1, 1), 3, args='{"w": 2}', sha256=digest))
+    assert program_key(one) != program_key(ModelSpec(f"{here}:other", (4, 1, 1), 3, sha256=digest))
+
+
 def test_two_threads_export_at_once_each_its_own_program(tmp_path: Path) -> None:
     """Runs a lab prepares side by side export in threads of one process (torch.export alone fails so)."""
     from concurrent.futures import ThreadPoolExecutor

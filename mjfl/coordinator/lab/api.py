@@ -18,6 +18,14 @@ config_invalid         400     the config is not TOML or a field is bad (``field
 fleet_too_small        400     the run is made for more devices than the lab has
 unsupported            400     something no lab run does
 data_missing           400     a job's data set cannot be read in the lab (``field``)
+custom_code_off        400     a job's model is the researcher's own; the lab runs none
+custom_code_forbidden  403     a job's model is the researcher's own; the lab runs its admins' only
+files_invalid          400     the files sent are not the ones the config names as its models'
+model_invalid          400     a model of one's own failed its check (it raised; an operator without a rule)
+model_timeout          400     ... took longer than ``limits.code_check_s``
+model_cpu_limit        400     ... used more CPU than ``limits.code_cpu_s``
+model_memory_limit     400     ... allocated more than ``limits.code_memory_mb``
+model_crashed          400     ... ended its process
 last_admin             409     the change would leave the lab with no admin
 too_many_queued        429     the researcher's queued runs are at the limit
 draining               503     the lab admits no new run
@@ -46,6 +54,7 @@ from aiohttp import web
 
 from mjfl import __version__
 from mjfl.coordinator.dashboard.device_logs import SharedLog, device_log
+from mjfl.coordinator.lab.admission import code_files
 from mjfl.coordinator.lab.runlogs import LAB_LOG
 from mjfl.coordinator.lab.runs import LabRuns
 from mjfl.coordinator.lab.store import LabRun, LabStore, Researcher
@@ -87,7 +96,9 @@ class LabApi:
         config, key = _text(body, "config"), body.get("key")
         if key is not None and (not isinstance(key, str) or not 0 < len(key) <= MAX_KEY):
             raise Refusal("request_invalid", f"key must be a string of 1 to {MAX_KEY} characters", field="key")
-        run, new = await self.runs.submit(request[_WHO].name, config, key)
+        files = code_files(body.get("files"))
+        who = request[_WHO]
+        run, new = await self.runs.submit(who.name, config, key, files, admin=who.admin)
         return _json({"run": self.view(run)}, status=201 if new else 200)
 
     async def list_runs(self, request: web.Request) -> web.Response:

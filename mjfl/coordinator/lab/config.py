@@ -5,6 +5,8 @@
     out_dir = "lab"            # LAB_DIR: the lab's database and every run's folder (--out overrides)
     seed = 0                   # emulated devices' profiles and round times (--emulate)
     program_cache = "programs" # the runs' exported programs, kept between runs (default: LAB_DIR/programs)
+    custom_code = "off"        # whose runs may bring a model of their own: "off", "admins", "researchers"
+                               #   (docs/security.md, section 8)
 
     [fleet]                    # the lab's devices, as a run's [fleet] (docs/config.md)
     size = 8                   # how many the lab has: a run made for more can never run here
@@ -20,7 +22,10 @@
     max_request_kb = 256       # the largest request (a submitted config) the API reads
     max_queued_per_researcher = 20
     max_running = 4            # runs running at once
-    custom_code = "off"        # runs of a model of the researcher's own: "off" (docs/security.md, 8)
+    code_check_s = 60          # a submitted model's code (custom_code): seconds its check at submission may take,
+    code_wall_s = 900          #   seconds one call of its run may take (its preparation and export, an evaluation),
+    code_cpu_s = 900           #   CPU seconds one call may use,
+    code_memory_mb = 6144      #   and its process's address space (coordinator/lab/sandbox.py)
 
 Every key is checked as a run's are (``coordinator/config.py``): a bad one
 is named in the error. docs/lab.md explains each.
@@ -42,17 +47,16 @@ from mjfl.coordinator.config import (
     parse_testbed,
     read_toml,
 )
+from mjfl.coordinator.lab.sandbox import CodeLimits
 from mjfl.errors import ConfigError
 
 # The policy between running runs (docs/lab.md, "The policy between runs"): "equal", every device shared round by
 # round, each running run's equal part while others are short; "reserved", each run holds its own devices (its
 # fleet's size) for its life, as the reservations of other FL systems do (the baseline of `mjfl bench serve`).
 SHARES = ("equal", "reserved")
-# Whether researchers' own model code may run here (docs/security.md, section 8). Only "off" is available: the
-# bounded child process that would import, convert and export submitted code ("admins", "researchers") is not
-# built yet, and the lab will not run a researcher's code in its own process.
-CUSTOM_CODE = ("off",)
-CUSTOM_CODE_PLANNED = ("admins", "researchers")
+# Whose runs may bring a model of their own (docs/security.md, section 8): nobody's ("off", the default), the lab's
+# admins' only, or every researcher's. That code runs only in a bounded child process (sandbox.py), never here.
+CUSTOM_CODE = ("off", "admins", "researchers")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,16 @@ class LabLimits:
     max_queued_per_researcher: int = 20
     max_running: int = 4
     share: str = "equal"
+    code_check_s: float = 60.0
+    code_wall_s: float = 900.0
+    code_cpu_s: float = 900.0
+    code_memory_mb: int = 6144
+
+    def code(self, *, checking: bool) -> CodeLimits:
+        """What one call into a submitted model's child may take: its check at submission, or its run's."""
+        if checking:
+            return CodeLimits(self.code_check_s, self.code_cpu_s, self.code_memory_mb, "limits.code_check_s")
+        return CodeLimits(self.code_wall_s, self.code_cpu_s, self.code_memory_mb)
 
 
 @dataclass(frozen=True)
@@ -118,13 +132,14 @@ def parse_lab_config(raw: dict[str, Any], *, base: Path = Path("."), source: Pat
     cache = top.take("program_cache", str, default=None)
     custom_code = top.take("custom_code", str, default=d["custom_code"])
     top.done()
-    if custom_code in CUSTOM_CODE_PLANNED:
-        raise ConfigError(
-            "custom_code", f"{custom_code!r} is not available in this mjfl: a researcher's model code would run only in"
-            " a bounded child process, which is not built yet; 'off' is the one choice (docs/security.md, section 8)",
-        )
     if custom_code not in CUSTOM_CODE:
-        raise ConfigError("custom_code", f"must be one of {', '.join(CUSTOM_CODE + CUSTOM_CODE_PLANNED)}, got {custom_code!r}")
+        raise ConfigError("custom_code", f"must be one of {', '.join(CUSTOM_CODE)}, got {custom_code!r}")
+    if custom_code != "off" and fleet.runtime != "executorch":
+        raise ConfigError(
+            "fleet.runtime", f"{fleet.runtime!r} builds a model in the devices' processes, which would run a researcher's"
+            " code outside its bounded child: with custom_code on, the lab's emulated devices run the exported program"
+            " (runtime 'executorch')",
+        )
     program_cache = None if cache is None else base / Path(cache).expanduser()
     return LabConfig(fleet, server, api, limits, out_dir, seed, source, program_cache, custom_code)
 
@@ -150,6 +165,10 @@ def _limits(raw: dict[str, Any]) -> LabLimits:
         ),
         max_running=f.take("max_running", int, default=d["max_running"], check=lambda v: v >= 1, need=">= 1"),
         share=f.take("share", str, default=d["share"], check=lambda v: v in SHARES, need=f"one of {SHARES}"),
+        code_check_s=f.take("code_check_s", float, default=d["code_check_s"], check=lambda v: v > 0, need="> 0"),
+        code_wall_s=f.take("code_wall_s", float, default=d["code_wall_s"], check=lambda v: v > 0, need="> 0"),
+        code_cpu_s=f.take("code_cpu_s", float, default=d["code_cpu_s"], check=lambda v: v >= 1, need=">= 1"),
+        code_memory_mb=f.take("code_memory_mb", int, default=d["code_memory_mb"], check=lambda v: v >= 1024, need=">= 1024"),
     )
     f.done()
     return limits

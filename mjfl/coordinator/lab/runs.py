@@ -36,22 +36,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
 
 from rich.console import Console
 
 from mjfl.coordinator.engine.events import JobWaiting, RoundAggregated, RunEvent, RunStarted
-from mjfl.coordinator.lab.admission import Submission, check, check_data, placed
+from mjfl.coordinator.lab.admission import CODE, Submission, check, check_data, keep_code, placed
 from mjfl.coordinator.lab.config import LabConfig
 from mjfl.coordinator.lab.fleet import LabDevices, LabFleet
 from mjfl.coordinator.lab.memory import give_back_free_memory
 from mjfl.coordinator.lab.runlogs import RunLogs
+from mjfl.coordinator.lab.sandbox import CodeLimits, Sandbox
 from mjfl.coordinator.lab.sharing import RunNeeds, run_needs
 from mjfl.coordinator.lab.store import LabRun, LabStore, RunState
 from mjfl.coordinator.run.driver import Driver, Output
-from mjfl.coordinator.run.preparation import PROGRAM_CACHE
+from mjfl.coordinator.run.preparation import PROGRAM_CACHE, validate_models
 from mjfl.coordinator.storage.database import Storage
 from mjfl.errors import Refusal, ours
 from mjfl.ids import JobId
@@ -59,6 +62,7 @@ from mjfl.ids import JobId
 log = logging.getLogger(__name__)
 
 RUNS = "runs"  # LAB_DIR's folder of run folders
+INCOMING = "incoming"  # LAB_DIR's folder of the files of submissions being checked
 
 
 class LabRuns:
@@ -69,6 +73,7 @@ class LabRuns:
         spawn: Callable[..., asyncio.Task[None]], said: Callable[[LabRun], None] = lambda run: None,
         keeps: Callable[[Path], contextlib.AbstractContextManager[object]] = lambda folder: contextlib.nullcontext(),
         *, work: Executor | None = None, program_cache: Path = PROGRAM_CACHE,
+        sandbox: Callable[[CodeLimits, str], Sandbox] = lambda limits, what: Sandbox(limits, what=what),
     ) -> None:
         self.store = store
         self.lab = lab
@@ -80,6 +85,7 @@ class LabRuns:
         self.keeps = keeps  # what else a run's folder gets while the run runs (its phones' log lines)
         self.work = work  # where runs prepare and report (the service's child process; None: a thread)
         self.program_cache = program_cache
+        self.sandbox = sandbox  # a bounded child for a researcher's own model (sandbox.py): its check, its run
         self.draining = False
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._cancelled: set[str] = set()
@@ -95,24 +101,59 @@ class LabRuns:
 
     # -- what researchers do ----------------------------------------------------
 
-    async def submit(self, owner: str, text: str, key: str | None) -> tuple[LabRun, bool]:
+    async def submit(
+        self, owner: str, text: str, key: str | None, files: dict[str, bytes] | None = None, *, admin: bool = False,
+    ) -> tuple[LabRun, bool]:
         """Check and queue a run (or return the run ``key`` names already); a Refusal says why not.
 
         The config is checked at once (``admission.check``), then its data
         sets are read (``check_data``, off the event loop): a run the lab could
-        never start is refused, not queued.
+        never start is refused, not queued. A model of the researcher's own
+        (sent in ``files``) is then imported, built and converted in a bounded
+        child of its own (``sandbox.py``), and refused with its reason when it
+        fails or goes past a limit. A queued run's files are kept verbatim in
+        its folder (``code/``, with ``code.json``).
         """
         if key is not None and (known := self._keyed(owner, key)) is not None:
             return known, False
         self._open_to(owner)
-        submission = check(text, self.lab)
-        await asyncio.to_thread(check_data, submission.config)
-        self._open_to(owner)  # again: the lab may have started draining while the data was read
-        run, new = self.store.submit(owner, method=submission.method, needs=submission.needs, config_toml=text, key=key)
-        self.folder(run.run_id).mkdir(parents=True, exist_ok=True)
-        (self.folder(run.run_id) / "config.toml").write_text(text, encoding="utf-8")
+        with self._staged(files or {}) as code:
+            submission = check(text, self.lab, code=code, admin=admin)
+            await asyncio.to_thread(check_data, submission.config)
+            if submission.own_code:
+                await self._check_code(submission, f"{owner}'s model")
+            self._open_to(owner)  # again: the lab may have started draining while the data was read
+            run, new = self.store.submit(owner, method=submission.method, needs=submission.needs, config_toml=text, key=key)
+            folder = self.folder(run.run_id)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "config.toml").write_text(text, encoding="utf-8")
+            if files:
+                await asyncio.to_thread(keep_code, files, folder)
         self.changed()
         return run, new
+
+    @contextlib.contextmanager
+    def _staged(self, files: dict[str, bytes]) -> Iterator[Path | None]:
+        """A folder of LAB_DIR holding ``files`` while they are checked, gone after (None: no file was sent)."""
+        if not files:
+            yield None
+            return
+        incoming = self.out_dir / INCOMING
+        incoming.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=incoming))
+        try:
+            keep_code(files, staging)
+            yield staging / CODE
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    async def _check_code(self, submission: Submission, what: str) -> None:
+        """The quick model check (``validate_models``) of a submission's own model, in a bounded child."""
+        sandbox = await asyncio.to_thread(self.sandbox, self.lab.limits.code(checking=True), what)
+        try:
+            await asyncio.to_thread(sandbox.call, validate_models, submission.config)
+        finally:
+            await asyncio.to_thread(sandbox.shutdown)
 
     def _open_to(self, owner: str) -> None:
         """Whether ``owner`` may queue a run now: the lab not draining, the researcher under the queue's limit."""
@@ -212,8 +253,7 @@ class LabRuns:
 
     def _needs(self, run: LabRun, connected: int) -> RunNeeds:
         """What ``run``'s jobs ask of the shared fleet (``sharing.py``), from its config as the lab loads it."""
-        submission = check(run.config_toml, self.lab)
-        config = submission.config
+        config = self._checked(run).config
         return run_needs(config.scheduler.min_plan, [job.fraction for job in config.jobs], max(connected, run.needs))
 
     async def reconcile(self) -> list[LabRun]:
@@ -263,10 +303,12 @@ class LabRuns:
                 driver = Driver(placed(submission, folder), output, config_text=run.config_toml)
                 follower = RunFollower(self, run.run_id)
                 devices = LabDevices(self.fleet, run.run_id, submission.needs, [follower], waiting=follower.waiting)
-                with self.keeps(folder):  # ended before the run's final state is said
-                    outcome = await driver.train_one(
-                        submission.method, devices, run_id=run.run_id, resume=resume, work=self.work
-                    )
+                async with self._code_of(run, submission) as sandbox:
+                    with self.keeps(folder):  # ended before the run's final state is said
+                        outcome = await driver.train_one(
+                            submission.method, devices, run_id=run.run_id, resume=resume,
+                            work=sandbox or self.work, evaluate=sandbox.evaluate if sandbox is not None else None,
+                        )
                 why = "every job reached its target" if outcome.reached else "a job stopped short of its target"
                 console.print(f"run {run.run_id} completed: {why}", highlight=False)
                 self._move(run.run_id, "completed", why, reached=outcome.reached)
@@ -289,10 +331,29 @@ class LabRuns:
         console.print(f"run {run.run_id} failed: {why}", highlight=False, soft_wrap=True)
         self._move(run.run_id, "failed", why)
 
+    @contextlib.asynccontextmanager
+    async def _code_of(self, run: LabRun, submission: Submission) -> AsyncIterator[Sandbox | None]:
+        """For a run of a researcher's own model, the bounded child where its preparation, evaluations and report
+        run, for the run's life (None: a zoo run, which uses the lab's shared child)."""
+        if not submission.own_code:
+            yield None
+            return
+        sandbox = await asyncio.to_thread(self.sandbox, self.lab.limits.code(checking=False), f"run {run.run_id}'s model")
+        try:
+            yield sandbox
+        finally:
+            await asyncio.to_thread(sandbox.shutdown)
+
+    def _checked(self, run: LabRun) -> Submission:
+        """The run's config checked again now, with the files it was sent (a Refusal if it no longer loads here)."""
+        code = self.folder(run.run_id) / CODE
+        owner = self.store.researcher(run.owner)
+        return check(run.config_toml, self.lab, code=code if code.is_dir() else None, admin=owner is not None and owner.admin)
+
     def _loaded(self, run: LabRun) -> Submission | None:
         """The run's config as checked again now; a run whose config no longer loads here is abandoned."""
         try:
-            return check(run.config_toml, self.lab)
+            return self._checked(run)
         except Refusal as exc:
             self._move(run.run_id, "abandoned", f"its config no longer loads in this lab: {exc.message}")
             return None

@@ -54,6 +54,7 @@ from mjfl.coordinator.lab.memory import settle
 from mjfl.coordinator.lab.pages import add_pages, dashboard_token
 from mjfl.coordinator.lab.runlogs import LAB_LOG, RunLogs
 from mjfl.coordinator.lab.runs import RUNS, LabRuns
+from mjfl.coordinator.lab.sandbox import Sandbox
 from mjfl.coordinator.lab.sharing import FairShare
 from mjfl.coordinator.lab.store import LabRun, LabStore
 from mjfl.coordinator.lab.view import LabView
@@ -62,6 +63,7 @@ from mjfl.coordinator.run.preparation import warm
 from mjfl.device.emulated.ray_cluster import RayOptions
 from mjfl.device.phones.attached import Phones
 from mjfl.errors import UserError
+from mjfl.jobs.custom import forbid_imports
 
 ADMIN = "admin"  # the researcher made on a lab's first start
 ADMIN_TOKEN = "admin.token"
@@ -83,6 +85,7 @@ class ServeOptions:
 
 async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: ServeOptions = ServeOptions()) -> None:
     """Run the lab's service until it is stopped, or drained (see the module docstring)."""
+    forbid_imports("the lab's service process")  # a researcher's model runs in its own bounded child only
     out_dir.mkdir(parents=True, exist_ok=True)
     logs.setup(out_dir / LAB_LOG, verbose=options.verbose, stream=None)
     run_logs = RunLogs()
@@ -95,7 +98,7 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
             options=HostOptions(options.emulate, options.phones, options.ray, out_dir / LAB_LOG, options.verbose),
         )
         async with asyncio.TaskGroup() as group:
-            runs = _runs(lab, out_dir, store, host, run_logs, group, console, options.phones, work)
+            runs = _runs(lab, out_dir, store, host, run_logs, group, console, options, work)
             resumed = await runs.reconcile()  # before any device is answered
             if resumed:
                 console.print(f"resuming {', '.join(r.run_id for r in resumed)}", highlight=False)
@@ -124,10 +127,11 @@ async def serve_lab(lab: LabConfig, out_dir: Path, console: Console, options: Se
 
 def _runs(
     lab: LabConfig, out_dir: Path, store: LabStore, host: DeviceHost, run_logs: RunLogs, group: asyncio.TaskGroup,
-    console: Console, phones: Phones | None, work: concurrent.futures.Executor,
+    console: Console, options: ServeOptions, work: concurrent.futures.Executor,
 ) -> LabRuns:
     """The lab's runs over its one fleet, sharing it by ``limits.share``, saying each change of state;
-    with ``phones``, each run's folder gets their log lines while it runs."""
+    with phones, each run's folder gets their log lines while it runs."""
+    phones = options.phones
     registry = host.registry
     share = FairShare(devices=lambda: len(registry.connected())) if lab.limits.share == "equal" else None
     occupancy = Occupancy(share)  # reserved devices are never shared
@@ -138,6 +142,7 @@ def _runs(
     runs = LabRuns(
         store, lab, out_dir, fleet, run_logs, spawn=group.create_task, said=lambda run: _say(console, run),
         keeps=_phone_lines(phones), work=work, program_cache=lab.programs(out_dir),
+        sandbox=lambda limits, what: Sandbox(limits, what=what, log_file=out_dir / LAB_LOG, verbose=options.verbose),
     )
     registry.on_join(lambda device: runs.changed())
     registry.on_leave(lambda device, reason: runs.changed())
@@ -155,7 +160,7 @@ def _child_work(log_file: Path, verbose: bool) -> Iterator[concurrent.futures.Ex
         resource_tracker.ensure_running()
     work = concurrent.futures.ProcessPoolExecutor(
         1, mp_context=multiprocessing.get_context("spawn"),
-        initializer=functools.partial(logs.setup_worker, log_file, verbose=verbose),
+        initializer=functools.partial(_shared_child, log_file, verbose),
     )
     work.submit(warm)  # its imports done before the first run needs it
     try:
@@ -164,6 +169,12 @@ def _child_work(log_file: Path, verbose: bool) -> Iterator[concurrent.futures.Ex
         for process in list(getattr(work, "_processes", {}).values()):
             process.kill()
         work.shutdown(wait=True, cancel_futures=True)  # the killed child reaped, its queue's semaphores let go
+
+
+def _shared_child(log_file: Path, verbose: bool) -> None:
+    """The shared child's start: its log, and never a researcher's model (each has a child of its own)."""
+    logs.setup_worker(log_file, verbose=verbose)
+    forbid_imports("the lab's shared child process")
 
 
 def _phone_lines(phones: Phones | None) -> Callable[[Path], contextlib.AbstractContextManager[object]]:

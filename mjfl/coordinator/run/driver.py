@@ -59,7 +59,7 @@ from mjfl.coordinator.dashboard.server import live_dashboard
 from mjfl.coordinator.dashboard.state import epochs_of
 from mjfl.coordinator.engine.budget import round_budget
 from mjfl.coordinator.engine.clock import Clock
-from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings
+from mjfl.coordinator.engine.engine import Engine, EngineJob, EngineSettings, Evaluator
 from mjfl.coordinator.engine.events import DeviceJoined, Observer, StopReason, TaskSent
 from mjfl.coordinator.engine.fleet import Fleet
 from mjfl.coordinator.engine.occupancy import Occupancy
@@ -211,6 +211,7 @@ class Driver:
         self.config_text = config_text if config_text is not None else source_text(config)
         self._prepared: dict[int, list[PreparedJob]] = {}
         self.work: Executor | None = None  # where preparation and reports run (None: a thread of this process)
+        self.evaluate: Evaluator = evaluate_job  # the engine's evaluator (train_one may give another)
         self._current: _Run | None = None  # the run going, for what Ctrl-C says
         self._warned: set[str] = set()  # coverage warnings already shown (once a command, not once a method)
 
@@ -239,7 +240,8 @@ class Driver:
         return self._report(outcomes)
 
     async def train_one(
-        self, method: str, devices: Devices, *, run_id: str, resume: bool = False, work: Executor | None = None
+        self, method: str, devices: Devices, *, run_id: str, resume: bool = False, work: Executor | None = None,
+        evaluate: Evaluator | None = None,
     ) -> RunOutcome:
         """One run of ``method`` as ``run_id``, on the event loop already going (the lab service's), reported.
 
@@ -247,9 +249,12 @@ class Driver:
         cancelled run is recorded as interrupted, and can be resumed. The
         database is read and written on its own thread (``database.py``), and
         the run's preparation and report go to ``work`` (the lab's child
-        process; None: a thread), so nothing of the run blocks the loop.
+        process; None: a thread), so nothing of the run blocks the loop; its
+        evaluations go to ``evaluate`` (default: ``evaluate_job`` on a thread;
+        a researcher's own model's: its bounded child, ``lab/sandbox.py``).
         """
         self.work = work
+        self.evaluate = evaluate or evaluate_job
         database = await RunDatabase.open(self.config.database_path)
         try:
             view = LiveView(enabled=False, console=self.output.console, clock="wall")
@@ -341,7 +346,7 @@ class Driver:
                 await self._show_jobs(live, database, run, infos, ready)
                 observers.append(live)
             engine = Engine(
-                jobs, ready.fleet, ready.clock, evaluate_job, run_id=run.info.run_id, observers=observers,
+                jobs, ready.fleet, ready.clock, self.evaluate, run_id=run.info.run_id, observers=observers,
                 settings=self._settings(ready.device_wait_s, time_offset=resumed.time_offset),
                 frequencies=resumed.frequencies, losses=resumed.losses, occupancy=ready.occupancy,
             )

@@ -11,11 +11,12 @@ import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from mjfl import seeds
+from mjfl import logs, seeds
 from mjfl.coordinator.config import JobConfig, RunConfig, model_spec
 from mjfl.coordinator.engine.fleet import JobArtifacts
 from mjfl.coordinator.storage.records import JobInfo
@@ -218,6 +219,40 @@ def prepare_jobs(config: RunConfig, slots: int, cache_dir: Path = PROGRAM_CACHE)
             initial_weights(spec, seeds.integer(config.seed, Purpose.INITIAL_WEIGHTS, m)), path,
         ))
     return prepared
+
+
+def converted(spec: ModelSpec) -> tuple[Any, Any, Any]:
+    """Job ``spec``'s model built (in training mode), its dropout sites and its conversion's report (`jobs.convert`):
+    `ModelError` naming the operator and module where the export form has no rule."""
+    from mjfl.jobs.convert import ExportForm
+    from mjfl.jobs.models import build_model, dropout_shapes
+
+    model = build_model(spec)
+    model.train()
+    sites = dropout_shapes(model, spec.input_shape)
+    return model, sites, ExportForm(model).check(spec.input_shape, sites)
+
+
+def validate_models(config: RunConfig) -> None:
+    """Build and convert every job's model (no export); `ModelError`/`ConfigError` on the first that fails.
+
+    The quick part of `mjfl models check`, run before anything else by
+    `simulate`, `testbed run` and `profile`, and by the lab (in the bounded
+    child of a submitted model, ``coordinator/lab/sandbox.py``) when a run is
+    submitted: an operator without a rule stops the run before a device is
+    contacted or anything is recorded.
+    """
+    from mjfl.errors import ModelError
+    from mjfl.jobs.datasets import load_dataset
+
+    with logs.native_output():
+        for job in config.jobs:
+            data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels,
+                                seed=seeds.integer(config.seed, Purpose.DATA_SPLIT))
+            try:
+                converted(model_spec(job, data.input_shape, data.num_classes))
+            except ModelError as exc:
+                raise ModelError(exc.operator, exc.module, f"{exc.problem} (job {job.name!r})", exc.instead) from None
 
 
 def evaluate_job(spec: ModelSpec, weights: dict[str, NDArray[np.float32]], x: NDArray[np.float32], y: NDArray[np.int64]) -> tuple[float, float]:

@@ -31,6 +31,7 @@ from mjfl.coordinator.storage.database import Storage
 CODES = {
     "unauthorized", "forbidden", "not_found", "method_not_allowed", "request_invalid", "request_too_large",
     "config_invalid", "fleet_too_small", "unsupported", "data_missing", "last_admin", "too_many_queued", "draining",
+    "custom_code_off", "files_invalid",
 }
 
 
@@ -42,12 +43,15 @@ def test_refusals_name_their_reason_and_queue_nothing(tmp_path: Path, processes)
     refused = {
         "config_invalid": ("jobs = [", None),
         "fleet_too_small": (run_config(size=5), "fleet.size"),
+        "custom_code_off": (run_config().replace('model = "lenet5"', 'model = "models.py:Net"'), "jobs[0].model"),
     }
     for code, (text, field) in refused.items():
         status, answer = lab.call("POST", "/api/lab/runs", {"config": text}, token=alice)
         assert (status, answer["error"]["code"], answer["error"].get("field")) == (400, code, field), answer
     status, answer = lab.call("POST", "/api/lab/runs", {"config": run_config().replace("lenet5", "gpt")}, token=alice)
     assert (status, answer["error"]["field"]) == (400, "jobs[0].model") and "gpt" in answer["error"]["message"]
+    status, answer = lab.call("POST", "/api/lab/runs", {"config": run_config(), "files": {"../models.py": ""}}, token=alice)
+    assert (status, answer["error"]["code"], answer["error"]["field"]) == (400, "request_invalid", "files"), answer
     assert lab.call("GET", "/api/lab/runs")[1]["runs"] == []  # nothing queued
 
     for token, code in ((None, "unauthorized"), ("forged", "unauthorized")):

@@ -115,6 +115,7 @@ def run_trainers_bench(
     console: Console | None = None,
     devices_per_step: Sequence[int] = DEVICES,
     custom: Mapping[str, ModelSpec] | None = None,
+    operators: int = 0,
 ) -> dict[str, Any]:
     """Measure every model in both runtimes, then device trainings per second (module docstring); print, write ``json_path``.
 
@@ -122,7 +123,9 @@ def run_trainers_bench(
     set to 0 so both runtimes do the same work. Returns the JSON document:
     {"results": [...], "ratios": {model: executorch/torch}, "settings": {...}}.
     ``custom`` adds models of a config's own, by a row name (`custom_specs`),
-    each at its job's input shape, measured as the zoo's are.
+    each at its job's input shape, measured as the zoo's are. With
+    ``operators`` N, each model's ExecuTorch step is also profiled operator by
+    operator over N steps (`operator_profile`): ``report["operators"]``.
     What ExecuTorch and torch print goes where ``mjfl.logs.setup`` sends
     third-party output (``logs.native_output``), not to the console.
     """
@@ -147,6 +150,7 @@ def run_trainers_bench(
     threads_before = torch.get_num_threads()
     torch.set_num_threads(1)
     rows: list[BenchRow] = []
+    profiles: dict[str, dict[str, Any]] = {}
     ratios: dict[str, float] = {}
     params: dict[str, int] = {}
     try:
@@ -177,6 +181,9 @@ def run_trainers_bench(
                     f"[dim]{name} {runtime}: {medians[runtime]:.2f} ms/step ({time.perf_counter() - started:.1f} s)[/]"
                 )
             ratios[name] = round(medians["executorch"] / medians["torch"], 3)
+            if operators:
+                with logs.native_output():
+                    profiles[name] = operator_profile(path, spec, steps=operators, batch=batch, seed=seed)
     finally:
         torch.set_num_threads(threads_before)
 
@@ -198,10 +205,73 @@ def run_trainers_bench(
         ("model", "input", "params", "executorch ms", "torch ms", "ratio", "goal"),
         (_row(name, params[name], ratios[name], {r.runtime: r for r in rows if r.model == name}, goals[name]) for name in names),
     ))
+    if profiles:
+        report["operators"] = profiles
+        for name, profile in profiles.items():
+            console.print(output.table(
+                f"{name}: a {profile['step_ms']:.1f} ms step = program {profile['program_ms']:.1f} ms"
+                f" + optimizer and Python {profile['outside_ms']:.1f} ms",
+                ("in the program", "calls", "ms / step", "share"),
+                ((op["name"], str(op["calls"]) if op["calls"] else "", f"{op['ms']:.2f}", f"{op['share']:.0%}")
+                 for op in profile["top"]),
+            ))
     if devices_per_step:
         report["device_trainings"] = device_trainings(devices_per_step, cache_dir=cache_dir, seed=seed, console=console)
     output.write(report, json_path, console)
     return report
+
+
+def operator_profile(path: Path, spec: ModelSpec, *, steps: int, batch: int, seed: int, top: int = 8) -> dict[str, Any]:
+    """Where an ExecuTorch training step's time goes: each kernel's milliseconds per step, from the runtime's own
+    timings (ETDump) over ``steps`` steps after the warm-up; the ``top`` kernels by time, the rest as one row.
+
+    ``program_ms`` is the program's time a step (the runtime's
+    ``Method::execute``), ``outside_ms`` the rest of the measured step (the
+    SGD update and Python around the program).
+    """
+    import tempfile
+    import warnings
+
+    from executorch.devtools import Inspector
+
+    from mjfl.jobs.trainers import ExecuTorchTrainer
+
+    trainer = ExecuTorchTrainer(path.read_bytes(), spec, etdump=True)
+    step_ms = statistics.median(_time_steps(trainer, spec, steps=steps, batch=batch, seed=seed))
+    with tempfile.TemporaryDirectory() as folder:
+        dump = Path(folder) / "steps.etdp"
+        trainer.write_etdump(dump)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Output Buffer not found": no tensors were asked for, only times
+            inspector = Inspector(etdump_path=str(dump))
+    per_kernel: dict[str, list[float]] = {}
+    method: list[float] = []
+    for block in inspector.event_blocks:
+        if block.name != "Execute":
+            continue
+        for event in block.events:
+            if event.perf_data is None or event.name == "OPERATOR_CALL":
+                continue  # the dispatch around each kernel: in the method's time, not in a kernel's
+            # Runs of the method: the dry step and the warm-up ones, then the measured ones (the median of those).
+            ms = statistics.median(list(event.perf_data.raw)[-steps:])
+            if event.name == "Method::execute":
+                method.append(ms)
+                continue
+            name = event.name.removeprefix("native_call_").removesuffix(".out")
+            per_kernel.setdefault(name, []).append(ms)
+    totals = sorted(((sum(ms), len(ms), name) for name, ms in per_kernel.items()), reverse=True)
+    method_ms = max(method) if method else sum(total for total, _, _ in totals)
+    rows = [{"name": name, "calls": calls, "ms": round(total, 3), "share": round(total / method_ms, 4)}
+            for total, calls, name in totals[:top]]
+    rest = totals[top:]
+    rest_ms = sum(t for t, _, _ in rest)
+    rows.append({"name": f"{len(rest)} other kernels", "calls": sum(c for _, c, _ in rest), "ms": round(rest_ms, 3),
+                 "share": round(rest_ms / method_ms, 4)})
+    between = method_ms - sum(t for t, _, _ in totals)
+    rows.append({"name": "between kernels (dispatch, copies)", "calls": 0, "ms": round(between, 3),
+                 "share": round(between / method_ms, 4)})
+    return {"step_ms": round(step_ms, 3), "program_ms": round(method_ms, 3),
+            "outside_ms": round(max(step_ms - method_ms, 0.0), 3), "top": rows}
 
 
 def check_devices_per_step(devices_per_step: Sequence[int], *, empty: bool) -> None:

@@ -137,6 +137,7 @@ def bench_trainers(
     batch: Annotated[int, typer.Option(help="Batch size of a step.")] = 32,
     devices_per_step: Annotated[str, typer.Option(metavar="K,...", help="Devices per batched step ('' skips device trainings).")] = "1,8,32,128",
     config: Annotated[Path | None, typer.Option(help="Also the models of this run config's own (factories), at its jobs' input shapes; alone, only those.")] = None,
+    operators: Annotated[int, typer.Option(metavar="STEPS", help="Also profile each ExecuTorch step operator by operator over this many steps (0: not).")] = 0,
 ) -> None:
     """Training-step time in ExecuTorch's runtime vs eager PyTorch (1 thread), per model; device trainings per second."""
     from mjfl.bench.trainers import custom_specs, run_trainers_bench
@@ -145,7 +146,7 @@ def bench_trainers(
     run_trainers_bench(
         models=comma_list("--models", models) if models else None, steps=steps, batch=batch, json_path=json_path,
         console=console, devices_per_step=comma_list("--devices-per-step", devices_per_step, int),
-        custom=custom_specs(config) if config is not None else None,
+        custom=custom_specs(config) if config is not None else None, operators=operators,
     )
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -120,8 +121,10 @@ class ExecuTorchTrainer:
     BN_MOMENTUM = 0.1  # the only one the conversion accepts (mjfl.jobs.convert)
 
     def __init__(
-        self, program: bytes, spec: Any, *, sha256: str | None = None, batch_norm_pixels: Sequence[int] | None = None
+        self, program: bytes, spec: Any, *, sha256: str | None = None, batch_norm_pixels: Sequence[int] | None = None,
+        etdump: bool = False,
     ) -> None:
+        """``etdump``: the runtime times each operator it runs (``write_etdump``; `mjfl bench trainers --operators`)."""
         import torch
 
         validate_program(program, sha256=sha256)
@@ -137,7 +140,7 @@ class ExecuTorchTrainer:
                 _load_for_executorch_from_buffer,
             )
 
-            self._module = _load_for_executorch_from_buffer(self._program)
+            self._module = _load_for_executorch_from_buffer(self._program, enable_etdump=etdump)
             meta = self._module.method_meta("forward")
             x_meta = meta.input_tensor_meta(0)
             self.max_batch = int(x_meta.sizes()[0])
@@ -216,6 +219,10 @@ class ExecuTorchTrainer:
         if extra:
             raise ProgramError(f"weights do not match the program: unexpected {extra[:3]}")
         return keys, layers
+
+    def write_etdump(self, path: Path) -> None:
+        """The operators' timings of every step so far (an ETDump file, read by ``executorch.devtools.Inspector``)."""
+        self._module.write_etdump_result_to_file(str(path))
 
     def _run(self, x: Any, y: Any, noise: Sequence[Any]) -> list[Any]:
         try:

@@ -80,3 +80,15 @@ def test_a_configs_own_models_are_measured_beside_the_zoos(tmp_path):
     no_custom.write_text('[fleet]\nsize = 2\n[[jobs]]\nname = "zoo"\nmodel = "lenet5"\nimage_size = 12\n')
     with pytest.raises(UserError, match="no job names a model of its own"):
         custom_specs(no_custom)
+
+
+def test_the_operator_profile_splits_a_step_into_the_programs_kernels():
+    """--operators: the runtime's own timings of each kernel. LeNet-5's convolutions became mm over an im2col
+    (docs/models.md), so mm is among the kernels that take its time; every row's share adds up to the program."""
+    figures = run_trainers_bench(models=["lenet5"], steps=2, batch=4, devices_per_step=[], operators=3,
+                                 console=Console(quiet=True))
+    profile = figures["operators"]["lenet5"]
+    assert profile["program_ms"] > 0 and profile["step_ms"] > 0
+    names = [row["name"] for row in profile["top"]]
+    assert "mm" in names and "convolution" not in names and names[-1].startswith("between kernels")
+    assert sum(row["ms"] for row in profile["top"]) == pytest.approx(profile["program_ms"], rel=1e-3, abs=1e-3)

@@ -116,3 +116,22 @@ def test_a_refusal_says_what_to_type_on_this_command_line(tmp_path: Path, token:
         refused = mjfl(served, "lab", "researcher", "revoke", "admin", token=token)
     (line,) = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
     assert refused.returncode == 2 and f"({code})" in line and flags in line, refused.stderr
+
+
+def test_submit_sends_the_files_a_config_names_as_its_models_code_and_no_file_outside_its_folder(tmp_path: Path) -> None:
+    from mjfl.commands.lab import code_files_of
+    from mjfl.errors import UserError
+
+    (tmp_path / "nets").mkdir()
+    (tmp_path / "models.py").write_bytes(b"from nets import blocks\n")
+    (tmp_path / "nets" / "blocks.py").write_bytes(b"\x00\x01 verbatim")
+    config = tmp_path / "run.toml"
+    text = ('[[jobs]]\nname = "a"\nmodel = "./models.py:Net"\nfiles = ["nets/blocks.py"]\n'
+            '[[jobs]]\nname = "b"\nmodel = "models.py:Other"\n[[jobs]]\nname = "c"\nmodel = "lenet5"\n')
+    assert code_files_of(config, text) == {"models.py": b"from nets import blocks\n", "nets/blocks.py": b"\x00\x01 verbatim"}
+    assert code_files_of(config, '[[jobs]]\nname = "c"\nmodel = "lenet5"\n') == {}  # a zoo run sends nothing
+    for outside in ("../models.py:Net", f"{tmp_path / 'models.py'}:Net"):
+        with pytest.raises(UserError, match=r"jobs\[0\]\.model .*beside its config or below it"):
+            code_files_of(config, f'[[jobs]]\nname = "a"\nmodel = "{outside}"\n')
+    with pytest.raises(UserError, match=r"jobs\[0\]\.model 'gone.py': cannot read"):
+        code_files_of(config, '[[jobs]]\nname = "a"\nmodel = "gone.py:Net"\n')

@@ -95,6 +95,12 @@ def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
             return []
 
 
+def rounds_recorded(db: Path) -> int:
+    """How many rounds the run database holds: 0 until the file and its schema are there (a run still preparing)."""
+    rows = query(db, "SELECT count(*) FROM rounds")
+    return int(rows[0][0]) if rows else 0
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, *processes: Process, what: str | None = None) -> Any:
     """Poll ``predicate`` until it holds (its value); fail at once if one of ``processes`` exits first."""
 

@@ -160,7 +160,10 @@ class Sandbox(Executor):
                 "model_cpu_limit", f"{self.what} used more than {self.limits.cpu_s:g} s of CPU (limits.code_cpu_s)",
                 field="jobs",
             ))
-        how = signal.Signals(-status).name if status is not None and status < 0 else f"exit status {status}"
+        try:
+            how = signal.Signals(-status).name if status is not None and status < 0 else f"exit status {status}"
+        except ValueError:
+            how = f"signal {-status}"
         return self._broke(Refusal("model_crashed", f"{self.what} ended its process ({how})", field="jobs"))
 
     def _rebuilt(self, kind: str, payload: tuple[str, str, str | None]) -> MjflError:

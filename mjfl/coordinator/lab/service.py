@@ -215,4 +215,13 @@ async def _api(api: LabApi, lab: LabConfig, console: Console, view: LabView) -> 
         console.print(f"researchers' API: {url}api/lab (mjfl submit --lab {url.rstrip('/')})", highlight=False, soft_wrap=True)
         # On the terminal only: the address carries the pages' token off a loopback address.
         console.print(f"lab's dashboard: {url.rstrip('/')}{page}", highlight=False, soft_wrap=True)
+        if lab.custom_code != "off":
+            whose = "its admins'" if lab.custom_code == "admins" else "every researcher's"
+            limits = lab.limits
+            console.print(
+                f"custom_code = {lab.custom_code!r}: the lab runs {whose} own models, each in a process of its own"
+                f" ({limits.code_memory_mb} MB, {limits.code_cpu_s:g} CPU s and {limits.code_wall_s:g} s a call;"
+                f" its check {limits.code_check_s:g} s), as the service's user: docs/security.md, section 8",
+                highlight=False, soft_wrap=True,
+            )
         yield

@@ -242,17 +242,21 @@ def validate_models(config: RunConfig) -> None:
     submitted: an operator without a rule stops the run before a device is
     contacted or anything is recorded.
     """
-    from mjfl.errors import ModelError
+    from mjfl.errors import ConfigError, ModelError
     from mjfl.jobs.datasets import load_dataset
 
     with logs.native_output():
-        for job in config.jobs:
+        for m, job in enumerate(config.jobs):
             data = load_dataset(job.dataset, job.data_dir, image_size=job.image_size, channels=job.channels,
                                 seed=seeds.integer(config.seed, Purpose.DATA_SPLIT))
             try:
                 converted(model_spec(job, data.input_shape, data.num_classes))
             except ModelError as exc:
                 raise ModelError(exc.operator, exc.module, f"{exc.problem} (job {job.name!r})", exc.instead) from None
+            except ConfigError as exc:
+                if exc.field != "model":
+                    raise
+                raise ConfigError(f"jobs[{m}].model", exc.problem) from None  # which job's model
 
 
 def evaluate_job(spec: ModelSpec, weights: dict[str, NDArray[np.float32]], x: NDArray[np.float32], y: NDArray[np.int64]) -> tuple[float, float]:

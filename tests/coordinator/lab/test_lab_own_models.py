@@ -4,7 +4,7 @@ devices, the real client sending the model's file, the real export and runtime.
 A run of a model of one's own trains beside a zoo run and both reach their
 targets, its file kept verbatim with its digest in the run's folder and its
 archive; factories that sleep forever, raise, or allocate without end are
-refused within the lab's limits while those runs go on, and queue nothing.
+refused within the lab's limits while a third run trains, and queue nothing.
 """
 
 from __future__ import annotations
@@ -58,6 +58,29 @@ max_rounds = 40
 """
 
 
+# One job that never reaches its target in 500 rounds: beside the other two runs' three jobs, the fleet holds every
+# job's smallest plan (2 devices each, 8 in all), so the lab admits all three at once.
+LONG = """
+seed = 4
+[fleet]
+size = 4
+shards = "present"
+[scheduler]
+method = "random"
+min_plan = 2
+[[jobs]]
+name = "lenet"
+model = "lenet5"
+image_size = 12
+partition = "iid"
+epochs = 1
+batch_size = 8
+fraction = 0.5
+target_accuracy = 0.999
+max_rounds = 500
+"""
+
+
 def _refusal(lab: Lab, token: str, factory: str) -> tuple[int, dict[str, str], float]:
     started = time.monotonic()
     body = submit_body(OWN_RUN.format(model=f"bad.py:{factory}"), files={"bad.py": BAD.read_bytes()})
@@ -81,8 +104,12 @@ def test_own_models_train_beside_a_zoo_run_and_misbehaving_ones_are_refused_with
     assert sent.returncode == 0, sent.stderr
     own = json.loads(sent.stdout)["run"]
     zoo = lab.submit(run_config(seed=2, size=4, target=0.8), bob)
+    # And one that goes on until it is cancelled, so that some run surely trains while the refusals are made.
+    going = lab.submit(LONG, bob)
+    lab.until(lambda: lab.run(going["id"])["state"] == "running", 600, what="bob's long run to start")
 
     # While they run: three misbehaving models, side by side, each refused with its reason, within the limit.
+    window = time.time()
     expected = {
         "sleeps": ("model_timeout", f"took longer than {CHECK_S} s (limits.code_check_s)"),
         "raises": ("model_invalid", "ValueError: this factory has no layer for 8x8 inputs"),
@@ -94,12 +121,16 @@ def test_own_models_train_beside_a_zoo_run_and_misbehaving_ones_are_refused_with
         status, error, took = answers[factory]
         assert (status, error["code"]) == (400, code) and needle in error["message"], (factory, error)
         assert took < CHECK_S + START_S, (factory, took)  # the child's start, then at most the limit
+    window = (window, time.time())
     assert {run["owner"] for run in lab.call("GET", "/api/lab/runs")[1]["runs"]} == {"alice", "bob"}  # nothing queued
-    assert lab.run(own["id"])["state"] in ("queued", "admitted", "running")  # the runs went on
 
     for run in (own, zoo):
         ended = lab.ended(run["id"], timeout=1800)
         assert (ended["state"], ended["targets_reached"]) == ("completed", True), ended
+    # The lab went on training while it refused: the long run's devices trained through the refusals' window.
+    during = [t for t in lab.tasks() if t["run"] == going["id"] and window[0] < t["ended"] < window[1]]
+    assert during, window
+    assert lab.call("POST", f"/api/lab/runs/{going['id']}/cancel", token=bob)[1]["run"]["state"] == "cancelled"
 
     # The model's file, verbatim in the run's folder with its digest, recorded in the run, pulled with it.
     data = GOOD.read_bytes()

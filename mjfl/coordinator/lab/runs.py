@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 
 RUNS = "runs"  # LAB_DIR's folder of run folders
 INCOMING = "incoming"  # LAB_DIR's folder of the files of submissions being checked
+# Models of researchers' own checked at once, each in a child that imports torch (some 400 MB): a burst of
+# submissions waits its turn here rather than filling the lab's memory.
+CODE_CHECKS_AT_ONCE = 2
 
 
 class LabRuns:
@@ -91,6 +94,7 @@ class LabRuns:
         self._cancelled: set[str] = set()
         self._changed = asyncio.Event()
         self._idle = asyncio.Event()  # set whenever a run ends or the lab starts draining
+        self._checking = asyncio.Semaphore(CODE_CHECKS_AT_ONCE)
 
     def folder(self, run_id: str) -> Path:
         return self.out_dir / RUNS / run_id
@@ -148,12 +152,14 @@ class LabRuns:
             shutil.rmtree(staging, ignore_errors=True)
 
     async def _check_code(self, submission: Submission, what: str) -> None:
-        """The quick model check (``validate_models``) of a submission's own model, in a bounded child."""
-        sandbox = await asyncio.to_thread(self.sandbox, self.lab.limits.code(checking=True), what)
-        try:
-            await asyncio.to_thread(sandbox.call, validate_models, submission.config)
-        finally:
-            await asyncio.to_thread(sandbox.shutdown)
+        """The quick model check (``validate_models``) of a submission's own model, in a bounded child (at most
+        ``CODE_CHECKS_AT_ONCE`` at a time)."""
+        async with self._checking:
+            sandbox = await asyncio.to_thread(self.sandbox, self.lab.limits.code(checking=True), what)
+            try:
+                await asyncio.to_thread(sandbox.call, validate_models, submission.config)
+            finally:
+                await asyncio.to_thread(sandbox.shutdown)
 
     def _open_to(self, owner: str) -> None:
         """Whether ``owner`` may queue a run now: the lab not draining, the researcher under the queue's limit."""

@@ -35,8 +35,8 @@ START_S = 300  # the most a model's child may take to start (sandbox.START_S)
 
 LIMITS = f"code_check_s = {CHECK_S}\ncode_memory_mb = 3072\n"
 
-OWN_RUN = """
-seed = 3
+ONE_JOB = """
+seed = {seed}
 [fleet]
 size = 4
 shards = "present"
@@ -44,46 +44,32 @@ shards = "present"
 method = "random"
 min_plan = 2
 [[jobs]]
-name = "mobilenet"
+name = "{name}"
 model = "{model}"
-image_size = 8
+image_size = {size}
 partition = "iid"
 epochs = 1
-batch_size = 16
-lr = 0.05
-momentum = 0.9
+{training}
 fraction = 0.5
-target_accuracy = 0.5
-max_rounds = 40
+target_accuracy = {target}
+max_rounds = {rounds}
 """
+
+
+def own_run(model: str) -> str:
+    """A run of one job whose model is ``model`` (a factory of one's own), to a target the digits reach."""
+    return ONE_JOB.format(seed=3, name="mobilenet", model=model, size=8, training="batch_size = 16\nlr = 0.05\nmomentum = 0.9",
+                          target=0.5, rounds=40)
 
 
 # One job that never reaches its target in 500 rounds: beside the other two runs' three jobs, the fleet holds every
 # job's smallest plan (2 devices each, 8 in all), so the lab admits all three at once.
-LONG = """
-seed = 4
-[fleet]
-size = 4
-shards = "present"
-[scheduler]
-method = "random"
-min_plan = 2
-[[jobs]]
-name = "lenet"
-model = "lenet5"
-image_size = 12
-partition = "iid"
-epochs = 1
-batch_size = 8
-fraction = 0.5
-target_accuracy = 0.999
-max_rounds = 500
-"""
+LONG = ONE_JOB.format(seed=4, name="lenet", model="lenet5", size=12, training="batch_size = 8", target=0.999, rounds=500)
 
 
 def _refusal(lab: Lab, token: str, factory: str) -> tuple[int, dict[str, str], float]:
     started = time.monotonic()
-    body = submit_body(OWN_RUN.format(model=f"bad.py:{factory}"), files={"bad.py": BAD.read_bytes()})
+    body = submit_body(own_run(f"bad.py:{factory}"), files={"bad.py": BAD.read_bytes()})
     status, answer = lab.call("POST", "/api/lab/runs", body, token=token, timeout=CHECK_S + START_S + 120)
     return status, answer["error"], time.monotonic() - started
 
@@ -96,7 +82,7 @@ def test_own_models_train_beside_a_zoo_run_and_misbehaving_ones_are_refused_with
     folder = tmp_path / "alice"
     folder.mkdir()
     shutil.copy(GOOD, folder / "models.py")
-    (folder / "run.toml").write_text(OWN_RUN.format(model="models.py:MobileNetStyle"))
+    (folder / "run.toml").write_text(own_run("models.py:MobileNetStyle"))
     sent = subprocess.run(
         [sys.executable, "-m", "mjfl.cli", "submit", str(folder / "run.toml"), "--lab", lab.url, "--token", alice, "--json"],
         check=False, capture_output=True, text=True, timeout=CHECK_S + START_S + 120, stdin=subprocess.DEVNULL,
